@@ -1,0 +1,451 @@
+//! [`Policy::evaluate`]: one call, one answer, with provenance.
+//!
+//! A call becomes a list of *checks*, one per thing it touches: each simple
+//! command of a shell call, each path of an edit, the directory it leaves the
+//! project for (`external_directory`), the repetition it makes (`doom_loop`).
+//! Each check gets the mode's answer, then the rules' (which replace it unless
+//! the mode denies), then `readonly` turns asks into denials, a `once` or a grant
+//! turns a remaining ask into allow, and `auto` allows what would still ask. The
+//! call's answer is the strictest check's.
+
+use crate::mode::{mode_answer, Action, Kind, Mode};
+use crate::paths::{normalize, RootedPath};
+use crate::rules::Rule;
+use crate::tools::{extract, ShellInput, Subject};
+use crate::{Call, Context, Evaluation, Policy, Question, RuleRef, Source};
+
+/// One thing a call touches, to be judged on its own.
+struct Check {
+    permission: String,
+    /// What patterns and questions show.
+    subject: String,
+    /// Further texts rules may match to tighten the answer (a shell command
+    /// after wrapper removal, the commands of a `bash -c` script).
+    inner: Vec<String>,
+    /// The mode table's answer and why.
+    mode_action: Action,
+    mode_reason: String,
+    /// What an `always` answer grants for this check.
+    always: String,
+    /// The permissions that grant is recorded under.
+    grant_permissions: Vec<String>,
+}
+
+/// The answer for one check.
+struct Outcome {
+    action: Action,
+    source: Source,
+    reason: String,
+    rule: Option<RuleRef>,
+}
+
+impl Policy {
+    /// Decide one call in the given session state.
+    pub fn evaluate(&self, call: &Call<'_>, context: &Context<'_>) -> Evaluation {
+        let spec = self.registry.lookup(call.tool);
+        let invalid = |reason: String| Evaluation {
+            action: Action::Deny,
+            source: Source::Invalid,
+            reason,
+            rule: None,
+            question: None,
+            permission: spec.permission.clone(),
+            kind: spec.kind,
+        };
+        let subject = match extract(&spec, call.input) {
+            Ok(subject) => subject,
+            Err(reason) => return invalid(format!("the `{}` call is unusable: {reason}", call.tool)),
+        };
+        let base = match call.cwd {
+            Some(cwd) => normalize(cwd, &self.project_root, self.home.as_deref()),
+            None => self.project_root.clone(),
+        };
+        let mode = context.mode;
+        let plan_allowed = spec.kind == Kind::Other
+            && self.plan_allowed.iter().any(|tool| tool.matches(call.tool));
+
+        let mut checks: Vec<Check> = Vec::new();
+        if context.repeats >= 3 {
+            checks.push(Check {
+                permission: "doom_loop".to_string(),
+                subject: call.tool.to_string(),
+                inner: Vec::new(),
+                mode_action: Action::Allow,
+                mode_reason: String::new(),
+                always: call.tool.to_string(),
+                grant_permissions: vec!["doom_loop".to_string()],
+            });
+        }
+        if call.cwd.is_some() {
+            let cwd = RootedPath::new(base.clone(), &self.project_root);
+            if cwd.external {
+                checks.push(external_check(&cwd, true));
+            }
+        }
+
+        let simple = |subject: String, always: &str| {
+            let action = mode_answer(mode, spec.kind, false, plan_allowed);
+            Check {
+                permission: spec.permission.clone(),
+                subject,
+                inner: Vec::new(),
+                mode_action: action,
+                mode_reason: kind_reason(mode, spec.kind, action, call.tool, plan_allowed),
+                always: always.to_string(),
+                grant_permissions: if spec.kind == Kind::Fetch {
+                    self.registry.permissions_of_kind(Kind::Fetch)
+                } else {
+                    vec![spec.permission.clone()]
+                },
+            }
+        };
+
+        let title: String;
+        let mut plan: Option<String> = None;
+        match &subject {
+            Subject::Shell(script) => {
+                let mut options = self.shell.clone();
+                options.cwd = Some(base.clone());
+                let analysis = match script {
+                    ShellInput::Text(text) => {
+                        title = text.clone();
+                        toolgate_shell::analyze(toolgate_shell::Script::Text(text), &options)
+                    }
+                    ShellInput::Argv(argv) => {
+                        title = argv.join(" ");
+                        toolgate_shell::analyze(toolgate_shell::Script::Argv(argv), &options)
+                    }
+                };
+                if analysis.commands.is_empty() {
+                    return invalid(format!("the `{}` call has an empty command", call.tool));
+                }
+                for command in analysis.commands {
+                    let read_only = command.verdict.is_ok();
+                    let action = mode_answer(mode, spec.kind, read_only, false);
+                    let mode_reason = match &command.verdict {
+                        Ok(()) => format!("`{}` only reads, which every mode allows", command.text),
+                        Err(refusal) => shell_reason(mode, action, &refusal.reason),
+                    };
+                    checks.push(Check {
+                        permission: spec.permission.clone(),
+                        subject: command.text,
+                        inner: command.inner,
+                        mode_action: action,
+                        mode_reason,
+                        always: command.always,
+                        grant_permissions: vec![spec.permission.clone()],
+                    });
+                }
+            }
+            Subject::Paths(paths) => {
+                let mut shown = Vec::new();
+                for path in paths {
+                    let rooted = RootedPath::new(
+                        normalize(path, &base, self.home.as_deref()),
+                        &self.project_root,
+                    );
+                    if rooted.external {
+                        checks.push(external_check(&rooted, false));
+                    }
+                    shown.push(rooted.subject.clone());
+                    checks.push(simple(rooted.subject, "*"));
+                }
+                title = shown.join(", ");
+            }
+            Subject::Search { pattern, path } => {
+                if let Some(path) = path {
+                    let rooted = RootedPath::new(
+                        normalize(path, &base, self.home.as_deref()),
+                        &self.project_root,
+                    );
+                    if rooted.external {
+                        checks.push(external_check(&rooted, true));
+                    }
+                }
+                title = pattern.clone();
+                checks.push(simple(pattern.clone(), "*"));
+            }
+            Subject::Text(text) if spec.kind == Kind::ExitPlan => {
+                title = "Leave plan mode and carry out this plan".to_string();
+                plan = Some(text.clone());
+                checks.push(simple("*".to_string(), "*"));
+            }
+            Subject::Text(text) => {
+                title = text.clone();
+                checks.push(simple(text.clone(), "*"));
+            }
+            Subject::None => {
+                title = call.tool.to_string();
+                if spec.kind == Kind::ExitPlan {
+                    plan = Some(String::new());
+                }
+                checks.push(simple("*".to_string(), "*"));
+            }
+        }
+
+        let outcomes: Vec<Outcome> = checks.iter().map(|check| self.judge(check, context)).collect();
+        combine(checks, outcomes, &spec.permission, spec.kind, mode, title, plan)
+    }
+
+    /// The answer for one check; see the module documentation for the order.
+    fn judge(&self, check: &Check, context: &Context<'_>) -> Outcome {
+        let mode = context.mode;
+        if check.mode_action == Action::Deny {
+            return Outcome {
+                action: Action::Deny,
+                source: Source::Mode,
+                reason: check.mode_reason.clone(),
+                rule: None,
+            };
+        }
+        let mut outcome = match self.rule_for(&check.permission, &check.subject) {
+            Some(rule) => rule_outcome(rule, &check.subject),
+            None => Outcome {
+                action: check.mode_action,
+                source: Source::Mode,
+                reason: check.mode_reason.clone(),
+                rule: None,
+            },
+        };
+        // A deny or ask on the command after wrapper removal (or inside `bash -c`)
+        // tightens the answer; an allow there never loosens it.
+        for inner in &check.inner {
+            if let Some(rule) = self.rule_for(&check.permission, inner) {
+                if rule.action > outcome.action {
+                    outcome = rule_outcome(rule, inner);
+                }
+            }
+        }
+        if outcome.action != Action::Ask {
+            return outcome;
+        }
+        if mode == Mode::ReadOnly {
+            return Outcome {
+                action: Action::Deny,
+                reason: format!("readonly mode never asks, so what would ask is denied: {}", outcome.reason),
+                ..outcome
+            };
+        }
+        if context
+            .approvals
+            .iter()
+            .any(|(permission, subject)| *permission == check.permission && *subject == check.subject)
+        {
+            return Outcome {
+                action: Action::Allow,
+                source: Source::User,
+                reason: "the user allowed this call once".to_string(),
+                rule: None,
+            };
+        }
+        if let Some(grant) = context.grants.covering(&check.permission, &check.subject) {
+            return Outcome {
+                action: Action::Allow,
+                source: Source::Grant,
+                reason: format!(
+                    "an earlier `always` granted `{}` for {} in this session",
+                    grant.pattern.as_str(),
+                    grant.permission
+                ),
+                rule: Some(RuleRef {
+                    permission: grant.permission.clone(),
+                    pattern: grant.pattern.as_str().to_string(),
+                    action: Action::Allow,
+                    origin: "grant".to_string(),
+                }),
+            };
+        }
+        if mode == Mode::Auto {
+            return Outcome {
+                action: Action::Allow,
+                source: Source::Mode,
+                reason: format!("auto mode allows what would ask ({})", outcome.reason),
+                rule: None,
+            };
+        }
+        outcome
+    }
+
+    /// The deciding rule for a permission and subject: the last match of the
+    /// defaults and policy file, and of the overrides; the stricter when both match.
+    fn rule_for(&self, permission: &str, subject: &str) -> Option<&Rule> {
+        let base = self.rules.last_match(permission, subject);
+        let over = self.overrides.last_match(permission, subject);
+        match (base, over) {
+            (Some(base), Some(over)) if base.action > over.action => Some(base),
+            (_, Some(over)) => Some(over),
+            (base, None) => base,
+        }
+    }
+}
+
+fn external_check(path: &RootedPath, is_directory: bool) -> Check {
+    let always = if is_directory {
+        let dir = path.absolute.to_string_lossy();
+        format!("{}/*", dir.trim_end_matches('/'))
+    } else {
+        path.directory_pattern()
+    };
+    Check {
+        permission: "external_directory".to_string(),
+        subject: path.subject.clone(),
+        inner: Vec::new(),
+        mode_action: Action::Allow,
+        mode_reason: String::new(),
+        always,
+        grant_permissions: vec!["external_directory".to_string()],
+    }
+}
+
+fn rule_outcome(rule: &Rule, subject: &str) -> Outcome {
+    let verb = match rule.action {
+        Action::Allow => "allows",
+        Action::Ask => "asks before",
+        Action::Deny => "denies",
+    };
+    let what = match rule.permission.as_str() {
+        "external_directory" => format!("leaving the project root for `{subject}`"),
+        "doom_loop" => format!("a third identical `{subject}` call in a row"),
+        _ => format!("`{subject}`"),
+    };
+    Outcome {
+        action: rule.action,
+        source: Source::Rule,
+        reason: format!(
+            "the {} rule `{}: {}` {verb} {what}",
+            origin_label(&rule.origin),
+            rule.permission.as_str(),
+            rule.pattern.as_str()
+        ),
+        rule: Some(RuleRef {
+            permission: rule.permission.as_str().to_string(),
+            pattern: rule.pattern.as_str().to_string(),
+            action: rule.action,
+            origin: rule.origin.to_string(),
+        }),
+    }
+}
+
+fn origin_label(origin: &str) -> String {
+    if origin == "built-in" {
+        "built-in".to_string()
+    } else {
+        format!("`{origin}`")
+    }
+}
+
+fn kind_reason(mode: Mode, kind: Kind, action: Action, tool: &str, plan_allowed: bool) -> String {
+    match action {
+        Action::Allow if kind == Kind::Other && mode == Mode::Plan && plan_allowed => {
+            format!("plan mode allows `{tool}`: it is in planModeAllowedTools")
+        }
+        Action::Allow => format!("{mode} mode allows {}", kind.noun()),
+        Action::Ask if kind == Kind::ExitPlan => "leaving plan mode needs the user's approval of the plan".to_string(),
+        Action::Ask => format!("{mode} mode asks before {}", kind.noun()),
+        Action::Deny if kind == Kind::Other && mode == Mode::Plan => format!(
+            "plan mode does not allow other and MCP tools unless planModeAllowedTools lists them, and `{tool}` is not listed"
+        ),
+        Action::Deny => format!("{mode} mode does not allow {}", kind.noun()),
+    }
+}
+
+fn shell_reason(mode: Mode, action: Action, refusal: &str) -> String {
+    match action {
+        Action::Allow => format!("{mode} mode allows shell commands that are not read-only ({refusal})"),
+        Action::Ask => format!("{mode} mode asks before shell commands that are not read-only: {refusal}"),
+        Action::Deny => format!("{mode} mode allows only read-only shell commands: {refusal}"),
+    }
+}
+
+/// The call's answer: the strictest check's; a question gathers every asking
+/// check of the first asking permission.
+fn combine(
+    checks: Vec<Check>,
+    outcomes: Vec<Outcome>,
+    permission: &str,
+    kind: Kind,
+    mode: Mode,
+    title: String,
+    plan: Option<String>,
+) -> Evaluation {
+    let strictest = outcomes.iter().map(|o| o.action).max().unwrap_or(Action::Deny);
+    let evaluation = |outcome: Outcome, question: Option<Question>| Evaluation {
+        action: outcome.action,
+        source: outcome.source,
+        reason: outcome.reason,
+        rule: outcome.rule,
+        question,
+        permission: permission.to_string(),
+        kind,
+    };
+    let mut pairs: Vec<(Check, Outcome)> = checks.into_iter().zip(outcomes).collect();
+    match strictest {
+        Action::Deny | Action::Allow => {
+            // For a denial, the first one; for an allow, the most specific reason.
+            let rank = |source: Source| match source {
+                Source::User => 0,
+                Source::Grant => 1,
+                Source::Rule => 2,
+                _ => 3,
+            };
+            let index = if strictest == Action::Deny {
+                pairs.iter().position(|(_, o)| o.action == Action::Deny)
+            } else {
+                (0..pairs.len()).min_by_key(|&i| rank(pairs[i].1.source))
+            };
+            match index {
+                Some(index) => evaluation(pairs.swap_remove(index).1, None),
+                None => evaluation(
+                    Outcome {
+                        action: Action::Deny,
+                        source: Source::Invalid,
+                        reason: "the call touches nothing that can be judged".to_string(),
+                        rule: None,
+                    },
+                    None,
+                ),
+            }
+        }
+        Action::Ask => {
+            let first = pairs
+                .iter()
+                .position(|(_, o)| o.action == Action::Ask)
+                .unwrap_or(0);
+            let asked_permission = pairs[first].0.permission.clone();
+            let mut patterns: Vec<String> = Vec::new();
+            let mut always: Vec<String> = Vec::new();
+            let mut grant_permissions: Vec<String> = Vec::new();
+            for (check, outcome) in &pairs {
+                if outcome.action == Action::Ask && check.permission == asked_permission {
+                    push_unique(&mut patterns, &check.subject);
+                    push_unique(&mut always, &check.always);
+                    for permission in &check.grant_permissions {
+                        push_unique(&mut grant_permissions, permission);
+                    }
+                }
+            }
+            let (check, outcome) = pairs.swap_remove(first);
+            let title = match check.permission.as_str() {
+                "external_directory" | "doom_loop" => check.subject.clone(),
+                _ => title,
+            };
+            let is_plan = kind == Kind::ExitPlan && mode == Mode::Plan && asked_permission == permission;
+            let question = Question {
+                permission: asked_permission,
+                patterns,
+                always,
+                grant_permissions,
+                title,
+                plan: if is_plan { plan.or(Some(String::new())) } else { None },
+                reason: outcome.reason.clone(),
+            };
+            evaluation(outcome, Some(question))
+        }
+    }
+}
+
+fn push_unique(list: &mut Vec<String>, item: &str) {
+    if !list.iter().any(|existing| existing == item) {
+        list.push(item.to_string());
+    }
+}

@@ -1,0 +1,186 @@
+//! toolgate's decision engine: modes, the tool registry, OpenCode-compatible
+//! rules and grants. [`Policy::evaluate`] takes one tool call and the state of
+//! its session and returns the answer (`allow`, `ask` or `deny`) together with
+//! what made it: the mode, a rule (as written, with its origin), a grant or the
+//! user, and a human reason.
+//!
+//! The crate is pure: it does no I/O, reads no clock and no environment, and
+//! knows nothing of the wire protocol. The broker owns sessions, pending
+//! questions and time; it passes what a decision depends on in a [`Context`].
+//!
+//! ```
+//! use std::path::PathBuf;
+//! use serde_json::json;
+//! use toolgate_policy::{Action, Call, Context, Grants, Mode, Policy, Sources};
+//!
+//! let (policy, _warnings) = Policy::build(Sources {
+//!     project_root: PathBuf::from("/work/project"),
+//!     ..Sources::default()
+//! })
+//! .unwrap();
+//! let input = json!({"file_path": "src/main.rs", "old_string": "a", "new_string": "b"});
+//! let call = Call { tool: "Edit", input: input.as_object().unwrap(), cwd: None };
+//! let grants = Grants::default();
+//! let plan = policy.evaluate(&call, &Context::new(Mode::Plan, &grants));
+//! assert_eq!(plan.action, Action::Deny);
+//! assert_eq!(plan.reason, "plan mode does not allow file edits, writes, patches, deletes and moves");
+//! let ask = policy.evaluate(&call, &Context::new(Mode::Ask, &grants));
+//! assert_eq!(ask.action, Action::Ask);
+//! assert_eq!(ask.question.unwrap().patterns, vec!["src/main.rs".to_string()]);
+//! ```
+#![deny(missing_docs)]
+
+mod config;
+mod error;
+mod evaluate;
+mod grants;
+mod mode;
+mod paths;
+mod reminder;
+mod rules;
+mod tools;
+mod wildcard;
+
+use std::path::PathBuf;
+
+use serde_json::{Map, Value};
+
+pub use config::{parse_override, PolicyFile, Sources, DEFAULT_ALWAYS_AVAILABLE, DEFAULT_ASK_TIMEOUT_SECONDS};
+pub use error::PolicyError;
+pub use grants::{Grant, Grants};
+pub use mode::{mode_answer, Action, Kind, Mode, UnknownMode};
+pub use paths::{normalize, RootedPath};
+pub use reminder::reminder;
+pub use rules::{merge_deep, Rule, Ruleset};
+pub use tools::{patch_files, Registry, ShellInput, Subject, SubjectField, ToolSpec};
+pub use wildcard::Wildcard;
+
+/// The combined policy: immutable once built, cheap to share behind an `Arc`.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    /// The mode new sessions start in.
+    pub default_mode: Mode,
+    /// The project root, absolute and normalised.
+    pub project_root: PathBuf,
+    /// The home directory for `~`, when known.
+    pub home: Option<PathBuf>,
+    /// Tool names → permission, kind, subject.
+    pub registry: Registry,
+    /// Built-in defaults followed by the policy file's rules: last match wins.
+    pub rules: Ruleset,
+    /// `TOOLGATE_PERMISSION` merged with `--permission`: a second source; where
+    /// both sources match, the stricter answer wins.
+    pub overrides: Ruleset,
+    /// `planModeAllowedTools` that survived the writer check.
+    pub plan_allowed: Vec<Wildcard>,
+    /// `alwaysAvailableTools`.
+    pub always_available: Vec<String>,
+    /// Seconds an ask waits for an answer; 0 waits forever.
+    pub ask_timeout_seconds: u64,
+    /// Options for shell analysis.
+    pub shell: toolgate_shell::Options,
+}
+
+/// One tool call, as the policy sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Call<'a> {
+    /// The tool name as the agent sent it.
+    pub tool: &'a str,
+    /// The tool's input.
+    pub input: &'a Map<String, Value>,
+    /// The working directory the agent reported.
+    pub cwd: Option<&'a str>,
+}
+
+/// What a decision depends on besides the call: the session's state.
+#[derive(Debug, Clone, Copy)]
+pub struct Context<'a> {
+    /// The session's mode.
+    pub mode: Mode,
+    /// The session's grants.
+    pub grants: &'a Grants,
+    /// `(permission, subject)` pairs the user allowed `once` for this very call.
+    pub approvals: &'a [(String, String)],
+    /// How many times in a row the session has made this exact call, this one included.
+    pub repeats: u32,
+}
+
+impl<'a> Context<'a> {
+    /// A context with no approvals and no repeats.
+    pub fn new(mode: Mode, grants: &'a Grants) -> Context<'a> {
+        Context {
+            mode,
+            grants,
+            approvals: &[],
+            repeats: 1,
+        }
+    }
+}
+
+/// What made a decision (the policy's half of the wire `source`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// The mode table.
+    Mode,
+    /// A configured rule.
+    Rule,
+    /// A grant.
+    Grant,
+    /// The user's `once` for this call.
+    User,
+    /// The session's scope.
+    Scope,
+    /// The call's input is unusable.
+    Invalid,
+}
+
+/// A rule or grant as written, with where it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleRef {
+    /// The permission name (pattern) as written.
+    pub permission: String,
+    /// The subject pattern as written.
+    pub pattern: String,
+    /// The action.
+    pub action: Action,
+    /// A file path, `--permission`, `TOOLGATE_PERMISSION`, `built-in` or `grant`.
+    pub origin: String,
+}
+
+/// A question to put to the user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Question {
+    /// The permission asked about (`bash`, `edit`, `external_directory`, ...).
+    pub permission: String,
+    /// The concrete things asked about.
+    pub patterns: Vec<String>,
+    /// What an `always` answer grants, under each of `grant_permissions`.
+    pub always: Vec<String>,
+    /// The permissions the `always` patterns are recorded under.
+    pub grant_permissions: Vec<String>,
+    /// The command, path or URL.
+    pub title: String,
+    /// For a plan approval: the plan text.
+    pub plan: Option<String>,
+    /// Why the question is asked.
+    pub reason: String,
+}
+
+/// The answer for one call, with its full provenance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Evaluation {
+    /// `Allow`, `Ask` (see `question`) or `Deny`.
+    pub action: Action,
+    /// What decided.
+    pub source: Source,
+    /// One human sentence.
+    pub reason: String,
+    /// The rule or grant that decided, when one did.
+    pub rule: Option<RuleRef>,
+    /// The question, when `action` is `Ask`.
+    pub question: Option<Question>,
+    /// The permission name of the tool.
+    pub permission: String,
+    /// The kind of the tool.
+    pub kind: Kind,
+}

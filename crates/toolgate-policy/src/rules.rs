@@ -1,0 +1,280 @@
+//! OpenCode's `permission` config as an ordered list of rules: the last
+//! matching rule wins.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
+
+use crate::error::PolicyError;
+use crate::mode::Action;
+use crate::wildcard::Wildcard;
+
+/// One rule: for permissions matching `permission`, subjects matching `pattern` get `action`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rule {
+    /// The permission-name wildcard, as written.
+    pub permission: Wildcard,
+    /// The subject wildcard, after `~` / `$HOME` expansion.
+    pub pattern: Wildcard,
+    /// What the rule answers.
+    pub action: Action,
+    /// Where it was written: a file path, `--permission`, `TOOLGATE_PERMISSION` or `built-in`.
+    pub origin: Arc<str>,
+}
+
+/// Rules in written order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Ruleset {
+    rules: Vec<Rule>,
+}
+
+impl Ruleset {
+    /// OpenCode's protective defaults, lowest precedence: reading `.env` files asks
+    /// (`.env.example` does not), leaving the project root asks, a doom loop asks.
+    pub fn builtin_defaults() -> Ruleset {
+        let origin: Arc<str> = Arc::from("built-in");
+        let rule = |permission: &str, pattern: &str, action: Action| Rule {
+            permission: Wildcard::new(permission),
+            pattern: Wildcard::new(pattern),
+            action,
+            origin: origin.clone(),
+        };
+        Ruleset {
+            rules: vec![
+                rule("read", "*.env", Action::Ask),
+                rule("read", "*.env.*", Action::Ask),
+                rule("read", "*.env.example", Action::Allow),
+                rule("external_directory", "*", Action::Ask),
+                rule("doom_loop", "*", Action::Ask),
+            ],
+        }
+    }
+
+    /// Parse an OpenCode `permission` value: an action for everything, or an object
+    /// whose keys are permission names (wildcards allowed) and whose values are an
+    /// action or a `{pattern: action}` object. `key` names the value for errors
+    /// (`permission`), `origin` is recorded in every rule.
+    pub fn parse(
+        value: &Value,
+        file: &str,
+        key: &str,
+        origin: &str,
+        home: Option<&Path>,
+    ) -> Result<Ruleset, PolicyError> {
+        let origin: Arc<str> = Arc::from(origin);
+        let mut rules = Vec::new();
+        match value {
+            Value::String(action) => {
+                rules.push(Rule {
+                    permission: Wildcard::new("*"),
+                    pattern: Wildcard::new("*"),
+                    action: parse_action(action, file, key)?,
+                    origin,
+                });
+            }
+            Value::Object(object) => {
+                for (permission, value) in object {
+                    let here = format!("{key}.{}", quote_key(permission));
+                    if permission.is_empty() {
+                        return Err(PolicyError::new(file, &here, "a permission name must not be empty"));
+                    }
+                    match value {
+                        Value::String(action) => rules.push(Rule {
+                            permission: Wildcard::new(permission),
+                            pattern: Wildcard::new("*"),
+                            action: parse_action(action, file, &here)?,
+                            origin: origin.clone(),
+                        }),
+                        Value::Object(patterns) => {
+                            for (pattern, action) in patterns {
+                                let here = format!("{here}.{}", quote_key(pattern));
+                                if pattern.is_empty() {
+                                    return Err(PolicyError::new(file, &here, "a pattern must not be empty"));
+                                }
+                                let Value::String(action) = action else {
+                                    return Err(PolicyError::new(
+                                        file,
+                                        &here,
+                                        "an action must be the string allow, ask or deny",
+                                    ));
+                                };
+                                rules.push(Rule {
+                                    permission: Wildcard::new(permission),
+                                    pattern: Wildcard::new(&expand_home(pattern, home)),
+                                    action: parse_action(action, file, &here)?,
+                                    origin: origin.clone(),
+                                });
+                            }
+                        }
+                        _ => {
+                            return Err(PolicyError::new(
+                                file,
+                                &here,
+                                "expected an action (allow, ask, deny) or an object of {pattern: action}",
+                            ))
+                        }
+                    }
+                }
+            }
+            _ => {
+                return Err(PolicyError::new(
+                    file,
+                    key,
+                    "expected an action (allow, ask, deny) or an object keyed by permission name",
+                ))
+            }
+        }
+        Ok(Ruleset { rules })
+    }
+
+    /// Append `other`'s rules after this set's: they win where both match.
+    pub fn extend(&mut self, other: Ruleset) {
+        self.rules.extend(other.rules);
+    }
+
+    /// The last rule matching the permission and the subject.
+    pub fn last_match(&self, permission: &str, subject: &str) -> Option<&Rule> {
+        self.rules
+            .iter()
+            .rev()
+            .find(|rule| rule.permission.matches(permission) && rule.pattern.matches(subject))
+    }
+
+    /// True when no rule is present.
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    /// The rules, in order.
+    pub fn rules(&self) -> &[Rule] {
+        &self.rules
+    }
+}
+
+fn parse_action(action: &str, file: &str, key: &str) -> Result<Action, PolicyError> {
+    Action::parse(action).ok_or_else(|| {
+        PolicyError::new(
+            file,
+            key,
+            &format!("unknown action `{action}` (expected allow, ask or deny)"),
+        )
+    })
+}
+
+/// `~/x`, `~` and `$HOME/x` expand to the home directory, as OpenCode does at load.
+pub fn expand_home(pattern: &str, home: Option<&Path>) -> String {
+    let Some(home) = home else {
+        return pattern.to_string();
+    };
+    let home = home.to_string_lossy();
+    if pattern == "~" || pattern == "$HOME" {
+        return home.into_owned();
+    }
+    for prefix in ["~/", "$HOME/"] {
+        if let Some(rest) = pattern.strip_prefix(prefix) {
+            return format!("{}/{rest}", home.trim_end_matches('/'));
+        }
+    }
+    pattern.to_string()
+}
+
+/// OpenCode's `mergeDeep` for `permission` values: objects merge key by key
+/// (a key keeps its place, new keys go last), anything else replaces.
+pub fn merge_deep(base: &Value, over: &Value) -> Value {
+    match (base, over) {
+        (Value::Object(base), Value::Object(over)) => {
+            let mut merged: Map<String, Value> = base.clone();
+            for (key, value) in over {
+                let next = match merged.get(key) {
+                    Some(existing) => merge_deep(existing, value),
+                    None => value.clone(),
+                };
+                merged.insert(key.clone(), next);
+            }
+            Value::Object(merged)
+        }
+        (_, over) => over.clone(),
+    }
+}
+
+fn quote_key(key: &str) -> String {
+    if !key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        key.to_string()
+    } else {
+        format!("{key:?}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // tests may panic
+
+    use super::*;
+    use serde_json::json;
+
+    fn check(config: Value, permission: &str, subject: &str, expected: Option<&str>) {
+        let rules =
+            Ruleset::parse(&config, "policy.json", "permission", "policy.json", Some(Path::new("/home/me")))
+                .unwrap();
+        let actual = rules
+            .last_match(permission, subject)
+            .map(|rule| format!("{} {} {}", rule.permission.as_str(), rule.pattern.as_str(), rule.action.as_str()));
+        assert_eq!(actual.as_deref(), expected, "{permission} {subject}");
+    }
+
+    #[test]
+    fn last_match_wins() {
+        let config = json!({
+            "*": "ask",
+            "read": {"*": "allow", "*.env": "deny"},
+            "bash": {"*": "ask", "git *": "allow", "git push *": "deny"},
+            "mcp__github__*": "allow",
+            "external_directory": {"*": "ask", "~/scratch/*": "allow"}
+        });
+        let cases = [
+            ("bash", "git status", Some("bash git * allow")),
+            ("bash", "git push origin main", Some("bash git push * deny")),
+            ("bash", "git", Some("bash git * allow")),
+            ("bash", "rm -rf /", Some("bash * ask")),
+            ("read", "src/.env", Some("read *.env deny")),
+            ("read", "src/main.rs", Some("read * allow")),
+            ("webfetch", "https://x", Some("* * ask")),
+            ("mcp__github__get_issue", "*", Some("mcp__github__* * allow")),
+            ("external_directory", "/home/me/scratch/a", Some("external_directory /home/me/scratch/* allow")),
+            ("external_directory", "/etc/passwd", Some("external_directory * ask")),
+        ];
+        for (permission, subject, expected) in cases {
+            check(config.clone(), permission, subject, expected);
+        }
+        check(json!("deny"), "anything", "x", Some("* * deny"));
+        check(json!({}), "bash", "ls", None);
+    }
+
+    #[test]
+    fn invalid_configs_name_the_key() {
+        let cases = [
+            (json!({"bash": {"git *": "alow"}}), "policy.json: permission.bash.\"git *\": unknown action `alow` (expected allow, ask or deny)"),
+            (json!({"bash": 3}), "policy.json: permission.bash: expected an action (allow, ask, deny) or an object of {pattern: action}"),
+            (json!({"bash": {"ls": true}}), "policy.json: permission.bash.ls: an action must be the string allow, ask or deny"),
+            (json!(["allow"]), "policy.json: permission: expected an action (allow, ask, deny) or an object keyed by permission name"),
+            (json!({"": "allow"}), "policy.json: permission.\"\": a permission name must not be empty"),
+            (json!("maybe"), "policy.json: permission: unknown action `maybe` (expected allow, ask or deny)"),
+        ];
+        for (config, expected) in cases {
+            let err = Ruleset::parse(&config, "policy.json", "permission", "policy.json", None).unwrap_err();
+            assert_eq!(err.to_string(), expected);
+        }
+    }
+
+    #[test]
+    fn merge_deep_is_key_by_key() {
+        let base = json!({"bash": {"*": "ask", "git push *": "deny"}, "edit": "ask"});
+        let over = json!({"bash": {"*": "allow"}, "webfetch": "deny"});
+        assert_eq!(
+            merge_deep(&base, &over).to_string(),
+            r#"{"bash":{"*":"allow","git push *":"deny"},"edit":"ask","webfetch":"deny"}"#
+        );
+        assert_eq!(merge_deep(&base, &json!("deny")), json!("deny"));
+    }
+}

@@ -1,0 +1,170 @@
+//! OpenCode's wildcard patterns: `*` is any run of characters (including `/`),
+//! `?` is one character, everything else is literal, and the whole string must
+//! match. A pattern ending in ` *` also matches the bare command before it, so
+//! `ls *` matches `ls` and `ls -la` but not `lsof`.
+
+/// A compiled wildcard pattern.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Wildcard {
+    source: String,
+    kind: Kind,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Kind {
+    /// `*`: matches everything.
+    Any,
+    /// No wildcard characters: plain equality.
+    Literal,
+    /// General pattern; `bare` is the pattern without its trailing ` *`, if it had one.
+    Glob { bare: Option<String> },
+}
+
+impl Wildcard {
+    /// Compile a pattern. Every string is a valid pattern.
+    pub fn new(pattern: &str) -> Wildcard {
+        let kind = if pattern == "*" {
+            Kind::Any
+        } else if !pattern.contains(['*', '?']) {
+            Kind::Literal
+        } else {
+            Kind::Glob {
+                bare: pattern.strip_suffix(" *").map(str::to_string),
+            }
+        };
+        Wildcard {
+            source: pattern.to_string(),
+            kind,
+        }
+    }
+
+    /// The pattern as written.
+    pub fn as_str(&self) -> &str {
+        &self.source
+    }
+
+    /// True when `text` matches the whole pattern.
+    pub fn matches(&self, text: &str) -> bool {
+        match &self.kind {
+            Kind::Any => true,
+            Kind::Literal => self.source == text,
+            Kind::Glob { bare } => {
+                glob_match(&self.source, text)
+                    || bare.as_deref().is_some_and(|bare| glob_match(bare, text))
+            }
+        }
+    }
+}
+
+/// Iterative matcher with single-star backtracking: O(pattern × text) at worst,
+/// never exponential.
+fn glob_match(pattern: &str, text: &str) -> bool {
+    let pattern: &[u8] = pattern.as_bytes();
+    let text_bytes = text.as_bytes();
+    let (mut p, mut t) = (0usize, 0usize);
+    // Where to resume after the most recent `*`: (pattern index after it, text index).
+    let mut resume: Option<(usize, usize)> = None;
+    while t < text_bytes.len() {
+        if p < pattern.len() {
+            match pattern[p] {
+                b'*' => {
+                    resume = Some((p + 1, t));
+                    p += 1;
+                    continue;
+                }
+                b'?' => {
+                    p += 1;
+                    t += char_len(text_bytes[t]);
+                    continue;
+                }
+                byte if byte == text_bytes[t] => {
+                    p += 1;
+                    t += 1;
+                    continue;
+                }
+                _ => {}
+            }
+        }
+        match resume {
+            Some((after_star, from)) => {
+                // Let the star swallow one more character and try again.
+                let next = from + char_len(text_bytes[from]);
+                resume = Some((after_star, next));
+                p = after_star;
+                t = next;
+            }
+            None => return false,
+        }
+    }
+    pattern[p..].iter().all(|&byte| byte == b'*')
+}
+
+/// The length of the UTF-8 character starting with `lead`.
+fn char_len(lead: u8) -> usize {
+    match lead {
+        0x00..=0x7f => 1,
+        0xc0..=0xdf => 2,
+        0xe0..=0xef => 3,
+        0xf0..=0xff => 4,
+        // A continuation byte cannot start a character of valid UTF-8; step one.
+        _ => 1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(pattern: &str, text: &str, expected: bool) {
+        assert_eq!(
+            Wildcard::new(pattern).matches(text),
+            expected,
+            "pattern {pattern:?} against {text:?}"
+        );
+    }
+
+    #[test]
+    fn opencode_semantics() {
+        let cases: &[(&str, &str, bool)] = &[
+            ("*", "", true),
+            ("*", "anything at all/with/slashes", true),
+            ("ls *", "ls", true),
+            ("ls *", "ls -la", true),
+            ("ls *", "lsof", false),
+            ("git push *", "git push origin main", true),
+            ("git push *", "git push", true),
+            ("git push *", "git pushx", false),
+            ("git *", "git", true),
+            ("*.env", ".env", true),
+            ("*.env", "config/prod.env", true),
+            ("*.env", "config/prod.env.example", false),
+            ("*.env.*", "a/.env.local", true),
+            ("docs/**", "docs/a/b.md", true),
+            ("docs/**", "src/docs/a.md", false),
+            ("/tmp/*", "/tmp/x/y", true),
+            ("src/?.rs", "src/a.rs", true),
+            ("src/?.rs", "src/ab.rs", false),
+            ("src/?.rs", "src/é.rs", true),
+            ("a*b*c", "aXbYc", true),
+            ("a*b*c", "aXbY", false),
+            ("[abc]", "[abc]", true),
+            ("[abc]", "a", false),
+            ("mcp__github__*", "mcp__github__get_issue", true),
+            ("mcp__github__*", "mcp__gitlab__get_issue", false),
+            ("rm *", "rm -rf /", true),
+            ("npm run dev *", "npm run dev --port 3", true),
+            ("npm run dev *", "npm run devx", false),
+        ];
+        for (pattern, text, expected) in cases {
+            check(pattern, text, *expected);
+        }
+    }
+
+    #[test]
+    fn pathological_patterns_terminate() {
+        let text = "a".repeat(5000);
+        let pattern = format!("{}b", "*a".repeat(50));
+        // Quadratic at worst (50 × 5000 steps); an exponential matcher would never return.
+        assert!(!Wildcard::new(&pattern).matches(&text));
+    }
+}

@@ -1,0 +1,531 @@
+//! The wire protocol of toolgate, version 1: every frame as a serde type.
+//!
+//! One JSON object per line. The client (an agent, an orchestrator, a UI)
+//! sends [`ClientFrame`]s; the broker answers with [`ServerFrame`]s. Frame
+//! types are snake_case; fields are camelCase with `ID` spelled as OpenCode
+//! spells it (`sessionID`, `callID`, `permissionID`).
+//!
+//! This crate holds types and the checks that a line is a well-formed frame
+//! ([`decode`]); it knows nothing of modes, rules or decisions. The JSON
+//! schemas in `schemas/` are generated from these types.
+//!
+//! ```
+//! use toolgate_protocol::{decode, ClientFrame};
+//!
+//! let line = br#"{"type":"tool_call","callID":"c1","tool":"bash","input":{"command":"ls"}}"#;
+//! match decode(line) {
+//!     Ok(ClientFrame::ToolCall(call)) => {
+//!         assert_eq!(call.call_id, "c1");
+//!         assert_eq!(call.session_id, "main");
+//!     }
+//!     other => panic!("unexpected {other:?}"),
+//! }
+//! ```
+#![deny(missing_docs)]
+
+mod decode;
+
+pub use decode::{decode, DecodeError};
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// The protocol version this crate speaks, sent in [`Ready::protocol`].
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// The session a frame without `sessionID` belongs to.
+pub const DEFAULT_SESSION: &str = "main";
+
+// ---------------------------------------------------------------------------
+// Client → broker
+// ---------------------------------------------------------------------------
+
+/// A frame sent to the broker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ClientFrame {
+    /// A tool call the agent wants to make; answered by exactly one [`Decision`].
+    ToolCall(ToolCall),
+    /// The answer to a [`PermissionRequest`].
+    PermissionResponse(PermissionResponse),
+    /// Change a session's mode; answered by [`ModeChanged`].
+    SetMode(SetMode),
+    /// Open a (sub-)session with its own scope; answered by [`SessionStarted`].
+    SessionStart(SessionStart),
+    /// End a session: its pending calls are denied; answered by [`SessionEnded`].
+    SessionEnd(SessionRef),
+    /// Withdraw a pending call: it is decided `deny` with source `cancel`.
+    Cancel(Cancel),
+    /// Ask for the model-facing text of a session's mode; answered by [`Reminder`].
+    GetReminder(SessionRef),
+    /// List the grants in force; answered by [`Grants`].
+    ListGrants(ListGrants),
+    /// Remove a grant; answered by [`Grants`].
+    RevokeGrant(RevokeGrant),
+    /// Deny every pending call, flush, exit 0.
+    Shutdown(Shutdown),
+}
+
+/// `tool_call`: a tool call the agent wants to make.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ToolCall {
+    /// The session; `"main"` when absent.
+    #[serde(rename = "sessionID", default = "default_session")]
+    pub session_id: String,
+    /// The agent's id for this call, echoed in the decision.
+    #[serde(rename = "callID")]
+    pub call_id: String,
+    /// The tool as the agent names it (`Bash`, `bash`, `shell`, `mcp__github__get_issue`, ...).
+    pub tool: String,
+    /// The tool's arguments, as the agent would pass them to the tool.
+    pub input: Map<String, Value>,
+    /// An untrusted claim (an MCP annotation) that the tool only reads. It never
+    /// admits a tool on its own.
+    #[serde(rename = "readOnlyHint", default, skip_serializing_if = "Option::is_none")]
+    pub read_only_hint: Option<bool>,
+    /// The directory the call runs in (absolute); the project root when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+}
+
+/// `permission_response`: the answer to a permission request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PermissionResponse {
+    /// The request being answered; `permission_id` is accepted as an alias.
+    #[serde(rename = "permissionID", alias = "permission_id")]
+    pub permission_id: String,
+    /// `once`, `always` or `reject`.
+    pub response: Reply,
+    /// Feedback for the agent (returned with a `reject`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// What the user answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Reply {
+    /// Allow this call only.
+    Once,
+    /// Allow this call and grant the request's `always` patterns for the session.
+    Always,
+    /// Deny this call and end the session's other pending asks.
+    Reject,
+}
+
+/// `set_mode`: change a session's mode.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SetMode {
+    /// The session; `"main"` when absent.
+    #[serde(rename = "sessionID", default = "default_session")]
+    pub session_id: String,
+    /// A mode name or alias (`auto`, `auto_edit`, `ask`, `plan`, `readonly`, `default`, `yolo`, ...).
+    pub mode: String,
+}
+
+/// `session_start`: open a session, optionally a child of another one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SessionStart {
+    /// The new session.
+    #[serde(rename = "sessionID")]
+    pub session_id: String,
+    /// The parent session whose scope and mode bound this one.
+    #[serde(rename = "parentID", default, skip_serializing_if = "Option::is_none")]
+    pub parent_id: Option<String>,
+    /// A mode at least as strict as the parent's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    /// The narrowing this session adds to its ancestors'.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permissions: Option<ScopeSpec>,
+}
+
+/// A sub-session's permissions (Roo Code's subtask permissions).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ScopeSpec {
+    /// Tools the session may use at all (absent: no limit).
+    #[serde(rename = "allowedTools", default, skip_serializing_if = "Option::is_none")]
+    pub allowed_tools: Option<Vec<String>>,
+    /// Tools the session may never use.
+    #[serde(rename = "deniedTools", default, skip_serializing_if = "Option::is_none")]
+    pub denied_tools: Option<Vec<String>>,
+    /// Globs every file path must match.
+    #[serde(rename = "filePatterns", default, skip_serializing_if = "Option::is_none")]
+    pub file_patterns: Option<Vec<String>>,
+    /// Globs every simple shell command must match.
+    #[serde(rename = "commandPatterns", default, skip_serializing_if = "Option::is_none")]
+    pub command_patterns: Option<Vec<String>>,
+}
+
+/// A frame that names only a session (`session_end`, `get_reminder`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SessionRef {
+    /// The session; `"main"` when absent.
+    #[serde(rename = "sessionID", default = "default_session")]
+    pub session_id: String,
+}
+
+/// `cancel`: withdraw a pending call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Cancel {
+    /// The session; `"main"` when absent.
+    #[serde(rename = "sessionID", default = "default_session")]
+    pub session_id: String,
+    /// The call to withdraw.
+    #[serde(rename = "callID")]
+    pub call_id: String,
+}
+
+/// `list_grants`: list the grants in force.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ListGrants {
+    /// Only this session's grants; every session's when absent.
+    #[serde(rename = "sessionID", default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+}
+
+/// `revoke_grant`: remove one grant.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RevokeGrant {
+    /// The grant, as listed by `grants`.
+    #[serde(rename = "grantID")]
+    pub grant_id: String,
+}
+
+/// `shutdown`: deny every pending call, flush, exit 0.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Shutdown {}
+
+fn default_session() -> String {
+    DEFAULT_SESSION.to_string()
+}
+
+// ---------------------------------------------------------------------------
+// Broker → client
+// ---------------------------------------------------------------------------
+
+/// A frame written by the broker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ServerFrame {
+    /// The first line the broker writes.
+    Ready(Ready),
+    /// The one answer to a tool call.
+    Decision(Decision),
+    /// A question for the user or orchestrator.
+    PermissionRequest(PermissionRequest),
+    /// An ask ended other than by its own response: a UI can close its prompt.
+    PermissionResolved(PermissionResolved),
+    /// A session's mode changed.
+    ModeChanged(ModeChanged),
+    /// A session was opened; carries its effective scope.
+    SessionStarted(SessionStarted),
+    /// A session was ended.
+    SessionEnded(SessionEnded),
+    /// The model-facing text of a session's mode.
+    Reminder(Reminder),
+    /// The grants in force.
+    Grants(Grants),
+    /// A frame could not be handled.
+    Error(ErrorFrame),
+}
+
+/// `ready`: the broker is listening.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Ready {
+    /// The protocol version, 1.
+    pub protocol: u32,
+    /// The broker's version.
+    pub version: String,
+    /// The mode new sessions start in.
+    pub mode: String,
+}
+
+/// `decision`: the one answer to a tool call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Decision {
+    /// The call's session.
+    #[serde(rename = "sessionID")]
+    pub session_id: String,
+    /// The call.
+    #[serde(rename = "callID")]
+    pub call_id: String,
+    /// `allow` or `deny`.
+    pub decision: Verdict,
+    /// What decided.
+    pub source: Source,
+    /// One human sentence saying why.
+    pub reason: String,
+    /// The configured rule or grant that decided, when one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<RuleRef>,
+    /// What the user typed with `reject`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Model-facing plan-mode text (on plan-mode denials).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reminder: Option<String>,
+}
+
+/// The two answers a call can get.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// The agent may run the call.
+    Allow,
+    /// The agent must not run the call.
+    Deny,
+}
+
+/// What made a decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    /// The mode table.
+    Mode,
+    /// A configured rule (built-in default, policy file or override).
+    Rule,
+    /// A grant recorded by an earlier `always`.
+    Grant,
+    /// The user's answer.
+    User,
+    /// The session's scope.
+    Scope,
+    /// Nobody answered in time.
+    Timeout,
+    /// The client cancelled the call.
+    Cancel,
+    /// The broker shut down (or the session ended) first.
+    Shutdown,
+    /// The call was malformed.
+    Invalid,
+}
+
+/// A rule as written, with where it was written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct RuleRef {
+    /// The permission name the rule is for (a glob).
+    pub permission: String,
+    /// The pattern the rule matches (a wildcard).
+    pub pattern: String,
+    /// `allow`, `ask` or `deny`.
+    pub action: String,
+    /// Where it came from: a file path, `--permission`, `built-in` or `grant`.
+    pub origin: String,
+}
+
+/// `permission_request`: a question, compatible with link-assistant/agent's frame
+/// and OpenCode's `patterns`/`always`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PermissionRequest {
+    /// Milliseconds since the Unix epoch.
+    pub timestamp: u64,
+    /// The call's session.
+    #[serde(rename = "sessionID")]
+    pub session_id: String,
+    /// The id the answer must name.
+    #[serde(rename = "permissionID")]
+    pub permission_id: String,
+    /// The call asked about.
+    #[serde(rename = "callID")]
+    pub call_id: String,
+    /// The permission name, as link-assistant clients read it.
+    pub tool: String,
+    /// The permission name, as OpenCode reads it.
+    pub permission: String,
+    /// The tool as the agent named it.
+    #[serde(rename = "toolName")]
+    pub tool_name: String,
+    /// Repeats `always`, for link-assistant clients.
+    pub pattern: Vec<String>,
+    /// The concrete things asked about.
+    pub patterns: Vec<String>,
+    /// What an `always` answer grants.
+    pub always: Vec<String>,
+    /// The command, file path or URL.
+    pub title: String,
+    /// `plan` for a plan approval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// Anything a UI needs to show the question (`input`, `reason`, `plan`).
+    pub metadata: Map<String, Value>,
+}
+
+/// `permission_resolved`: an ask ended other than by its own response.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PermissionResolved {
+    /// The request that ended.
+    #[serde(rename = "permissionID")]
+    pub permission_id: String,
+    /// The call's session.
+    #[serde(rename = "sessionID")]
+    pub session_id: String,
+    /// The call asked about.
+    #[serde(rename = "callID")]
+    pub call_id: String,
+    /// Why it ended.
+    pub reason: String,
+}
+
+/// `mode_changed`: a session's mode changed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ModeChanged {
+    /// The session.
+    #[serde(rename = "sessionID")]
+    pub session_id: String,
+    /// The new mode.
+    pub mode: String,
+    /// The mode before.
+    pub previous: String,
+    /// The model-facing text of the new mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reminder: Option<String>,
+}
+
+/// `session_started`: a session was opened.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SessionStarted {
+    /// The session.
+    #[serde(rename = "sessionID")]
+    pub session_id: String,
+    /// Its parent, if any.
+    #[serde(rename = "parentID", default, skip_serializing_if = "Option::is_none")]
+    pub parent_id: Option<String>,
+    /// Its mode.
+    pub mode: String,
+    /// The effective scope: its own narrowing intersected with every ancestor's.
+    pub scope: EffectiveScope,
+}
+
+/// A session's effective scope.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct EffectiveScope {
+    /// Tools allowed at all (absent: no limit).
+    #[serde(rename = "allowedTools", default, skip_serializing_if = "Option::is_none")]
+    pub allowed_tools: Option<Vec<String>>,
+    /// Tools never allowed.
+    #[serde(rename = "deniedTools", default)]
+    pub denied_tools: Vec<String>,
+    /// Layers of file globs: a path must match one glob of every layer.
+    #[serde(rename = "filePatterns", default)]
+    pub file_patterns: Vec<Vec<String>>,
+    /// Layers of command globs: each simple command must match one glob of every layer.
+    #[serde(rename = "commandPatterns", default)]
+    pub command_patterns: Vec<Vec<String>>,
+    /// Tools exempt from `allowedTools`/`deniedTools`.
+    #[serde(rename = "alwaysAvailableTools", default)]
+    pub always_available_tools: Vec<String>,
+}
+
+/// `session_ended`: a session was ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SessionEnded {
+    /// The session.
+    #[serde(rename = "sessionID")]
+    pub session_id: String,
+    /// How many pending calls were denied.
+    pub denied: u64,
+}
+
+/// `reminder`: the model-facing text of a session's mode.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Reminder {
+    /// The session.
+    #[serde(rename = "sessionID")]
+    pub session_id: String,
+    /// Its mode.
+    pub mode: String,
+    /// The text.
+    pub text: String,
+}
+
+/// `grants`: the grants in force.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Grants {
+    /// The grants, oldest first.
+    pub grants: Vec<GrantInfo>,
+}
+
+/// One grant.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct GrantInfo {
+    /// Its id, for `revoke_grant`.
+    #[serde(rename = "grantID")]
+    pub grant_id: String,
+    /// The session it belongs to.
+    #[serde(rename = "sessionID")]
+    pub session_id: String,
+    /// The permission name it covers.
+    pub permission: String,
+    /// The pattern it covers.
+    pub pattern: String,
+}
+
+/// `error`: a frame could not be handled. The broker carries on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ErrorFrame {
+    /// What went wrong.
+    pub code: ErrorCode,
+    /// One human sentence.
+    pub message: String,
+    /// The call concerned, when one could be read.
+    #[serde(rename = "callID", default, skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<String>,
+    /// The permission request concerned, when one could be read.
+    #[serde(rename = "permissionID", default, skip_serializing_if = "Option::is_none")]
+    pub permission_id: Option<String>,
+    /// The 1-based input line.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line: Option<u64>,
+}
+
+/// The kinds of [`ErrorFrame`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// The line is not JSON.
+    InvalidJson,
+    /// The line is not UTF-8.
+    InvalidUtf8,
+    /// The line is longer than the frame limit.
+    FrameTooLarge,
+    /// The line is JSON but not a well-formed frame (not an object, missing or mistyped field).
+    InvalidFrame,
+    /// The `type` is not one this broker knows.
+    UnknownType,
+    /// No request has this `permissionID`.
+    UnknownPermission,
+    /// The request was already answered or ended.
+    AlreadyResolved,
+    /// A call with this `callID` is already pending in the session.
+    DuplicateCall,
+    /// No such session.
+    UnknownSession,
+    /// No pending call has this `callID` (a `cancel` that came too late).
+    UnknownCall,
+    /// No grant has this `grantID`.
+    UnknownGrant,
+    /// The frame names a mode that does not exist.
+    InvalidMode,
+}
+
+impl ErrorCode {
+    /// The code as written on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::InvalidJson => "invalid_json",
+            ErrorCode::InvalidUtf8 => "invalid_utf8",
+            ErrorCode::FrameTooLarge => "frame_too_large",
+            ErrorCode::InvalidFrame => "invalid_frame",
+            ErrorCode::UnknownType => "unknown_type",
+            ErrorCode::UnknownPermission => "unknown_permission",
+            ErrorCode::AlreadyResolved => "already_resolved",
+            ErrorCode::DuplicateCall => "duplicate_call",
+            ErrorCode::UnknownSession => "unknown_session",
+            ErrorCode::UnknownCall => "unknown_call",
+            ErrorCode::UnknownGrant => "unknown_grant",
+            ErrorCode::InvalidMode => "invalid_mode",
+        }
+    }
+}
