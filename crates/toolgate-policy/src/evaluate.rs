@@ -148,7 +148,14 @@ impl Policy {
                         checks.push(external_check(&rooted, false));
                     }
                     shown.push(rooted.subject.clone());
-                    checks.push(simple(rooted.subject, "*"));
+                    // OpenCode grants every edit with `always`; a read that asks
+                    // (a `.env` file) is granted for that file only.
+                    let always = if spec.kind == Kind::Read {
+                        rooted.subject.clone()
+                    } else {
+                        "*".to_string()
+                    };
+                    checks.push(simple(rooted.subject, &always));
                 }
                 title = shown.join(", ");
             }
@@ -220,10 +227,12 @@ impl Policy {
             return outcome;
         }
         if mode == Mode::ReadOnly {
+            // The mode denies; the rule that asked stays in the provenance.
             return Outcome {
                 action: Action::Deny,
+                source: Source::Mode,
                 reason: format!("readonly mode never asks, so what would ask is denied: {}", outcome.reason),
-                ..outcome
+                rule: outcome.rule,
             };
         }
         if context
@@ -306,6 +315,7 @@ fn rule_outcome(rule: &Rule, subject: &str) -> Outcome {
     let what = match rule.permission.as_str() {
         "external_directory" => format!("leaving the project root for `{subject}`"),
         "doom_loop" => format!("a third identical `{subject}` call in a row"),
+        _ if subject == "*" => "this call".to_string(),
         _ => format!("`{subject}`"),
     };
     Outcome {
@@ -430,6 +440,12 @@ fn combine(
                 _ => title,
             };
             let is_plan = kind == Kind::ExitPlan && mode == Mode::Plan && asked_permission == permission;
+            if is_plan {
+                // A plan approval grants nothing: `always` switches the mode instead.
+                patterns.clear();
+                always.clear();
+                grant_permissions.clear();
+            }
             let question = Question {
                 permission: asked_permission,
                 patterns,

@@ -1,0 +1,819 @@
+//! The broker's state machine: sessions, pending questions, grants and
+//! deadlines. It is synchronous and owns no I/O: the transport hands it frames
+//! and the current time, and it appends the frames to write to an output list.
+//! One broker can therefore serve stdio, a socket or a replay alike.
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet, VecDeque};
+use std::cmp::Reverse;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
+use toolgate_policy::{Action, Call, Context, Evaluation, Grants, Mode, Policy, Question};
+use toolgate_protocol as wire;
+use toolgate_protocol::{ClientFrame, DecodeError, ErrorCode, ServerFrame};
+
+use crate::clock::{Clock, IdSource};
+use crate::convert;
+
+/// What to do when the answer is "ask".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnAsk {
+    /// Emit a `permission_request` and wait for the answer.
+    Wait,
+    /// Deny at once without asking (non-interactive runs).
+    Deny,
+}
+
+/// Settings of a broker that are not part of the policy.
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    /// What to do when the answer is "ask".
+    pub on_ask: OnAsk,
+    /// How long an ask waits, in milliseconds; 0 waits forever.
+    pub ask_timeout_ms: u64,
+}
+
+/// How many answered permission ids are remembered to tell `already_resolved`
+/// from `unknown_permission`.
+const RESOLVED_MEMORY: usize = 1 << 16;
+
+struct Session {
+    mode: Mode,
+    grants: Grants,
+    /// Hash of the last call (tool and input) and how many times in a row it came.
+    last_call: Option<(u64, u32)>,
+}
+
+struct Pending {
+    /// Creation order, so shutdown denies in the order calls arrived.
+    seq: u64,
+    session_id: String,
+    call_id: String,
+    tool: String,
+    input: Map<String, Value>,
+    cwd: Option<String>,
+    repeats: u32,
+    /// `(permission, subject)` the user allowed for this call.
+    approvals: Vec<(String, String)>,
+    /// The last answer the user gave for this call, for the decision's reason.
+    answered: Option<wire::Reply>,
+    question: Question,
+    deadline: Option<u64>,
+}
+
+/// The state of one broker.
+pub struct Broker {
+    policy: Arc<Policy>,
+    config: BrokerConfig,
+    clock: Box<dyn Clock>,
+    ids: Box<dyn IdSource>,
+    sessions: HashMap<String, Session>,
+    /// Open questions by permission id.
+    pending: HashMap<String, Pending>,
+    /// `(sessionID, callID)` of every pending call → its permission id.
+    live: HashMap<(String, String), String>,
+    /// Deadlines: (monotonic ms, permission id), earliest first. Stale entries are skipped.
+    deadlines: BinaryHeap<Reverse<(u64, String)>>,
+    resolved: HashSet<String>,
+    resolved_order: VecDeque<String>,
+    next_seq: u64,
+    stopped: bool,
+}
+
+impl Broker {
+    /// A broker with no sessions.
+    pub fn new(
+        policy: Arc<Policy>,
+        config: BrokerConfig,
+        clock: Box<dyn Clock>,
+        ids: Box<dyn IdSource>,
+    ) -> Broker {
+        Broker {
+            policy,
+            config,
+            clock,
+            ids,
+            sessions: HashMap::new(),
+            pending: HashMap::new(),
+            live: HashMap::new(),
+            deadlines: BinaryHeap::new(),
+            resolved: HashSet::new(),
+            resolved_order: VecDeque::new(),
+            next_seq: 0,
+            stopped: false,
+        }
+    }
+
+    /// The `ready` frame.
+    pub fn ready(&self) -> ServerFrame {
+        ServerFrame::Ready(wire::Ready {
+            protocol: wire::PROTOCOL_VERSION,
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            mode: self.policy.default_mode.as_str().to_string(),
+        })
+    }
+
+    /// True once `shutdown` was handled: the transport stops reading.
+    pub fn stopped(&self) -> bool {
+        self.stopped
+    }
+
+    /// How many calls wait for an answer.
+    pub fn pending_count(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// The earliest deadline on the monotonic clock, if any ask can time out.
+    pub fn next_deadline(&mut self) -> Option<u64> {
+        while let Some(Reverse((deadline, permission_id))) = self.deadlines.peek() {
+            match self.pending.get(permission_id) {
+                Some(pending) if pending.deadline == Some(*deadline) => return Some(*deadline),
+                _ => {
+                    self.deadlines.pop();
+                }
+            }
+        }
+        None
+    }
+
+    /// The current monotonic time.
+    pub fn now_ms(&self) -> u64 {
+        self.clock.monotonic_ms()
+    }
+
+    /// Handle one input line (1-based `line` number for error frames).
+    pub fn handle_line(&mut self, line: &[u8], number: u64, out: &mut Vec<ServerFrame>) {
+        if line.iter().all(u8::is_ascii_whitespace) {
+            return;
+        }
+        match toolgate_protocol::decode(line) {
+            Ok(frame) => self.handle(frame, number, out),
+            Err(err) => self.reject_line(err, number, out),
+        }
+    }
+
+    /// A line longer than the frame limit was discarded.
+    pub fn frame_too_large(&mut self, number: u64, limit: usize, out: &mut Vec<ServerFrame>) {
+        out.push(error(
+            ErrorCode::FrameTooLarge,
+            format!("the line is longer than the frame limit of {limit} bytes and was discarded"),
+            None,
+            Some(number),
+        ));
+    }
+
+    fn reject_line(&mut self, err: DecodeError, number: u64, out: &mut Vec<ServerFrame>) {
+        match (&err.call_id, err.tool_call) {
+            (Some(call_id), true) => {
+                if self.live.contains_key(&(err.session_id.clone(), call_id.clone())) {
+                    out.push(duplicate(call_id, &err.session_id, number));
+                    return;
+                }
+                out.push(ServerFrame::Decision(wire::Decision {
+                    session_id: err.session_id,
+                    call_id: call_id.clone(),
+                    decision: wire::Verdict::Deny,
+                    source: wire::Source::Invalid,
+                    reason: format!("the tool_call is malformed: {}", err.message),
+                    rule: None,
+                    message: None,
+                    reminder: None,
+                }))
+            }
+            _ => out.push(error(err.code, err.message, err.call_id, Some(number))),
+        }
+    }
+
+    /// Handle one decoded frame.
+    pub fn handle(&mut self, frame: ClientFrame, number: u64, out: &mut Vec<ServerFrame>) {
+        match frame {
+            ClientFrame::ToolCall(call) => self.tool_call(call, number, out),
+            ClientFrame::PermissionResponse(response) => self.response(response, number, out),
+            ClientFrame::SetMode(set) => self.set_mode(set, number, out),
+            ClientFrame::SessionStart(start) => self.session_start(start, number, out),
+            ClientFrame::SessionEnd(end) => self.session_end(&end.session_id, number, out),
+            ClientFrame::Cancel(cancel) => self.cancel(cancel, number, out),
+            ClientFrame::GetReminder(session) => {
+                let mode = self.mode_of(&session.session_id);
+                out.push(ServerFrame::Reminder(wire::Reminder {
+                    session_id: session.session_id,
+                    mode: mode.as_str().to_string(),
+                    text: toolgate_policy::reminder(&self.policy, mode),
+                }));
+            }
+            ClientFrame::ListGrants(list) => out.push(self.grants_frame(list.session_id.as_deref())),
+            ClientFrame::RevokeGrant(revoke) => {
+                let removed = self
+                    .sessions
+                    .values_mut()
+                    .any(|session| session.grants.remove(&revoke.grant_id).is_some());
+                if removed {
+                    out.push(self.grants_frame(None));
+                } else {
+                    out.push(error(
+                        ErrorCode::UnknownGrant,
+                        format!("no grant has the id `{}`", revoke.grant_id),
+                        None,
+                        Some(number),
+                    ));
+                }
+            }
+            ClientFrame::Shutdown(_) => self.shutdown(out),
+        }
+    }
+
+    /// Deny every pending call (source `shutdown`) and stop.
+    pub fn shutdown(&mut self, out: &mut Vec<ServerFrame>) {
+        let mut ids: Vec<(u64, String)> = self
+            .pending
+            .iter()
+            .map(|(id, pending)| (pending.seq, id.clone()))
+            .collect();
+        ids.sort();
+        for (_, id) in ids {
+            self.end_ask(
+                &id,
+                wire::Source::Shutdown,
+                "the broker shut down before the question was answered".to_string(),
+                out,
+            );
+        }
+        self.stopped = true;
+    }
+
+    /// Deny every ask whose deadline has passed.
+    pub fn expire(&mut self, out: &mut Vec<ServerFrame>) {
+        let now = self.clock.monotonic_ms();
+        while let Some(deadline) = self.next_deadline() {
+            if deadline > now {
+                break;
+            }
+            let Some(Reverse((_, id))) = self.deadlines.pop() else {
+                break;
+            };
+            let reason = format!(
+                "nobody answered the question within {}",
+                duration_text(self.config.ask_timeout_ms)
+            );
+            self.end_ask(&id, wire::Source::Timeout, reason, out);
+        }
+    }
+
+    fn tool_call(&mut self, call: wire::ToolCall, number: u64, out: &mut Vec<ServerFrame>) {
+        let key = (call.session_id.clone(), call.call_id.clone());
+        if self.live.contains_key(&key) {
+            out.push(duplicate(&call.call_id, &call.session_id, number));
+            return;
+        }
+        let default_mode = self.policy.default_mode;
+        let session = self
+            .sessions
+            .entry(call.session_id.clone())
+            .or_insert_with(|| new_session(default_mode));
+        let hash = call_hash(&call.tool, &call.input);
+        let repeats = match session.last_call {
+            Some((last, count)) if last == hash => count.saturating_add(1),
+            _ => 1,
+        };
+        session.last_call = Some((hash, repeats));
+        let mode = session.mode;
+        let evaluation = self.policy.evaluate(
+            &Call {
+                tool: &call.tool,
+                input: &call.input,
+                cwd: call.cwd.as_deref(),
+            },
+            &Context {
+                mode,
+                grants: &session.grants,
+                approvals: &[],
+                repeats,
+            },
+        );
+        let pending = Pending {
+            seq: 0,
+            session_id: call.session_id,
+            call_id: call.call_id,
+            tool: call.tool,
+            input: call.input,
+            cwd: call.cwd,
+            repeats,
+            approvals: Vec::new(),
+            answered: None,
+            question: placeholder_question(),
+            deadline: None,
+        };
+        self.settle(pending, evaluation, mode, out);
+    }
+
+    /// Act on an evaluation: decide the call, or ask (registering it as pending).
+    fn settle(&mut self, mut pending: Pending, evaluation: Evaluation, mode: Mode, out: &mut Vec<ServerFrame>) {
+        match (evaluation.action, evaluation.question) {
+            (Action::Ask, Some(question)) if self.config.on_ask == OnAsk::Wait => {
+                let permission_id = self.ids.permission_id();
+                if pending.seq == 0 {
+                    self.next_seq += 1;
+                    pending.seq = self.next_seq;
+                }
+                pending.deadline = match self.config.ask_timeout_ms {
+                    0 => None,
+                    timeout => Some(self.clock.monotonic_ms().saturating_add(timeout)),
+                };
+                if let Some(deadline) = pending.deadline {
+                    self.deadlines.push(Reverse((deadline, permission_id.clone())));
+                }
+                out.push(ServerFrame::PermissionRequest(convert::request(
+                    &permission_id,
+                    self.clock.wall_ms(),
+                    &pending.session_id,
+                    &pending.call_id,
+                    &pending.tool,
+                    &pending.input,
+                    pending.cwd.as_deref(),
+                    &question,
+                )));
+                pending.question = question;
+                self.live.insert(
+                    (pending.session_id.clone(), pending.call_id.clone()),
+                    permission_id.clone(),
+                );
+                self.pending.insert(permission_id, pending);
+            }
+            (Action::Ask, _) => {
+                let reason = format!(
+                    "{}; toolgate runs with --on-ask deny, so nothing is asked",
+                    evaluation.reason
+                );
+                out.push(convert::decision(
+                    &pending.session_id,
+                    &pending.call_id,
+                    Action::Deny,
+                    evaluation.source,
+                    reason,
+                    evaluation.rule,
+                    None,
+                    None,
+                ));
+            }
+            (action, _) => {
+                let reminder = (action == Action::Deny && mode == Mode::Plan)
+                    .then(|| toolgate_policy::reminder(&self.policy, mode));
+                let reason = match (evaluation.source, pending.answered) {
+                    (toolgate_policy::Source::User, Some(wire::Reply::Always)) => {
+                        "the user allowed this call and granted its `always` patterns for the session".to_string()
+                    }
+                    _ => evaluation.reason,
+                };
+                out.push(convert::decision(
+                    &pending.session_id,
+                    &pending.call_id,
+                    action,
+                    evaluation.source,
+                    reason,
+                    evaluation.rule,
+                    None,
+                    reminder,
+                ));
+            }
+        }
+    }
+
+    fn response(&mut self, response: wire::PermissionResponse, number: u64, out: &mut Vec<ServerFrame>) {
+        let id = response.permission_id;
+        let Some(mut pending) = self.take_pending(&id) else {
+            let (code, message) = if self.resolved.contains(&id) {
+                (ErrorCode::AlreadyResolved, format!("the request `{id}` was already answered or ended"))
+            } else {
+                (ErrorCode::UnknownPermission, format!("no request has the id `{id}`"))
+            };
+            out.push(ServerFrame::Error(wire::ErrorFrame {
+                code,
+                message,
+                call_id: None,
+                permission_id: Some(id),
+                line: Some(number),
+            }));
+            return;
+        };
+        let plan = pending.question.plan.is_some();
+        match response.response {
+            wire::Reply::Reject => {
+                let reason = if plan {
+                    "the user rejected the plan; the session stays in plan mode".to_string()
+                } else {
+                    "the user rejected this call".to_string()
+                };
+                out.push(ServerFrame::Decision(wire::Decision {
+                    session_id: pending.session_id.clone(),
+                    call_id: pending.call_id.clone(),
+                    decision: wire::Verdict::Deny,
+                    source: wire::Source::User,
+                    reason,
+                    rule: None,
+                    message: response.message,
+                    reminder: None,
+                }));
+                // OpenCode semantics: a rejection ends the session's other questions.
+                for other in self.pending_of(&pending.session_id) {
+                    self.end_ask(
+                        &other,
+                        wire::Source::User,
+                        format!("the user rejected another call of this session ({id})"),
+                        out,
+                    );
+                }
+            }
+            wire::Reply::Once | wire::Reply::Always if plan => {
+                let (mode, answer) = if response.response == wire::Reply::Once {
+                    (Mode::Ask, "once")
+                } else {
+                    (Mode::AutoEdit, "always")
+                };
+                out.push(ServerFrame::Decision(wire::Decision {
+                    session_id: pending.session_id.clone(),
+                    call_id: pending.call_id.clone(),
+                    decision: wire::Verdict::Allow,
+                    source: wire::Source::User,
+                    reason: format!("the user approved the plan ({answer}); the session is now in {mode} mode"),
+                    rule: None,
+                    message: response.message,
+                    reminder: None,
+                }));
+                self.change_mode(&pending.session_id, mode, out);
+            }
+            wire::Reply::Once | wire::Reply::Always => {
+                for pattern in &pending.question.patterns {
+                    pending
+                        .approvals
+                        .push((pending.question.permission.clone(), pattern.clone()));
+                }
+                let always = response.response == wire::Reply::Always;
+                pending.answered = Some(response.response);
+                if always {
+                    self.record_grants(&pending.session_id, &pending.question);
+                }
+                let session_id = pending.session_id.clone();
+                self.reevaluate(pending, out);
+                if always {
+                    self.revisit_session(&session_id, &format!("an `always` answer to {id} covers it"), out);
+                }
+            }
+        }
+    }
+
+    fn record_grants(&mut self, session_id: &str, question: &Question) {
+        let default_mode = self.policy.default_mode;
+        let ids = &mut self.ids;
+        let session = self
+            .sessions
+            .entry(session_id.to_string())
+            .or_insert_with(|| new_session(default_mode));
+        for permission in &question.grant_permissions {
+            for pattern in &question.always {
+                let id = ids.grant_id();
+                session.grants.add(id, permission, pattern);
+            }
+        }
+    }
+
+    /// Evaluate a pending call again (after `once`/`always`, a mode change or new
+    /// grants) and settle it: decided, or asked about what still needs an answer.
+    fn reevaluate(&mut self, pending: Pending, out: &mut Vec<ServerFrame>) {
+        let (evaluation, mode) = self.evaluate_pending(&pending);
+        self.settle(pending, evaluation, mode, out);
+    }
+
+    fn evaluate_pending(&mut self, pending: &Pending) -> (Evaluation, Mode) {
+        let default_mode = self.policy.default_mode;
+        let session = self
+            .sessions
+            .entry(pending.session_id.clone())
+            .or_insert_with(|| new_session(default_mode));
+        let evaluation = self.policy.evaluate(
+            &Call {
+                tool: &pending.tool,
+                input: &pending.input,
+                cwd: pending.cwd.as_deref(),
+            },
+            &Context {
+                mode: session.mode,
+                grants: &session.grants,
+                approvals: &pending.approvals,
+                repeats: pending.repeats,
+            },
+        );
+        (evaluation, session.mode)
+    }
+
+    /// After the session's grants or mode changed: decide every pending call of
+    /// the session whose answer is no longer "ask"; the others keep their question.
+    fn revisit_session(&mut self, session_id: &str, why: &str, out: &mut Vec<ServerFrame>) {
+        for id in self.pending_of(session_id) {
+            let Some(pending) = self.pending.get(&id) else {
+                continue;
+            };
+            // Borrow dance: evaluate needs &mut self for the session entry.
+            let snapshot = Pending {
+                seq: pending.seq,
+                session_id: pending.session_id.clone(),
+                call_id: pending.call_id.clone(),
+                tool: pending.tool.clone(),
+                input: pending.input.clone(),
+                cwd: pending.cwd.clone(),
+                repeats: pending.repeats,
+                approvals: pending.approvals.clone(),
+                answered: pending.answered,
+                question: pending.question.clone(),
+                deadline: pending.deadline,
+            };
+            let (evaluation, mode) = self.evaluate_pending(&snapshot);
+            if evaluation.action == Action::Ask {
+                continue;
+            }
+            if let Some(pending) = self.take_pending(&id) {
+                out.push(ServerFrame::PermissionResolved(wire::PermissionResolved {
+                    permission_id: id.clone(),
+                    session_id: pending.session_id.clone(),
+                    call_id: pending.call_id.clone(),
+                    reason: why.to_string(),
+                }));
+                self.settle(pending, evaluation, mode, out);
+            }
+        }
+    }
+
+    fn set_mode(&mut self, set: wire::SetMode, number: u64, out: &mut Vec<ServerFrame>) {
+        let mode: Mode = match set.mode.parse() {
+            Ok(mode) => mode,
+            Err(err) => {
+                out.push(error(ErrorCode::InvalidMode, err.to_string(), None, Some(number)));
+                return;
+            }
+        };
+        self.change_mode(&set.session_id, mode, out);
+    }
+
+    fn change_mode(&mut self, session_id: &str, mode: Mode, out: &mut Vec<ServerFrame>) {
+        let default_mode = self.policy.default_mode;
+        let session = self
+            .sessions
+            .entry(session_id.to_string())
+            .or_insert_with(|| new_session(default_mode));
+        let previous = session.mode;
+        session.mode = mode;
+        out.push(ServerFrame::ModeChanged(wire::ModeChanged {
+            session_id: session_id.to_string(),
+            mode: mode.as_str().to_string(),
+            previous: previous.as_str().to_string(),
+            reminder: Some(toolgate_policy::reminder(&self.policy, mode)),
+        }));
+        if previous != mode {
+            self.revisit_session(session_id, &format!("the session's mode changed to {mode}"), out);
+        }
+    }
+
+    fn session_start(&mut self, start: wire::SessionStart, number: u64, out: &mut Vec<ServerFrame>) {
+        // Scopes narrow what a session may do; until they are enforced, a
+        // session_start that asks for one is refused rather than ignored.
+        if start.parent_id.is_some() || start.permissions.is_some() {
+            out.push(error(
+                ErrorCode::InvalidFrame,
+                "sub-session scopes (parentID, permissions) are not supported by this version; the session was not started".to_string(),
+                None,
+                Some(number),
+            ));
+            return;
+        }
+        let mode = match start.mode.as_deref().map(str::parse::<Mode>) {
+            None => self.policy.default_mode,
+            Some(Ok(mode)) => mode,
+            Some(Err(err)) => {
+                out.push(error(ErrorCode::InvalidMode, err.to_string(), None, Some(number)));
+                return;
+            }
+        };
+        let session = self
+            .sessions
+            .entry(start.session_id.clone())
+            .or_insert_with(|| new_session(mode));
+        session.mode = mode;
+        out.push(ServerFrame::SessionStarted(wire::SessionStarted {
+            session_id: start.session_id,
+            parent_id: None,
+            mode: mode.as_str().to_string(),
+            scope: wire::EffectiveScope::default(),
+        }));
+    }
+
+    fn session_end(&mut self, session_id: &str, number: u64, out: &mut Vec<ServerFrame>) {
+        if !self.sessions.contains_key(session_id) {
+            out.push(error(
+                ErrorCode::UnknownSession,
+                format!("no session has the id `{session_id}`"),
+                None,
+                Some(number),
+            ));
+            return;
+        }
+        let ids = self.pending_of(session_id);
+        let denied = ids.len() as u64;
+        for id in ids {
+            self.end_ask(
+                &id,
+                wire::Source::Shutdown,
+                "the session ended before the question was answered".to_string(),
+                out,
+            );
+        }
+        self.sessions.remove(session_id);
+        out.push(ServerFrame::SessionEnded(wire::SessionEnded {
+            session_id: session_id.to_string(),
+            denied,
+        }));
+    }
+
+    fn cancel(&mut self, cancel: wire::Cancel, number: u64, out: &mut Vec<ServerFrame>) {
+        let key = (cancel.session_id.clone(), cancel.call_id.clone());
+        match self.live.get(&key).cloned() {
+            Some(id) => self.end_ask(
+                &id,
+                wire::Source::Cancel,
+                "the client cancelled the call".to_string(),
+                out,
+            ),
+            None => out.push(error(
+                ErrorCode::UnknownCall,
+                format!(
+                    "no call `{}` is pending in session `{}` (already decided, or never sent)",
+                    cancel.call_id, cancel.session_id
+                ),
+                Some(cancel.call_id),
+                Some(number),
+            )),
+        }
+    }
+
+    /// End a pending ask other than by its own response: `permission_resolved`,
+    /// then the call's `deny`.
+    fn end_ask(&mut self, id: &str, source: wire::Source, reason: String, out: &mut Vec<ServerFrame>) {
+        let Some(pending) = self.take_pending(id) else {
+            return;
+        };
+        out.push(ServerFrame::PermissionResolved(wire::PermissionResolved {
+            permission_id: id.to_string(),
+            session_id: pending.session_id.clone(),
+            call_id: pending.call_id.clone(),
+            reason: reason.clone(),
+        }));
+        out.push(ServerFrame::Decision(wire::Decision {
+            session_id: pending.session_id,
+            call_id: pending.call_id,
+            decision: wire::Verdict::Deny,
+            source,
+            reason,
+            rule: None,
+            message: None,
+            reminder: None,
+        }));
+    }
+
+    /// Remove a pending call from every index and remember its id as answered.
+    fn take_pending(&mut self, id: &str) -> Option<Pending> {
+        let pending = self.pending.remove(id)?;
+        self.live
+            .remove(&(pending.session_id.clone(), pending.call_id.clone()));
+        if self.resolved.insert(id.to_string()) {
+            self.resolved_order.push_back(id.to_string());
+            if self.resolved_order.len() > RESOLVED_MEMORY {
+                if let Some(old) = self.resolved_order.pop_front() {
+                    self.resolved.remove(&old);
+                }
+            }
+        }
+        Some(pending)
+    }
+
+    /// The permission ids of a session's pending calls, oldest first.
+    fn pending_of(&self, session_id: &str) -> Vec<String> {
+        let ordered: BTreeMap<u64, &String> = self
+            .pending
+            .iter()
+            .filter(|(_, pending)| pending.session_id == session_id)
+            .map(|(id, pending)| (pending.seq, id))
+            .collect();
+        ordered.into_values().cloned().collect()
+    }
+
+    fn mode_of(&self, session_id: &str) -> Mode {
+        self.sessions
+            .get(session_id)
+            .map(|session| session.mode)
+            .unwrap_or(self.policy.default_mode)
+    }
+
+    fn grants_frame(&self, session_filter: Option<&str>) -> ServerFrame {
+        let mut sessions: Vec<(&String, &Session)> = self
+            .sessions
+            .iter()
+            .filter(|(id, _)| session_filter.is_none_or(|filter| filter == id.as_str()))
+            .collect();
+        sessions.sort_by(|a, b| a.0.cmp(b.0));
+        let grants = sessions
+            .into_iter()
+            .flat_map(|(session_id, session)| {
+                session.grants.iter().map(move |grant| wire::GrantInfo {
+                    grant_id: grant.id.clone(),
+                    session_id: session_id.clone(),
+                    permission: grant.permission.clone(),
+                    pattern: grant.pattern.as_str().to_string(),
+                })
+            })
+            .collect();
+        ServerFrame::Grants(wire::Grants { grants })
+    }
+}
+
+/// `1 second`, `300 seconds`, `1.5 seconds`.
+fn duration_text(ms: u64) -> String {
+    match ms {
+        1000 => "1 second".to_string(),
+        ms if ms % 1000 == 0 => format!("{} seconds", ms / 1000),
+        ms => format!("{} seconds", ms as f64 / 1000.0),
+    }
+}
+
+fn new_session(mode: Mode) -> Session {
+    Session {
+        mode,
+        grants: Grants::default(),
+        last_call: None,
+    }
+}
+
+fn placeholder_question() -> Question {
+    Question {
+        permission: String::new(),
+        patterns: Vec::new(),
+        always: Vec::new(),
+        grant_permissions: Vec::new(),
+        title: String::new(),
+        plan: None,
+        reason: String::new(),
+    }
+}
+
+fn error(code: ErrorCode, message: String, call_id: Option<String>, line: Option<u64>) -> ServerFrame {
+    ServerFrame::Error(wire::ErrorFrame {
+        code,
+        message,
+        call_id,
+        permission_id: None,
+        line,
+    })
+}
+
+fn duplicate(call_id: &str, session_id: &str, number: u64) -> ServerFrame {
+    error(
+        ErrorCode::DuplicateCall,
+        format!("a call `{call_id}` is already pending in session `{session_id}`; this one is ignored"),
+        Some(call_id.to_string()),
+        Some(number),
+    )
+}
+
+/// A hash of the tool and its input, for spotting identical calls in a row.
+fn call_hash(tool: &str, input: &Map<String, Value>) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    tool.hash(&mut hasher);
+    hash_map(input, &mut hasher);
+    hasher.finish()
+}
+
+fn hash_map(map: &Map<String, Value>, hasher: &mut DefaultHasher) {
+    map.len().hash(hasher);
+    for (key, value) in map {
+        key.hash(hasher);
+        hash_value(value, hasher);
+    }
+}
+
+fn hash_value(value: &Value, hasher: &mut DefaultHasher) {
+    match value {
+        Value::Null => 0u8.hash(hasher),
+        Value::Bool(b) => (1u8, b).hash(hasher),
+        Value::Number(n) => (2u8, n.to_string()).hash(hasher),
+        Value::String(s) => (3u8, s).hash(hasher),
+        Value::Array(items) => {
+            (4u8, items.len()).hash(hasher);
+            for item in items {
+                hash_value(item, hasher);
+            }
+        }
+        Value::Object(map) => {
+            5u8.hash(hasher);
+            hash_map(map, hasher);
+        }
+    }
+}

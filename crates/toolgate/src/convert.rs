@@ -1,0 +1,93 @@
+//! The one place where policy types become wire frames.
+
+use serde_json::{Map, Value};
+use toolgate_policy::{Action, Question, RuleRef, Source};
+use toolgate_protocol as wire;
+use toolgate_protocol::ServerFrame;
+
+/// The wire name of a policy source.
+pub fn source(source: Source) -> wire::Source {
+    match source {
+        Source::Mode => wire::Source::Mode,
+        Source::Rule => wire::Source::Rule,
+        Source::Grant => wire::Source::Grant,
+        Source::User => wire::Source::User,
+        Source::Scope => wire::Source::Scope,
+        Source::Invalid => wire::Source::Invalid,
+    }
+}
+
+/// A rule as the decision frame shows it.
+pub fn rule(rule: RuleRef) -> wire::RuleRef {
+    wire::RuleRef {
+        permission: rule.permission,
+        pattern: rule.pattern,
+        action: rule.action.as_str().to_string(),
+        origin: rule.origin,
+    }
+}
+
+/// A `decision` frame. `Ask` never reaches here; it is treated as `deny`.
+#[allow(clippy::too_many_arguments)] // a frame has this many fields
+pub fn decision(
+    session_id: &str,
+    call_id: &str,
+    action: Action,
+    from: Source,
+    reason: String,
+    decided_by: Option<RuleRef>,
+    message: Option<String>,
+    reminder: Option<String>,
+) -> ServerFrame {
+    ServerFrame::Decision(wire::Decision {
+        session_id: session_id.to_string(),
+        call_id: call_id.to_string(),
+        decision: match action {
+            Action::Allow => wire::Verdict::Allow,
+            Action::Ask | Action::Deny => wire::Verdict::Deny,
+        },
+        source: source(from),
+        reason,
+        rule: decided_by.map(rule),
+        message,
+        reminder,
+    })
+}
+
+/// A `permission_request` frame for a question about one call.
+#[allow(clippy::too_many_arguments)] // a frame has this many fields
+pub fn request(
+    permission_id: &str,
+    timestamp: u64,
+    session_id: &str,
+    call_id: &str,
+    tool_name: &str,
+    input: &Map<String, Value>,
+    cwd: Option<&str>,
+    question: &Question,
+) -> wire::PermissionRequest {
+    let mut metadata = Map::new();
+    metadata.insert("input".to_string(), Value::Object(input.clone()));
+    metadata.insert("reason".to_string(), Value::String(question.reason.clone()));
+    if let Some(cwd) = cwd {
+        metadata.insert("cwd".to_string(), Value::String(cwd.to_string()));
+    }
+    if let Some(plan) = &question.plan {
+        metadata.insert("plan".to_string(), Value::String(plan.clone()));
+    }
+    wire::PermissionRequest {
+        timestamp,
+        session_id: session_id.to_string(),
+        permission_id: permission_id.to_string(),
+        call_id: call_id.to_string(),
+        tool: question.permission.clone(),
+        permission: question.permission.clone(),
+        tool_name: tool_name.to_string(),
+        pattern: question.always.clone(),
+        patterns: question.patterns.clone(),
+        always: question.always.clone(),
+        title: question.title.clone(),
+        kind: question.plan.as_ref().map(|_| "plan".to_string()),
+        metadata,
+    }
+}

@@ -1,0 +1,12 @@
+//! The toolgate broker: sessions, pending questions, deadlines and the
+//! JSON-lines transport around the pure policy engine.
+//!
+//! `toolgate serve` is [`serve::run`] over stdin and stdout; tests run the
+//! same function over in-memory pipes.
+#![deny(missing_docs)]
+
+pub mod broker;
+pub mod clock;
+pub mod convert;
+pub mod serve;
+pub mod setup;

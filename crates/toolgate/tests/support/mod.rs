@@ -1,0 +1,158 @@
+//! Driving the real `toolgate` binary from tests.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, dead_code)] // test support
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// How long any wait in a test may take before it fails.
+pub const PATIENCE: Duration = Duration::from_secs(20);
+
+/// A running broker with its output collected in the background.
+pub struct Broker {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    output: Arc<(Mutex<Vec<String>>, Condvar)>,
+    stderr: Arc<Mutex<String>>,
+    pub root: PathBuf,
+}
+
+/// A fresh empty project directory for one test.
+pub fn project_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("toolgate-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+impl Broker {
+    /// Start `toolgate` with `args` in `root` (which is also the project root
+    /// unless the args say otherwise).
+    pub fn start(root: &Path, args: &[String], env: &[(String, String)]) -> Broker {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_toolgate"));
+        command
+            .args(args)
+            .current_dir(root)
+            .env_remove("TOOLGATE_PERMISSION")
+            .env("RUST_LOG", "warn")
+            .env("HOME", "/home/tester")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        let mut child = command.spawn().expect("spawn toolgate");
+        let stdout = child.stdout.take().unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let output: Arc<(Mutex<Vec<String>>, Condvar)> = Arc::new((Mutex::new(Vec::new()), Condvar::new()));
+        let sink = output.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let (lines, ready) = &*sink;
+                lines.lock().unwrap().push(line);
+                ready.notify_all();
+            }
+        });
+        let errors = Arc::new(Mutex::new(String::new()));
+        let sink = errors.clone();
+        std::thread::spawn(move || {
+            let mut reader = BufReader::new(stderr);
+            let mut line = String::new();
+            while reader.read_line(&mut line).map(|n| n > 0).unwrap_or(false) {
+                sink.lock().unwrap().push_str(&line);
+                line.clear();
+            }
+        });
+        let stdin = child.stdin.take();
+        Broker {
+            child,
+            stdin,
+            output,
+            stderr: errors,
+            root: root.to_path_buf(),
+        }
+    }
+
+    /// Write raw bytes to the broker's stdin.
+    pub fn send_raw(&mut self, bytes: &[u8]) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        // A broker that already exited (e.g. after shutdown) closes the pipe.
+        let _ = stdin.write_all(bytes);
+        let _ = stdin.flush();
+    }
+
+    /// Write one line.
+    pub fn send(&mut self, line: &str) {
+        let mut bytes = line.as_bytes().to_vec();
+        bytes.push(b'\n');
+        self.send_raw(&bytes);
+    }
+
+    /// Wait until `done(output)` holds; panic after [`PATIENCE`].
+    pub fn wait_for(&self, what: &str, done: impl Fn(&[String]) -> bool) {
+        let (lines, ready) = &*self.output;
+        let deadline = Instant::now() + PATIENCE;
+        let mut guard = lines.lock().unwrap();
+        while !done(&guard) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                panic!("timed out waiting for {what}; output so far:\n{}", guard.join("\n"));
+            }
+            guard = ready.wait_timeout(guard, left).unwrap().0;
+        }
+    }
+
+    /// Output lines so far.
+    pub fn lines(&self) -> Vec<String> {
+        self.output.0.lock().unwrap().clone()
+    }
+
+    /// Output frames so far, parsed.
+    pub fn frames(&self) -> Vec<Value> {
+        self.lines()
+            .iter()
+            .map(|line| serde_json::from_str(line).unwrap_or_else(|err| panic!("stdout is not JSON ({err}): {line}")))
+            .collect()
+    }
+
+    /// Close stdin and wait for the exit; returns the status, all stdout lines, and stderr.
+    pub fn finish(mut self) -> (ExitStatus, Vec<String>, String) {
+        drop(self.stdin.take());
+        let deadline = Instant::now() + PATIENCE;
+        let status = loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("toolgate did not exit after end of input; output:\n{}", self.lines().join("\n"));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        // Let the reader threads drain the pipes.
+        let closed = Instant::now();
+        let mut last = usize::MAX;
+        loop {
+            let count = self.lines().len();
+            if count == last || closed.elapsed() > Duration::from_secs(2) {
+                break;
+            }
+            last = count;
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let stderr = self.stderr.lock().unwrap().clone();
+        (status, self.lines(), stderr)
+    }
+}
+
+/// Count frames of a type.
+pub fn count_type(lines: &[String], kind: &str) -> usize {
+    let needle = format!("{{\"type\":\"{kind}\"");
+    lines.iter().filter(|line| line.starts_with(&needle)).count()
+}

@@ -1,0 +1,298 @@
+//! Golden transcripts: `tests/transcripts/NAME.in.jsonl` is fed to the real
+//! binary and its normalised stdout compared with `NAME.out.jsonl`.
+//! `UPDATE_EXPECT=1 cargo test --test transcripts` rewrites the expectations.
+//!
+//! In an `.in.jsonl` file, lines starting with `#` are directives or comments:
+//!
+//! - `# args: --mode plan --ask-timeout 1`: command-line arguments (shell words);
+//! - `# policy: {...}`: written to `toolgate.json` in the project root;
+//! - `# env: NAME=VALUE`: an environment variable;
+//! - `# exit: 2`, `# stderr: text`: the expected exit code and a piece of stderr;
+//! - `# wait: N`: wait until the broker has written N lines;
+//! - `# sleep: MS`: pause;
+//! - `# hex: ff fe 0a`: send raw bytes; `# long-line: N`: send a line of N bytes;
+//! - anything else after `#` is a comment.
+//!
+//! In frames sent, `per_N` stands for the N-th permission id the broker wrote;
+//! the harness waits for it to appear. In the output, permission and grant ids
+//! are numbered in order of appearance, timestamps are 0 and the project root
+//! is `$ROOT`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may panic
+
+mod support;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::Value;
+
+fn transcripts_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/transcripts")
+}
+
+#[test]
+fn transcripts() {
+    let dir = transcripts_dir();
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|entry| {
+            let name = entry.ok()?.file_name().into_string().ok()?;
+            name.strip_suffix(".in.jsonl").map(str::to_string)
+        })
+        .collect();
+    names.sort();
+    assert!(names.len() >= 10, "expected the transcript suite in {}", dir.display());
+    let filter = std::env::var("TRANSCRIPT").ok();
+    let update = std::env::var("UPDATE_EXPECT").is_ok_and(|v| v == "1");
+    let mut failures = Vec::new();
+    for name in &names {
+        if filter.as_deref().is_some_and(|filter| !name.contains(filter)) {
+            continue;
+        }
+        if let Err(message) = run_transcript(&dir, name, update) {
+            failures.push(format!("--- {name}\n{message}"));
+        }
+    }
+    assert!(failures.is_empty(), "{} transcript(s) failed:\n{}", failures.len(), failures.join("\n"));
+}
+
+fn run_transcript(dir: &Path, name: &str, update: bool) -> Result<(), String> {
+    let input = std::fs::read_to_string(dir.join(format!("{name}.in.jsonl"))).unwrap();
+    let root = support::project_dir(name);
+    let mut args: Vec<String> = Vec::new();
+    let mut env: Vec<(String, String)> = Vec::new();
+    let mut expected_exit = 0;
+    let mut expected_stderr: Vec<String> = Vec::new();
+    for line in input.lines() {
+        if let Some(rest) = line.strip_prefix("# args:") {
+            args.extend(shlex::split(rest).expect("args are shell words"));
+        } else if let Some(rest) = line.strip_prefix("# policy:") {
+            std::fs::write(root.join("toolgate.json"), rest.trim()).unwrap();
+        } else if let Some(rest) = line.strip_prefix("# env:") {
+            let (key, value) = rest.trim().split_once('=').expect("NAME=VALUE");
+            env.push((key.to_string(), value.to_string()));
+        } else if let Some(rest) = line.strip_prefix("# exit:") {
+            expected_exit = rest.trim().parse().unwrap();
+        } else if let Some(rest) = line.strip_prefix("# stderr:") {
+            expected_stderr.push(rest.trim().to_string());
+        }
+    }
+    let mut broker = support::Broker::start(&root, &args, &env);
+    let mut sent_calls = 0usize;
+    for line in input.lines() {
+        if let Some(rest) = line.strip_prefix("# wait:") {
+            let n: usize = rest.trim().parse().unwrap();
+            broker.wait_for(&format!("{n} lines"), |lines| lines.len() >= n);
+        } else if let Some(rest) = line.strip_prefix("# sleep:") {
+            std::thread::sleep(Duration::from_millis(rest.trim().parse().unwrap()));
+        } else if let Some(rest) = line.strip_prefix("# hex:") {
+            let bytes: Vec<u8> = rest
+                .split_whitespace()
+                .map(|byte| u8::from_str_radix(byte, 16).unwrap())
+                .collect();
+            broker.send_raw(&bytes);
+        } else if let Some(rest) = line.strip_prefix("# long-line:") {
+            let n: usize = rest.trim().parse().unwrap();
+            let mut bytes = vec![b'a'; n];
+            bytes.push(b'\n');
+            broker.send_raw(&bytes);
+        } else if line.starts_with('#') {
+            continue;
+        } else {
+            let line = substitute(&broker, line);
+            if has_readable_call_id(&line) {
+                sent_calls += 1;
+            }
+            broker.send(&line);
+        }
+    }
+    let (status, lines, stderr) = broker.finish();
+    let mut problems = Vec::new();
+    if status.code() != Some(expected_exit) {
+        problems.push(format!("exit status {status}, expected {expected_exit}; stderr:\n{stderr}"));
+    }
+    for piece in &expected_stderr {
+        if !stderr.contains(piece.as_str()) {
+            problems.push(format!("stderr lacks `{piece}`:\n{stderr}"));
+        }
+    }
+    if expected_exit == 0 {
+        problems.extend(check_invariants(&lines, sent_calls));
+    }
+    let actual = normalise(&lines, &root);
+    let expected_path = dir.join(format!("{name}.out.jsonl"));
+    if update {
+        std::fs::write(&expected_path, &actual).unwrap();
+    } else {
+        let expected = std::fs::read_to_string(&expected_path).unwrap_or_default();
+        if expected != actual {
+            problems.push(diff(&expected, &actual));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&root);
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("\n"))
+    }
+}
+
+/// A tool_call whose callID can be read is owed exactly one decision.
+fn has_readable_call_id(line: &str) -> bool {
+    let Ok(Value::Object(frame)) = serde_json::from_str::<Value>(line) else {
+        return false;
+    };
+    frame.get("type").and_then(Value::as_str) == Some("tool_call")
+        && frame.get("callID").is_some_and(Value::is_string)
+}
+
+/// Every line is a JSON object with a type; every tool_call sent got exactly one
+/// decision, except those refused as duplicates.
+fn check_invariants(lines: &[String], sent_calls: usize) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut decisions: HashMap<(String, String), usize> = HashMap::new();
+    let mut duplicates = 0;
+    for line in lines {
+        let Ok(Value::Object(frame)) = serde_json::from_str::<Value>(line) else {
+            problems.push(format!("stdout line is not a JSON object: {line}"));
+            continue;
+        };
+        match frame.get("type").and_then(Value::as_str) {
+            Some("decision") => {
+                let key = (
+                    frame["sessionID"].as_str().unwrap_or_default().to_string(),
+                    frame["callID"].as_str().unwrap_or_default().to_string(),
+                );
+                *decisions.entry(key).or_default() += 1;
+            }
+            Some("error") if frame.get("code").and_then(Value::as_str) == Some("duplicate_call") => duplicates += 1,
+            Some(_) => {}
+            None => problems.push(format!("frame without type: {line}")),
+        }
+    }
+    let total: usize = decisions.values().sum();
+    if total + duplicates != sent_calls {
+        problems.push(format!(
+            "{sent_calls} tool_call lines sent, {duplicates} refused as duplicates, but {total} decisions written"
+        ));
+    }
+    problems
+}
+
+/// Replace `$ROOT` with the project root, and `per_N` / `grant_N` placeholders
+/// with the N-th permission or grant id the broker wrote (waiting for it).
+fn substitute(broker: &support::Broker, line: &str) -> String {
+    let mut line = line.replace("$ROOT", &broker.root.to_string_lossy());
+    for prefix in ["per_", "grant_"] {
+        let quoted = format!("\"{prefix}");
+        let mut out = String::new();
+        let mut rest = line.as_str();
+        while let Some(at) = rest.find(&quoted) {
+            let start = at + quoted.len();
+            let digits: String = rest[start..].chars().take_while(char::is_ascii_digit).collect();
+            let after = start + digits.len();
+            if digits.is_empty() || !rest[after..].starts_with('"') {
+                out.push_str(&rest[..start]);
+                rest = &rest[start..];
+                continue;
+            }
+            let n: usize = digits.parse().unwrap();
+            broker.wait_for(&format!("{prefix}{n}"), |lines| ids_in_order(lines, prefix).len() >= n);
+            let id = ids_in_order(&broker.lines(), prefix)[n - 1].clone();
+            out.push_str(&rest[..at + 1]);
+            out.push_str(&id);
+            rest = &rest[after..];
+        }
+        out.push_str(rest);
+        line = out;
+    }
+    line
+}
+
+/// Ids with `prefix` in order of first appearance.
+fn ids_in_order(lines: &[String], prefix: &str) -> Vec<String> {
+    let mut ids: Vec<String> = Vec::new();
+    for line in lines {
+        for id in find_ids(line, prefix) {
+            if !ids.contains(&id) {
+                ids.push(id);
+            }
+        }
+    }
+    ids
+}
+
+/// `prefix` followed by a UUID, wherever it occurs in `text`.
+fn find_ids(text: &str, prefix: &str) -> Vec<String> {
+    let mut ids = Vec::new();
+    let mut from = 0;
+    while let Some(at) = text[from..].find(prefix) {
+        let start = from + at;
+        let id_end = start + prefix.len() + 36;
+        if id_end <= text.len() && is_uuid(&text[start + prefix.len()..id_end]) {
+            ids.push(text[start..id_end].to_string());
+            from = id_end;
+        } else {
+            from = start + prefix.len();
+        }
+    }
+    ids
+}
+
+fn is_uuid(text: &str) -> bool {
+    text.len() == 36
+        && text.char_indices().all(|(i, c)| match i {
+            8 | 13 | 18 | 23 => c == '-',
+            _ => c.is_ascii_hexdigit(),
+        })
+}
+
+fn normalise(lines: &[String], root: &Path) -> String {
+    let mut names: HashMap<String, String> = HashMap::new();
+    let mut counters: HashMap<&str, usize> = HashMap::new();
+    let root = root.to_string_lossy().into_owned();
+    let mut out = String::new();
+    for line in lines {
+        let mut line = line.replace(&root, "$ROOT");
+        for prefix in ["per_", "grant_"] {
+            for id in find_ids(&line.clone(), prefix) {
+                let name = names
+                    .entry(id.clone())
+                    .or_insert_with(|| {
+                        let counter = counters.entry(prefix).or_default();
+                        *counter += 1;
+                        format!("{prefix}{counter}")
+                    })
+                    .clone();
+                line = line.replace(&id, &name);
+            }
+        }
+        if let Some(at) = line.find("\"timestamp\":") {
+            let start = at + "\"timestamp\":".len();
+            let end = start + line[start..].chars().take_while(char::is_ascii_digit).count();
+            line.replace_range(start..end, "0");
+        }
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
+}
+
+fn diff(expected: &str, actual: &str) -> String {
+    let expected: Vec<&str> = expected.lines().collect();
+    let actual: Vec<&str> = actual.lines().collect();
+    let mut out = String::from("output differs (run with UPDATE_EXPECT=1 to accept):\n");
+    for i in 0..expected.len().max(actual.len()) {
+        let (e, a) = (expected.get(i), actual.get(i));
+        if e != a {
+            out.push_str(&format!(
+                "  line {}:\n    expected: {}\n    actual:   {}\n",
+                i + 1,
+                e.unwrap_or(&"<none>"),
+                a.unwrap_or(&"<none>")
+            ));
+        }
+    }
+    out
+}
