@@ -54,7 +54,11 @@ impl PolicyFile {
         let value: Value = serde_json::from_str(text)
             .map_err(|err| PolicyError::new(file, "", &format!("not valid JSON: {err}")))?;
         let Value::Object(object) = value else {
-            return Err(PolicyError::new(file, "", "the policy must be a JSON object"));
+            return Err(PolicyError::new(
+                file,
+                "",
+                "the policy must be a JSON object",
+            ));
         };
         let mut policy = PolicyFile::default();
         for (key, value) in &object {
@@ -62,10 +66,9 @@ impl PolicyFile {
                 "$schema" => {}
                 "mode" => {
                     let name = string(value, file, key)?;
-                    policy.mode = Some(
-                        name.parse()
-                            .map_err(|err: crate::mode::UnknownMode| PolicyError::new(file, key, &err.to_string()))?,
-                    );
+                    policy.mode = Some(name.parse().map_err(|err: crate::mode::UnknownMode| {
+                        PolicyError::new(file, key, &err.to_string())
+                    })?);
                 }
                 "projectRoot" => policy.project_root = Some(string(value, file, key)?.to_string()),
                 "permission" => {
@@ -74,26 +77,38 @@ impl PolicyFile {
                     policy.permission = Some(value.clone());
                 }
                 "tools" => policy.tools = tools(value, file)?,
-                "planModeAllowedTools" => policy.plan_mode_allowed_tools = strings(value, file, key)?,
+                "planModeAllowedTools" => {
+                    policy.plan_mode_allowed_tools = strings(value, file, key)?
+                }
                 "planModeReadOnlyCommands" => {
                     policy.plan_mode_read_only_commands = strings(value, file, key)?
                 }
                 "askTimeoutSeconds" => {
                     policy.ask_timeout_seconds = Some(value.as_u64().ok_or_else(|| {
-                        PolicyError::new(file, key, "expected a whole number of seconds (0 = wait forever)")
+                        PolicyError::new(
+                            file,
+                            key,
+                            "expected a whole number of seconds (0 = wait forever)",
+                        )
                     })?)
                 }
                 "trustGitConfig" => {
-                    policy.trust_git_config = Some(value.as_bool().ok_or_else(|| {
-                        PolicyError::new(file, key, "expected true or false")
-                    })?)
+                    policy.trust_git_config = Some(
+                        value
+                            .as_bool()
+                            .ok_or_else(|| PolicyError::new(file, key, "expected true or false"))?,
+                    )
                 }
-                "alwaysAvailableTools" => policy.always_available_tools = Some(strings(value, file, key)?),
+                "alwaysAvailableTools" => {
+                    policy.always_available_tools = Some(strings(value, file, key)?)
+                }
                 unknown => {
                     let hint = KEYS
                         .iter()
-                        .find(|known| known.eq_ignore_ascii_case(unknown.trim_end_matches('s'))
-                            || known.trim_end_matches('s').eq_ignore_ascii_case(unknown))
+                        .find(|known| {
+                            known.eq_ignore_ascii_case(unknown.trim_end_matches('s'))
+                                || known.trim_end_matches('s').eq_ignore_ascii_case(unknown)
+                        })
                         .map(|known| format!(" (did you mean `{known}`?)"))
                         .unwrap_or_default();
                     return Err(PolicyError::new(
@@ -131,24 +146,34 @@ fn strings(value: &Value, file: &str, key: &str) -> Result<Vec<String>, PolicyEr
 
 fn tools(value: &Value, file: &str) -> Result<Vec<(String, Kind, Option<String>)>, PolicyError> {
     let Value::Object(object) = value else {
-        return Err(PolicyError::new(file, "tools", "expected an object keyed by tool name"));
+        return Err(PolicyError::new(
+            file,
+            "tools",
+            "expected an object keyed by tool name",
+        ));
     };
     let mut out = Vec::new();
     for (name, spec) in object {
         let key = format!("tools.{name}");
         let Value::Object(spec) = spec else {
-            return Err(PolicyError::new(file, &key, "expected an object such as {\"kind\": \"search\"}"));
+            return Err(PolicyError::new(
+                file,
+                &key,
+                "expected an object such as {\"kind\": \"search\"}",
+            ));
         };
-        let kind_name = spec
-            .get("kind")
-            .and_then(Value::as_str)
-            .ok_or_else(|| PolicyError::new(file, &format!("{key}.kind"), "expected a kind name"))?;
+        let kind_name = spec.get("kind").and_then(Value::as_str).ok_or_else(|| {
+            PolicyError::new(file, &format!("{key}.kind"), "expected a kind name")
+        })?;
         let kind = Kind::parse(kind_name).ok_or_else(|| {
             let names: Vec<&str> = Kind::ALL.iter().map(|kind| kind.as_str()).collect();
             PolicyError::new(
                 file,
                 &format!("{key}.kind"),
-                &format!("unknown kind `{kind_name}` (expected one of {})", names.join(", ")),
+                &format!(
+                    "unknown kind `{kind_name}` (expected one of {})",
+                    names.join(", ")
+                ),
             )
         })?;
         let permission = match spec.get("permission") {
@@ -195,8 +220,12 @@ pub struct Sources {
 }
 
 /// The default for `alwaysAvailableTools`.
-pub const DEFAULT_ALWAYS_AVAILABLE: &[&str] =
-    &["exit_plan_mode", "attempt_completion", "TodoWrite", "todowrite"];
+pub const DEFAULT_ALWAYS_AVAILABLE: &[&str] = &[
+    "exit_plan_mode",
+    "attempt_completion",
+    "TodoWrite",
+    "todowrite",
+];
 
 /// The default for `--ask-timeout`.
 pub const DEFAULT_ASK_TIMEOUT_SECONDS: u64 = 300;
@@ -253,7 +282,13 @@ impl Policy {
             override_origin = origin.clone();
         }
         let overrides = match &merged {
-            Some(value) => Ruleset::parse(value, &override_origin, "permission", &override_origin, home)?,
+            Some(value) => Ruleset::parse(
+                value,
+                &override_origin,
+                "permission",
+                &override_origin,
+                home,
+            )?,
             None => Ruleset::default(),
         };
 
@@ -268,11 +303,18 @@ impl Policy {
             .unwrap_or(DEFAULT_ASK_TIMEOUT_SECONDS);
         let always_available = policy_file
             .and_then(|policy| policy.always_available_tools.clone())
-            .unwrap_or_else(|| DEFAULT_ALWAYS_AVAILABLE.iter().map(|s| s.to_string()).collect());
+            .unwrap_or_else(|| {
+                DEFAULT_ALWAYS_AVAILABLE
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect()
+            });
         let shell = toolgate_shell::Options {
             project_root: sources.project_root.clone(),
             cwd: None,
-            trust_git_config: policy_file.and_then(|policy| policy.trust_git_config).unwrap_or(true),
+            trust_git_config: policy_file
+                .and_then(|policy| policy.trust_git_config)
+                .unwrap_or(true),
             extra_read_only,
         };
         Ok((

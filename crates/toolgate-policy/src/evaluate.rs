@@ -54,7 +54,9 @@ impl Policy {
         };
         let subject = match extract(&spec, call.input) {
             Ok(subject) => subject,
-            Err(reason) => return invalid(format!("the `{}` call is unusable: {reason}", call.tool)),
+            Err(reason) => {
+                return invalid(format!("the `{}` call is unusable: {reason}", call.tool))
+            }
         };
         let base = match call.cwd {
             Some(cwd) => normalize(cwd, &self.project_root, self.home.as_deref()),
@@ -190,8 +192,19 @@ impl Policy {
             }
         }
 
-        let outcomes: Vec<Outcome> = checks.iter().map(|check| self.judge(check, context)).collect();
-        combine(checks, outcomes, &spec.permission, spec.kind, mode, title, plan)
+        let outcomes: Vec<Outcome> = checks
+            .iter()
+            .map(|check| self.judge(check, context))
+            .collect();
+        combine(
+            checks,
+            outcomes,
+            &spec.permission,
+            spec.kind,
+            mode,
+            title,
+            plan,
+        )
     }
 
     /// The answer for one check; see the module documentation for the order.
@@ -231,15 +244,16 @@ impl Policy {
             return Outcome {
                 action: Action::Deny,
                 source: Source::Mode,
-                reason: format!("readonly mode never asks, so what would ask is denied: {}", outcome.reason),
+                reason: format!(
+                    "readonly mode never asks, so what would ask is denied: {}",
+                    outcome.reason
+                ),
                 rule: outcome.rule,
             };
         }
-        if context
-            .approvals
-            .iter()
-            .any(|(permission, subject)| *permission == check.permission && *subject == check.subject)
-        {
+        if context.approvals.iter().any(|(permission, subject)| {
+            *permission == check.permission && *subject == check.subject
+        }) {
             return Outcome {
                 action: Action::Allow,
                 source: Source::User,
@@ -361,8 +375,12 @@ fn kind_reason(mode: Mode, kind: Kind, action: Action, tool: &str, plan_allowed:
 
 fn shell_reason(mode: Mode, action: Action, refusal: &str) -> String {
     match action {
-        Action::Allow => format!("{mode} mode allows shell commands that are not read-only ({refusal})"),
-        Action::Ask => format!("{mode} mode asks before shell commands that are not read-only: {refusal}"),
+        Action::Allow => {
+            format!("{mode} mode allows shell commands that are not read-only ({refusal})")
+        }
+        Action::Ask => {
+            format!("{mode} mode asks before shell commands that are not read-only: {refusal}")
+        }
         Action::Deny => format!("{mode} mode allows only read-only shell commands: {refusal}"),
     }
 }
@@ -378,7 +396,11 @@ fn combine(
     title: String,
     plan: Option<String>,
 ) -> Evaluation {
-    let strictest = outcomes.iter().map(|o| o.action).max().unwrap_or(Action::Deny);
+    let strictest = outcomes
+        .iter()
+        .map(|o| o.action)
+        .max()
+        .unwrap_or(Action::Deny);
     let evaluation = |outcome: Outcome, question: Option<Question>| Evaluation {
         action: outcome.action,
         source: outcome.source,
@@ -439,7 +461,8 @@ fn combine(
                 "external_directory" | "doom_loop" => check.subject.clone(),
                 _ => title,
             };
-            let is_plan = kind == Kind::ExitPlan && mode == Mode::Plan && asked_permission == permission;
+            let is_plan =
+                kind == Kind::ExitPlan && mode == Mode::Plan && asked_permission == permission;
             if is_plan {
                 // A plan approval grants nothing: `always` switches the mode instead.
                 patterns.clear();
@@ -452,7 +475,11 @@ fn combine(
                 always,
                 grant_permissions,
                 title,
-                plan: if is_plan { plan.or(Some(String::new())) } else { None },
+                plan: if is_plan {
+                    plan.or(Some(String::new()))
+                } else {
+                    None
+                },
                 reason: outcome.reason.clone(),
             };
             evaluation(outcome, Some(question))

@@ -45,7 +45,9 @@ use std::path::PathBuf;
 
 use serde_json::{Map, Value};
 
-pub use config::{parse_override, PolicyFile, Sources, DEFAULT_ALWAYS_AVAILABLE, DEFAULT_ASK_TIMEOUT_SECONDS};
+pub use config::{
+    parse_override, PolicyFile, Sources, DEFAULT_ALWAYS_AVAILABLE, DEFAULT_ASK_TIMEOUT_SECONDS,
+};
 pub use error::PolicyError;
 pub use grants::{Grant, Grants};
 pub use mode::{mode_answer, Action, Kind, Mode, UnknownMode};

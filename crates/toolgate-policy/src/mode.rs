@@ -20,7 +20,13 @@ pub enum Mode {
 
 impl Mode {
     /// Every mode, loosest first.
-    pub const ALL: [Mode; 5] = [Mode::Auto, Mode::AutoEdit, Mode::Ask, Mode::Plan, Mode::ReadOnly];
+    pub const ALL: [Mode; 5] = [
+        Mode::Auto,
+        Mode::AutoEdit,
+        Mode::Ask,
+        Mode::Plan,
+        Mode::ReadOnly,
+    ];
 
     /// The canonical name.
     pub fn as_str(self) -> &'static str {

@@ -27,8 +27,13 @@ pub fn reminder(policy: &Policy, mode: Mode) -> String {
                 Action::Allow => available.push(noun.to_string()),
                 Action::Ask => asks.push(noun.to_string()),
                 Action::Deny => {
-                    if kind == Kind::Other && mode == Mode::Plan && !policy.plan_allowed.is_empty() {
-                        let listed: Vec<&str> = policy.plan_allowed.iter().map(|tool| tool.as_str()).collect();
+                    if kind == Kind::Other && mode == Mode::Plan && !policy.plan_allowed.is_empty()
+                    {
+                        let listed: Vec<&str> = policy
+                            .plan_allowed
+                            .iter()
+                            .map(|tool| tool.as_str())
+                            .collect();
                         available.push(format!("these tools: {}", listed.join(", ")));
                         unavailable.push("other and MCP tools not listed there".to_string());
                     } else {

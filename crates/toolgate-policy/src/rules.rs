@@ -77,7 +77,11 @@ impl Ruleset {
                 for (permission, value) in object {
                     let here = format!("{key}.{}", quote_key(permission));
                     if permission.is_empty() {
-                        return Err(PolicyError::new(file, &here, "a permission name must not be empty"));
+                        return Err(PolicyError::new(
+                            file,
+                            &here,
+                            "a permission name must not be empty",
+                        ));
                     }
                     match value {
                         Value::String(action) => rules.push(Rule {
@@ -214,12 +218,22 @@ mod tests {
     use serde_json::json;
 
     fn check(config: Value, permission: &str, subject: &str, expected: Option<&str>) {
-        let rules =
-            Ruleset::parse(&config, "policy.json", "permission", "policy.json", Some(Path::new("/home/me")))
-                .unwrap();
-        let actual = rules
-            .last_match(permission, subject)
-            .map(|rule| format!("{} {} {}", rule.permission.as_str(), rule.pattern.as_str(), rule.action.as_str()));
+        let rules = Ruleset::parse(
+            &config,
+            "policy.json",
+            "permission",
+            "policy.json",
+            Some(Path::new("/home/me")),
+        )
+        .unwrap();
+        let actual = rules.last_match(permission, subject).map(|rule| {
+            format!(
+                "{} {} {}",
+                rule.permission.as_str(),
+                rule.pattern.as_str(),
+                rule.action.as_str()
+            )
+        });
         assert_eq!(actual.as_deref(), expected, "{permission} {subject}");
     }
 
@@ -240,9 +254,21 @@ mod tests {
             ("read", "src/.env", Some("read *.env deny")),
             ("read", "src/main.rs", Some("read * allow")),
             ("webfetch", "https://x", Some("* * ask")),
-            ("mcp__github__get_issue", "*", Some("mcp__github__* * allow")),
-            ("external_directory", "/home/me/scratch/a", Some("external_directory /home/me/scratch/* allow")),
-            ("external_directory", "/etc/passwd", Some("external_directory * ask")),
+            (
+                "mcp__github__get_issue",
+                "*",
+                Some("mcp__github__* * allow"),
+            ),
+            (
+                "external_directory",
+                "/home/me/scratch/a",
+                Some("external_directory /home/me/scratch/* allow"),
+            ),
+            (
+                "external_directory",
+                "/etc/passwd",
+                Some("external_directory * ask"),
+            ),
         ];
         for (permission, subject, expected) in cases {
             check(config.clone(), permission, subject, expected);
@@ -262,7 +288,8 @@ mod tests {
             (json!("maybe"), "policy.json: permission: unknown action `maybe` (expected allow, ask or deny)"),
         ];
         for (config, expected) in cases {
-            let err = Ruleset::parse(&config, "policy.json", "permission", "policy.json", None).unwrap_err();
+            let err = Ruleset::parse(&config, "policy.json", "permission", "policy.json", None)
+                .unwrap_err();
             assert_eq!(err.to_string(), expected);
         }
     }

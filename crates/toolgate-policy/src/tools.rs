@@ -60,7 +60,12 @@ const BUILTIN: &[(&str, &str, Kind, SubjectField)] = &[
     ("WebSearch", "websearch", Kind::Fetch, SubjectField::Url),
     ("Task", "task", Kind::Task, SubjectField::Agent),
     ("TodoWrite", "todowrite", Kind::Think, SubjectField::None),
-    ("ExitPlanMode", "exit_plan_mode", Kind::ExitPlan, SubjectField::Plan),
+    (
+        "ExitPlanMode",
+        "exit_plan_mode",
+        Kind::ExitPlan,
+        SubjectField::Plan,
+    ),
     // OpenCode
     ("read", "read", Kind::Read, SubjectField::Path),
     ("edit", "edit", Kind::Edit, SubjectField::Path),
@@ -87,14 +92,34 @@ const BUILTIN: &[(&str, &str, Kind, SubjectField)] = &[
     ("read_many_files", "read", Kind::Read, SubjectField::Paths),
     ("write_file", "edit", Kind::Edit, SubjectField::Path),
     ("replace", "edit", Kind::Edit, SubjectField::Path),
-    ("run_shell_command", "bash", Kind::Shell, SubjectField::Shell),
-    ("search_file_content", "grep", Kind::Search, SubjectField::Search),
+    (
+        "run_shell_command",
+        "bash",
+        Kind::Shell,
+        SubjectField::Shell,
+    ),
+    (
+        "search_file_content",
+        "grep",
+        Kind::Search,
+        SubjectField::Search,
+    ),
     ("list_directory", "list", Kind::List, SubjectField::Path),
     ("web_fetch", "webfetch", Kind::Fetch, SubjectField::Url),
-    ("google_web_search", "websearch", Kind::Fetch, SubjectField::Url),
+    (
+        "google_web_search",
+        "websearch",
+        Kind::Fetch,
+        SubjectField::Url,
+    ),
     // save_memory appends to a memory file outside the project: a writer.
     ("save_memory", "save_memory", Kind::Edit, SubjectField::None),
-    ("exit_plan_mode", "exit_plan_mode", Kind::ExitPlan, SubjectField::Plan),
+    (
+        "exit_plan_mode",
+        "exit_plan_mode",
+        Kind::ExitPlan,
+        SubjectField::Plan,
+    ),
 ];
 
 /// Maps tool names to [`ToolSpec`]s: the built-in table plus the policy's `tools`.
@@ -418,7 +443,10 @@ mod tests {
         registry.declare("Bash", Kind::Execute, Some("deploy"));
         assert_eq!(registry.lookup("my_search").kind, Kind::Search);
         let bash = registry.lookup("Bash");
-        assert_eq!((bash.kind, bash.permission.as_str()), (Kind::Execute, "deploy"));
+        assert_eq!(
+            (bash.kind, bash.permission.as_str()),
+            (Kind::Execute, "deploy")
+        );
         assert_eq!(
             registry.permissions_of_kind(Kind::Fetch),
             vec!["webfetch".to_string(), "websearch".to_string()]

@@ -71,7 +71,10 @@ pub fn decode(line: &[u8]) -> Result<ClientFrame, DecodeError> {
     let line = line.strip_suffix(b"\r").unwrap_or(line);
     let text = std::str::from_utf8(line).map_err(|err| DecodeError {
         code: ErrorCode::InvalidUtf8,
-        message: format!("the line is not UTF-8 (invalid byte at offset {})", err.valid_up_to()),
+        message: format!(
+            "the line is not UTF-8 (invalid byte at offset {})",
+            err.valid_up_to()
+        ),
         call_id: None,
         session_id: DEFAULT_SESSION.to_string(),
         tool_call: false,
@@ -108,7 +111,10 @@ fn explain_unreadable(text: &str, err: &serde_json::Error) -> DecodeError {
         };
     };
     // JSON, an object, and still not an envelope: a field appears twice.
-    let call_id = object.get("callID").and_then(Value::as_str).map(str::to_string);
+    let call_id = object
+        .get("callID")
+        .and_then(Value::as_str)
+        .map(str::to_string);
     let tool_call = object.get("type").and_then(Value::as_str) == Some("tool_call");
     DecodeError {
         code: ErrorCode::InvalidFrame,
@@ -129,7 +135,9 @@ impl Envelope {
                     format!("`type` must be a string, not {}", type_name(other)),
                 ))
             }
-            None => return Err(self.error(ErrorCode::InvalidFrame, "the frame has no `type`".into())),
+            None => {
+                return Err(self.error(ErrorCode::InvalidFrame, "the frame has no `type`".into()))
+            }
         };
         match kind {
             "tool_call" => self.tool_call(),
@@ -218,7 +226,10 @@ impl Envelope {
             None => None,
             Some(Value::String(cwd)) => Some(cwd.clone()),
             Some(other) => {
-                return Err(invalid(format!("`cwd` must be a string, not {}", type_name(other))))
+                return Err(invalid(format!(
+                    "`cwd` must be a string, not {}",
+                    type_name(other)
+                )))
             }
         };
         Ok(ClientFrame::ToolCall(ToolCall {
@@ -321,7 +332,10 @@ impl Envelope {
                     .map(Some),
                 Some(other) => Err(self.error(
                     ErrorCode::InvalidFrame,
-                    format!("`permissions.{key}` must be an array, not {}", type_name(other)),
+                    format!(
+                        "`permissions.{key}` must be an array, not {}",
+                        type_name(other)
+                    ),
                 )),
             }
         };
@@ -362,7 +376,10 @@ impl Envelope {
             Some(Value::String(value)) => Ok(Some(value.clone())),
             Some(other) => Err(self.error(
                 ErrorCode::InvalidFrame,
-                format!("`{name}` of {frame} must be a string, not {}", type_name(other)),
+                format!(
+                    "`{name}` of {frame} must be a string, not {}",
+                    type_name(other)
+                ),
             )),
         }
     }
@@ -371,7 +388,11 @@ impl Envelope {
         DecodeError {
             code,
             message,
-            call_id: self.call_id.as_ref().and_then(Value::as_str).map(str::to_string),
+            call_id: self
+                .call_id
+                .as_ref()
+                .and_then(Value::as_str)
+                .map(str::to_string),
             session_id: session_of(self.session_id.as_ref()),
             tool_call: self.kind.as_ref().and_then(Value::as_str) == Some("tool_call"),
         }

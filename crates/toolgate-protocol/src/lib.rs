@@ -82,7 +82,11 @@ pub struct ToolCall {
     pub input: Map<String, Value>,
     /// An untrusted claim (an MCP annotation) that the tool only reads. It never
     /// admits a tool on its own.
-    #[serde(rename = "readOnlyHint", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "readOnlyHint",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub read_only_hint: Option<bool>,
     /// The directory the call runs in (absolute); the project root when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -145,16 +149,32 @@ pub struct SessionStart {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ScopeSpec {
     /// Tools the session may use at all (absent: no limit).
-    #[serde(rename = "allowedTools", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "allowedTools",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub allowed_tools: Option<Vec<String>>,
     /// Tools the session may never use.
-    #[serde(rename = "deniedTools", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "deniedTools",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub denied_tools: Option<Vec<String>>,
     /// Globs every file path must match.
-    #[serde(rename = "filePatterns", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "filePatterns",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub file_patterns: Option<Vec<String>>,
     /// Globs every simple shell command must match.
-    #[serde(rename = "commandPatterns", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "commandPatterns",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub command_patterns: Option<Vec<String>>,
 }
 
@@ -402,7 +422,11 @@ pub struct SessionStarted {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct EffectiveScope {
     /// Tools allowed at all (absent: no limit).
-    #[serde(rename = "allowedTools", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "allowedTools",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub allowed_tools: Option<Vec<String>>,
     /// Tools never allowed.
     #[serde(rename = "deniedTools", default)]
@@ -473,7 +497,11 @@ pub struct ErrorFrame {
     #[serde(rename = "callID", default, skip_serializing_if = "Option::is_none")]
     pub call_id: Option<String>,
     /// The permission request concerned, when one could be read.
-    #[serde(rename = "permissionID", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "permissionID",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub permission_id: Option<String>,
     /// The 1-based input line.
     #[serde(default, skip_serializing_if = "Option::is_none")]

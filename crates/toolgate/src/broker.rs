@@ -3,9 +3,9 @@
 //! and the current time, and it appends the frames to write to an output list.
 //! One broker can therefore serve stdio, a socket or a replay alike.
 
+use std::cmp::Reverse;
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet, VecDeque};
-use std::cmp::Reverse;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
@@ -167,7 +167,10 @@ impl Broker {
     fn reject_line(&mut self, err: DecodeError, number: u64, out: &mut Vec<ServerFrame>) {
         match (&err.call_id, err.tool_call) {
             (Some(call_id), true) => {
-                if self.live.contains_key(&(err.session_id.clone(), call_id.clone())) {
+                if self
+                    .live
+                    .contains_key(&(err.session_id.clone(), call_id.clone()))
+                {
                     out.push(duplicate(call_id, &err.session_id, number));
                     return;
                 }
@@ -203,7 +206,9 @@ impl Broker {
                     text: toolgate_policy::reminder(&self.policy, mode),
                 }));
             }
-            ClientFrame::ListGrants(list) => out.push(self.grants_frame(list.session_id.as_deref())),
+            ClientFrame::ListGrants(list) => {
+                out.push(self.grants_frame(list.session_id.as_deref()))
+            }
             ClientFrame::RevokeGrant(revoke) => {
                 let removed = self
                     .sessions
@@ -309,7 +314,13 @@ impl Broker {
     }
 
     /// Act on an evaluation: decide the call, or ask (registering it as pending).
-    fn settle(&mut self, mut pending: Pending, evaluation: Evaluation, mode: Mode, out: &mut Vec<ServerFrame>) {
+    fn settle(
+        &mut self,
+        mut pending: Pending,
+        evaluation: Evaluation,
+        mode: Mode,
+        out: &mut Vec<ServerFrame>,
+    ) {
         match (evaluation.action, evaluation.question) {
             (Action::Ask, Some(question)) if self.config.on_ask == OnAsk::Wait => {
                 let permission_id = self.ids.permission_id();
@@ -322,7 +333,8 @@ impl Broker {
                     timeout => Some(self.clock.monotonic_ms().saturating_add(timeout)),
                 };
                 if let Some(deadline) = pending.deadline {
-                    self.deadlines.push(Reverse((deadline, permission_id.clone())));
+                    self.deadlines
+                        .push(Reverse((deadline, permission_id.clone())));
                 }
                 out.push(ServerFrame::PermissionRequest(convert::request(
                     &permission_id,
@@ -380,13 +392,24 @@ impl Broker {
         }
     }
 
-    fn response(&mut self, response: wire::PermissionResponse, number: u64, out: &mut Vec<ServerFrame>) {
+    fn response(
+        &mut self,
+        response: wire::PermissionResponse,
+        number: u64,
+        out: &mut Vec<ServerFrame>,
+    ) {
         let id = response.permission_id;
         let Some(mut pending) = self.take_pending(&id) else {
             let (code, message) = if self.resolved.contains(&id) {
-                (ErrorCode::AlreadyResolved, format!("the request `{id}` was already answered or ended"))
+                (
+                    ErrorCode::AlreadyResolved,
+                    format!("the request `{id}` was already answered or ended"),
+                )
             } else {
-                (ErrorCode::UnknownPermission, format!("no request has the id `{id}`"))
+                (
+                    ErrorCode::UnknownPermission,
+                    format!("no request has the id `{id}`"),
+                )
             };
             out.push(ServerFrame::Error(wire::ErrorFrame {
                 code,
@@ -436,7 +459,9 @@ impl Broker {
                     call_id: pending.call_id.clone(),
                     decision: wire::Verdict::Allow,
                     source: wire::Source::User,
-                    reason: format!("the user approved the plan ({answer}); the session is now in {mode} mode"),
+                    reason: format!(
+                        "the user approved the plan ({answer}); the session is now in {mode} mode"
+                    ),
                     rule: None,
                     message: response.message,
                     reminder: None,
@@ -457,7 +482,11 @@ impl Broker {
                 let session_id = pending.session_id.clone();
                 self.reevaluate(pending, out);
                 if always {
-                    self.revisit_session(&session_id, &format!("an `always` answer to {id} covers it"), out);
+                    self.revisit_session(
+                        &session_id,
+                        &format!("an `always` answer to {id} covers it"),
+                        out,
+                    );
                 }
             }
         }
@@ -548,7 +577,12 @@ impl Broker {
         let mode: Mode = match set.mode.parse() {
             Ok(mode) => mode,
             Err(err) => {
-                out.push(error(ErrorCode::InvalidMode, err.to_string(), None, Some(number)));
+                out.push(error(
+                    ErrorCode::InvalidMode,
+                    err.to_string(),
+                    None,
+                    Some(number),
+                ));
                 return;
             }
         };
@@ -570,11 +604,20 @@ impl Broker {
             reminder: Some(toolgate_policy::reminder(&self.policy, mode)),
         }));
         if previous != mode {
-            self.revisit_session(session_id, &format!("the session's mode changed to {mode}"), out);
+            self.revisit_session(
+                session_id,
+                &format!("the session's mode changed to {mode}"),
+                out,
+            );
         }
     }
 
-    fn session_start(&mut self, start: wire::SessionStart, number: u64, out: &mut Vec<ServerFrame>) {
+    fn session_start(
+        &mut self,
+        start: wire::SessionStart,
+        number: u64,
+        out: &mut Vec<ServerFrame>,
+    ) {
         // Scopes narrow what a session may do; until they are enforced, a
         // session_start that asks for one is refused rather than ignored.
         if start.parent_id.is_some() || start.permissions.is_some() {
@@ -590,7 +633,12 @@ impl Broker {
             None => self.policy.default_mode,
             Some(Ok(mode)) => mode,
             Some(Err(err)) => {
-                out.push(error(ErrorCode::InvalidMode, err.to_string(), None, Some(number)));
+                out.push(error(
+                    ErrorCode::InvalidMode,
+                    err.to_string(),
+                    None,
+                    Some(number),
+                ));
                 return;
             }
         };
@@ -657,7 +705,13 @@ impl Broker {
 
     /// End a pending ask other than by its own response: `permission_resolved`,
     /// then the call's `deny`.
-    fn end_ask(&mut self, id: &str, source: wire::Source, reason: String, out: &mut Vec<ServerFrame>) {
+    fn end_ask(
+        &mut self,
+        id: &str,
+        source: wire::Source,
+        reason: String,
+        out: &mut Vec<ServerFrame>,
+    ) {
         let Some(pending) = self.take_pending(id) else {
             return;
         };
@@ -764,7 +818,12 @@ fn placeholder_question() -> Question {
     }
 }
 
-fn error(code: ErrorCode, message: String, call_id: Option<String>, line: Option<u64>) -> ServerFrame {
+fn error(
+    code: ErrorCode,
+    message: String,
+    call_id: Option<String>,
+    line: Option<u64>,
+) -> ServerFrame {
     ServerFrame::Error(wire::ErrorFrame {
         code,
         message,
@@ -777,7 +836,9 @@ fn error(code: ErrorCode, message: String, call_id: Option<String>, line: Option
 fn duplicate(call_id: &str, session_id: &str, number: u64) -> ServerFrame {
     error(
         ErrorCode::DuplicateCall,
-        format!("a call `{call_id}` is already pending in session `{session_id}`; this one is ignored"),
+        format!(
+            "a call `{call_id}` is already pending in session `{session_id}`; this one is ignored"
+        ),
         Some(call_id.to_string()),
         Some(number),
     )

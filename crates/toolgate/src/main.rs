@@ -110,7 +110,9 @@ fn serve(args: ServeArgs) -> ExitCode {
         mode: args.mode,
         policy: args.policy,
         permission: args.permission,
-        permission_env: std::env::var("TOOLGATE_PERMISSION").ok().filter(|v| !v.trim().is_empty()),
+        permission_env: std::env::var("TOOLGATE_PERMISSION")
+            .ok()
+            .filter(|v| !v.trim().is_empty()),
         project_root: args.project_root,
         ask_timeout: args.ask_timeout,
         cwd: std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
@@ -148,7 +150,10 @@ fn serve(args: ServeArgs) -> ExitCode {
         Box::new(SystemClock::new()),
         Box::new(UuidIds),
     );
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(err) => {
             eprintln!("toolgate: cannot start the runtime: {err}");

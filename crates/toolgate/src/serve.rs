@@ -25,7 +25,10 @@ const BATCH: usize = 256;
 
 /// Read one line of at most `max` bytes. Returns `None` at end of input. A
 /// longer line is consumed and discarded chunk by chunk, never held whole.
-pub async fn read_line<R: AsyncBufRead + Unpin>(reader: &mut R, max: usize) -> io::Result<Option<Line>> {
+pub async fn read_line<R: AsyncBufRead + Unpin>(
+    reader: &mut R,
+    max: usize,
+) -> io::Result<Option<Line>> {
     let mut line: Vec<u8> = Vec::new();
     let mut too_large = false;
     loop {
@@ -53,14 +56,23 @@ pub async fn read_line<R: AsyncBufRead + Unpin>(reader: &mut R, max: usize) -> i
         let consumed = done.unwrap_or(available.len());
         reader.consume(consumed);
         if done.is_some() {
-            return Ok(Some(if too_large { Line::TooLarge } else { Line::Data(line) }));
+            return Ok(Some(if too_large {
+                Line::TooLarge
+            } else {
+                Line::Data(line)
+            }));
         }
     }
 }
 
 /// Serve one client: write `ready`, then answer frames until end of input or
 /// `shutdown`; deny what is still pending, flush, return.
-pub async fn run<R, W>(reader: R, writer: W, mut broker: Broker, max_frame_bytes: usize) -> io::Result<()>
+pub async fn run<R, W>(
+    reader: R,
+    writer: W,
+    mut broker: Broker,
+    max_frame_bytes: usize,
+) -> io::Result<()>
 where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
@@ -161,7 +173,10 @@ async fn send(out: &mpsc::Sender<Vec<u8>>, frames: &mut Vec<ServerFrame>) {
 
 /// The only code that writes to the output. Flushes whenever no more output
 /// is queued, so a lone answer goes out at once and a flood is batched.
-async fn write_frames<W: AsyncWrite + Unpin>(mut writer: W, mut rx: mpsc::Receiver<Vec<u8>>) -> io::Result<()> {
+async fn write_frames<W: AsyncWrite + Unpin>(
+    mut writer: W,
+    mut rx: mpsc::Receiver<Vec<u8>>,
+) -> io::Result<()> {
     while let Some(bytes) = rx.recv().await {
         writer.write_all(&bytes).await?;
         while let Ok(bytes) = rx.try_recv() {

@@ -49,8 +49,9 @@ pub fn load(settings: &Settings) -> Result<(Policy, Vec<String>), PolicyError> {
     let file = match &file_path {
         Some(path) => {
             let name = path.to_string_lossy().into_owned();
-            let text = std::fs::read_to_string(path)
-                .map_err(|err| PolicyError::new(&name, "", &format!("cannot read the policy file: {err}")))?;
+            let text = std::fs::read_to_string(path).map_err(|err| {
+                PolicyError::new(&name, "", &format!("cannot read the policy file: {err}"))
+            })?;
             Some((name.clone(), PolicyFile::parse(&text, &name)?))
         }
         None => None,
@@ -69,10 +70,16 @@ pub fn load(settings: &Settings) -> Result<(Policy, Vec<String>), PolicyError> {
 
     let mut overrides = Vec::new();
     if let Some(text) = &settings.permission_env {
-        overrides.push(("TOOLGATE_PERMISSION".to_string(), parse_override(text, "TOOLGATE_PERMISSION")?));
+        overrides.push((
+            "TOOLGATE_PERMISSION".to_string(),
+            parse_override(text, "TOOLGATE_PERMISSION")?,
+        ));
     }
     if let Some(text) = &settings.permission {
-        overrides.push(("--permission".to_string(), parse_override(text, "--permission")?));
+        overrides.push((
+            "--permission".to_string(),
+            parse_override(text, "--permission")?,
+        ));
     }
     Policy::build(Sources {
         project_root,

@@ -42,23 +42,86 @@ fn transcripts() {
         })
         .collect();
     names.sort();
-    assert!(names.len() >= 10, "expected the transcript suite in {}", dir.display());
+    assert!(
+        names.len() >= 10,
+        "expected the transcript suite in {}",
+        dir.display()
+    );
     let filter = std::env::var("TRANSCRIPT").ok();
     let update = std::env::var("UPDATE_EXPECT").is_ok_and(|v| v == "1");
     let mut failures = Vec::new();
     for name in &names {
-        if filter.as_deref().is_some_and(|filter| !name.contains(filter)) {
+        if filter
+            .as_deref()
+            .is_some_and(|filter| !name.contains(filter))
+        {
             continue;
         }
         if let Err(message) = run_transcript(&dir, name, update) {
             failures.push(format!("--- {name}\n{message}"));
         }
     }
-    assert!(failures.is_empty(), "{} transcript(s) failed:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} transcript(s) failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
 
 fn run_transcript(dir: &Path, name: &str, update: bool) -> Result<(), String> {
     let input = std::fs::read_to_string(dir.join(format!("{name}.in.jsonl"))).unwrap();
+    let (actual, mut problems) = run_input(name, &input);
+    let expected_path = dir.join(format!("{name}.out.jsonl"));
+    if update {
+        std::fs::write(&expected_path, &actual).unwrap();
+    } else {
+        let expected = std::fs::read_to_string(&expected_path).unwrap_or_default();
+        if expected != actual {
+            problems.push(diff(&expected, &actual));
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("\n"))
+    }
+}
+
+/// The example session in protocol.md is replayed and must match the output shown there.
+#[test]
+fn protocol_md_example_is_real() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../protocol.md");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let block = |tag: &str| -> (usize, usize) {
+        let open = format!("```jsonl {tag}\n");
+        let start = text
+            .find(&open)
+            .unwrap_or_else(|| panic!("protocol.md has no {tag} block"))
+            + open.len();
+        let end = start + text[start..].find("```").unwrap();
+        (start, end)
+    };
+    let (in_start, in_end) = block("example-in");
+    let input = format!("# args: --mode plan\n{}", &text[in_start..in_end]);
+    let (actual, problems) = run_input("protocol-example", &input);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    let (out_start, out_end) = block("example-out");
+    if std::env::var("UPDATE_EXPECT").is_ok_and(|v| v == "1") {
+        let mut updated = text.clone();
+        updated.replace_range(out_start..out_end, &actual);
+        std::fs::write(&path, updated).unwrap();
+        return;
+    }
+    assert!(
+        text[out_start..out_end] == actual,
+        "protocol.md's example output is stale (UPDATE_EXPECT=1 to rewrite):\n{}",
+        diff(&text[out_start..out_end], &actual)
+    );
+}
+
+/// Run one transcript's input through the binary: the normalised output and any problems.
+fn run_input(name: &str, input: &str) -> (String, Vec<String>) {
     let root = support::project_dir(name);
     let mut args: Vec<String> = Vec::new();
     let mut env: Vec<(String, String)> = Vec::new();
@@ -110,7 +173,9 @@ fn run_transcript(dir: &Path, name: &str, update: bool) -> Result<(), String> {
     let (status, lines, stderr) = broker.finish();
     let mut problems = Vec::new();
     if status.code() != Some(expected_exit) {
-        problems.push(format!("exit status {status}, expected {expected_exit}; stderr:\n{stderr}"));
+        problems.push(format!(
+            "exit status {status}, expected {expected_exit}; stderr:\n{stderr}"
+        ));
     }
     for piece in &expected_stderr {
         if !stderr.contains(piece.as_str()) {
@@ -121,21 +186,8 @@ fn run_transcript(dir: &Path, name: &str, update: bool) -> Result<(), String> {
         problems.extend(check_invariants(&lines, sent_calls));
     }
     let actual = normalise(&lines, &root);
-    let expected_path = dir.join(format!("{name}.out.jsonl"));
-    if update {
-        std::fs::write(&expected_path, &actual).unwrap();
-    } else {
-        let expected = std::fs::read_to_string(&expected_path).unwrap_or_default();
-        if expected != actual {
-            problems.push(diff(&expected, &actual));
-        }
-    }
     let _ = std::fs::remove_dir_all(&root);
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(problems.join("\n"))
-    }
+    (actual, problems)
 }
 
 /// A tool_call whose callID can be read is owed exactly one decision.
@@ -166,7 +218,11 @@ fn check_invariants(lines: &[String], sent_calls: usize) -> Vec<String> {
                 );
                 *decisions.entry(key).or_default() += 1;
             }
-            Some("error") if frame.get("code").and_then(Value::as_str) == Some("duplicate_call") => duplicates += 1,
+            Some("error")
+                if frame.get("code").and_then(Value::as_str) == Some("duplicate_call") =>
+            {
+                duplicates += 1
+            }
             Some(_) => {}
             None => problems.push(format!("frame without type: {line}")),
         }
@@ -190,7 +246,10 @@ fn substitute(broker: &support::Broker, line: &str) -> String {
         let mut rest = line.as_str();
         while let Some(at) = rest.find(&quoted) {
             let start = at + quoted.len();
-            let digits: String = rest[start..].chars().take_while(char::is_ascii_digit).collect();
+            let digits: String = rest[start..]
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
             let after = start + digits.len();
             if digits.is_empty() || !rest[after..].starts_with('"') {
                 out.push_str(&rest[..start]);
@@ -198,7 +257,9 @@ fn substitute(broker: &support::Broker, line: &str) -> String {
                 continue;
             }
             let n: usize = digits.parse().unwrap();
-            broker.wait_for(&format!("{prefix}{n}"), |lines| ids_in_order(lines, prefix).len() >= n);
+            broker.wait_for(&format!("{prefix}{n}"), |lines| {
+                ids_in_order(lines, prefix).len() >= n
+            });
             let id = ids_in_order(&broker.lines(), prefix)[n - 1].clone();
             out.push_str(&rest[..at + 1]);
             out.push_str(&id);
@@ -270,7 +331,11 @@ fn normalise(lines: &[String], root: &Path) -> String {
         }
         if let Some(at) = line.find("\"timestamp\":") {
             let start = at + "\"timestamp\":".len();
-            let end = start + line[start..].chars().take_while(char::is_ascii_digit).count();
+            let end = start
+                + line[start..]
+                    .chars()
+                    .take_while(char::is_ascii_digit)
+                    .count();
             line.replace_range(start..end, "0");
         }
         out.push_str(&line);

@@ -49,7 +49,8 @@ impl Broker {
         let mut child = command.spawn().expect("spawn toolgate");
         let stdout = child.stdout.take().unwrap();
         let stderr = child.stderr.take().unwrap();
-        let output: Arc<(Mutex<Vec<String>>, Condvar)> = Arc::new((Mutex::new(Vec::new()), Condvar::new()));
+        let output: Arc<(Mutex<Vec<String>>, Condvar)> =
+            Arc::new((Mutex::new(Vec::new()), Condvar::new()));
         let sink = output.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines() {
@@ -102,7 +103,10 @@ impl Broker {
         while !done(&guard) {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                panic!("timed out waiting for {what}; output so far:\n{}", guard.join("\n"));
+                panic!(
+                    "timed out waiting for {what}; output so far:\n{}",
+                    guard.join("\n")
+                );
             }
             guard = ready.wait_timeout(guard, left).unwrap().0;
         }
@@ -117,7 +121,10 @@ impl Broker {
     pub fn frames(&self) -> Vec<Value> {
         self.lines()
             .iter()
-            .map(|line| serde_json::from_str(line).unwrap_or_else(|err| panic!("stdout is not JSON ({err}): {line}")))
+            .map(|line| {
+                serde_json::from_str(line)
+                    .unwrap_or_else(|err| panic!("stdout is not JSON ({err}): {line}"))
+            })
             .collect()
     }
 
@@ -131,7 +138,10 @@ impl Broker {
             }
             if Instant::now() > deadline {
                 let _ = self.child.kill();
-                panic!("toolgate did not exit after end of input; output:\n{}", self.lines().join("\n"));
+                panic!(
+                    "toolgate did not exit after end of input; output:\n{}",
+                    self.lines().join("\n")
+                );
             }
             std::thread::sleep(Duration::from_millis(5));
         };
@@ -154,5 +164,8 @@ impl Broker {
 /// Count frames of a type.
 pub fn count_type(lines: &[String], kind: &str) -> usize {
     let needle = format!("{{\"type\":\"{kind}\"");
-    lines.iter().filter(|line| line.starts_with(&needle)).count()
+    lines
+        .iter()
+        .filter(|line| line.starts_with(&needle))
+        .count()
 }
