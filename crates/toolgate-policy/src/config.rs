@@ -317,8 +317,10 @@ impl Policy {
                 .unwrap_or(true),
             extra_read_only,
         };
+        let fetch_permissions = registry.permissions_of_kind(Kind::Fetch);
         Ok((
             Policy {
+                fetch_permissions,
                 default_mode: mode,
                 project_root: sources.project_root,
                 home: sources.home,

@@ -95,7 +95,7 @@ impl Policy {
                 mode_reason: kind_reason(mode, spec.kind, action, call.tool, plan_allowed),
                 always: always.to_string(),
                 grant_permissions: if spec.kind == Kind::Fetch {
-                    self.registry.permissions_of_kind(Kind::Fetch)
+                    self.fetch_permissions.clone()
                 } else {
                     vec![spec.permission.clone()]
                 },
@@ -106,16 +106,26 @@ impl Policy {
         let mut plan: Option<String> = None;
         match &subject {
             Subject::Shell(script) => {
-                let mut options = self.shell.clone();
-                options.cwd = Some(base.clone());
+                // The shell options only change when the call names its own directory.
+                let with_cwd;
+                let options = match call.cwd {
+                    None => &self.shell,
+                    Some(_) => {
+                        with_cwd = toolgate_shell::Options {
+                            cwd: Some(base.clone()),
+                            ..self.shell.clone()
+                        };
+                        &with_cwd
+                    }
+                };
                 let analysis = match script {
                     ShellInput::Text(text) => {
                         title = text.clone();
-                        toolgate_shell::analyze(toolgate_shell::Script::Text(text), &options)
+                        toolgate_shell::analyze(toolgate_shell::Script::Text(text), options)
                     }
                     ShellInput::Argv(argv) => {
                         title = argv.join(" ");
-                        toolgate_shell::analyze(toolgate_shell::Script::Argv(argv), &options)
+                        toolgate_shell::analyze(toolgate_shell::Script::Argv(argv), options)
                     }
                 };
                 if analysis.commands.is_empty() {

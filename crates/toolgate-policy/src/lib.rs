@@ -81,6 +81,8 @@ pub struct Policy {
     pub ask_timeout_seconds: u64,
     /// Options for shell analysis.
     pub shell: toolgate_shell::Options,
+    /// Every permission of the fetch kind: what an `always` on a fetch grants.
+    pub fetch_permissions: Vec<String>,
 }
 
 /// One tool call, as the policy sees it.

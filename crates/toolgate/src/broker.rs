@@ -4,9 +4,7 @@
 //! One broker can therefore serve stdio, a socket or a replay alike.
 
 use std::cmp::Reverse;
-use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet, VecDeque};
-use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
@@ -844,37 +842,63 @@ fn duplicate(call_id: &str, session_id: &str, number: u64) -> ServerFrame {
     )
 }
 
-/// A hash of the tool and its input, for spotting identical calls in a row.
+/// A hash of the tool and its input, for spotting identical calls in a row
+/// (FNV-1a over a canonical walk of the JSON; keys in the order sent).
 fn call_hash(tool: &str, input: &Map<String, Value>) -> u64 {
-    let mut hasher = DefaultHasher::new();
-    tool.hash(&mut hasher);
-    hash_map(input, &mut hasher);
-    hasher.finish()
+    let mut hash = Fnv(0xcbf2_9ce4_8422_2325);
+    hash.bytes(tool.as_bytes());
+    hash.map(input);
+    hash.0
 }
 
-fn hash_map(map: &Map<String, Value>, hasher: &mut DefaultHasher) {
-    map.len().hash(hasher);
-    for (key, value) in map {
-        key.hash(hasher);
-        hash_value(value, hasher);
-    }
-}
+struct Fnv(u64);
 
-fn hash_value(value: &Value, hasher: &mut DefaultHasher) {
-    match value {
-        Value::Null => 0u8.hash(hasher),
-        Value::Bool(b) => (1u8, b).hash(hasher),
-        Value::Number(n) => (2u8, n.to_string()).hash(hasher),
-        Value::String(s) => (3u8, s).hash(hasher),
-        Value::Array(items) => {
-            (4u8, items.len()).hash(hasher);
-            for item in items {
-                hash_value(item, hasher);
-            }
+impl Fnv {
+    fn bytes(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.0 ^= u64::from(byte);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
         }
-        Value::Object(map) => {
-            5u8.hash(hasher);
-            hash_map(map, hasher);
+        // A terminator keeps `ab`+`c` apart from `a`+`bc`.
+        self.0 ^= 0xff;
+        self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+    }
+
+    fn map(&mut self, map: &Map<String, Value>) {
+        self.bytes(&(map.len() as u64).to_le_bytes());
+        for (key, value) in map {
+            self.bytes(key.as_bytes());
+            self.value(value);
+        }
+    }
+
+    fn value(&mut self, value: &Value) {
+        match value {
+            Value::Null => self.bytes(b"n"),
+            Value::Bool(b) => self.bytes(if *b { b"t" } else { b"f" }),
+            Value::Number(n) => {
+                self.bytes(b"#");
+                match (n.as_u64(), n.as_i64(), n.as_f64()) {
+                    (Some(u), _, _) => self.bytes(&u.to_le_bytes()),
+                    (None, Some(i), _) => self.bytes(&i.to_le_bytes()),
+                    (None, None, Some(f)) => self.bytes(&f.to_bits().to_le_bytes()),
+                    _ => {}
+                }
+            }
+            Value::String(s) => {
+                self.bytes(b"\"");
+                self.bytes(s.as_bytes());
+            }
+            Value::Array(items) => {
+                self.bytes(&(items.len() as u64).to_le_bytes());
+                for item in items {
+                    self.value(item);
+                }
+            }
+            Value::Object(map) => {
+                self.bytes(b"{");
+                self.map(map);
+            }
         }
     }
 }

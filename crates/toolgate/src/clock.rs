@@ -85,3 +85,32 @@ impl IdSource for SequentialIds {
         format!("grant_{}", self.grants)
     }
 }
+
+/// A clock that moves only when told to: for tests and replays.
+#[derive(Debug, Clone, Default)]
+pub struct ManualClock {
+    now_ms: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl ManualClock {
+    /// A clock at 0.
+    pub fn new() -> ManualClock {
+        ManualClock::default()
+    }
+
+    /// Move the clock forward.
+    pub fn advance(&self, ms: u64) {
+        self.now_ms
+            .fetch_add(ms, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    fn wall_ms(&self) -> u64 {
+        self.now_ms.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn monotonic_ms(&self) -> u64 {
+        self.now_ms.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
