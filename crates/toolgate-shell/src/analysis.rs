@@ -1,0 +1,300 @@
+//! Putting it together: parse a script (fast path or tree-sitter), judge
+//! each simple command in order, and derive its patterns.
+
+use std::path::PathBuf;
+
+use crate::syntax::{join, Item, Word};
+use crate::{arity, git, lexer, opts, parse, table, wrappers, Options, Refusal, SimpleCommand};
+
+/// Wrappers and `bash -c` scripts nested deeper than this are refused.
+pub(crate) const MAX_DEPTH: usize = 8;
+/// Scripts longer than this are refused without parsing.
+pub(crate) const MAX_SCRIPT: usize = 1 << 20;
+
+/// The settings of one analysis.
+pub(crate) struct Env<'o> {
+    pub opts: &'o Options,
+    /// The project root, normalised.
+    pub root: PathBuf,
+    /// The extra read-only prefixes that pass validation.
+    pub extras: Vec<&'o [String]>,
+    /// Skip the fast path (for tests that compare both paths).
+    pub tree_sitter_only: bool,
+}
+
+impl<'o> Env<'o> {
+    pub(crate) fn new(opts: &'o Options, tree_sitter_only: bool) -> Self {
+        let extras = opts
+            .extra_read_only
+            .iter()
+            .filter(|e| table::validate_extra(&e.join(" ")).is_ok())
+            .map(Vec::as_slice)
+            .collect();
+        Env {
+            opts,
+            root: opts::normalize(&opts.project_root),
+            extras,
+            tree_sitter_only,
+        }
+    }
+}
+
+/// What earlier commands of a script changed that later ones depend on.
+#[derive(Debug, Clone)]
+pub(crate) struct State {
+    /// The working directory, lexically; `None` once it cannot be known.
+    pub cwd: Option<PathBuf>,
+}
+
+impl State {
+    pub(crate) fn initial(env: &Env<'_>) -> Self {
+        let cwd = match &env.opts.cwd {
+            Some(c) => opts::normalize(&env.root.join(c)),
+            None => env.root.clone(),
+        };
+        State { cwd: Some(cwd) }
+    }
+}
+
+/// Analyse shell source into simple commands (empty for a blank script).
+pub(crate) fn analyze_text(
+    src: &str,
+    env: &Env<'_>,
+    state: &mut State,
+    depth: usize,
+) -> Vec<SimpleCommand> {
+    let trimmed = src.trim();
+    if trimmed.is_empty() {
+        return Vec::new();
+    }
+    if let Some(r) = precheck(src) {
+        return vec![unparseable(trimmed, r)];
+    }
+    let fast = if env.tree_sitter_only {
+        None
+    } else {
+        lexer::fast(src)
+    };
+    let items = match fast {
+        Some(items) => items,
+        None => match parse::parse(src) {
+            Ok(items) => items,
+            Err(r) => return vec![unparseable(trimmed, r)],
+        },
+    };
+    items
+        .iter()
+        .map(|item| simple_command(item, env, state, depth))
+        .collect()
+}
+
+fn unparseable(text: &str, refusal: Refusal) -> SimpleCommand {
+    SimpleCommand {
+        text: text.to_string(),
+        inner: Vec::new(),
+        verdict: Err(refusal),
+        always: text.to_string(),
+    }
+}
+
+/// Refuse what the parsers must never see: huge scripts, control
+/// characters, line continuations glued inside a word or operator.
+fn precheck(src: &str) -> Option<Refusal> {
+    if src.len() > MAX_SCRIPT {
+        return Some(Refusal::new(format!(
+            "a script longer than {MAX_SCRIPT} bytes is not analysed"
+        )));
+    }
+    if let Some(c) = src
+        .chars()
+        .find(|&c| (c.is_control() && c != '\n' && c != '\t') || c == '\u{2028}' || c == '\u{2029}')
+    {
+        return Some(Refusal::new(format!(
+            "control character U+{:04X} in the script cannot be proven read-only",
+            u32::from(c)
+        )));
+    }
+    let b = src.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' {
+            let start = i;
+            while i < b.len() && b[i] == b'\\' {
+                i += 1;
+            }
+            let run = i - start;
+            if run % 2 == 1 && b.get(i) == Some(&b'\n') {
+                let before = start.checked_sub(1).map(|p| b[p]);
+                let after = b.get(i + 1).copied();
+                let glued = |c: Option<u8>| c.is_some_and(|c| !matches!(c, b' ' | b'\t' | b'\n'));
+                if glued(before) && glued(after) {
+                    return Some(Refusal::new(
+                        "a line continuation inside a word or operator cannot be proven read-only",
+                    ));
+                }
+            }
+        } else {
+            i += 1;
+        }
+    }
+    None
+}
+
+/// Judge one parsed simple command and derive its patterns.
+pub(crate) fn simple_command(
+    item: &Item,
+    env: &Env<'_>,
+    state: &mut State,
+    depth: usize,
+) -> SimpleCommand {
+    let text = item.text();
+    let mut inner = Vec::new();
+    let verdict = verdict(item, env, state, depth, &mut inner);
+    let always = arity::always(item, &text);
+    SimpleCommand {
+        text,
+        inner,
+        verdict,
+        always,
+    }
+}
+
+fn verdict(
+    item: &Item,
+    env: &Env<'_>,
+    state: &mut State,
+    depth: usize,
+    inner: &mut Vec<String>,
+) -> Result<(), Refusal> {
+    if item.opaque {
+        return Err(item
+            .construct
+            .clone()
+            .unwrap_or_else(|| Refusal::new("this construct cannot be proven read-only")));
+    }
+    if item.words.is_empty() {
+        if item.assigns.is_empty() {
+            let first = item.redirects.iter().find_map(|r| r.refusal.clone());
+            return Err(first.or_else(|| item.construct.clone()).unwrap_or_else(|| {
+                Refusal::new("a redirection without a command cannot be proven read-only")
+            }));
+        }
+    } else {
+        if !item.assigns.is_empty() {
+            inner.push(join(&item.words));
+        }
+        judge_argv(&item.words, env, state, depth, inner)?;
+    }
+    for a in &item.assigns {
+        if !wrappers::harmless_variable(&a.name) {
+            let shown = format!("{}=…", a.name);
+            return Err(Refusal::new(if item.words.is_empty() {
+                format!("assignment `{shown}` can change what later commands run")
+            } else {
+                format!("environment prefix `{shown}` can change what runs")
+            }));
+        }
+    }
+    if let Some(r) = item.redirects.iter().find_map(|r| r.refusal.as_ref()) {
+        return Err(r.clone());
+    }
+    if let Some(c) = &item.construct {
+        return Err(c.clone());
+    }
+    Ok(())
+}
+
+/// The program a word names: its basename in a standard system directory,
+/// the word itself when it has no `/`, and otherwise unknown.
+pub(crate) fn program_name(w: &Word) -> Result<&str, Refusal> {
+    let text = w.text.as_str();
+    match text.rfind('/') {
+        None => Ok(text),
+        Some(pos) => {
+            let (dir, base) = (&text[..pos], &text[pos + 1..]);
+            if matches!(dir, "/bin" | "/usr/bin" | "/usr/local/bin") && !base.is_empty() {
+                Ok(base)
+            } else {
+                Err(Refusal::new(format!(
+                    "`{text}` is not a known program: only /bin, /usr/bin and /usr/local/bin are trusted by name"
+                )))
+            }
+        }
+    }
+}
+
+pub(crate) fn too_deep() -> Refusal {
+    Refusal::new(format!(
+        "commands nested more than {MAX_DEPTH} levels deep (wrappers or `bash -c`) cannot be analysed"
+    ))
+}
+
+/// Step into the command a wrapper runs: record its text and judge it one
+/// level deeper, failing closed past the depth limit.
+pub(crate) fn enter(
+    words: &[Word],
+    env: &Env<'_>,
+    state: &mut State,
+    depth: usize,
+    inner: &mut Vec<String>,
+) -> Result<(), Refusal> {
+    if depth + 1 > MAX_DEPTH {
+        return Err(too_deep());
+    }
+    inner.push(join(words));
+    judge_argv(words, env, state, depth + 1, inner)
+}
+
+/// Judge a command given as words (after any wrappers around it).
+pub(crate) fn judge_argv(
+    words: &[Word],
+    env: &Env<'_>,
+    state: &mut State,
+    depth: usize,
+    inner: &mut Vec<String>,
+) -> Result<(), Refusal> {
+    if depth > MAX_DEPTH {
+        return Err(too_deep());
+    }
+    let Some((first, args)) = words.split_first() else {
+        return Err(Refusal::new("empty command"));
+    };
+    if let Some(e) = &first.expansion {
+        return Err(Refusal::new(format!(
+            "expansion `{e}` in the program name cannot be proven read-only"
+        )));
+    }
+    if let Some(g) = first.glob {
+        return Err(Refusal::new(format!(
+            "glob or brace `{g}` in the program name `{}` cannot be proven read-only",
+            first.text
+        )));
+    }
+    let name = program_name(first)?;
+    if let Some(result) = wrappers::judge(name, args, env, state, depth, inner) {
+        return result;
+    }
+    if extra_matches(name, args, env, state) {
+        return Ok(());
+    }
+    table::judge(name, args, env, state)
+}
+
+/// Does a `planModeReadOnlyCommands` prefix cover this command?
+fn extra_matches(name: &str, args: &[Word], env: &Env<'_>, state: &State) -> bool {
+    env.extras.iter().any(|extra| {
+        let Some((prog, rest)) = extra.split_first() else {
+            return false;
+        };
+        prog == name
+            && args.len() >= rest.len()
+            && rest
+                .iter()
+                .zip(args)
+                .all(|(e, a)| a.is_plain() && &a.text == e)
+            && args
+                .iter()
+                .all(|a| a.expansion.is_none() && a.glob.is_none())
+            && (name != "git" || git::extra_check(&args[rest.len()..], env, state).is_ok())
+    })
+}

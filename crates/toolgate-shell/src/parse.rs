@@ -1,0 +1,1026 @@
+//! The tree-sitter-bash front end: walk the syntax tree and produce simple
+//! commands ([`Item`]s), recording every construct that cannot be proven
+//! read-only on the commands it affects.
+//!
+//! Commands found inside substitutions, subshells, loops or function bodies
+//! are still produced (so rules can match them); they carry the refusal of
+//! the construct around them.
+
+use std::borrow::Cow;
+use std::cell::{Cell, RefCell};
+
+use tree_sitter::{Node, Parser, Tree};
+
+use crate::decode::WordBuilder;
+use crate::syntax::{Assign, Item, Redir, Word};
+use crate::Refusal;
+
+/// Syntactic nesting deeper than this is refused rather than walked.
+pub(crate) const MAX_NEST: usize = 100;
+
+thread_local! {
+    static PARSER: RefCell<Option<Parser>> = const { RefCell::new(None) };
+}
+
+fn new_parser() -> Option<Parser> {
+    let mut parser = Parser::new();
+    parser
+        .set_language(&tree_sitter_bash::LANGUAGE.into())
+        .ok()?;
+    Some(parser)
+}
+
+fn parse_tree(src: &str) -> Option<Tree> {
+    PARSER.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut slot) => {
+            if slot.is_none() {
+                *slot = new_parser();
+            }
+            slot.as_mut()?.parse(src, None)
+        }
+        Err(_) => new_parser()?.parse(src, None),
+    })
+}
+
+/// The script as tree-sitter gets it: every non-ASCII character replaced by
+/// as many `a`s as it has bytes. Bash's token structure depends only on
+/// ASCII characters (non-ASCII bytes are ordinary word characters), so the
+/// tree is the same, byte offsets are unchanged, and all text is then read
+/// from the original. This also keeps non-ASCII input away from the
+/// grammar's external scanner, which passes it to `isdigit()` and similar
+/// C functions (undefined behaviour, seen to crash).
+fn masked(src: &str) -> Cow<'_, str> {
+    if src.is_ascii() {
+        return Cow::Borrowed(src);
+    }
+    let mut out = String::with_capacity(src.len());
+    for c in src.chars() {
+        if c.is_ascii() {
+            out.push(c);
+        } else {
+            out.extend(std::iter::repeat_n('a', c.len_utf8()));
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// Parse a script into simple commands, or say why it cannot be parsed.
+pub(crate) fn parse(src: &str) -> Result<Vec<Item>, Refusal> {
+    let Some(tree) = parse_tree(&masked(src)) else {
+        return Err(Refusal::new("the bash parser could not read the script"));
+    };
+    let root = tree.root_node();
+    if root.has_error() {
+        return Err(Refusal::new(
+            "the script does not parse as bash (syntax error or unterminated quote)",
+        ));
+    }
+    if !covered(root, src) {
+        return Err(Refusal::new(
+            "the bash parser skipped part of the script, so it cannot be proven read-only",
+        ));
+    }
+    let mut walker = Walker {
+        src,
+        items: Vec::new(),
+        fatal: None,
+        misaligned: Cell::new(false),
+    };
+    walker.seq(root, None, 0);
+    if walker.misaligned.get() {
+        return Err(Refusal::new(
+            "the bash parser split a non-ASCII character, so the script cannot be proven read-only",
+        ));
+    }
+    match walker.fatal {
+        Some(r) => Err(r),
+        None => Ok(walker.items),
+    }
+}
+
+/// Only blanks, newlines and line continuations may lie outside the tokens.
+fn blank(gap: &str) -> bool {
+    gap.replace("\\\n", "")
+        .chars()
+        .all(|c| matches!(c, ' ' | '\t' | '\n'))
+}
+
+/// Cross-check the tree against the text: every byte that is not blank must
+/// belong to some token (tree-sitter-bash can silently drop text, e.g. a
+/// substitution in a here-document body). Here-document bodies count as one
+/// token; they are checked against the text separately.
+fn covered(root: Node<'_>, src: &str) -> bool {
+    let mut ranges: Vec<(usize, usize)> = Vec::new();
+    let mut cursor = root.walk();
+    'outer: loop {
+        let node = cursor.node();
+        let leaf = node.child_count() == 0 || node.kind() == "heredoc_body";
+        if !leaf && cursor.goto_first_child() {
+            continue;
+        }
+        if leaf {
+            // An anonymous token is literal text: its source must be exactly
+            // that text (tree-sitter-bash can make a `"` token swallow a blank,
+            // merging two words).
+            if !node.is_named() && src.get(node.byte_range()) != Some(node.kind()) {
+                return false;
+            }
+            ranges.push((node.start_byte(), node.end_byte()));
+        }
+        loop {
+            if cursor.goto_next_sibling() {
+                continue 'outer;
+            }
+            if !cursor.goto_parent() {
+                break 'outer;
+            }
+        }
+    }
+    ranges.sort_unstable();
+    let mut pos = 0;
+    for (start, end) in ranges {
+        if start > pos && !blank(src.get(pos..start).unwrap_or("x")) {
+            return false;
+        }
+        pos = pos.max(end);
+    }
+    pos >= src.len() || blank(src.get(pos..).unwrap_or("x"))
+}
+
+/// Node kinds that are statements (produce commands).
+fn is_statement(kind: &str) -> bool {
+    matches!(
+        kind,
+        "command"
+            | "redirected_statement"
+            | "list"
+            | "pipeline"
+            | "subshell"
+            | "compound_statement"
+            | "function_definition"
+            | "if_statement"
+            | "while_statement"
+            | "for_statement"
+            | "c_style_for_statement"
+            | "case_statement"
+            | "negated_command"
+            | "test_command"
+            | "declaration_command"
+            | "unset_command"
+            | "variable_assignment"
+            | "variable_assignments"
+    )
+}
+
+fn is_redirect(kind: &str) -> bool {
+    matches!(
+        kind,
+        "file_redirect" | "heredoc_redirect" | "herestring_redirect"
+    )
+}
+
+fn set_own(own: &mut Option<Refusal>, reason: impl Into<String>) {
+    if own.is_none() {
+        *own = Some(Refusal::new(reason));
+    }
+}
+
+fn inherit(own: Option<Refusal>, inh: Option<&Refusal>) -> Option<Refusal> {
+    own.or_else(|| inh.cloned())
+}
+
+/// Children of a node with their field names.
+fn children_with_fields(node: Node<'_>) -> Vec<(Option<&'static str>, Node<'_>)> {
+    let mut out = Vec::with_capacity(node.child_count());
+    let mut cursor = node.walk();
+    if cursor.goto_first_child() {
+        loop {
+            out.push((cursor.field_name(), cursor.node()));
+            if !cursor.goto_next_sibling() {
+                break;
+            }
+        }
+    }
+    out
+}
+
+fn children(node: Node<'_>) -> Vec<Node<'_>> {
+    let mut cursor = node.walk();
+    node.children(&mut cursor).collect()
+}
+
+/// True when the children of `node` cover its source exactly, with no gap
+/// that the walker would not see.
+fn contiguous(node: Node<'_>) -> bool {
+    let mut pos = node.start_byte();
+    for child in children(node) {
+        if child.start_byte() != pos {
+            return false;
+        }
+        pos = child.end_byte();
+    }
+    pos == node.end_byte()
+}
+
+struct Walker<'s> {
+    src: &'s str,
+    items: Vec<Item>,
+    /// The tree cannot be trusted (the whole script is refused).
+    fatal: Option<Refusal>,
+    /// A token boundary fell inside a (masked) non-ASCII character.
+    misaligned: Cell<bool>,
+}
+
+impl<'s> Walker<'s> {
+    fn raw(&self, node: Node<'_>) -> &'s str {
+        match self.src.get(node.byte_range()) {
+            Some(text) => text,
+            None => {
+                self.misaligned.set(true);
+                ""
+            }
+        }
+    }
+
+    /// Give up on a subtree that is nested too deeply, failing closed.
+    fn too_deep(&mut self, node: Node<'_>) {
+        let raw = self.raw(node);
+        let shown: String = raw.chars().take(80).collect();
+        self.items.push(Item {
+            words: vec![Word::literal(shown.trim())],
+            construct: Some(Refusal::new(format!(
+                "shell syntax nested more than {MAX_NEST} levels deep cannot be analysed"
+            ))),
+            opaque: true,
+            ..Item::default()
+        });
+    }
+
+    /// Mark every command from `start` on with a refusal (when it has none yet).
+    fn mark(&mut self, start: usize, refusal: &Refusal) {
+        for item in self.items.iter_mut().skip(start) {
+            if item.construct.is_none() {
+                item.construct = Some(refusal.clone());
+            }
+        }
+    }
+
+    /// A sequence of statements joined by operators: a program, list,
+    /// pipeline, substitution body or group. Nested lists and pipelines are
+    /// flattened without recursion (they nest one level per operator).
+    fn seq(&mut self, node: Node<'_>, inh: Option<&Refusal>, depth: usize) {
+        if depth > MAX_NEST {
+            return self.too_deep(node);
+        }
+        let mut stack: Vec<Node<'_>> = children(node);
+        stack.reverse();
+        let mut prev_start = self.items.len();
+        while let Some(n) = stack.pop() {
+            let kind = n.kind();
+            if n.is_named() && matches!(kind, "list" | "pipeline") {
+                let mut kids = children(n);
+                kids.reverse();
+                stack.extend(kids);
+                continue;
+            }
+            if n.is_named() {
+                if kind == "comment" {
+                    continue;
+                }
+                prev_start = self.items.len();
+                self.stmt(n, inh, depth + 1);
+            } else if kind == "&" {
+                self.mark(
+                    prev_start,
+                    &Refusal::new("background `&` cannot be proven read-only"),
+                );
+            }
+            // Other anonymous tokens are operators (`&&`, `||`, `;`, `|`,
+            // `|&`, newlines) or the brackets of the construct.
+        }
+    }
+
+    fn stmt(&mut self, node: Node<'_>, inh: Option<&Refusal>, depth: usize) {
+        if depth > MAX_NEST {
+            return self.too_deep(node);
+        }
+        let kind = node.kind();
+        match kind {
+            "command" => {
+                let idx = self.items.len();
+                self.command(node, Vec::new(), None, idx, inh, depth);
+            }
+            "redirected_statement" => self.redirected(node, inh, depth),
+            "list" | "pipeline" | "program" | "negated_command" => self.seq(node, inh, depth),
+            "test_command" => self.test_command(node, inh, depth),
+            "declaration_command" | "unset_command" => self.declaration(node, inh, depth),
+            "variable_assignment" => {
+                let idx = self.items.len();
+                let mut own = None;
+                let assign = self.assign(node, &mut own, inh, depth);
+                let item = Item {
+                    assigns: vec![assign],
+                    construct: inherit(own, inh),
+                    ..Item::default()
+                };
+                self.items.insert(idx, item);
+            }
+            "variable_assignments" => {
+                for child in children(node) {
+                    if child.is_named() {
+                        self.stmt(child, inh, depth + 1);
+                    }
+                }
+            }
+            "comment" => {}
+            "subshell" => self.construct(
+                node,
+                "subshell `( … )` cannot be proven read-only",
+                inh,
+                depth,
+            ),
+            "compound_statement" => {
+                let arithmetic = children(node).first().is_some_and(|c| c.kind() == "((");
+                let reason = if arithmetic {
+                    "arithmetic command `(( … ))` cannot be proven read-only"
+                } else {
+                    "command group `{ … }` cannot be proven read-only"
+                };
+                self.construct(node, reason, inh, depth);
+            }
+            "function_definition" => self.construct(
+                node,
+                "function definition cannot be proven read-only",
+                inh,
+                depth,
+            ),
+            "if_statement" => self.construct(
+                node,
+                "`if` statement cannot be proven read-only",
+                inh,
+                depth,
+            ),
+            "while_statement" => {
+                self.construct(node, "`while` loop cannot be proven read-only", inh, depth)
+            }
+            "for_statement" | "c_style_for_statement" => {
+                self.construct(node, "`for` loop cannot be proven read-only", inh, depth)
+            }
+            "case_statement" => self.construct(
+                node,
+                "`case` statement cannot be proven read-only",
+                inh,
+                depth,
+            ),
+            other => {
+                let reason = format!("shell construct `{other}` cannot be proven read-only");
+                self.construct(node, &reason, inh, depth)
+            }
+        }
+    }
+
+    /// A construct that is never read-only: the commands inside are still
+    /// collected, each refused with the construct's reason.
+    fn construct(&mut self, node: Node<'_>, reason: &str, inh: Option<&Refusal>, depth: usize) {
+        let refusal = inh.cloned().unwrap_or_else(|| Refusal::new(reason));
+        let start = self.items.len();
+        self.generic(node, Some(&refusal), depth + 1);
+        if self.items.len() == start {
+            // Nothing inside (e.g. `(( x++ ))`): still one refused entry.
+            let raw = self.raw(node);
+            self.items.push(Item {
+                words: vec![Word::literal(raw.trim())],
+                construct: Some(refusal),
+                opaque: true,
+                ..Item::default()
+            });
+        }
+    }
+
+    /// Find statements and substitutions anywhere below `node`.
+    fn generic(&mut self, node: Node<'_>, inh: Option<&Refusal>, depth: usize) {
+        if depth > MAX_NEST {
+            return self.too_deep(node);
+        }
+        for child in children(node) {
+            if !child.is_named() {
+                continue;
+            }
+            let kind = child.kind();
+            if is_statement(kind) {
+                self.stmt(child, inh, depth + 1);
+            } else if matches!(kind, "command_substitution" | "process_substitution") {
+                self.seq(child, inh, depth + 1);
+            } else {
+                self.generic(child, inh, depth + 1);
+            }
+        }
+    }
+
+    fn redirected(&mut self, node: Node<'_>, inh: Option<&Refusal>, depth: usize) {
+        let idx = self.items.len();
+        let mut redirs = Vec::new();
+        let mut own = None;
+        let mut body = None;
+        for (field, child) in children_with_fields(node) {
+            if field == Some("body") {
+                body = Some(child);
+            } else if is_redirect(child.kind()) {
+                self.redirect(child, &mut redirs, &mut own, inh, depth);
+            } else if child.is_named() {
+                set_own(
+                    &mut own,
+                    format!(
+                        "`{}` in a redirection cannot be proven read-only",
+                        child.kind()
+                    ),
+                );
+            }
+        }
+        match body {
+            Some(b) if b.kind() == "command" => self.command(b, redirs, own, idx, inh, depth + 1),
+            Some(b) => {
+                let start = self.items.len();
+                self.stmt(b, inh, depth + 1);
+                // tree-sitter-bash may attach a redirection to a whole
+                // pipeline; apply it to every command in the body.
+                if let Some(r) = redirs.iter().find_map(|r| r.refusal.clone()).or(own) {
+                    self.mark(start.min(idx), &r);
+                }
+            }
+            None => {
+                let item = Item {
+                    redirects: redirs,
+                    construct: inherit(own, inh),
+                    ..Item::default()
+                };
+                let at = idx.min(self.items.len());
+                self.items.insert(at, item);
+            }
+        }
+    }
+
+    fn command(
+        &mut self,
+        node: Node<'_>,
+        extra: Vec<Redir>,
+        own: Option<Refusal>,
+        idx: usize,
+        inh: Option<&Refusal>,
+        depth: usize,
+    ) {
+        let mut own = own;
+        let mut item = Item::default();
+        // Words of one simple command are separated by blanks only: a bare
+        // newline between them means the tree merged two commands.
+        let kids = children(node);
+        for pair in kids.windows(2) {
+            let gap = self
+                .src
+                .get(pair[0].end_byte()..pair[1].start_byte())
+                .unwrap_or("x");
+            if !gap
+                .replace("\\\n", "")
+                .chars()
+                .all(|c| c == ' ' || c == '\t')
+            {
+                self.fatal = Some(Refusal::new(
+                    "the bash parser joined separate lines into one command, so the script cannot be proven read-only",
+                ));
+            }
+        }
+        for (field, child) in children_with_fields(node) {
+            let kind = child.kind();
+            if kind == "variable_assignment" {
+                let a = self.assign(child, &mut own, inh, depth);
+                item.assigns.push(a);
+            } else if field == Some("name") || kind == "command_name" {
+                let named: Vec<Node<'_>> = children(child)
+                    .into_iter()
+                    .filter(|c| c.is_named())
+                    .collect();
+                if named.len() == 1 && contiguous(child) {
+                    let w = self.word(named[0], &mut own, inh, depth);
+                    item.words.push(w);
+                } else {
+                    set_own(&mut own, "a program name that cannot be decoded");
+                    item.words.push(Word {
+                        text: self.raw(child).to_string(),
+                        expansion: Some(self.raw(child).to_string()),
+                        ..Word::default()
+                    });
+                    self.generic(child, inh, depth + 1);
+                }
+            } else if is_redirect(kind) {
+                self.redirect(child, &mut item.redirects, &mut own, inh, depth);
+            } else if child.is_named() {
+                if kind == "comment" {
+                    continue;
+                }
+                let w = self.word(child, &mut own, inh, depth);
+                item.words.push(w);
+            } else {
+                set_own(
+                    &mut own,
+                    format!(
+                        "token `{}` in a command cannot be proven read-only",
+                        self.raw(child)
+                    ),
+                );
+            }
+        }
+        item.redirects.extend(extra);
+        item.construct = inherit(own, inh);
+        let at = idx.min(self.items.len());
+        self.items.insert(at, item);
+    }
+
+    fn assign(
+        &mut self,
+        node: Node<'_>,
+        own: &mut Option<Refusal>,
+        inh: Option<&Refusal>,
+        depth: usize,
+    ) -> Assign {
+        let mut name = String::new();
+        let mut value = Word::default();
+        for (field, child) in children_with_fields(node) {
+            match field {
+                Some("name") => {
+                    name = self.raw(child).to_string();
+                    if child.kind() != "variable_name" {
+                        set_own(
+                            own,
+                            format!("assignment to `{name}` cannot be proven read-only"),
+                        );
+                        self.generic(child, inh, depth + 1);
+                    }
+                }
+                Some("value") => {
+                    if child.kind() == "array" {
+                        set_own(own, "array assignment cannot be proven read-only");
+                        self.generic(child, inh, depth + 1);
+                        value = Word::literal(self.raw(child));
+                    } else {
+                        value = self.word(child, own, inh, depth);
+                    }
+                }
+                _ => {
+                    let raw = self.raw(child);
+                    if child.is_named() || !matches!(raw, "=" | "+=") {
+                        set_own(
+                            own,
+                            format!("assignment `{}` cannot be proven read-only", self.raw(node)),
+                        );
+                    }
+                }
+            }
+        }
+        Assign { name, value }
+    }
+
+    fn redirect(
+        &mut self,
+        node: Node<'_>,
+        out: &mut Vec<Redir>,
+        own: &mut Option<Refusal>,
+        inh: Option<&Refusal>,
+        depth: usize,
+    ) {
+        match node.kind() {
+            "file_redirect" => {
+                let mut fd = "";
+                let mut op: Option<&str> = None;
+                let mut dests = Vec::new();
+                for (field, child) in children_with_fields(node) {
+                    if field == Some("descriptor") {
+                        fd = self.raw(child);
+                    } else if !child.is_named() {
+                        if op.is_some() {
+                            set_own(
+                                own,
+                                format!("redirection `{}` cannot be decoded", self.raw(node)),
+                            );
+                        }
+                        op = Some(self.raw(child));
+                    } else {
+                        dests.push(self.word(child, own, inh, depth));
+                    }
+                }
+                out.push(judge_redirect(fd, op.unwrap_or(""), &dests));
+            }
+            "heredoc_redirect" => {
+                let mut text = String::new();
+                let mut dash = false;
+                let mut start: Option<Node<'_>> = None;
+                let mut end: Option<Node<'_>> = None;
+                for child in children(node) {
+                    let kind = child.kind();
+                    if !child.is_named() {
+                        dash |= self.raw(child) == "<<-";
+                        text.push_str(self.raw(child));
+                    } else if kind == "heredoc_start" {
+                        text.push_str(self.raw(child));
+                        start = Some(child);
+                    } else if kind == "heredoc_end" {
+                        end = Some(child);
+                    } else if kind == "heredoc_body" {
+                        self.heredoc_body(child, own, inh, depth);
+                    } else if is_redirect(kind) {
+                        self.redirect(child, out, own, inh, depth);
+                    } else {
+                        set_own(
+                            own,
+                            format!("`{kind}` in a here-document cannot be proven read-only"),
+                        );
+                        self.generic(child, inh, depth + 1);
+                    }
+                }
+                if let Some(problem) = self.heredoc_problem(start, end, dash) {
+                    set_own(own, problem);
+                }
+                out.push(Redir {
+                    text,
+                    refusal: None,
+                });
+            }
+            "herestring_redirect" => {
+                let mut words = Vec::new();
+                for child in children(node) {
+                    if child.is_named() {
+                        words.push(self.word(child, own, inh, depth));
+                    }
+                }
+                let mut text = String::from("<<<");
+                text.push_str(&crate::syntax::join(&words));
+                out.push(Redir {
+                    text,
+                    refusal: None,
+                });
+            }
+            other => {
+                set_own(
+                    own,
+                    format!("redirection `{other}` cannot be proven read-only"),
+                );
+                self.generic(node, inh, depth + 1);
+            }
+        }
+    }
+
+    /// A here-document body only feeds input; it matters only when it runs
+    /// commands through substitutions.
+    fn heredoc_body(
+        &mut self,
+        node: Node<'_>,
+        own: &mut Option<Refusal>,
+        inh: Option<&Refusal>,
+        depth: usize,
+    ) {
+        for child in children(node) {
+            match child.kind() {
+                "heredoc_content" | "simple_expansion" => {}
+                _ if !child.is_named() => {}
+                _ => {
+                    let mut scratch = WordBuilder::default();
+                    self.part(child, &mut scratch, own, inh, depth + 1);
+                }
+            }
+        }
+    }
+
+    /// Check a here-document against the source text rather than the tree
+    /// (tree-sitter-bash can drop a substitution from a body): its body must
+    /// end where bash ends it, and an unquoted body must not substitute.
+    fn heredoc_problem(
+        &self,
+        start: Option<Node<'_>>,
+        end: Option<Node<'_>>,
+        dash: bool,
+    ) -> Option<String> {
+        let (Some(start), Some(end)) = (start, end) else {
+            return Some("a here-document without its end cannot be proven read-only".to_string());
+        };
+        let raw_start = self.raw(start);
+        let quoted = raw_start.contains(['\'', '"', '\\']);
+        let delimiter: String = raw_start
+            .chars()
+            .filter(|c| !matches!(c, '\'' | '"' | '\\'))
+            .collect();
+        let region = self.src.get(start.end_byte()..end.start_byte())?;
+        let strip = |line: &str| -> String {
+            if dash {
+                line.trim_start_matches('\t').to_string()
+            } else {
+                line.to_string()
+            }
+        };
+        // The body starts on the line after the operator.
+        let body = match region.find('\n') {
+            Some(nl) => &region[nl + 1..],
+            None => {
+                return Some("a here-document on one line cannot be proven read-only".to_string())
+            }
+        };
+        let mut lines: Vec<&str> = body.split('\n').collect();
+        // The last piece is the start of the end line (tabs before the delimiter).
+        let last = lines.pop().unwrap_or("");
+        if lines.iter().any(|l| strip(l) == delimiter) || !strip(last).is_empty() {
+            return Some(
+                "a here-document whose end cannot be determined cannot be proven read-only"
+                    .to_string(),
+            );
+        }
+        let end_line_rest = self.src.get(end.start_byte()..).unwrap_or("");
+        let end_line = end_line_rest.split('\n').next().unwrap_or("");
+        if end_line != delimiter {
+            return Some(
+                "a here-document whose end cannot be determined cannot be proven read-only"
+                    .to_string(),
+            );
+        }
+        if !quoted && ["$(", "`", "${", "$["].iter().any(|p| body.contains(p)) {
+            return Some(
+                "a here-document with a substitution or expansion cannot be proven read-only"
+                    .to_string(),
+            );
+        }
+        None
+    }
+
+    fn test_command(&mut self, node: Node<'_>, inh: Option<&Refusal>, depth: usize) {
+        let idx = self.items.len();
+        let mut own = None;
+        let mut words = Vec::new();
+        self.test_words(node, &mut words, &mut own, inh, depth);
+        let item = Item {
+            words,
+            construct: inherit(own, inh),
+            ..Item::default()
+        };
+        let at = idx.min(self.items.len());
+        self.items.insert(at, item);
+    }
+
+    fn test_words(
+        &mut self,
+        node: Node<'_>,
+        words: &mut Vec<Word>,
+        own: &mut Option<Refusal>,
+        inh: Option<&Refusal>,
+        depth: usize,
+    ) {
+        if depth > MAX_NEST {
+            set_own(own, "test nested too deeply");
+            return;
+        }
+        for child in children(node) {
+            let kind = child.kind();
+            if !child.is_named() {
+                words.push(Word::literal(self.raw(child)));
+                continue;
+            }
+            match kind {
+                "unary_expression"
+                | "binary_expression"
+                | "parenthesized_expression"
+                | "negated_expression"
+                | "postfix_expression"
+                | "ternary_expression" => self.test_words(child, words, own, inh, depth + 1),
+                "test_operator" => words.push(Word::literal(self.raw(child))),
+                "regex" | "extglob_pattern" => {
+                    let raw = self.raw(child);
+                    if raw.contains(['$', '`']) {
+                        set_own(
+                            own,
+                            format!("pattern `{raw}` with an expansion cannot be proven read-only"),
+                        );
+                    }
+                    words.push(Word::literal(raw));
+                }
+                _ => {
+                    let w = self.word(child, own, inh, depth);
+                    words.push(w);
+                }
+            }
+        }
+    }
+
+    /// `export A=1`, `local x`, `unset y`: a command named by the keyword.
+    fn declaration(&mut self, node: Node<'_>, inh: Option<&Refusal>, depth: usize) {
+        let idx = self.items.len();
+        let mut own = None;
+        let mut words = Vec::new();
+        for child in children(node) {
+            let kind = child.kind();
+            if !child.is_named() {
+                words.push(Word::literal(self.raw(child)));
+            } else if kind == "variable_assignment" {
+                let a = self.assign(child, &mut own, inh, depth);
+                words.push(Word::literal(&format!("{}={}", a.name, a.value.text)));
+            } else if kind == "variable_name" {
+                words.push(Word::literal(self.raw(child)));
+            } else {
+                let w = self.word(child, &mut own, inh, depth);
+                words.push(w);
+            }
+        }
+        let item = Item {
+            words,
+            construct: inherit(own, inh),
+            ..Item::default()
+        };
+        let at = idx.min(self.items.len());
+        self.items.insert(at, item);
+    }
+
+    fn word(
+        &mut self,
+        node: Node<'_>,
+        own: &mut Option<Refusal>,
+        inh: Option<&Refusal>,
+        depth: usize,
+    ) -> Word {
+        let mut b = WordBuilder::default();
+        self.part(node, &mut b, own, inh, depth + 1);
+        if let Some(u) = b.uncertain.take() {
+            set_own(own, format!("{u} cannot be decoded with certainty"));
+        }
+        b.finish()
+    }
+
+    fn part(
+        &mut self,
+        node: Node<'_>,
+        b: &mut WordBuilder,
+        own: &mut Option<Refusal>,
+        inh: Option<&Refusal>,
+        depth: usize,
+    ) {
+        let raw = self.raw(node);
+        if depth > MAX_NEST {
+            set_own(own, "a word nested too deeply cannot be analysed");
+            b.expansion(raw);
+            return;
+        }
+        match node.kind() {
+            "word" | "number" => b.unquoted_source(raw),
+            "raw_string" => match raw.strip_prefix('\'').and_then(|s| s.strip_suffix('\'')) {
+                Some(body) => b.quoted_str(body),
+                None => {
+                    b.uncertain = Some(format!("string `{raw}`"));
+                    b.expansion(raw);
+                }
+            },
+            "string" => {
+                if !contiguous(node) {
+                    b.uncertain = Some(format!("string `{raw}`"));
+                }
+                for child in children(node) {
+                    if !child.is_named() {
+                        continue;
+                    }
+                    if child.kind() == "string_content" {
+                        b.double_quoted_source(self.raw(child));
+                    } else {
+                        self.part(child, b, own, inh, depth + 1);
+                    }
+                }
+            }
+            "concatenation" => {
+                if !contiguous(node) {
+                    b.uncertain = Some(format!("word `{raw}`"));
+                }
+                for child in children(node) {
+                    self.part(child, b, own, inh, depth + 1);
+                }
+            }
+            "ansi_c_string" => b.ansi_c_source(raw),
+            "translated_string" => {
+                b.uncertain = Some(format!("locale string `{raw}`"));
+                b.expansion(raw);
+            }
+            "simple_expansion" => b.expansion(raw),
+            "expansion" => {
+                if !plain_expansion(node) {
+                    set_own(
+                        own,
+                        format!("parameter expansion `{raw}` cannot be proven read-only"),
+                    );
+                    self.generic(node, inh, depth + 1);
+                }
+                b.expansion(raw);
+            }
+            "command_substitution" => {
+                if raw.starts_with('`') {
+                    set_own(
+                        own,
+                        "backtick command substitution cannot be proven read-only",
+                    );
+                } else {
+                    set_own(
+                        own,
+                        "command substitution `$(...)` cannot be proven read-only",
+                    );
+                }
+                self.seq(node, inh, depth + 1);
+                b.expansion(raw);
+            }
+            "process_substitution" => {
+                let shown = if raw.starts_with('>') {
+                    ">(...)"
+                } else {
+                    "<(...)"
+                };
+                set_own(
+                    own,
+                    format!("process substitution `{shown}` cannot be proven read-only"),
+                );
+                self.seq(node, inh, depth + 1);
+                b.expansion(raw);
+            }
+            "arithmetic_expansion" => {
+                set_own(
+                    own,
+                    "arithmetic expansion `$((...))` cannot be proven read-only",
+                );
+                self.generic(node, inh, depth + 1);
+                b.expansion(raw);
+            }
+            other => {
+                set_own(
+                    own,
+                    format!("`{other}` in a word cannot be proven read-only"),
+                );
+                self.generic(node, inh, depth + 1);
+                b.expansion(raw);
+            }
+        }
+    }
+}
+
+/// `${NAME}` with nothing else inside.
+fn plain_expansion(node: Node<'_>) -> bool {
+    let kids = children(node);
+    let named: Vec<&Node<'_>> = kids.iter().filter(|c| c.is_named()).collect();
+    kids.len() == 3
+        && named.len() == 1
+        && matches!(named[0].kind(), "variable_name" | "special_variable_name")
+}
+
+/// Judge one file redirection: only the safe forms pass.
+pub(crate) fn judge_redirect(fd: &str, op: &str, dests: &[Word]) -> Redir {
+    let dest = if dests.len() == 1 {
+        dests.first()
+    } else {
+        None
+    };
+    let dtext = dest.map(|d| d.text.as_str()).unwrap_or("");
+    let text = format!("{fd}{op}{dtext}");
+    let shown = if dtext.is_empty() {
+        format!("{fd}{op}")
+    } else {
+        format!("{fd}{op} {dtext}")
+    };
+    let devnull = dest.is_some_and(|d| d.is_plain() && d.text == "/dev/null");
+    let digits = dest.is_some_and(|d| {
+        d.is_plain() && !d.text.is_empty() && d.text.bytes().all(|c| c.is_ascii_digit())
+    });
+    let write = |op: &str| {
+        if op.contains(">>") {
+            Refusal::new(format!("output redirection `{shown}` appends to a file"))
+        } else {
+            Refusal::new(format!("output redirection `{shown}` writes a file"))
+        }
+    };
+    let not_safe = || {
+        Refusal::new(format!(
+            "redirection `{shown}` is not one of the safe forms"
+        ))
+    };
+    let refusal = match op {
+        "<" if dest.is_some() => None,
+        ">" | ">>" | "&>" | "&>>" | ">|" => {
+            if devnull {
+                None
+            } else {
+                Some(write(op))
+            }
+        }
+        ">&" if digits => {
+            if matches!(fd, "" | "1" | "2") && matches!(dtext, "1" | "2") {
+                None
+            } else {
+                Some(not_safe())
+            }
+        }
+        ">&" if devnull => None,
+        ">&" if dest.is_some() => Some(write(op)),
+        "<&" if digits => None,
+        "<>" => Some(Refusal::new(format!(
+            "read-write redirection `{shown}` can create a file"
+        ))),
+        _ => Some(not_safe()),
+    };
+    Redir { text, refusal }
+}

@@ -1,0 +1,790 @@
+//! The read-only table: which programs only read, and which of their flags
+//! or subcommands make them write or run other programs.
+
+use crate::analysis::{Env, State};
+use crate::opts::{self, plain_args, Rules, Short};
+use crate::syntax::Word;
+use crate::{git, Refusal};
+
+/// Programs that only read whatever their arguments are.
+pub(crate) fn always_read_only(name: &str) -> bool {
+    matches!(
+        name,
+        "cat"
+            | "cd"
+            | "cut"
+            | "df"
+            | "diff"
+            | "dirname"
+            | "basename"
+            | "du"
+            | "echo"
+            | "printf"
+            | "false"
+            | "true"
+            | "head"
+            | "tail"
+            | "id"
+            | "ls"
+            | "nl"
+            | "paste"
+            | "pwd"
+            | "readlink"
+            | "realpath"
+            | "rev"
+            | "seq"
+            | "stat"
+            | "tr"
+            | "uname"
+            | "wc"
+            | "which"
+            | "whoami"
+            | "grep"
+            | "egrep"
+            | "fgrep"
+            | "test"
+            | "["
+            | "[["
+            | "tac"
+            | "cmp"
+            | "comm"
+            | "expr"
+            | "jq"
+            | "sleep"
+    )
+}
+
+/// Programs that `xargs` may run: read-only whatever arguments arrive on its input.
+pub(crate) fn any_arguments_safe(name: &str) -> bool {
+    always_read_only(name) && !matches!(name, "cd" | "printf" | "test" | "[" | "[[")
+}
+
+/// Judge a program (already resolved, not a wrapper) with its arguments.
+pub(crate) fn judge(
+    name: &str,
+    args: &[Word],
+    env: &Env<'_>,
+    state: &mut State,
+) -> Result<(), Refusal> {
+    match name {
+        "cd" => {
+            cd(args, state);
+            Ok(())
+        }
+        "printf" => {
+            if args
+                .first()
+                .is_some_and(|a| !a.is_plain() || a.text.starts_with("-v"))
+            {
+                return Err(Refusal::new("`printf -v` assigns a shell variable"));
+            }
+            Ok(())
+        }
+        "test" | "[" | "[[" => test(name, args),
+        _ if always_read_only(name) => Ok(()),
+        "find" => find(args),
+        "rg" => checked(name, args, &RG).map(drop),
+        "sed" => sed(args),
+        "sort" => checked(name, args, &SORT).map(drop),
+        "base64" => checked(name, args, &BASE64).map(drop),
+        "tree" => checked(name, args, &TREE).map(drop),
+        "file" => checked(name, args, &FILE).map(drop),
+        "date" => checked(name, args, &DATE).map(drop),
+        "uniq" => {
+            let positional = checked(name, args, &UNIQ)?;
+            if positional.len() > 1 {
+                return Err(Refusal::new(
+                    "`uniq INPUT OUTPUT` writes its second file argument",
+                ));
+            }
+            Ok(())
+        }
+        "hostname" => hostname(args),
+        "git" => git::judge(args, env, state),
+        _ => Err(Refusal::new(not_read_only(name))),
+    }
+}
+
+/// Why an unknown or writing program is not read-only.
+pub(crate) fn not_read_only(name: &str) -> String {
+    let what = match name {
+        "rm" => "deletes files",
+        "rmdir" => "removes directories",
+        "mv" => "moves or overwrites files",
+        "cp" | "install" | "rsync" | "scp" => "writes files",
+        "touch" => "creates or changes files",
+        "mkdir" => "creates directories",
+        "ln" => "creates links",
+        "chmod" => "changes permissions",
+        "chown" | "chgrp" => "changes ownership",
+        "dd" => "writes data",
+        "truncate" => "changes file sizes",
+        "shred" => "destroys files",
+        "tee" => "writes files",
+        "patch" => "edits files",
+        "awk" | "gawk" | "mawk" | "nawk" => "can run programs and write files",
+        "curl" | "wget" => "can download and write files",
+        "kill" | "pkill" | "killall" => "signals processes",
+        "source" | "." => "runs a script in this shell",
+        "export" | "declare" | "typeset" | "local" | "readonly" | "unset" | "set" | "shopt"
+        | "alias" | "unalias" | "trap" | "read" | "let" | "hash" | "ulimit" | "umask"
+        | "enable" | "mapfile" | "readarray" | "pushd" | "popd" => "changes the shell's state",
+        _ if is_interpreter(name) => "runs code",
+        _ => return format!("`{name}` is not a known read-only program"),
+    };
+    format!("`{name}` {what}")
+}
+
+/// Shells and language interpreters (by program name).
+pub(crate) fn is_interpreter(name: &str) -> bool {
+    const PREFIXES: &[&str] = &[
+        "python",
+        "pypy",
+        "node",
+        "ruby",
+        "perl",
+        "php",
+        "deno",
+        "bun",
+        "lua",
+        "tclsh",
+        "Rscript",
+        "julia",
+        "osascript",
+        "pwsh",
+        "powershell",
+        "irb",
+        "ghci",
+        "runghc",
+        "swift",
+        "java",
+    ];
+    is_shell(name) || PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
+/// Shells (by program name).
+pub(crate) fn is_shell(name: &str) -> bool {
+    matches!(
+        name,
+        "bash"
+            | "sh"
+            | "zsh"
+            | "dash"
+            | "ksh"
+            | "mksh"
+            | "fish"
+            | "csh"
+            | "tcsh"
+            | "ash"
+            | "busybox"
+    )
+}
+
+fn checked<'a>(name: &str, args: &'a [Word], rules: &Rules) -> Result<Vec<&'a Word>, Refusal> {
+    let positional = opts::scan(name, args, rules)?;
+    plain_args(name, args)?;
+    Ok(positional)
+}
+
+const RG: Rules = Rules {
+    short: Short {
+        value: "ABCEMdefgjmrtT",
+        optional: "",
+        forbidden: "z",
+    },
+    long: &["--pre", "--hostname-bin", "--search-zip"],
+    long_safe: &[],
+};
+const SORT: Rules = Rules {
+    short: Short {
+        value: "ktST",
+        optional: "",
+        forbidden: "o",
+    },
+    long: &["--output", "--compress-program"],
+    long_safe: &[],
+};
+const BASE64: Rules = Rules {
+    short: Short {
+        value: "w",
+        optional: "",
+        forbidden: "o",
+    },
+    long: &["--output"],
+    long_safe: &[],
+};
+const TREE: Rules = Rules {
+    short: Short {
+        value: "",
+        optional: "",
+        forbidden: "oR",
+    },
+    long: &["--output"],
+    long_safe: &[],
+};
+const FILE: Rules = Rules {
+    short: Short {
+        value: "eFP",
+        optional: "",
+        forbidden: "mfCzZ",
+    },
+    long: &["--magic-file", "--files-from", "--compile", "--uncompress"],
+    long_safe: &[],
+};
+const DATE: Rules = Rules {
+    short: Short {
+        value: "dfr",
+        optional: "I",
+        forbidden: "s",
+    },
+    long: &["--set"],
+    long_safe: &[],
+};
+const UNIQ: Rules = Rules {
+    short: Short {
+        value: "fsw",
+        optional: "",
+        forbidden: "",
+    },
+    long: &[],
+    long_safe: &[],
+};
+
+fn find(args: &[Word]) -> Result<(), Refusal> {
+    for a in args {
+        if matches!(
+            a.text.as_str(),
+            "-delete"
+                | "-exec"
+                | "-execdir"
+                | "-ok"
+                | "-okdir"
+                | "-fls"
+                | "-fprint"
+                | "-fprint0"
+                | "-fprintf"
+        ) {
+            return Err(opts::flag_refusal("find", &a.text));
+        }
+    }
+    plain_args("find", args)
+}
+
+fn test(name: &str, args: &[Word]) -> Result<(), Refusal> {
+    for a in args {
+        if a.text == "-v" {
+            return Err(Refusal::new(format!(
+                "`{name} -v` evaluates array subscripts, which can run commands"
+            )));
+        }
+        if name == "[["
+            && matches!(
+                a.text.as_str(),
+                "-eq" | "-ne" | "-lt" | "-le" | "-gt" | "-ge"
+            )
+        {
+            return Err(Refusal::new(format!(
+                "arithmetic comparison `{}` in `[[ ]]` evaluates its operands, which can run commands",
+                a.text
+            )));
+        }
+    }
+    if name == "[[" {
+        return Ok(());
+    }
+    plain_args(name, args)
+}
+
+fn hostname(args: &[Word]) -> Result<(), Refusal> {
+    plain_args("hostname", args)?;
+    for a in args {
+        let ok = matches!(
+            a.text.as_str(),
+            "-f" | "-s"
+                | "-d"
+                | "-i"
+                | "-I"
+                | "-a"
+                | "-A"
+                | "-y"
+                | "--fqdn"
+                | "--long"
+                | "--short"
+                | "--domain"
+                | "--ip-address"
+                | "--all-ip-addresses"
+                | "--all-fqdns"
+                | "--alias"
+        );
+        if !ok {
+            return Err(Refusal::new(format!(
+                "`hostname {}` can set the host name",
+                a.text
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// `cd DIR` is read-only, but it moves later commands: track where to, lexically.
+fn cd(args: &[Word], state: &mut State) {
+    let mut target = None;
+    for a in args {
+        if !a.is_plain() {
+            state.cwd = None;
+            return;
+        }
+        match a.text.as_str() {
+            "-L" | "-P" | "-e" | "-@" | "--" | "-LP" | "-PL" | "-Pe" => continue,
+            t if t.starts_with('-') && t != "-" => {
+                state.cwd = None;
+                return;
+            }
+            t => {
+                target = Some(t);
+                break;
+            }
+        }
+    }
+    state.cwd = match target {
+        None | Some("-") => None,
+        Some(t) => state.cwd.as_ref().map(|c| opts::normalize(&c.join(t))),
+    };
+}
+
+/// `sed` is read-only only as `sed -n` with a plain print script.
+fn sed(args: &[Word]) -> Result<(), Refusal> {
+    plain_args("sed", args)?;
+    let mut quiet = false;
+    let mut scripts: Vec<&str> = Vec::new();
+    let mut positional: Vec<&str> = Vec::new();
+    let mut i = 0;
+    let mut end = false;
+    while let Some(w) = args.get(i) {
+        let a = w.text.as_str();
+        i += 1;
+        if end || a == "-" || !a.starts_with('-') {
+            positional.push(a);
+            continue;
+        }
+        match a {
+            "--" => end = true,
+            "--quiet" | "--silent" => quiet = true,
+            "--regexp-extended" | "--separate" | "--unbuffered" | "--null-data" | "--posix"
+            | "--sandbox" | "--debug" => {}
+            "--expression" => {
+                let Some(s) = args.get(i) else {
+                    return Err(Refusal::new("`sed --expression` without a script"));
+                };
+                scripts.push(&s.text);
+                i += 1;
+            }
+            _ if a.starts_with("--expression=") => scripts.push(&a["--expression=".len()..]),
+            _ if a.starts_with("--") => {
+                let name = a.split('=').next().unwrap_or(a);
+                let flag = if "--in-place".starts_with(name) {
+                    "--in-place"
+                } else if "--file".starts_with(name) {
+                    "--file"
+                } else {
+                    a
+                };
+                return Err(sed_flag(flag));
+            }
+            _ => {
+                let cluster = &a[1..];
+                for (j, ch) in cluster.char_indices() {
+                    match ch {
+                        'n' => quiet = true,
+                        'E' | 'r' | 's' | 'u' | 'z' => {}
+                        'e' => {
+                            let rest = &cluster[j + 1..];
+                            if rest.is_empty() {
+                                let Some(s) = args.get(i) else {
+                                    return Err(Refusal::new("`sed -e` without a script"));
+                                };
+                                scripts.push(&s.text);
+                                i += 1;
+                            } else {
+                                scripts.push(rest);
+                            }
+                            break;
+                        }
+                        'i' => return Err(sed_flag("-i")),
+                        'f' => return Err(sed_flag("-f")),
+                        other => return Err(sed_flag(&format!("-{other}"))),
+                    }
+                }
+            }
+        }
+    }
+    if !quiet {
+        return Err(Refusal::new(
+            "`sed` without `-n` is only read-only as a plain print script",
+        ));
+    }
+    if scripts.is_empty() {
+        if positional.is_empty() {
+            return Err(Refusal::new("`sed -n` without a script"));
+        }
+        scripts.push(positional.remove(0));
+    }
+    for s in scripts {
+        if !sed_print_script(s) {
+            return Err(Refusal::new(format!(
+                "`sed` script `{s}` is not a plain print script"
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn sed_flag(flag: &str) -> Refusal {
+    opts::flag_refusal("sed", flag)
+}
+
+/// `1,40p`, `10p`, `$p`, `/re/p`, `1p;5q`: addresses followed by `p`, `q` or `=`.
+fn sed_print_script(script: &str) -> bool {
+    let b = script.as_bytes();
+    let mut i = 0;
+    let skip_ws = |i: &mut usize| {
+        while *i < b.len() && matches!(b[*i], b' ' | b'\t' | b'\n') {
+            *i += 1;
+        }
+    };
+    let address = |i: &mut usize| -> bool {
+        match b.get(*i) {
+            Some(b'$') => {
+                *i += 1;
+                true
+            }
+            Some(c) if c.is_ascii_digit() => {
+                while b.get(*i).is_some_and(u8::is_ascii_digit) {
+                    *i += 1;
+                }
+                true
+            }
+            Some(b'/') => {
+                *i += 1;
+                while let Some(&c) = b.get(*i) {
+                    if c == b'/' {
+                        *i += 1;
+                        return true;
+                    }
+                    if matches!(c, b'\\' | b'\n') {
+                        return false;
+                    }
+                    *i += 1;
+                }
+                false
+            }
+            _ => false,
+        }
+    };
+    let mut commands = 0;
+    loop {
+        skip_ws(&mut i);
+        if i >= b.len() {
+            return commands > 0;
+        }
+        if matches!(b[i], b'$' | b'/') || b[i].is_ascii_digit() {
+            if !address(&mut i) {
+                return false;
+            }
+            if b.get(i) == Some(&b',') {
+                i += 1;
+                if !address(&mut i) {
+                    return false;
+                }
+            }
+        }
+        if b.get(i) == Some(&b'!') {
+            i += 1;
+        }
+        skip_ws(&mut i);
+        match b.get(i) {
+            Some(b'p' | b'q' | b'=') => i += 1,
+            _ => return false,
+        }
+        commands += 1;
+        skip_ws(&mut i);
+        match b.get(i) {
+            None => return true,
+            Some(b';') => i += 1,
+            _ => return false,
+        }
+    }
+}
+
+/// Words a `planModeReadOnlyCommands` entry may never contain.
+const WRITE_WORDS: &[&str] = &[
+    "add",
+    "apply",
+    "commit",
+    "create",
+    "delete",
+    "edit",
+    "exec",
+    "merge",
+    "push",
+    "remove",
+    "rm",
+    "set",
+    "update",
+    "install",
+    "uninstall",
+    "write",
+    "drop",
+    "kill",
+    "reset",
+    "restore",
+    "revert",
+    "rebase",
+    "run",
+    "start",
+    "stop",
+    "restart",
+    "deploy",
+    "publish",
+    "upgrade",
+    "init",
+    "mv",
+    "move",
+    "rename",
+    "put",
+    "post",
+    "patch",
+    "truncate",
+    "clean",
+    "prune",
+    "purge",
+    "destroy",
+    "import",
+    "upload",
+    "sync",
+    "checkout",
+    "switch",
+    "pull",
+    "fetch",
+    "clone",
+    "eval",
+    "replace",
+    "modify",
+    "change",
+    "enable",
+    "disable",
+    "login",
+    "logout",
+    "scale",
+    "rollout",
+    "cp",
+    "copy",
+    "chmod",
+    "chown",
+    "mkdir",
+    "touch",
+    "link",
+    "unlink",
+    "tag",
+    "label",
+    "annotate",
+    "cordon",
+    "drain",
+    "taint",
+    "attach",
+    "debug",
+    "port-forward",
+    "proxy",
+    "shell",
+    "ssh",
+    "open",
+    "save",
+    "load",
+    "build",
+    "compile",
+    "generate",
+    "migrate",
+    "seed",
+    "send",
+    "submit",
+    "close",
+    "reopen",
+    "lock",
+    "unlock",
+    "archive",
+    "unarchive",
+    "fork",
+    "transfer",
+    "approve",
+    "assign",
+    "comment",
+    "review",
+    "sign",
+    "encrypt",
+    "decrypt",
+    "bump",
+    "release",
+    "invoke",
+    "call",
+    "trigger",
+    "dispatch",
+    "cancel",
+    "rerun",
+    "watch",
+];
+
+/// Wrappers and other programs that run their arguments.
+pub(crate) fn is_wrapper(name: &str) -> bool {
+    matches!(
+        name,
+        "sudo"
+            | "doas"
+            | "su"
+            | "env"
+            | "timeout"
+            | "time"
+            | "nice"
+            | "nohup"
+            | "stdbuf"
+            | "ionice"
+            | "command"
+            | "builtin"
+            | "xargs"
+            | "exec"
+            | "eval"
+            | "source"
+            | "."
+            | "watch"
+            | "setsid"
+            | "chroot"
+            | "nsenter"
+            | "unshare"
+            | "flock"
+            | "strace"
+            | "ltrace"
+            | "gdb"
+            | "parallel"
+            | "npx"
+            | "bunx"
+            | "pnpx"
+            | "uvx"
+            | "pipx"
+            | "find"
+            | "awk"
+            | "gawk"
+            | "mawk"
+            | "nawk"
+            | "sed"
+            | "make"
+            | "ssh"
+    )
+}
+
+/// Check a `planModeReadOnlyCommands` entry and split it into tokens.
+pub(crate) fn validate_extra(entry: &str) -> Result<Vec<String>, String> {
+    let tokens: Vec<String> = entry.split_whitespace().map(str::to_string).collect();
+    if tokens.len() < 2 {
+        return Err(format!(
+            "read-only command `{entry}` must name a program and at least one more word"
+        ));
+    }
+    for t in &tokens {
+        let ok = t.bytes().all(|c| {
+            c.is_ascii_alphanumeric()
+                || matches!(c, b'.' | b'_' | b'-' | b':' | b'/' | b'@' | b'+' | b'=')
+        });
+        if !ok {
+            return Err(format!(
+                "read-only command `{entry}`: token `{t}` has characters other than letters, digits and `._-:/@+=`"
+            ));
+        }
+        for part in t.split(['-', ':', '_', '.', '/', '=', '@', '+']) {
+            let lower = part.to_ascii_lowercase();
+            if WRITE_WORDS.contains(&lower.as_str()) {
+                return Err(format!(
+                    "read-only command `{entry}` contains the write word `{part}`"
+                ));
+            }
+        }
+    }
+    let first = tokens[0].as_str();
+    if first.contains('/') || first.starts_with('-') {
+        return Err(format!(
+            "read-only command `{entry}` must start with a program name, not `{first}`"
+        ));
+    }
+    if is_interpreter(first) || is_wrapper(first) {
+        return Err(format!(
+            "read-only command `{entry}` starts with `{first}`, a shell, interpreter or wrapper"
+        ));
+    }
+    Ok(tokens)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may panic
+    use super::*;
+
+    #[test]
+    fn sed_scripts() {
+        for ok in [
+            "10p",
+            "1,40p",
+            "$p",
+            "/fn main/p",
+            "1p;5q",
+            "1,$p",
+            "5!p",
+            "=",
+        ] {
+            assert!(sed_print_script(ok), "{ok}");
+        }
+        for bad in [
+            "s/a/b/",
+            "1e rm -rf /",
+            "w out",
+            "1,5w out",
+            "p;w x",
+            "/a/d",
+            "",
+            "{p}",
+            "/a\\/p",
+        ] {
+            assert!(!sed_print_script(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn extras() {
+        for ok in [
+            "gh issue view",
+            "kubectl get",
+            "npm ls",
+            "git stash list",
+            "cargo tree",
+        ] {
+            assert!(validate_extra(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "ls",
+            "bash -c",
+            "python3 -m",
+            "sudo ls",
+            "gh pr merge",
+            "git remote set-url",
+            "kubectl delete",
+            "npm run",
+            "git push",
+            "db:migrate now",
+            "x $(y)",
+            "env ls",
+            "xargs cat",
+            "npm install",
+            "kubectl apply",
+            "/bin/ls -la",
+        ] {
+            assert!(validate_extra(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,70 @@
+//! Loading the labelled corpus (shared by the test files that include it).
+#![allow(dead_code)] // each test file uses part of this
+
+/// One line of `corpus.tsv`.
+pub struct Case {
+    pub line: usize,
+    pub label: String,
+    pub source: String,
+    pub reason: String,
+    pub command: String,
+}
+
+/// Every case of the corpus, with `⏎`, `␍` and `␀` turned back into characters.
+pub fn corpus() -> Vec<Case> {
+    let text = include_str!("corpus.tsv");
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let cols: Vec<&str> = line.splitn(4, '\t').collect();
+        assert_eq!(
+            cols.len(),
+            4,
+            "corpus.tsv:{}: expected 4 tab-separated columns",
+            i + 1
+        );
+        assert!(
+            matches!(cols[0], "ro" | "no" | "ro-refused"),
+            "corpus.tsv:{}: bad label {:?}",
+            i + 1,
+            cols[0]
+        );
+        assert!(
+            matches!(
+                cols[1],
+                "codex"
+                    | "opencode"
+                    | "claude-code"
+                    | "gemini-cli"
+                    | "qwen-code"
+                    | "reasonix"
+                    | "own"
+            ),
+            "corpus.tsv:{}: bad source {:?}",
+            i + 1,
+            cols[1]
+        );
+        out.push(Case {
+            line: i + 1,
+            label: cols[0].to_string(),
+            source: cols[1].to_string(),
+            reason: cols[2].to_string(),
+            command: cols[3]
+                .replace('⏎', "\n")
+                .replace('⇥', "\t")
+                .replace('␍', "\r")
+                .replace('␀', "\0"),
+        });
+    }
+    out
+}
+
+/// The options the corpus is labelled for.
+pub fn options() -> toolgate_shell::Options {
+    toolgate_shell::Options {
+        project_root: "/work/proj".into(),
+        ..toolgate_shell::Options::default()
+    }
+}
