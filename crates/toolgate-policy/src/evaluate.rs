@@ -8,6 +8,7 @@
 //! turns a remaining ask into allow, and `auto` allows what would still ask. The
 //! call's answer is the strictest check's.
 
+use crate::grants::{GrantPattern, GrantSpec};
 use crate::mode::{mode_answer, Action, Kind, Mode};
 use crate::paths::{normalize, RootedPath};
 use crate::rules::Rule;
@@ -26,7 +27,7 @@ struct Check {
     mode_action: Action,
     mode_reason: String,
     /// What an `always` answer grants for this check.
-    always: String,
+    always: GrantPattern,
     /// The permissions that grant is recorded under.
     grant_permissions: Vec<String>,
 }
@@ -74,7 +75,7 @@ impl Policy {
                 inner: Vec::new(),
                 mode_action: Action::Allow,
                 mode_reason: String::new(),
-                always: call.tool.to_string(),
+                always: GrantPattern::exact(call.tool),
                 grant_permissions: vec!["doom_loop".to_string()],
             });
         }
@@ -85,7 +86,7 @@ impl Policy {
             }
         }
 
-        let simple = |subject: String, always: &str| {
+        let simple = |subject: String, always: GrantPattern| {
             let action = mode_answer(mode, spec.kind, false, plan_allowed);
             Check {
                 permission: spec.permission.clone(),
@@ -93,7 +94,7 @@ impl Policy {
                 inner: Vec::new(),
                 mode_action: action,
                 mode_reason: kind_reason(mode, spec.kind, action, call.tool, plan_allowed),
-                always: always.to_string(),
+                always,
                 grant_permissions: if spec.kind == Kind::Fetch {
                     self.fetch_permissions.clone()
                 } else {
@@ -138,13 +139,21 @@ impl Policy {
                         Ok(()) => format!("`{}` only reads, which every mode allows", command.text),
                         Err(refusal) => shell_reason(mode, action, &refusal.reason),
                     };
+                    // A literal `always` (a destructive program, say) may contain
+                    // `*` or `?`: it is granted as exactly that text.
+                    let always = match command.always.strip_suffix(" *") {
+                        Some(prefix) if command.always != command.text => {
+                            GrantPattern::prefixed(prefix, " *")
+                        }
+                        _ => GrantPattern::exact(&command.always),
+                    };
                     checks.push(Check {
                         permission: spec.permission.clone(),
                         subject: command.text,
                         inner: command.inner,
                         mode_action: action,
                         mode_reason,
-                        always: command.always,
+                        always,
                         grant_permissions: vec![spec.permission.clone()],
                     });
                 }
@@ -163,11 +172,11 @@ impl Policy {
                     // OpenCode grants every edit with `always`; a read that asks
                     // (a `.env` file) is granted for that file only.
                     let always = if spec.kind == Kind::Read {
-                        rooted.subject.clone()
+                        GrantPattern::exact(&rooted.subject)
                     } else {
-                        "*".to_string()
+                        GrantPattern::prefixed("", "*")
                     };
-                    checks.push(simple(rooted.subject, &always));
+                    checks.push(simple(rooted.subject, always));
                 }
                 title = shown.join(", ");
             }
@@ -182,23 +191,23 @@ impl Policy {
                     }
                 }
                 title = pattern.clone();
-                checks.push(simple(pattern.clone(), "*"));
+                checks.push(simple(pattern.clone(), GrantPattern::prefixed("", "*")));
             }
             Subject::Text(text) if spec.kind == Kind::ExitPlan => {
                 title = "Leave plan mode and carry out this plan".to_string();
                 plan = Some(text.clone());
-                checks.push(simple("*".to_string(), "*"));
+                checks.push(simple("*".to_string(), GrantPattern::prefixed("", "*")));
             }
             Subject::Text(text) => {
                 title = text.clone();
-                checks.push(simple(text.clone(), "*"));
+                checks.push(simple(text.clone(), GrantPattern::prefixed("", "*")));
             }
             Subject::None => {
                 title = call.tool.to_string();
                 if spec.kind == Kind::ExitPlan {
                     plan = Some(String::new());
                 }
-                checks.push(simple("*".to_string(), "*"));
+                checks.push(simple("*".to_string(), GrantPattern::prefixed("", "*")));
             }
         }
 
@@ -313,12 +322,13 @@ impl Policy {
 }
 
 fn external_check(path: &RootedPath, is_directory: bool) -> Check {
-    let always = if is_directory {
-        let dir = path.absolute.to_string_lossy();
-        format!("{}/*", dir.trim_end_matches('/'))
+    let dir = if is_directory {
+        path.absolute.clone()
     } else {
-        path.directory_pattern()
+        path.absolute.parent().unwrap_or(&path.absolute).to_path_buf()
     };
+    let dir = dir.to_string_lossy();
+    let always = GrantPattern::prefixed(&format!("{}/", dir.trim_end_matches('/')), "*");
     Check {
         permission: "external_directory".to_string(),
         subject: path.subject.clone(),
@@ -456,13 +466,19 @@ fn combine(
             let asked_permission = pairs[first].0.permission.clone();
             let mut patterns: Vec<String> = Vec::new();
             let mut always: Vec<String> = Vec::new();
-            let mut grant_permissions: Vec<String> = Vec::new();
+            let mut grants: Vec<GrantSpec> = Vec::new();
             for (check, outcome) in &pairs {
                 if outcome.action == Action::Ask && check.permission == asked_permission {
                     push_unique(&mut patterns, &check.subject);
-                    push_unique(&mut always, &check.always);
+                    push_unique(&mut always, check.always.as_str());
                     for permission in &check.grant_permissions {
-                        push_unique(&mut grant_permissions, permission);
+                        let spec = GrantSpec {
+                            permission: permission.clone(),
+                            pattern: check.always.clone(),
+                        };
+                        if !grants.contains(&spec) {
+                            grants.push(spec);
+                        }
                     }
                 }
             }
@@ -477,13 +493,13 @@ fn combine(
                 // A plan approval grants nothing: `always` switches the mode instead.
                 patterns.clear();
                 always.clear();
-                grant_permissions.clear();
+                grants.clear();
             }
             let question = Question {
                 permission: asked_permission,
                 patterns,
                 always,
-                grant_permissions,
+                grants,
                 title,
                 plan: if is_plan {
                     plan.or(Some(String::new()))

@@ -3,6 +3,75 @@
 
 use crate::wildcard::Wildcard;
 
+/// A pattern an `always` answer grants. Its first `literal_len` bytes are
+/// literal text, the rest a wildcard, so a command such as `rm -rf *` is granted
+/// as exactly that command and never as a glob over every `rm -rf` call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrantPattern {
+    text: String,
+    literal_len: usize,
+}
+
+impl GrantPattern {
+    /// Exactly `text`, no wildcards.
+    pub fn exact(text: &str) -> GrantPattern {
+        GrantPattern {
+            text: text.to_string(),
+            literal_len: text.len(),
+        }
+    }
+
+    /// `prefix` taken literally, followed by the wildcard `rest` (`" *"`, `"/*"`, `"*"`).
+    pub fn prefixed(prefix: &str, rest: &str) -> GrantPattern {
+        GrantPattern {
+            text: format!("{prefix}{rest}"),
+            literal_len: prefix.len(),
+        }
+    }
+
+    /// Rebuild from its parts (for state files); `None` when they do not fit.
+    pub fn from_parts(text: &str, literal_len: usize) -> Option<GrantPattern> {
+        (literal_len <= text.len() && text.is_char_boundary(literal_len)).then(|| GrantPattern {
+            text: text.to_string(),
+            literal_len,
+        })
+    }
+
+    /// The pattern as shown (`git commit *`).
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// How many leading bytes are literal.
+    pub fn literal_len(&self) -> usize {
+        self.literal_len
+    }
+
+    /// True when `subject` is covered.
+    pub fn matches(&self, subject: &str) -> bool {
+        let (literal, rest) = self.text.split_at(self.literal_len);
+        let Some(tail) = subject.strip_prefix(literal) else {
+            return false;
+        };
+        match rest {
+            "" => tail.is_empty(),
+            "*" => true,
+            // OpenCode's trailing ` *` also matches the bare command.
+            " *" => tail.is_empty() || tail.starts_with(' '),
+            rest => Wildcard::new(rest).matches(tail),
+        }
+    }
+}
+
+/// What an `always` answer records: a permission and a pattern.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrantSpec {
+    /// The permission name it covers (exact).
+    pub permission: String,
+    /// The subjects it covers.
+    pub pattern: GrantPattern,
+}
+
 /// One grant: for `permission`, subjects matching `pattern` no longer ask.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Grant {
@@ -11,7 +80,7 @@ pub struct Grant {
     /// The permission name it covers (exact).
     pub permission: String,
     /// The subjects it covers.
-    pub pattern: Wildcard,
+    pub pattern: GrantPattern,
 }
 
 /// A session's grants, oldest first.
@@ -23,18 +92,18 @@ pub struct Grants {
 impl Grants {
     /// Record a grant unless the same permission and pattern is already granted.
     /// Returns true when it was added.
-    pub fn add(&mut self, id: String, permission: &str, pattern: &str) -> bool {
+    pub fn add(&mut self, id: String, spec: &GrantSpec) -> bool {
         if self
             .list
             .iter()
-            .any(|grant| grant.permission == permission && grant.pattern.as_str() == pattern)
+            .any(|grant| grant.permission == spec.permission && grant.pattern == spec.pattern)
         {
             return false;
         }
         self.list.push(Grant {
             id,
-            permission: permission.to_string(),
-            pattern: Wildcard::new(pattern),
+            permission: spec.permission.clone(),
+            pattern: spec.pattern.clone(),
         });
         true
     }
@@ -60,5 +129,33 @@ impl Grants {
     /// True when nothing is granted.
     pub fn is_empty(&self) -> bool {
         self.list.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(pattern: &GrantPattern, subject: &str, expected: bool) {
+        assert_eq!(pattern.matches(subject), expected, "{:?} vs {subject:?}", pattern.as_str());
+    }
+
+    #[test]
+    fn literal_parts_stay_literal() {
+        let cases = [
+            (GrantPattern::exact("rm -rf *"), "rm -rf *", true),
+            (GrantPattern::exact("rm -rf *"), "rm -rf /", false),
+            (GrantPattern::prefixed("git commit", " *"), "git commit -m x", true),
+            (GrantPattern::prefixed("git commit", " *"), "git commit", true),
+            (GrantPattern::prefixed("git commit", " *"), "git commits", false),
+            (GrantPattern::prefixed("npm run *x", " *"), "npm run build", false),
+            (GrantPattern::prefixed("npm run *x", " *"), "npm run *x --y", true),
+            (GrantPattern::prefixed("/tmp/a?b/", "*"), "/tmp/a?b/c", true),
+            (GrantPattern::prefixed("/tmp/a?b/", "*"), "/tmp/axb/c", false),
+            (GrantPattern::prefixed("", "*"), "anything", true),
+        ];
+        for (pattern, subject, expected) in &cases {
+            check(pattern, subject, *expected);
+        }
     }
 }

@@ -49,7 +49,7 @@ pub use config::{
     parse_override, PolicyFile, Sources, DEFAULT_ALWAYS_AVAILABLE, DEFAULT_ASK_TIMEOUT_SECONDS,
 };
 pub use error::PolicyError;
-pub use grants::{Grant, Grants};
+pub use grants::{Grant, GrantPattern, GrantSpec, Grants};
 pub use mode::{mode_answer, Action, Kind, Mode, UnknownMode};
 pub use paths::{normalize, RootedPath};
 pub use reminder::reminder;
@@ -158,10 +158,10 @@ pub struct Question {
     pub permission: String,
     /// The concrete things asked about.
     pub patterns: Vec<String>,
-    /// What an `always` answer grants, under each of `grant_permissions`.
+    /// What an `always` answer grants, as shown to the user.
     pub always: Vec<String>,
-    /// The permissions the `always` patterns are recorded under.
-    pub grant_permissions: Vec<String>,
+    /// The grants an `always` answer records.
+    pub grants: Vec<GrantSpec>,
     /// The command, path or URL.
     pub title: String,
     /// For a plan approval: the plan text.

@@ -70,17 +70,6 @@ impl RootedPath {
             },
         }
     }
-
-    /// The directory an `always` on `external_directory` grants: `parent/*`.
-    pub fn directory_pattern(&self) -> String {
-        let dir = self.absolute.parent().unwrap_or(&self.absolute);
-        let dir = dir.to_string_lossy();
-        if dir.ends_with('/') {
-            format!("{dir}*")
-        } else {
-            format!("{dir}/*")
-        }
-    }
 }
 
 #[cfg(test)]
@@ -118,14 +107,5 @@ mod tests {
         for (path, subject, external) in cases {
             check(path, subject, *external);
         }
-    }
-
-    #[test]
-    fn directory_patterns() {
-        let root = Path::new("/work/project");
-        let rooted = RootedPath::new(normalize("/tmp/x/y.txt", root, None), root);
-        assert_eq!(rooted.directory_pattern(), "/tmp/x/*");
-        let rooted = RootedPath::new(normalize("/y.txt", root, None), root);
-        assert_eq!(rooted.directory_pattern(), "/*");
     }
 }

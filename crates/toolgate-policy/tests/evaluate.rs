@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use serde_json::{json, Value};
-use toolgate_policy::{Action, Call, Context, Grants, Mode, Policy, PolicyFile, Sources};
+use toolgate_policy::{Action, Call, Context, GrantPattern, GrantSpec, Grants, Mode, Policy, PolicyFile, Sources};
 
 fn policy(file: Option<Value>, overrides: &[Value]) -> Policy {
     let file = file.map(|value| {
@@ -164,7 +164,7 @@ fn every_agent_in_every_mode() {
             AutoEdit,
             "run_shell_command",
             json!({"command": "make"}),
-            r#"ask bash ["make"] always ["make *"]"#,
+            r#"ask bash ["make"] always ["make"]"#,
         ),
         (Plan, "shell", json!({"command": ["make"]}), "deny mode"),
         (
@@ -340,7 +340,7 @@ fn grants_answer_questions_only() {
         &[],
     );
     let mut grants = Grants::default();
-    grants.add("g1".into(), "edit", "*");
+    grants.add("g1".into(), &GrantSpec { permission: "edit".into(), pattern: GrantPattern::prefixed("", "*") });
     let cases: &[(Mode, Value, &str)] = &[
         (
             Mode::Ask,

@@ -497,11 +497,9 @@ impl Broker {
             .sessions
             .entry(session_id.to_string())
             .or_insert_with(|| new_session(default_mode));
-        for permission in &question.grant_permissions {
-            for pattern in &question.always {
-                let id = ids.grant_id();
-                session.grants.add(id, permission, pattern);
-            }
+        for spec in &question.grants {
+            let id = ids.grant_id();
+            session.grants.add(id, spec);
         }
     }
 
@@ -809,7 +807,7 @@ fn placeholder_question() -> Question {
         permission: String::new(),
         patterns: Vec::new(),
         always: Vec::new(),
-        grant_permissions: Vec::new(),
+        grants: Vec::new(),
         title: String::new(),
         plan: None,
         reason: String::new(),

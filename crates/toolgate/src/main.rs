@@ -150,24 +150,12 @@ fn serve(args: ServeArgs) -> ExitCode {
         Box::new(SystemClock::new()),
         Box::new(UuidIds),
     );
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(err) => {
-            eprintln!("toolgate: cannot start the runtime: {err}");
-            return ExitCode::from(1);
-        }
-    };
-    let result = runtime.block_on(toolgate::serve::run(
-        tokio::io::stdin(),
-        tokio::io::stdout(),
+    let result = toolgate::serve::run(
+        std::io::stdin(),
+        std::io::stdout().lock(),
         broker,
         args.max_frame_bytes,
-    ));
-    // stdin's blocking reader may still be parked in read(); don't wait for it.
-    runtime.shutdown_background();
+    );
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,

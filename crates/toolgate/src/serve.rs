@@ -1,11 +1,16 @@
-//! The JSON-lines transport: one reader task, one writer task, and the broker
-//! in between. Generic over `AsyncRead`/`AsyncWrite`, so tests can run it over
-//! an in-memory pipe and the binary over stdin/stdout.
+//! The JSON-lines transport: one reader thread, and the broker loop, which is
+//! the only writer. Generic over `std::io::Read`/`Write`, so tests can run it
+//! over in-memory buffers and the binary over stdin/stdout.
+//!
+//! The reader thread blocks on input and hands over every line already
+//! buffered in one batch; the loop runs on a single-threaded tokio runtime so
+//! that question deadlines fire while input is idle, writes each batch's
+//! answers and flushes once per batch. A lone call therefore crosses one thread
+//! boundary on its way in and none on its way out.
 
-use std::io;
+use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
 use std::time::Duration;
 
-use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 use toolgate_protocol::ServerFrame;
 
@@ -25,14 +30,15 @@ const BATCH: usize = 256;
 
 /// Read one line of at most `max` bytes. Returns `None` at end of input. A
 /// longer line is consumed and discarded chunk by chunk, never held whole.
-pub async fn read_line<R: AsyncBufRead + Unpin>(
-    reader: &mut R,
-    max: usize,
-) -> io::Result<Option<Line>> {
+pub fn read_line<R: BufRead>(reader: &mut R, max: usize) -> io::Result<Option<Line>> {
     let mut line: Vec<u8> = Vec::new();
     let mut too_large = false;
     loop {
-        let available = reader.fill_buf().await?;
+        let available = match reader.fill_buf() {
+            Ok(available) => available,
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
+            Err(err) => return Err(err),
+        };
         if available.is_empty() {
             // End of input: a last line without `\n` still counts.
             return Ok(match (too_large, line.is_empty()) {
@@ -65,131 +71,103 @@ pub async fn read_line<R: AsyncBufRead + Unpin>(
     }
 }
 
-/// Serve one client: write `ready`, then answer frames until end of input or
-/// `shutdown`; deny what is still pending, flush, return.
-pub async fn run<R, W>(
-    reader: R,
-    writer: W,
-    mut broker: Broker,
-    max_frame_bytes: usize,
-) -> io::Result<()>
-where
-    R: AsyncRead + Unpin + Send + 'static,
-    W: AsyncWrite + Unpin + Send + 'static,
-{
-    let (line_tx, mut line_rx) = mpsc::channel::<Vec<Line>>(64);
-    let reader_task = tokio::spawn(async move {
-        let mut reader = BufReader::with_capacity(1 << 16, reader);
+/// The reader thread: batches of lines until end of input or a read error.
+fn read_lines<R: Read>(input: R, max_frame_bytes: usize, lines: mpsc::Sender<Vec<Line>>) {
+    let mut reader = BufReader::with_capacity(1 << 16, input);
+    loop {
+        let mut batch = Vec::new();
+        let mut ended = false;
         loop {
-            let mut batch = Vec::new();
-            loop {
-                match read_line(&mut reader, max_frame_bytes).await {
-                    Ok(Some(line)) => batch.push(line),
-                    Ok(None) => {
-                        if !batch.is_empty() {
-                            let _ = line_tx.send(batch).await;
-                        }
-                        return Ok(());
-                    }
-                    Err(err) => {
-                        if !batch.is_empty() {
-                            let _ = line_tx.send(batch).await;
-                        }
-                        return Err(err);
-                    }
+            match read_line(&mut reader, max_frame_bytes) {
+                Ok(Some(line)) => batch.push(line),
+                Ok(None) => {
+                    ended = true;
+                    break;
                 }
-                // Hand over what is already buffered in one go; never wait for more.
-                if batch.len() >= BATCH || reader.buffer().is_empty() {
+                Err(err) => {
+                    tracing::warn!(%err, "reading input failed; treating it as end of input");
+                    ended = true;
                     break;
                 }
             }
-            if line_tx.send(batch).await.is_err() {
+            // Hand over what is already buffered in one go; never wait for more.
+            if batch.len() >= BATCH || reader.buffer().is_empty() {
+                break;
+            }
+        }
+        if !batch.is_empty() && lines.blocking_send(batch).is_err() {
+            return;
+        }
+        if ended {
+            return;
+        }
+    }
+}
+
+/// Serve one client: write `ready`, then answer frames until end of input or
+/// `shutdown`; deny what is still pending, flush, return.
+pub fn run<R, W>(input: R, output: W, mut broker: Broker, max_frame_bytes: usize) -> io::Result<()>
+where
+    R: Read + Send + 'static,
+    W: Write,
+{
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()?;
+    let (line_tx, mut line_rx) = mpsc::channel::<Vec<Line>>(64);
+    // The reader may stay blocked in `read` after a `shutdown` frame; it is
+    // detached and ends with the process.
+    std::thread::Builder::new()
+        .name("toolgate-reader".into())
+        .spawn(move || read_lines(input, max_frame_bytes, line_tx))?;
+
+    let mut writer = BufWriter::with_capacity(1 << 16, output);
+    let mut frames: Vec<ServerFrame> = vec![broker.ready()];
+    write_frames(&mut writer, &mut frames)?;
+    let mut number: u64 = 0;
+    runtime.block_on(async {
+        loop {
+            let sleep = broker
+                .next_deadline()
+                .map(|deadline| Duration::from_millis(deadline.saturating_sub(broker.now_ms())));
+            tokio::select! {
+                batch = line_rx.recv() => match batch {
+                    Some(batch) => {
+                        for line in batch {
+                            number += 1;
+                            match line {
+                                Line::Data(bytes) => broker.handle_line(&bytes, number, &mut frames),
+                                Line::TooLarge => broker.frame_too_large(number, max_frame_bytes, &mut frames),
+                            }
+                            if broker.stopped() {
+                                break;
+                            }
+                        }
+                    }
+                    None => broker.shutdown(&mut frames),
+                },
+                _ = tokio::time::sleep(sleep.unwrap_or_default()), if sleep.is_some() => {
+                    broker.expire(&mut frames);
+                }
+            }
+            write_frames(&mut writer, &mut frames)?;
+            if broker.stopped() {
                 return Ok(());
             }
         }
-    });
-
-    let (out_tx, out_rx) = mpsc::channel::<Vec<u8>>(64);
-    let writer_task = tokio::spawn(write_frames(writer, out_rx));
-
-    let mut frames: Vec<ServerFrame> = vec![broker.ready()];
-    send(&out_tx, &mut frames).await;
-    let mut number: u64 = 0;
-    loop {
-        let sleep = broker
-            .next_deadline()
-            .map(|deadline| Duration::from_millis(deadline.saturating_sub(broker.now_ms())));
-        tokio::select! {
-            batch = line_rx.recv() => match batch {
-                Some(batch) => {
-                    for line in batch {
-                        number += 1;
-                        match line {
-                            Line::Data(bytes) => broker.handle_line(&bytes, number, &mut frames),
-                            Line::TooLarge => broker.frame_too_large(number, max_frame_bytes, &mut frames),
-                        }
-                        if broker.stopped() {
-                            break;
-                        }
-                    }
-                }
-                None => broker.shutdown(&mut frames),
-            },
-            _ = tokio::time::sleep(sleep.unwrap_or_default()), if sleep.is_some() => {
-                broker.expire(&mut frames);
-            }
-        }
-        send(&out_tx, &mut frames).await;
-        if broker.stopped() {
-            break;
-        }
-    }
-    drop(out_tx);
-    drop(line_rx);
-    reader_task.abort();
-    match writer_task.await {
-        Ok(result) => result,
-        Err(err) => Err(io::Error::other(err)),
-    }
-}
-
-async fn send(out: &mpsc::Sender<Vec<u8>>, frames: &mut Vec<ServerFrame>) {
-    if frames.is_empty() {
-        return;
-    }
-    let mut bytes = Vec::with_capacity(frames.len() * 256);
-    for frame in frames.drain(..) {
-        // Serializing these types cannot fail: every map key is a string.
-        if serde_json::to_writer(&mut bytes, &frame).is_ok() {
-            bytes.push(b'\n');
-        } else {
-            tracing::error!(?frame, "could not encode a frame");
-        }
-    }
-    if out.send(bytes).await.is_err() {
-        tracing::warn!("the writer has stopped; output is lost");
-    }
-}
-
-/// The only code that writes to the output. Flushes whenever no more output
-/// is queued, so a lone answer goes out at once and a flood is batched.
-async fn write_frames<W: AsyncWrite + Unpin>(
-    mut writer: W,
-    mut rx: mpsc::Receiver<Vec<u8>>,
-) -> io::Result<()> {
-    while let Some(bytes) = rx.recv().await {
-        writer.write_all(&bytes).await?;
-        while let Ok(bytes) = rx.try_recv() {
-            writer.write_all(&bytes).await?;
-        }
-        writer.flush().await?;
-    }
-    writer.flush().await?;
-    writer.shutdown().await.or_else(|err| {
-        // Closing stdout can fail harmlessly (a closed pipe); the data is flushed.
-        tracing::debug!(%err, "closing the output");
-        Ok(())
     })
+}
+
+/// Write and flush a batch of frames, one JSON line each.
+fn write_frames<W: Write>(writer: &mut W, frames: &mut Vec<ServerFrame>) -> io::Result<()> {
+    if frames.is_empty() {
+        return Ok(());
+    }
+    for frame in frames.drain(..) {
+        serde_json::to_writer(&mut *writer, &frame).map_err(io::Error::other)?;
+        writer.write_all(b"\n")?;
+    }
+    writer.flush()
 }
 
 #[cfg(test)]
@@ -198,18 +176,18 @@ mod tests {
 
     use super::*;
 
-    async fn lines(input: &[u8], max: usize) -> Vec<Line> {
+    fn lines(input: &[u8], max: usize) -> Vec<Line> {
         let mut reader = BufReader::with_capacity(4, input);
         let mut out = Vec::new();
-        while let Some(line) = read_line(&mut reader, max).await.unwrap() {
+        while let Some(line) = read_line(&mut reader, max).unwrap() {
             out.push(line);
         }
         out
     }
 
-    #[tokio::test]
-    async fn splits_lines_and_skips_oversized_ones() {
-        let got = lines(b"ab\n0123456789\n\ncd\r\nlast", 5).await;
+    #[test]
+    fn splits_lines_and_skips_oversized_ones() {
+        let got = lines(b"ab\n0123456789\n\ncd\r\nlast", 5);
         assert_eq!(
             got,
             vec![
@@ -220,7 +198,7 @@ mod tests {
                 Line::Data(b"last".to_vec()),
             ]
         );
-        assert_eq!(lines(b"0123456789", 5).await, vec![Line::TooLarge]);
-        assert_eq!(lines(b"", 5).await, Vec::<Line>::new());
+        assert_eq!(lines(b"0123456789", 5), vec![Line::TooLarge]);
+        assert_eq!(lines(b"", 5), Vec::<Line>::new());
     }
 }
