@@ -321,6 +321,7 @@ impl Policy {
         Ok((
             Policy {
                 fetch_permissions,
+                shell_cache: crate::ShellCache::default(),
                 default_mode: mode,
                 project_root: sources.project_root,
                 home: sources.home,

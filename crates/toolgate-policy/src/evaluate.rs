@@ -8,6 +8,9 @@
 //! turns a remaining ask into allow, and `auto` allows what would still ask. The
 //! call's answer is the strictest check's.
 
+use std::borrow::Cow;
+use std::path::Path;
+
 use crate::grants::{GrantPattern, GrantSpec};
 use crate::mode::{mode_answer, Action, Kind, Mode};
 use crate::paths::{normalize, RootedPath};
@@ -28,8 +31,19 @@ struct Check {
     mode_reason: String,
     /// What an `always` answer grants for this check.
     always: GrantPattern,
+    /// A shell command proven read-only.
+    read_only: bool,
     /// The permissions that grant is recorded under.
-    grant_permissions: Vec<String>,
+    grant_permissions: GrantTo,
+}
+
+/// Which permissions an `always` on a check is recorded under.
+#[derive(Clone, Copy)]
+enum GrantTo {
+    /// The check's own permission.
+    Own,
+    /// Every fetch permission: `always` on a fetch grants the whole kind.
+    FetchKind,
 }
 
 /// The answer for one check.
@@ -59,9 +73,9 @@ impl Policy {
                 return invalid(format!("the `{}` call is unusable: {reason}", call.tool))
             }
         };
-        let base = match call.cwd {
-            Some(cwd) => normalize(cwd, &self.project_root, self.home.as_deref()),
-            None => self.project_root.clone(),
+        let base: Cow<'_, Path> = match call.cwd {
+            Some(cwd) => Cow::Owned(normalize(cwd, &self.project_root, self.home.as_deref())),
+            None => Cow::Borrowed(&self.project_root),
         };
         let mode = context.mode;
         let plan_allowed = spec.kind == Kind::Other
@@ -76,11 +90,12 @@ impl Policy {
                 mode_action: Action::Allow,
                 mode_reason: String::new(),
                 always: GrantPattern::exact(call.tool),
-                grant_permissions: vec!["doom_loop".to_string()],
+                read_only: false,
+                grant_permissions: GrantTo::Own,
             });
         }
         if call.cwd.is_some() {
-            let cwd = RootedPath::new(base.clone(), &self.project_root);
+            let cwd = RootedPath::new(base.to_path_buf(), &self.project_root);
             if cwd.external {
                 checks.push(external_check(&cwd, true));
             }
@@ -95,10 +110,11 @@ impl Policy {
                 mode_action: action,
                 mode_reason: kind_reason(mode, spec.kind, action, call.tool, plan_allowed),
                 always,
+                read_only: false,
                 grant_permissions: if spec.kind == Kind::Fetch {
-                    self.fetch_permissions.clone()
+                    GrantTo::FetchKind
                 } else {
-                    vec![spec.permission.clone()]
+                    GrantTo::Own
                 },
             }
         };
@@ -113,7 +129,7 @@ impl Policy {
                     None => &self.shell,
                     Some(_) => {
                         with_cwd = toolgate_shell::Options {
-                            cwd: Some(base.clone()),
+                            cwd: Some(base.to_path_buf()),
                             ..self.shell.clone()
                         };
                         &with_cwd
@@ -122,7 +138,11 @@ impl Policy {
                 let analysis = match script {
                     ShellInput::Text(text) => {
                         title = text.clone();
-                        toolgate_shell::analyze(toolgate_shell::Script::Text(text), options)
+                        if call.cwd.is_none() {
+                            self.shell_cache.analyze(text, options)
+                        } else {
+                            toolgate_shell::analyze(toolgate_shell::Script::Text(text), options)
+                        }
                     }
                     ShellInput::Argv(argv) => {
                         title = argv.join(" ");
@@ -154,17 +174,16 @@ impl Policy {
                         mode_action: action,
                         mode_reason,
                         always,
-                        grant_permissions: vec![spec.permission.clone()],
+                        read_only,
+                        grant_permissions: GrantTo::Own,
                     });
                 }
             }
             Subject::Paths(paths) => {
                 let mut shown = Vec::new();
                 for path in paths {
-                    let rooted = RootedPath::new(
-                        normalize(path, &base, self.home.as_deref()),
-                        &self.project_root,
-                    );
+                    let rooted =
+                        RootedPath::resolve(path, &base, &self.project_root, self.home.as_deref());
                     if rooted.external {
                         checks.push(external_check(&rooted, false));
                     }
@@ -182,10 +201,8 @@ impl Policy {
             }
             Subject::Search { pattern, path } => {
                 if let Some(path) = path {
-                    let rooted = RootedPath::new(
-                        normalize(path, &base, self.home.as_deref()),
-                        &self.project_root,
-                    );
+                    let rooted =
+                        RootedPath::resolve(path, &base, &self.project_root, self.home.as_deref());
                     if rooted.external {
                         checks.push(external_check(&rooted, true));
                     }
@@ -223,6 +240,7 @@ impl Policy {
             mode,
             title,
             plan,
+            &self.fetch_permissions,
         )
     }
 
@@ -325,7 +343,10 @@ fn external_check(path: &RootedPath, is_directory: bool) -> Check {
     let dir = if is_directory {
         path.absolute.clone()
     } else {
-        path.absolute.parent().unwrap_or(&path.absolute).to_path_buf()
+        path.absolute
+            .parent()
+            .unwrap_or(&path.absolute)
+            .to_path_buf()
     };
     let dir = dir.to_string_lossy();
     let always = GrantPattern::prefixed(&format!("{}/", dir.trim_end_matches('/')), "*");
@@ -336,7 +357,8 @@ fn external_check(path: &RootedPath, is_directory: bool) -> Check {
         mode_action: Action::Allow,
         mode_reason: String::new(),
         always,
-        grant_permissions: vec!["external_directory".to_string()],
+        read_only: false,
+        grant_permissions: GrantTo::Own,
     }
 }
 
@@ -407,6 +429,7 @@ fn shell_reason(mode: Mode, action: Action, refusal: &str) -> String {
 
 /// The call's answer: the strictest check's; a question gathers every asking
 /// check of the first asking permission.
+#[allow(clippy::too_many_arguments)] // the parts of one evaluation
 fn combine(
     checks: Vec<Check>,
     outcomes: Vec<Outcome>,
@@ -415,6 +438,7 @@ fn combine(
     mode: Mode,
     title: String,
     plan: Option<String>,
+    fetch_permissions: &[String],
 ) -> Evaluation {
     let strictest = outcomes
         .iter()
@@ -445,7 +469,23 @@ fn combine(
             } else {
                 (0..pairs.len()).min_by_key(|&i| rank(pairs[i].1.source))
             };
+            let all_read_only = kind == Kind::Shell
+                && pairs.len() > 1
+                && pairs
+                    .iter()
+                    .all(|(check, outcome)| check.read_only && outcome.source == Source::Mode);
             match index {
+                Some(_) if all_read_only => evaluation(
+                    Outcome {
+                        action: Action::Allow,
+                        source: Source::Mode,
+                        reason: format!(
+                            "every simple command of `{title}` only reads, which every mode allows"
+                        ),
+                        rule: None,
+                    },
+                    None,
+                ),
                 Some(index) => evaluation(pairs.swap_remove(index).1, None),
                 None => evaluation(
                     Outcome {
@@ -471,7 +511,12 @@ fn combine(
                 if outcome.action == Action::Ask && check.permission == asked_permission {
                     push_unique(&mut patterns, &check.subject);
                     push_unique(&mut always, check.always.as_str());
-                    for permission in &check.grant_permissions {
+                    let own = [check.permission.clone()];
+                    let permissions: &[String] = match check.grant_permissions {
+                        GrantTo::Own => &own,
+                        GrantTo::FetchKind => fetch_permissions,
+                    };
+                    for permission in permissions {
                         let spec = GrantSpec {
                             permission: permission.clone(),
                             pattern: check.always.clone(),

@@ -137,7 +137,12 @@ mod tests {
     use super::*;
 
     fn check(pattern: &GrantPattern, subject: &str, expected: bool) {
-        assert_eq!(pattern.matches(subject), expected, "{:?} vs {subject:?}", pattern.as_str());
+        assert_eq!(
+            pattern.matches(subject),
+            expected,
+            "{:?} vs {subject:?}",
+            pattern.as_str()
+        );
     }
 
     #[test]
@@ -145,13 +150,37 @@ mod tests {
         let cases = [
             (GrantPattern::exact("rm -rf *"), "rm -rf *", true),
             (GrantPattern::exact("rm -rf *"), "rm -rf /", false),
-            (GrantPattern::prefixed("git commit", " *"), "git commit -m x", true),
-            (GrantPattern::prefixed("git commit", " *"), "git commit", true),
-            (GrantPattern::prefixed("git commit", " *"), "git commits", false),
-            (GrantPattern::prefixed("npm run *x", " *"), "npm run build", false),
-            (GrantPattern::prefixed("npm run *x", " *"), "npm run *x --y", true),
+            (
+                GrantPattern::prefixed("git commit", " *"),
+                "git commit -m x",
+                true,
+            ),
+            (
+                GrantPattern::prefixed("git commit", " *"),
+                "git commit",
+                true,
+            ),
+            (
+                GrantPattern::prefixed("git commit", " *"),
+                "git commits",
+                false,
+            ),
+            (
+                GrantPattern::prefixed("npm run *x", " *"),
+                "npm run build",
+                false,
+            ),
+            (
+                GrantPattern::prefixed("npm run *x", " *"),
+                "npm run *x --y",
+                true,
+            ),
             (GrantPattern::prefixed("/tmp/a?b/", "*"), "/tmp/a?b/c", true),
-            (GrantPattern::prefixed("/tmp/a?b/", "*"), "/tmp/axb/c", false),
+            (
+                GrantPattern::prefixed("/tmp/a?b/", "*"),
+                "/tmp/axb/c",
+                false,
+            ),
             (GrantPattern::prefixed("", "*"), "anything", true),
         ];
         for (pattern, subject, expected) in &cases {

@@ -83,6 +83,50 @@ pub struct Policy {
     pub shell: toolgate_shell::Options,
     /// Every permission of the fetch kind: what an `always` on a fetch grants.
     pub fetch_permissions: Vec<String>,
+    /// Analyses of recent shell commands (run with `shell`, no `cwd`).
+    pub shell_cache: ShellCache,
+}
+
+/// A bounded memo of shell analyses: agents run the same few commands again
+/// and again (`git status`, `ls`). Analysis is a pure function of the text and
+/// the policy's shell options, so remembering it changes no answer; the lock
+/// is never held while analysing.
+#[derive(Debug, Default)]
+pub struct ShellCache {
+    entries: std::sync::Mutex<std::collections::HashMap<String, toolgate_shell::Analysis>>,
+}
+
+impl ShellCache {
+    /// How many analyses are kept; the memo is emptied when it fills.
+    pub const CAPACITY: usize = 4096;
+
+    fn analyze(&self, text: &str, options: &toolgate_shell::Options) -> toolgate_shell::Analysis {
+        let lock = || {
+            self.entries
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        };
+        if let Some(analysis) = lock().get(text) {
+            return analysis.clone();
+        }
+        let analysis = toolgate_shell::analyze(toolgate_shell::Script::Text(text), options);
+        // Long scripts are rare repeats and would make the memo large.
+        if text.len() <= 1024 {
+            let mut entries = lock();
+            if entries.len() >= Self::CAPACITY {
+                entries.clear();
+            }
+            entries.insert(text.to_string(), analysis.clone());
+        }
+        analysis
+    }
+}
+
+impl Clone for ShellCache {
+    /// A clone starts with an empty memo.
+    fn clone(&self) -> ShellCache {
+        ShellCache::default()
+    }
 }
 
 /// One tool call, as the policy sees it.

@@ -48,6 +48,26 @@ pub struct RootedPath {
 }
 
 impl RootedPath {
+    /// Resolve `path` (relative to `base`) and place it relative to `root`.
+    /// A plain relative path under the root (no `.`, `..`, `~` or empty
+    /// segments) skips the component walk.
+    pub fn resolve(path: &str, base: &Path, root: &Path, home: Option<&Path>) -> RootedPath {
+        let plain = base == root
+            && !path.is_empty()
+            && !path.starts_with(['/', '~'])
+            && path
+                .split('/')
+                .all(|segment| !segment.is_empty() && segment != "." && segment != "..");
+        if plain {
+            return RootedPath {
+                absolute: root.join(path),
+                subject: path.to_string(),
+                external: false,
+            };
+        }
+        RootedPath::new(normalize(path, base, home), root)
+    }
+
     /// Place an already normalised absolute path relative to `root`.
     pub fn new(absolute: PathBuf, root: &Path) -> RootedPath {
         match absolute.strip_prefix(root) {
@@ -79,7 +99,13 @@ mod tests {
     fn check(path: &str, expected_subject: &str, expected_external: bool) {
         let root = Path::new("/work/project");
         let home = Path::new("/home/me");
-        let rooted = RootedPath::new(normalize(path, root, Some(home)), root);
+        let rooted = RootedPath::resolve(path, root, root, Some(home));
+        // The fast path and the component walk agree.
+        assert_eq!(
+            rooted,
+            RootedPath::new(normalize(path, root, Some(home)), root),
+            "{path}"
+        );
         assert_eq!(
             (rooted.subject.as_str(), rooted.external),
             (expected_subject, expected_external),
@@ -103,6 +129,8 @@ mod tests {
             ("../../../../../../etc/shadow", "/etc/shadow", true),
             ("~/.ssh/id_rsa", "/home/me/.ssh/id_rsa", true),
             ("src/./a/../../..", "/work", true),
+            ("src/lib.rs/", "src/lib.rs", false),
+            ("a b/c", "a b/c", false),
         ];
         for (path, subject, external) in cases {
             check(path, subject, *external);

@@ -2,6 +2,7 @@
 //! permission name rules are written for, the kind of thing it does, and
 //! where in its input the subject (command, path, URL) is.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use serde_json::{Map, Value};
@@ -123,9 +124,30 @@ const BUILTIN: &[(&str, &str, Kind, SubjectField)] = &[
 ];
 
 /// Maps tool names to [`ToolSpec`]s: the built-in table plus the policy's `tools`.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Registry {
-    declared: HashMap<String, ToolSpec>,
+    tools: HashMap<String, ToolSpec>,
+}
+
+impl Default for Registry {
+    /// The built-in tools.
+    fn default() -> Registry {
+        let tools = BUILTIN
+            .iter()
+            .map(|(name, permission, kind, subject)| {
+                (
+                    (*name).to_string(),
+                    ToolSpec {
+                        permission: (*permission).to_string(),
+                        kind: *kind,
+                        subject: *subject,
+                        known: true,
+                    },
+                )
+            })
+            .collect();
+        Registry { tools }
+    }
 }
 
 impl Registry {
@@ -145,7 +167,7 @@ impl Registry {
             Kind::ExitPlan => SubjectField::Plan,
             Kind::Think | Kind::Execute | Kind::Other => SubjectField::None,
         };
-        self.declared.insert(
+        self.tools.insert(
             name.to_string(),
             ToolSpec {
                 permission: permission.unwrap_or(name).to_string(),
@@ -158,23 +180,15 @@ impl Registry {
 
     /// Look a tool up. Unknown tools (MCP tools included) are [`Kind::Other`]
     /// with their own name as permission.
-    pub fn lookup(&self, name: &str) -> ToolSpec {
-        if let Some(spec) = self.declared.get(name) {
-            return spec.clone();
-        }
-        if let Some((_, permission, kind, subject)) = BUILTIN.iter().find(|(n, ..)| *n == name) {
-            return ToolSpec {
-                permission: (*permission).to_string(),
-                kind: *kind,
-                subject: *subject,
-                known: true,
-            };
-        }
-        ToolSpec {
-            permission: name.to_string(),
-            kind: Kind::Other,
-            subject: SubjectField::None,
-            known: false,
+    pub fn lookup(&self, name: &str) -> Cow<'_, ToolSpec> {
+        match self.tools.get(name) {
+            Some(spec) => Cow::Borrowed(spec),
+            None => Cow::Owned(ToolSpec {
+                permission: name.to_string(),
+                kind: Kind::Other,
+                subject: SubjectField::None,
+                known: false,
+            }),
         }
     }
 
@@ -182,16 +196,12 @@ impl Registry {
     /// `always` on a fetch grants.
     pub fn permissions_of_kind(&self, kind: Kind) -> Vec<String> {
         let mut names: Vec<String> = Vec::new();
-        let builtin = BUILTIN
-            .iter()
-            .filter(|(.., k, _)| *k == kind)
-            .map(|(_, p, ..)| (*p).to_string());
-        let declared = self
-            .declared
+        let of_kind = self
+            .tools
             .values()
             .filter(|spec| spec.kind == kind)
             .map(|spec| spec.permission.clone());
-        for name in builtin.chain(declared) {
+        for name in of_kind {
             if !names.contains(&name) {
                 names.push(name);
             }

@@ -4,7 +4,9 @@
 use std::path::PathBuf;
 
 use serde_json::{json, Value};
-use toolgate_policy::{Action, Call, Context, GrantPattern, GrantSpec, Grants, Mode, Policy, PolicyFile, Sources};
+use toolgate_policy::{
+    Action, Call, Context, GrantPattern, GrantSpec, Grants, Mode, Policy, PolicyFile, Sources,
+};
 
 fn policy(file: Option<Value>, overrides: &[Value]) -> Policy {
     let file = file.map(|value| {
@@ -340,7 +342,13 @@ fn grants_answer_questions_only() {
         &[],
     );
     let mut grants = Grants::default();
-    grants.add("g1".into(), &GrantSpec { permission: "edit".into(), pattern: GrantPattern::prefixed("", "*") });
+    grants.add(
+        "g1".into(),
+        &GrantSpec {
+            permission: "edit".into(),
+            pattern: GrantPattern::prefixed("", "*"),
+        },
+    );
     let cases: &[(Mode, Value, &str)] = &[
         (
             Mode::Ask,

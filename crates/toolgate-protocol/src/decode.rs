@@ -171,17 +171,33 @@ impl Envelope {
         }
     }
 
-    fn tool_call(self) -> Result<ClientFrame, DecodeError> {
-        let frame = "tool_call";
-        let call_id = self.required_str(&self.call_id, "callID", frame)?;
+    fn tool_call(mut self) -> Result<ClientFrame, DecodeError> {
+        // Fields are moved out, never copied: this is the hot path.
+        let call_id = match self.call_id.take() {
+            Some(Value::String(call_id)) => call_id,
+            other => {
+                self.call_id = other;
+                return Err(match &self.call_id {
+                    None => self.error(ErrorCode::InvalidFrame, "tool_call has no `callID`".into()),
+                    Some(other) => self.error(
+                        ErrorCode::InvalidFrame,
+                        format!(
+                            "`callID` of tool_call must be a string, not {}",
+                            type_name(other)
+                        ),
+                    ),
+                });
+            }
+        };
+        let session_value = self.session_id.take();
         let invalid = |message: String| DecodeError {
             code: ErrorCode::InvalidFrame,
             message,
             call_id: Some(call_id.clone()),
-            session_id: session_of(self.session_id.as_ref()),
+            session_id: session_of(session_value.as_ref()),
             tool_call: true,
         };
-        let session_id = match &self.session_id {
+        let session_id = match &session_value {
             None => DEFAULT_SESSION.to_string(),
             Some(Value::String(session)) => session.clone(),
             Some(other) => {
@@ -191,23 +207,23 @@ impl Envelope {
                 )))
             }
         };
-        let tool = match &self.tool {
-            Some(Value::String(tool)) if !tool.is_empty() => tool.clone(),
+        let tool = match self.tool.take() {
+            Some(Value::String(tool)) if !tool.is_empty() => tool,
             Some(Value::String(_)) => return Err(invalid("`tool` of a tool_call is empty".into())),
             Some(other) => {
                 return Err(invalid(format!(
                     "`tool` of a tool_call must be a string, not {}",
-                    type_name(other)
+                    type_name(&other)
                 )))
             }
             None => return Err(invalid("the tool_call has no `tool`".into())),
         };
-        let input = match self.input {
+        let input = match self.input.take() {
             Some(Value::Object(input)) => input,
-            Some(ref other) => {
+            Some(other) => {
                 return Err(invalid(format!(
                     "`input` of a tool_call must be an object, not {}",
-                    type_name(other)
+                    type_name(&other)
                 )))
             }
             None => return Err(invalid("the tool_call has no `input`".into())),
@@ -222,13 +238,13 @@ impl Envelope {
                 )))
             }
         };
-        let cwd = match &self.cwd {
+        let cwd = match self.cwd.take() {
             None => None,
-            Some(Value::String(cwd)) => Some(cwd.clone()),
+            Some(Value::String(cwd)) => Some(cwd),
             Some(other) => {
                 return Err(invalid(format!(
                     "`cwd` must be a string, not {}",
-                    type_name(other)
+                    type_name(&other)
                 )))
             }
         };

@@ -42,6 +42,8 @@ struct Session {
     grants: Grants,
     /// Hash of the last call (tool and input) and how many times in a row it came.
     last_call: Option<(u64, u32)>,
+    /// callID of every pending call → its permission id.
+    live: HashMap<String, String>,
 }
 
 struct Pending {
@@ -70,8 +72,6 @@ pub struct Broker {
     sessions: HashMap<String, Session>,
     /// Open questions by permission id.
     pending: HashMap<String, Pending>,
-    /// `(sessionID, callID)` of every pending call → its permission id.
-    live: HashMap<(String, String), String>,
     /// Deadlines: (monotonic ms, permission id), earliest first. Stale entries are skipped.
     deadlines: BinaryHeap<Reverse<(u64, String)>>,
     resolved: HashSet<String>,
@@ -95,7 +95,6 @@ impl Broker {
             ids,
             sessions: HashMap::new(),
             pending: HashMap::new(),
-            live: HashMap::new(),
             deadlines: BinaryHeap::new(),
             resolved: HashSet::new(),
             resolved_order: VecDeque::new(),
@@ -165,10 +164,7 @@ impl Broker {
     fn reject_line(&mut self, err: DecodeError, number: u64, out: &mut Vec<ServerFrame>) {
         match (&err.call_id, err.tool_call) {
             (Some(call_id), true) => {
-                if self
-                    .live
-                    .contains_key(&(err.session_id.clone(), call_id.clone()))
-                {
+                if self.live_permission(&err.session_id, call_id).is_some() {
                     out.push(duplicate(call_id, &err.session_id, number));
                     return;
                 }
@@ -265,16 +261,21 @@ impl Broker {
     }
 
     fn tool_call(&mut self, call: wire::ToolCall, number: u64, out: &mut Vec<ServerFrame>) {
-        let key = (call.session_id.clone(), call.call_id.clone());
-        if self.live.contains_key(&key) {
+        if self
+            .live_permission(&call.session_id, &call.call_id)
+            .is_some()
+        {
             out.push(duplicate(&call.call_id, &call.session_id, number));
             return;
         }
         let default_mode = self.policy.default_mode;
-        let session = self
-            .sessions
-            .entry(call.session_id.clone())
-            .or_insert_with(|| new_session(default_mode));
+        if !self.sessions.contains_key(&call.session_id) {
+            self.sessions
+                .insert(call.session_id.clone(), new_session(default_mode));
+        }
+        let Some(session) = self.sessions.get_mut(&call.session_id) else {
+            return;
+        };
         let hash = call_hash(&call.tool, &call.input);
         let repeats = match session.last_call {
             Some((last, count)) if last == hash => count.saturating_add(1),
@@ -345,10 +346,12 @@ impl Broker {
                     &question,
                 )));
                 pending.question = question;
-                self.live.insert(
-                    (pending.session_id.clone(), pending.call_id.clone()),
-                    permission_id.clone(),
-                );
+                let default_mode = self.policy.default_mode;
+                self.sessions
+                    .entry(pending.session_id.clone())
+                    .or_insert_with(|| new_session(default_mode))
+                    .live
+                    .insert(pending.call_id.clone(), permission_id.clone());
                 self.pending.insert(permission_id, pending);
             }
             (Action::Ask, _) => {
@@ -679,8 +682,10 @@ impl Broker {
     }
 
     fn cancel(&mut self, cancel: wire::Cancel, number: u64, out: &mut Vec<ServerFrame>) {
-        let key = (cancel.session_id.clone(), cancel.call_id.clone());
-        match self.live.get(&key).cloned() {
+        match self
+            .live_permission(&cancel.session_id, &cancel.call_id)
+            .map(str::to_string)
+        {
             Some(id) => self.end_ask(
                 &id,
                 wire::Source::Cancel,
@@ -732,8 +737,9 @@ impl Broker {
     /// Remove a pending call from every index and remember its id as answered.
     fn take_pending(&mut self, id: &str) -> Option<Pending> {
         let pending = self.pending.remove(id)?;
-        self.live
-            .remove(&(pending.session_id.clone(), pending.call_id.clone()));
+        if let Some(session) = self.sessions.get_mut(&pending.session_id) {
+            session.live.remove(&pending.call_id);
+        }
         if self.resolved.insert(id.to_string()) {
             self.resolved_order.push_back(id.to_string());
             if self.resolved_order.len() > RESOLVED_MEMORY {
@@ -743,6 +749,15 @@ impl Broker {
             }
         }
         Some(pending)
+    }
+
+    /// The permission id of a pending call.
+    fn live_permission(&self, session_id: &str, call_id: &str) -> Option<&str> {
+        self.sessions
+            .get(session_id)?
+            .live
+            .get(call_id)
+            .map(String::as_str)
     }
 
     /// The permission ids of a session's pending calls, oldest first.
@@ -799,6 +814,7 @@ fn new_session(mode: Mode) -> Session {
         mode,
         grants: Grants::default(),
         last_call: None,
+        live: HashMap::new(),
     }
 }
 

@@ -152,7 +152,7 @@ fn serve(args: ServeArgs) -> ExitCode {
     );
     let result = toolgate::serve::run(
         std::io::stdin(),
-        std::io::stdout().lock(),
+        std::io::stdout(),
         broker,
         args.max_frame_bytes,
     );

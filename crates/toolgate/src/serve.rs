@@ -1,17 +1,17 @@
-//! The JSON-lines transport: one reader thread, and the broker loop, which is
-//! the only writer. Generic over `std::io::Read`/`Write`, so tests can run it
-//! over in-memory buffers and the binary over stdin/stdout.
+//! The JSON-lines transport. The thread that reads the input also decides
+//! and answers what it read, so a lone call crosses no thread boundary inside
+//! the broker; a second thread wakes up only to end questions whose deadline
+//! passed. The broker and the one output writer sit together behind a mutex,
+//! so frames from both threads go out whole and in order.
 //!
-//! The reader thread blocks on input and hands over every line already
-//! buffered in one batch; the loop runs on a single-threaded tokio runtime so
-//! that question deadlines fire while input is idle, writes each batch's
-//! answers and flushes once per batch. A lone call therefore crosses one thread
-//! boundary on its way in and none on its way out.
+//! Generic over `std::io::Read`/`Write`, so tests can run it over in-memory
+//! buffers and the binary over stdin/stdout. Nothing here needs an async
+//! runtime: one peer, blocking reads, one deadline thread.
 
 use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use tokio::sync::mpsc;
 use toolgate_protocol::ServerFrame;
 
 use crate::broker::Broker;
@@ -71,91 +71,142 @@ pub fn read_line<R: BufRead>(reader: &mut R, max: usize) -> io::Result<Option<Li
     }
 }
 
-/// The reader thread: batches of lines until end of input or a read error.
-fn read_lines<R: Read>(input: R, max_frame_bytes: usize, lines: mpsc::Sender<Vec<Line>>) {
-    let mut reader = BufReader::with_capacity(1 << 16, input);
-    loop {
-        let mut batch = Vec::new();
-        let mut ended = false;
-        loop {
-            match read_line(&mut reader, max_frame_bytes) {
-                Ok(Some(line)) => batch.push(line),
-                Ok(None) => {
-                    ended = true;
-                    break;
-                }
-                Err(err) => {
-                    tracing::warn!(%err, "reading input failed; treating it as end of input");
-                    ended = true;
-                    break;
-                }
+/// The broker, the output and what is waiting to be written.
+struct Shared<W: Write> {
+    broker: Broker,
+    writer: BufWriter<W>,
+    frames: Vec<ServerFrame>,
+    /// Set when the input ended or `shutdown` was handled: the deadline thread stops.
+    done: bool,
+    /// The first write error; the run reports it.
+    failed: Option<io::Error>,
+}
+
+impl<W: Write> Shared<W> {
+    fn flush_frames(&mut self) {
+        if let Err(err) = write_frames(&mut self.writer, &mut self.frames) {
+            self.frames.clear();
+            if self.failed.is_none() {
+                self.failed = Some(err);
             }
-            // Hand over what is already buffered in one go; never wait for more.
-            if batch.len() >= BATCH || reader.buffer().is_empty() {
-                break;
-            }
-        }
-        if !batch.is_empty() && lines.blocking_send(batch).is_err() {
-            return;
-        }
-        if ended {
-            return;
         }
     }
 }
 
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock cannot leave the broker half-updated in a
+    // way that matters more than stopping would; keep serving.
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 /// Serve one client: write `ready`, then answer frames until end of input or
 /// `shutdown`; deny what is still pending, flush, return.
-pub fn run<R, W>(input: R, output: W, mut broker: Broker, max_frame_bytes: usize) -> io::Result<()>
+pub fn run<R, W>(input: R, output: W, broker: Broker, max_frame_bytes: usize) -> io::Result<()>
 where
-    R: Read + Send + 'static,
-    W: Write,
+    R: Read,
+    W: Write + Send,
 {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()?;
-    let (line_tx, mut line_rx) = mpsc::channel::<Vec<Line>>(64);
-    // The reader may stay blocked in `read` after a `shutdown` frame; it is
-    // detached and ends with the process.
-    std::thread::Builder::new()
-        .name("toolgate-reader".into())
-        .spawn(move || read_lines(input, max_frame_bytes, line_tx))?;
+    let mut shared = Shared {
+        frames: vec![broker.ready()],
+        broker,
+        writer: BufWriter::with_capacity(1 << 16, output),
+        done: false,
+        failed: None,
+    };
+    shared.flush_frames();
+    let state = Mutex::new(shared);
+    let wake = Condvar::new();
 
-    let mut writer = BufWriter::with_capacity(1 << 16, output);
-    let mut frames: Vec<ServerFrame> = vec![broker.ready()];
-    write_frames(&mut writer, &mut frames)?;
-    let mut number: u64 = 0;
-    runtime.block_on(async {
+    std::thread::scope(|scope| {
+        scope.spawn(|| expire_deadlines(&state, &wake));
+        let mut reader = BufReader::with_capacity(1 << 16, input);
+        let mut number: u64 = 0;
+        let mut batch: Vec<Line> = Vec::new();
         loop {
-            let sleep = broker
-                .next_deadline()
-                .map(|deadline| Duration::from_millis(deadline.saturating_sub(broker.now_ms())));
-            tokio::select! {
-                batch = line_rx.recv() => match batch {
-                    Some(batch) => {
-                        for line in batch {
-                            number += 1;
-                            match line {
-                                Line::Data(bytes) => broker.handle_line(&bytes, number, &mut frames),
-                                Line::TooLarge => broker.frame_too_large(number, max_frame_bytes, &mut frames),
-                            }
-                            if broker.stopped() {
-                                break;
-                            }
-                        }
+            // Read outside the lock: a blocked read must not delay deadlines.
+            let mut ended = false;
+            loop {
+                match read_line(&mut reader, max_frame_bytes) {
+                    Ok(Some(line)) => batch.push(line),
+                    Ok(None) => ended = true,
+                    Err(err) => {
+                        tracing::warn!(%err, "reading input failed; treating it as end of input");
+                        ended = true;
                     }
-                    None => broker.shutdown(&mut frames),
-                },
-                _ = tokio::time::sleep(sleep.unwrap_or_default()), if sleep.is_some() => {
-                    broker.expire(&mut frames);
+                }
+                // Take what is already buffered in one go; never wait for more.
+                if ended || batch.len() >= BATCH || reader.buffer().is_empty() {
+                    break;
                 }
             }
-            write_frames(&mut writer, &mut frames)?;
-            if broker.stopped() {
-                return Ok(());
+            let mut shared = lock(&state);
+            let deadline_before = shared.broker.next_deadline();
+            for line in batch.drain(..) {
+                number += 1;
+                let Shared { broker, frames, .. } = &mut *shared;
+                match line {
+                    Line::Data(bytes) => broker.handle_line(&bytes, number, frames),
+                    Line::TooLarge => broker.frame_too_large(number, max_frame_bytes, frames),
+                }
+                if broker.stopped() {
+                    break;
+                }
+            }
+            if ended && !shared.broker.stopped() {
+                let Shared { broker, frames, .. } = &mut *shared;
+                broker.shutdown(frames);
+            }
+            shared.flush_frames();
+            if shared.broker.stopped() {
+                shared.done = true;
+            }
+            let done = shared.done;
+            // Wake the deadline thread only when its sleep is no longer right.
+            let rearm = done || shared.broker.next_deadline() != deadline_before;
+            drop(shared);
+            if rearm {
+                wake.notify_one();
+            }
+            if done {
+                break;
             }
         }
-    })
+    });
+    let shared = state.into_inner().unwrap_or_else(PoisonError::into_inner);
+    match shared.failed {
+        Some(err) => Err(err),
+        None => Ok(()),
+    }
+}
+
+/// The deadline thread: sleep until the earliest deadline (or a change), then
+/// end the questions whose time is up.
+fn expire_deadlines<W: Write>(state: &Mutex<Shared<W>>, wake: &Condvar) {
+    let mut shared = lock(state);
+    loop {
+        if shared.done {
+            return;
+        }
+        match shared.broker.next_deadline() {
+            None => {
+                shared = wake.wait(shared).unwrap_or_else(PoisonError::into_inner);
+            }
+            Some(deadline) => {
+                let now = shared.broker.now_ms();
+                if deadline <= now {
+                    let Shared { broker, frames, .. } = &mut *shared;
+                    broker.expire(frames);
+                    shared.flush_frames();
+                } else {
+                    let wait = Duration::from_millis(deadline - now);
+                    shared = wake
+                        .wait_timeout(shared, wait)
+                        .map(|(guard, _)| guard)
+                        .unwrap_or_else(|poisoned| poisoned.into_inner().0);
+                }
+            }
+        }
+    }
 }
 
 /// Write and flush a batch of frames, one JSON line each.
