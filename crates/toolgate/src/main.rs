@@ -67,13 +67,14 @@ struct ServeArgs {
 
     /// What to do when the answer is "ask": `wait` emits a permission_request
     /// and waits; `deny` denies at once without asking (non-interactive runs).
-    #[arg(long, value_name = "POLICY", default_value = "wait")]
-    on_ask: OnAskArg,
+    /// [default: wait]
+    #[arg(long, value_name = "POLICY")]
+    on_ask: Option<OnAskArg>,
 
     /// The longest input line accepted, in bytes; longer lines are skipped
-    /// without being buffered and answered with an error frame.
-    #[arg(long, value_name = "BYTES", default_value_t = 1 << 20)]
-    max_frame_bytes: usize,
+    /// without being buffered and answered with an error frame. [default: 1048576]
+    #[arg(long, value_name = "BYTES")]
+    max_frame_bytes: Option<usize>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -82,6 +83,21 @@ enum OnAskArg {
     Wait,
     /// Deny without asking.
     Deny,
+}
+
+impl ServeArgs {
+    /// These flags, with `other`'s where these are unset.
+    fn or(self, other: ServeArgs) -> ServeArgs {
+        ServeArgs {
+            mode: self.mode.or(other.mode),
+            policy: self.policy.or(other.policy),
+            permission: self.permission.or(other.permission),
+            project_root: self.project_root.or(other.project_root),
+            ask_timeout: self.ask_timeout.or(other.ask_timeout),
+            on_ask: self.on_ask.or(other.on_ask),
+            max_frame_bytes: self.max_frame_bytes.or(other.max_frame_bytes),
+        }
+    }
 }
 
 fn parse_mode(name: &str) -> Result<Mode, String> {
@@ -98,8 +114,9 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .init();
+    // Flags may stand before or after `serve`; the ones after it win.
     let args = match cli.command {
-        Some(Command::Serve(args)) => args,
+        Some(Command::Serve(args)) => args.or(cli.serve),
         None => cli.serve,
     };
     serve(args)
@@ -128,7 +145,8 @@ fn serve(args: ServeArgs) -> ExitCode {
     for warning in &warnings {
         tracing::warn!("{warning}");
     }
-    if args.max_frame_bytes == 0 {
+    let max_frame_bytes = args.max_frame_bytes.unwrap_or(1 << 20);
+    if max_frame_bytes == 0 {
         eprintln!("toolgate: --max-frame-bytes must be at least 1");
         return ExitCode::from(2);
     }
@@ -138,7 +156,7 @@ fn serve(args: ServeArgs) -> ExitCode {
         "toolgate ready"
     );
     let config = BrokerConfig {
-        on_ask: match args.on_ask {
+        on_ask: match args.on_ask.unwrap_or(OnAskArg::Wait) {
             OnAskArg::Wait => OnAsk::Wait,
             OnAskArg::Deny => OnAsk::Deny,
         },
@@ -150,12 +168,7 @@ fn serve(args: ServeArgs) -> ExitCode {
         Box::new(SystemClock::new()),
         Box::new(UuidIds),
     );
-    let result = toolgate::serve::run(
-        std::io::stdin(),
-        std::io::stdout(),
-        broker,
-        args.max_frame_bytes,
-    );
+    let result = toolgate::serve::run(std::io::stdin(), std::io::stdout(), broker, max_frame_bytes);
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
