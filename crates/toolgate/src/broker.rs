@@ -367,7 +367,7 @@ impl Broker {
                     reason,
                     evaluation.rule,
                     None,
-                    None,
+                    (mode == Mode::Plan).then(|| toolgate_policy::reminder(&self.policy, mode)),
                 ));
             }
             (action, _) => {
@@ -437,7 +437,8 @@ impl Broker {
                     reason,
                     rule: None,
                     message: response.message,
-                    reminder: None,
+                    // The agent stays in plan mode: remind it what that means.
+                    reminder: plan.then(|| toolgate_policy::reminder(&self.policy, Mode::Plan)),
                 }));
                 // OpenCode semantics: a rejection ends the session's other questions.
                 for other in self.pending_of(&pending.session_id) {
