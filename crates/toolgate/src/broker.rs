@@ -514,12 +514,12 @@ impl Broker {
         self.settle(pending, evaluation, mode, out);
     }
 
-    fn evaluate_pending(&mut self, pending: &Pending) -> (Evaluation, Mode) {
-        let default_mode = self.policy.default_mode;
-        let session = self
-            .sessions
-            .entry(pending.session_id.clone())
-            .or_insert_with(|| new_session(default_mode));
+    fn evaluate_pending(&self, pending: &Pending) -> (Evaluation, Mode) {
+        let no_grants = Grants::default();
+        let (mode, grants) = match self.sessions.get(&pending.session_id) {
+            Some(session) => (session.mode, &session.grants),
+            None => (self.policy.default_mode, &no_grants),
+        };
         let evaluation = self.policy.evaluate(
             &Call {
                 tool: &pending.tool,
@@ -527,13 +527,13 @@ impl Broker {
                 cwd: pending.cwd.as_deref(),
             },
             &Context {
-                mode: session.mode,
-                grants: &session.grants,
+                mode,
+                grants,
                 approvals: &pending.approvals,
                 repeats: pending.repeats,
             },
         );
-        (evaluation, session.mode)
+        (evaluation, mode)
     }
 
     /// After the session's grants or mode changed: decide every pending call of
@@ -543,21 +543,7 @@ impl Broker {
             let Some(pending) = self.pending.get(&id) else {
                 continue;
             };
-            // Borrow dance: evaluate needs &mut self for the session entry.
-            let snapshot = Pending {
-                seq: pending.seq,
-                session_id: pending.session_id.clone(),
-                call_id: pending.call_id.clone(),
-                tool: pending.tool.clone(),
-                input: pending.input.clone(),
-                cwd: pending.cwd.clone(),
-                repeats: pending.repeats,
-                approvals: pending.approvals.clone(),
-                answered: pending.answered,
-                question: pending.question.clone(),
-                deadline: pending.deadline,
-            };
-            let (evaluation, mode) = self.evaluate_pending(&snapshot);
+            let (evaluation, mode) = self.evaluate_pending(pending);
             if evaluation.action == Action::Ask {
                 continue;
             }

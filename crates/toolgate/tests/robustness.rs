@@ -148,6 +148,27 @@ fn any_line() -> impl Strategy<Value = Vec<u8>> {
     ]
 }
 
+/// Count the decisions in `frames` against the calls that are owed one.
+fn pay(
+    owed: &mut HashMap<(String, String), usize>,
+    frames: &[ServerFrame],
+) -> Result<(), TestCaseError> {
+    for frame in frames {
+        if let ServerFrame::Decision(decision) = frame {
+            let key = (decision.session_id.clone(), decision.call_id.clone());
+            let count = owed.get_mut(&key);
+            prop_assert!(
+                count.as_ref().is_some_and(|c| **c > 0),
+                "a decision nobody was owed: {decision:?}"
+            );
+            if let Some(count) = count {
+                *count -= 1;
+            }
+        }
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(400))]
 
@@ -177,29 +198,11 @@ proptest! {
             if let (Some(key), false) = (readable_call, duplicate) {
                 *owed.entry(key).or_default() += 1;
             }
-            for frame in &out[before..] {
-                if let ServerFrame::Decision(decision) = frame {
-                    let key = (decision.session_id.clone(), decision.call_id.clone());
-                    let count = owed.get_mut(&key);
-                    prop_assert!(count.as_ref().is_some_and(|c| **c > 0), "a decision nobody was owed: {decision:?}");
-                    if let Some(count) = count {
-                        *count -= 1;
-                    }
-                }
-            }
+            pay(&mut owed, &out[before..])?;
         }
         let before = out.len();
         broker.shutdown(&mut out);
-        for frame in &out[before..] {
-            if let ServerFrame::Decision(decision) = frame {
-                let key = (decision.session_id.clone(), decision.call_id.clone());
-                let count = owed.get_mut(&key);
-                prop_assert!(count.as_ref().is_some_and(|c| **c > 0), "a decision nobody was owed: {decision:?}");
-                if let Some(count) = count {
-                    *count -= 1;
-                }
-            }
-        }
+        pay(&mut owed, &out[before..])?;
         prop_assert_eq!(broker.pending_count(), 0);
         owed.retain(|_, count| *count > 0);
         prop_assert!(owed.is_empty(), "calls without a decision: {owed:?}");
