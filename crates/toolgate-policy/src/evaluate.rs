@@ -152,6 +152,25 @@ impl Policy {
                 if analysis.commands.is_empty() {
                     return invalid(format!("the `{}` call has an empty command", call.tool));
                 }
+                let mut outside: Vec<String> = Vec::new();
+                for command in &analysis.commands {
+                    let texts = std::iter::once(&command.text).chain(&command.inner);
+                    for word in texts.flat_map(|text| text.split(' ')) {
+                        let Some(path) = path_argument(word) else {
+                            continue;
+                        };
+                        let rooted = RootedPath::resolve(
+                            path,
+                            &base,
+                            &self.project_root,
+                            self.home.as_deref(),
+                        );
+                        if rooted.external && !outside.contains(&rooted.subject) {
+                            outside.push(rooted.subject.clone());
+                            checks.push(external_argument_check(&rooted));
+                        }
+                    }
+                }
                 for command in analysis.commands {
                     let read_only = command.verdict.is_ok();
                     let action = mode_answer(mode, spec.kind, read_only, false);
@@ -362,6 +381,46 @@ fn external_check(path: &RootedPath, is_directory: bool) -> Check {
     }
 }
 
+/// The path a shell word names, when it looks like one that could leave the
+/// project: absolute, `~`, or climbing with `..` (also as `--flag=PATH` or a
+/// redirection target). The device files every shell uses are not paths here.
+fn path_argument(word: &str) -> Option<&str> {
+    let word = word.trim_start_matches(|c: char| c.is_ascii_digit());
+    let word = word.trim_start_matches(['<', '>', '&', '|']);
+    let word = match word.split_once('=') {
+        Some((flag, value)) if flag.starts_with('-') => value,
+        _ => word,
+    };
+    let climbs =
+        word == ".." || word.starts_with("../") || word.contains("/../") || word.ends_with("/..");
+    let rooted = word.starts_with('/') || word == "~" || word.starts_with("~/");
+    if !(climbs || rooted) {
+        return None;
+    }
+    if matches!(
+        word,
+        "/dev/null" | "/dev/stdin" | "/dev/stdout" | "/dev/stderr"
+    ) {
+        return None;
+    }
+    Some(word)
+}
+
+/// `external_directory` for a path named in a shell command. Whether it is a
+/// file or a directory is unknown, so `always` grants its parent directory,
+/// or only the path itself when the parent is `/`.
+fn external_argument_check(path: &RootedPath) -> Check {
+    let mut check = external_check(path, false);
+    let parent = path
+        .absolute
+        .parent()
+        .map(|p| p.to_string_lossy().into_owned());
+    if parent.as_deref().is_none_or(|p| p == "/") {
+        check.always = GrantPattern::exact(&path.subject);
+    }
+    check
+}
+
 fn rule_outcome(rule: &Rule, subject: &str) -> Outcome {
     let verb = match rule.action {
         Action::Allow => "allows",
@@ -561,5 +620,38 @@ fn combine(
 fn push_unique(list: &mut Vec<String>, item: &str) {
     if !list.iter().any(|existing| existing == item) {
         list.push(item.to_string());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_arguments() {
+        let cases: &[(&str, Option<&str>)] = &[
+            ("/etc/shadow", Some("/etc/shadow")),
+            ("~/.ssh/id_rsa", Some("~/.ssh/id_rsa")),
+            ("~", Some("~")),
+            ("..", Some("..")),
+            ("../x", Some("../x")),
+            ("src/../../x", Some("src/../../x")),
+            ("a/..", Some("a/..")),
+            ("--file=/etc/x", Some("/etc/x")),
+            (">/tmp/out", Some("/tmp/out")),
+            ("2>>/var/log/x", Some("/var/log/x")),
+            ("</etc/passwd", Some("/etc/passwd")),
+            ("2>/dev/null", None),
+            ("/dev/null", None),
+            ("src/main.rs", None),
+            ("-la", None),
+            ("https://example.com/a", None),
+            ("a=/etc/x", None),
+            ("..foo", None),
+            ("", None),
+        ];
+        for (word, expected) in cases {
+            assert_eq!(path_argument(word), *expected, "{word:?}");
+        }
     }
 }
