@@ -71,9 +71,12 @@ fn arity(prefix: &str) -> Option<usize> {
 }
 
 /// Programs whose `always` is the literal command: they destroy data or run
-/// arbitrary code, so no prefix of them is a safe grant.
+/// arbitrary code, so no prefix of them is a safe grant. Every wrapper of the
+/// read-only table (a program that runs its arguments) and every interpreter
+/// is among them, so a new wrapper cannot be forgotten here; `make` is the one
+/// exception, widened like `npm run` by OpenCode's arity table.
 pub(crate) fn never_widen(name: &str) -> bool {
-    matches!(
+    let destructive = matches!(
         name,
         "rm" | "rmdir"
             | "dd"
@@ -85,44 +88,6 @@ pub(crate) fn never_widen(name: &str) -> bool {
             | "kill"
             | "killall"
             | "pkill"
-            | "sudo"
-            | "doas"
-            | "su"
-            | "env"
-            | "eval"
-            | "exec"
-            | "source"
-            | "."
-            | "xargs"
-            | "find"
-            | "awk"
-            | "gawk"
-            | "mawk"
-            | "nawk"
-            | "sed"
-            | "timeout"
-            | "time"
-            | "nice"
-            | "nohup"
-            | "stdbuf"
-            | "ionice"
-            | "command"
-            | "builtin"
-            | "watch"
-            | "setsid"
-            | "chroot"
-            | "nsenter"
-            | "unshare"
-            | "flock"
-            | "strace"
-            | "ltrace"
-            | "parallel"
-            | "ssh"
-            | "npx"
-            | "bunx"
-            | "pnpx"
-            | "uvx"
-            | "pipx"
             | "crontab"
             | "at"
             | "batch"
@@ -132,7 +97,10 @@ pub(crate) fn never_widen(name: &str) -> bool {
             | "systemd-run"
             | "runuser"
             | "pkexec"
-    ) || name.starts_with("mkfs")
+            | "mkfs"
+    ) || name.starts_with("mkfs");
+    destructive
+        || (crate::table::is_wrapper(name) && name != "make")
         || crate::table::is_interpreter(name)
 }
 

@@ -451,11 +451,9 @@ impl<'s> Walker<'s> {
             None => {
                 let item = Item {
                     redirects: redirs,
-                    construct: inherit(own, inh),
                     ..Item::default()
                 };
-                let at = idx.min(self.items.len());
-                self.items.insert(at, item);
+                self.place(idx, item, own, inh);
             }
         }
     }
@@ -530,9 +528,7 @@ impl<'s> Walker<'s> {
             }
         }
         item.redirects.extend(extra);
-        item.construct = inherit(own, inh);
-        let at = idx.min(self.items.len());
-        self.items.insert(at, item);
+        self.place(idx, item, own, inh);
     }
 
     fn assign(
@@ -748,6 +744,15 @@ impl<'s> Walker<'s> {
         None
     }
 
+    /// Put a finished command at its source position `idx` (commands found
+    /// inside it while walking were pushed first), with its own or inherited
+    /// construct.
+    fn place(&mut self, idx: usize, mut item: Item, own: Option<Refusal>, inh: Option<&Refusal>) {
+        item.construct = inherit(own, inh);
+        let at = idx.min(self.items.len());
+        self.items.insert(at, item);
+    }
+
     fn test_command(&mut self, node: Node<'_>, inh: Option<&Refusal>, depth: usize) {
         let idx = self.items.len();
         let mut own = None;
@@ -755,11 +760,9 @@ impl<'s> Walker<'s> {
         self.test_words(node, &mut words, &mut own, inh, depth);
         let item = Item {
             words,
-            construct: inherit(own, inh),
             ..Item::default()
         };
-        let at = idx.min(self.items.len());
-        self.items.insert(at, item);
+        self.place(idx, item, own, inh);
     }
 
     fn test_words(
@@ -827,11 +830,9 @@ impl<'s> Walker<'s> {
         }
         let item = Item {
             words,
-            construct: inherit(own, inh),
             ..Item::default()
         };
-        let at = idx.min(self.items.len());
-        self.items.insert(at, item);
+        self.place(idx, item, own, inh);
     }
 
     fn word(

@@ -77,6 +77,7 @@ fn always_patterns() {
         ("chmod +x a", &["chmod +x a"]),
         ("chown me a", &["chown me a"]),
         ("kill 1", &["kill 1"]),
+        ("gdb -p 1", &["gdb -p 1"]),
         ("sudo ls", &["sudo ls"]),
         ("env ls", &["env ls"]),
         ("bash -c 'ls'", &["bash -c ls"]),
