@@ -560,17 +560,8 @@ impl Broker {
     }
 
     fn set_mode(&mut self, set: wire::SetMode, number: u64, out: &mut Vec<ServerFrame>) {
-        let mode: Mode = match set.mode.parse() {
-            Ok(mode) => mode,
-            Err(err) => {
-                out.push(error(
-                    ErrorCode::InvalidMode,
-                    err.to_string(),
-                    None,
-                    Some(number),
-                ));
-                return;
-            }
+        let Some(mode) = parse_mode(&set.mode, number, out) else {
+            return;
         };
         self.change_mode(&set.session_id, mode, out);
     }
@@ -615,18 +606,12 @@ impl Broker {
             ));
             return;
         }
-        let mode = match start.mode.as_deref().map(str::parse::<Mode>) {
+        let mode = match start.mode.as_deref() {
             None => self.policy.default_mode,
-            Some(Ok(mode)) => mode,
-            Some(Err(err)) => {
-                out.push(error(
-                    ErrorCode::InvalidMode,
-                    err.to_string(),
-                    None,
-                    Some(number),
-                ));
-                return;
-            }
+            Some(name) => match parse_mode(name, number, out) {
+                Some(mode) => mode,
+                None => return,
+            },
         };
         let session = self
             .sessions
@@ -814,6 +799,22 @@ fn placeholder_question() -> Question {
         title: String::new(),
         plan: None,
         reason: String::new(),
+    }
+}
+
+/// A mode name or alias; an unknown one gets an `invalid_mode` error.
+fn parse_mode(name: &str, number: u64, out: &mut Vec<ServerFrame>) -> Option<Mode> {
+    match name.parse::<Mode>() {
+        Ok(mode) => Some(mode),
+        Err(err) => {
+            out.push(error(
+                ErrorCode::InvalidMode,
+                err.to_string(),
+                None,
+                Some(number),
+            ));
+            None
+        }
     }
 }
 
