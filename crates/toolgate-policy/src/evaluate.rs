@@ -15,6 +15,7 @@ use crate::grants::{GrantPattern, GrantSpec};
 use crate::mode::{mode_answer, Action, Kind, Mode};
 use crate::paths::{normalize, RootedPath};
 use crate::rules::Rule;
+use crate::scope::{ScopeRefusal, ScopeTarget};
 use crate::tools::{extract, ShellInput, Subject};
 use crate::{Call, Context, Evaluation, Policy, Question, RuleRef, Source};
 
@@ -35,6 +36,16 @@ struct Check {
     read_only: bool,
     /// The permissions that grant is recorded under.
     grant_permissions: GrantTo,
+    /// How the session's scope judges the subject, if it does.
+    scope: Option<TargetKind>,
+}
+
+/// How a check's subject meets the session's scope.
+#[derive(Clone, Copy)]
+enum TargetKind {
+    File,
+    Directory,
+    Command,
 }
 
 /// Which permissions an `always` on a check is recorded under.
@@ -67,6 +78,13 @@ impl Policy {
             permission: spec.permission.clone(),
             kind: spec.kind,
         };
+        if let Some(refusal) =
+            context
+                .scope
+                .tool_refusal(call.tool, &spec.permission, &self.always_available)
+        {
+            return scope_denial(refusal, &spec.permission, spec.kind);
+        }
         let subject = match extract(&spec, call.input) {
             Ok(subject) => subject,
             Err(reason) => {
@@ -92,6 +110,7 @@ impl Policy {
                 always: GrantPattern::exact(call.tool),
                 read_only: false,
                 grant_permissions: GrantTo::Own,
+                scope: None,
             });
         }
         if call.cwd.is_some() {
@@ -101,7 +120,7 @@ impl Policy {
             }
         }
 
-        let simple = |subject: String, always: GrantPattern| {
+        let simple = |subject: String, always: GrantPattern, scope: Option<TargetKind>| {
             let action = mode_answer(mode, spec.kind, false, plan_allowed);
             Check {
                 permission: spec.permission.clone(),
@@ -116,6 +135,7 @@ impl Policy {
                 } else {
                     GrantTo::Own
                 },
+                scope,
             }
         };
 
@@ -195,6 +215,7 @@ impl Policy {
                         always,
                         read_only,
                         grant_permissions: GrantTo::Own,
+                        scope: Some(TargetKind::Command),
                     });
                 }
             }
@@ -214,36 +235,68 @@ impl Policy {
                     } else {
                         GrantPattern::prefixed("", "*")
                     };
-                    checks.push(simple(rooted.subject, always));
+                    let target = if spec.kind == Kind::List {
+                        TargetKind::Directory
+                    } else {
+                        TargetKind::File
+                    };
+                    checks.push(simple(rooted.subject, always, Some(target)));
                 }
                 title = shown.join(", ");
             }
             Subject::Search { pattern, path } => {
-                if let Some(path) = path {
-                    let rooted =
-                        RootedPath::resolve(path, &base, &self.project_root, self.home.as_deref());
-                    if rooted.external {
-                        checks.push(external_check(&rooted, true));
+                let directory = match path {
+                    Some(path) => {
+                        let rooted = RootedPath::resolve(
+                            path,
+                            &base,
+                            &self.project_root,
+                            self.home.as_deref(),
+                        );
+                        if rooted.external {
+                            checks.push(external_check(&rooted, true));
+                        }
+                        rooted.subject
                     }
-                }
+                    None => RootedPath::new(base.to_path_buf(), &self.project_root).subject,
+                };
                 title = pattern.clone();
-                checks.push(simple(pattern.clone(), GrantPattern::prefixed("", "*")));
+                // The directory searched must be inside the session's scope.
+                if let Some(refusal) = context
+                    .scope
+                    .target_refusal(ScopeTarget::Directory(&directory))
+                {
+                    return scope_denial(refusal, &spec.permission, spec.kind);
+                }
+                checks.push(simple(
+                    pattern.clone(),
+                    GrantPattern::prefixed("", "*"),
+                    None,
+                ));
             }
             Subject::Text(text) if spec.kind == Kind::ExitPlan => {
                 title = "Leave plan mode and carry out this plan".to_string();
                 plan = Some(text.clone());
-                checks.push(simple("*".to_string(), GrantPattern::prefixed("", "*")));
+                checks.push(simple(
+                    "*".to_string(),
+                    GrantPattern::prefixed("", "*"),
+                    None,
+                ));
             }
             Subject::Text(text) => {
                 title = text.clone();
-                checks.push(simple(text.clone(), GrantPattern::prefixed("", "*")));
+                checks.push(simple(text.clone(), GrantPattern::prefixed("", "*"), None));
             }
             Subject::None => {
                 title = call.tool.to_string();
                 if spec.kind == Kind::ExitPlan {
                     plan = Some(String::new());
                 }
-                checks.push(simple("*".to_string(), GrantPattern::prefixed("", "*")));
+                checks.push(simple(
+                    "*".to_string(),
+                    GrantPattern::prefixed("", "*"),
+                    None,
+                ));
             }
         }
 
@@ -266,6 +319,21 @@ impl Policy {
     /// The answer for one check; see the module documentation for the order.
     fn judge(&self, check: &Check, context: &Context<'_>) -> Outcome {
         let mode = context.mode;
+        if let Some(kind) = check.scope {
+            let target = match kind {
+                TargetKind::File => ScopeTarget::File(&check.subject),
+                TargetKind::Directory => ScopeTarget::Directory(&check.subject),
+                TargetKind::Command => ScopeTarget::Command(&check.subject),
+            };
+            if let Some(refusal) = context.scope.target_refusal(target) {
+                return Outcome {
+                    action: Action::Deny,
+                    source: Source::Scope,
+                    reason: refusal.reason,
+                    rule: None,
+                };
+            }
+        }
         if check.mode_action == Action::Deny {
             return Outcome {
                 action: Action::Deny,
@@ -317,22 +385,28 @@ impl Policy {
                 rule: None,
             };
         }
-        if let Some(grant) = context.grants.covering(&check.permission, &check.subject) {
-            return Outcome {
-                action: Action::Allow,
-                source: Source::Grant,
-                reason: format!(
-                    "an earlier `always` granted `{}` for {} in this session",
-                    grant.pattern.as_str(),
-                    grant.permission
-                ),
-                rule: Some(RuleRef {
-                    permission: grant.permission.clone(),
-                    pattern: grant.pattern.as_str().to_string(),
+        let granted = [
+            (context.grants, "in this session", "grant"),
+            (context.project_grants, "for this project", "project grant"),
+        ];
+        for (grants, place, origin) in granted {
+            if let Some(grant) = grants.covering(&check.permission, &check.subject) {
+                return Outcome {
                     action: Action::Allow,
-                    origin: "grant".to_string(),
-                }),
-            };
+                    source: Source::Grant,
+                    reason: format!(
+                        "an earlier `always` granted `{}` for {} {place}",
+                        grant.pattern.as_str(),
+                        grant.permission
+                    ),
+                    rule: Some(RuleRef {
+                        permission: grant.permission.clone(),
+                        pattern: grant.pattern.as_str().to_string(),
+                        action: Action::Allow,
+                        origin: origin.to_string(),
+                    }),
+                };
+            }
         }
         if mode == Mode::Auto {
             return Outcome {
@@ -378,6 +452,19 @@ fn external_check(path: &RootedPath, is_directory: bool) -> Check {
         always,
         read_only: false,
         grant_permissions: GrantTo::Own,
+        scope: None,
+    }
+}
+
+fn scope_denial(refusal: ScopeRefusal, permission: &str, kind: Kind) -> Evaluation {
+    Evaluation {
+        action: Action::Deny,
+        source: Source::Scope,
+        reason: refusal.reason,
+        rule: None,
+        question: None,
+        permission: permission.to_string(),
+        kind,
     }
 }
 

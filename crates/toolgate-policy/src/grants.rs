@@ -90,6 +90,9 @@ pub struct Grants {
 }
 
 impl Grants {
+    /// No grants.
+    pub const EMPTY: Grants = Grants { list: Vec::new() };
+
     /// Record a grant unless the same permission and pattern is already granted.
     /// Returns true when it was added.
     pub fn add(&mut self, id: String, spec: &GrantSpec) -> bool {

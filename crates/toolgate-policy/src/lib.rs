@@ -38,6 +38,7 @@ mod mode;
 mod paths;
 mod reminder;
 mod rules;
+mod scope;
 mod tools;
 mod wildcard;
 
@@ -54,6 +55,9 @@ pub use mode::{mode_answer, Action, Kind, Mode, UnknownMode};
 pub use paths::{normalize, RootedPath};
 pub use reminder::reminder;
 pub use rules::{merge_deep, Rule, Ruleset};
+pub use scope::{
+    EffectiveScope, Scope, ScopeError, ScopeLayer, ScopeRefusal, ScopeRules, ScopeTarget,
+};
 pub use tools::{patch_files, Registry, ShellInput, Subject, SubjectField, ToolSpec};
 pub use wildcard::Wildcard;
 
@@ -140,6 +144,9 @@ pub struct Call<'a> {
     pub cwd: Option<&'a str>,
 }
 
+static NO_GRANTS: Grants = Grants::EMPTY;
+static NO_SCOPE: Scope = Scope::NONE;
+
 /// What a decision depends on besides the call: the session's state.
 #[derive(Debug, Clone, Copy)]
 pub struct Context<'a> {
@@ -147,6 +154,10 @@ pub struct Context<'a> {
     pub mode: Mode,
     /// The session's grants.
     pub grants: &'a Grants,
+    /// Grants kept for every session of the project.
+    pub project_grants: &'a Grants,
+    /// The session's scope: its own narrowing and every ancestor's.
+    pub scope: &'a Scope,
     /// `(permission, subject)` pairs the user allowed `once` for this very call.
     pub approvals: &'a [(String, String)],
     /// How many times in a row the session has made this exact call, this one included.
@@ -159,6 +170,8 @@ impl<'a> Context<'a> {
         Context {
             mode,
             grants,
+            project_grants: &NO_GRANTS,
+            scope: &NO_SCOPE,
             approvals: &[],
             repeats: 1,
         }

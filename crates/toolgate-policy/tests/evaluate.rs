@@ -46,10 +46,8 @@ fn render(
             cwd: None,
         },
         &Context {
-            mode,
-            grants,
-            approvals: &[],
             repeats,
+            ..Context::new(mode, grants)
         },
     );
     let source = format!("{:?}", evaluation.source).to_lowercase();

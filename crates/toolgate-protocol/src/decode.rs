@@ -6,8 +6,8 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::{
-    Cancel, ClientFrame, ErrorCode, ListGrants, PermissionResponse, Reply, RevokeGrant, ScopeSpec,
-    SessionRef, SessionStart, SetMode, Shutdown, ToolCall, DEFAULT_SESSION,
+    Cancel, ClientFrame, ErrorCode, GrantScope, ListGrants, PermissionResponse, Reply, RevokeGrant,
+    ScopeSpec, SessionRef, SessionStart, SetMode, Shutdown, ToolCall, DEFAULT_SESSION,
 };
 
 /// Why a line is not a usable frame.
@@ -64,6 +64,7 @@ struct Envelope {
     permissions: Option<Value>,
     #[serde(rename = "grantID")]
     grant_id: Option<Value>,
+    scope: Option<Value>,
 }
 
 /// Decode one line (without its `\n`; a trailing `\r` is tolerated).
@@ -298,10 +299,25 @@ impl Envelope {
                 ))
             }
         };
+        let scope = match self.optional_str(&self.scope, "scope", frame)?.as_deref() {
+            None => None,
+            Some("session") => Some(GrantScope::Session),
+            Some("project") => Some(GrantScope::Project),
+            Some(other) => {
+                return Err(self.error(
+                    ErrorCode::InvalidFrame,
+                    format!(
+                        "`scope` must be `session` or `project`, not `{}`",
+                        truncate(other, 64)
+                    ),
+                ))
+            }
+        };
         Ok(ClientFrame::PermissionResponse(PermissionResponse {
             permission_id,
             response,
             message: self.optional_str(&self.message, "message", frame)?,
+            scope,
         }))
     }
 
@@ -507,6 +523,14 @@ mod tests {
             (
                 r#"{"type":"permission_response","permissionID":"per_1","response":"maybe"}"#,
                 "err invalid_frame call=- tool_call=false :: `response` must be `once`, `always` or `reject`, not `maybe`",
+            ),
+            (
+                r#"{"type":"permission_response","permissionID":"per_1","response":"always","scope":"project"}"#,
+                r#"ok {"type":"permission_response","permissionID":"per_1","response":"always","scope":"project"}"#,
+            ),
+            (
+                r#"{"type":"permission_response","permissionID":"per_1","response":"always","scope":"global"}"#,
+                "err invalid_frame call=- tool_call=false :: `scope` must be `session` or `project`, not `global`",
             ),
             (
                 r#"{"type":"set_mode","mode":"plan"}"#,

@@ -104,6 +104,30 @@ pub struct PermissionResponse {
     /// Feedback for the agent (returned with a `reject`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// Where an `always` answer's grants are kept: the session (default) or
+    /// every session of the project.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<GrantScope>,
+}
+
+/// Where a grant applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum GrantScope {
+    /// The session that answered (the default).
+    Session,
+    /// Every session of this project root; kept across restarts with `--state-dir`.
+    Project,
+}
+
+impl GrantScope {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GrantScope::Session => "session",
+            GrantScope::Project => "project",
+        }
+    }
 }
 
 /// What the user answered.
@@ -477,9 +501,11 @@ pub struct GrantInfo {
     /// Its id, for `revoke_grant`.
     #[serde(rename = "grantID")]
     pub grant_id: String,
-    /// The session it belongs to.
+    /// The session it belongs to; for a project grant, the session that granted it.
     #[serde(rename = "sessionID")]
     pub session_id: String,
+    /// `session` or `project`.
+    pub scope: GrantScope,
     /// The permission name it covers.
     pub permission: String,
     /// The pattern it covers.

@@ -8,12 +8,16 @@ use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
-use toolgate_policy::{Action, Call, Context, Evaluation, Grants, Mode, Policy, Question};
+use toolgate_policy::{
+    Action, Call, Context, Evaluation, GrantPattern, GrantSpec, Grants, Mode, Policy, Question,
+    Scope, ScopeLayer, ScopeRules,
+};
 use toolgate_protocol as wire;
 use toolgate_protocol::{ClientFrame, DecodeError, ErrorCode, ServerFrame};
 
 use crate::clock::{Clock, IdSource};
 use crate::convert;
+use crate::state::{Snapshot, Store, StoredGrant, StoredSession};
 
 /// What to do when the answer is "ask".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,7 +42,17 @@ pub struct BrokerConfig {
 const RESOLVED_MEMORY: usize = 1 << 16;
 
 struct Session {
+    /// The mode the session itself is in. Its effective mode is the strictest
+    /// of this and every ancestor's (see [`Broker::effective_mode`]).
     mode: Mode,
+    /// The session that started it.
+    parent: Option<String>,
+    /// The narrowing the session itself asked for, as written.
+    rules: Option<ScopeRules>,
+    /// Its own narrowing after every ancestor's.
+    scope: Scope,
+    /// Started by `session_start` or given a mode: kept in the state directory.
+    explicit: bool,
     grants: Grants,
     /// Hash of the last call (tool and input) and how many times in a row it came.
     last_call: Option<(u64, u32)>,
@@ -59,6 +73,8 @@ struct Pending {
     approvals: Vec<(String, String)>,
     /// The last answer the user gave for this call, for the decision's reason.
     answered: Option<wire::Reply>,
+    /// After an `always`: where the grants went, and whether saving them failed.
+    granted: Option<(wire::GrantScope, Option<String>)>,
     question: Question,
     deadline: Option<u64>,
 }
@@ -78,6 +94,16 @@ pub struct Broker {
     resolved_order: VecDeque<String>,
     next_seq: u64,
     stopped: bool,
+    /// Grants kept for every session of the project.
+    project_grants: Grants,
+    /// The session that made each project grant.
+    project_grant_owners: HashMap<String, String>,
+    /// Where the state survives restarts, when it does.
+    store: Option<Box<dyn Store>>,
+    /// Sessions that ended or whose `session_start` was refused, and why:
+    /// their calls are denied rather than run in a fresh unscoped session.
+    closed: HashMap<String, String>,
+    closed_order: VecDeque<String>,
 }
 
 impl Broker {
@@ -100,7 +126,229 @@ impl Broker {
             resolved_order: VecDeque::new(),
             next_seq: 0,
             stopped: false,
+            project_grants: Grants::default(),
+            project_grant_owners: HashMap::new(),
+            store: None,
+            closed: HashMap::new(),
+            closed_order: VecDeque::new(),
         }
+    }
+
+    /// Keep state in `store` from now on, starting from `snapshot` (what the
+    /// store held). Returns warnings about parts of the snapshot that could
+    /// not be used; those parts are dropped, or kept more strictly than
+    /// written, never more loosely.
+    pub fn restore(&mut self, store: Box<dyn Store>, snapshot: Snapshot) -> Vec<String> {
+        let mut warnings = Vec::new();
+        for stored in &snapshot.project_grants {
+            match stored_spec(stored) {
+                Some(spec) => {
+                    self.project_grants.add(stored.grant_id.clone(), &spec);
+                    self.project_grant_owners
+                        .insert(stored.grant_id.clone(), stored.session_id.clone());
+                }
+                None => warnings.push(format!(
+                    "the stored project grant `{}` is unusable and was dropped",
+                    stored.grant_id
+                )),
+            }
+        }
+        // Parents before children, whatever the order in the file.
+        let mut remaining: Vec<&StoredSession> = snapshot.sessions.iter().collect();
+        while !remaining.is_empty() {
+            let before = remaining.len();
+            remaining.retain(|stored| {
+                let ready = stored
+                    .parent_id
+                    .as_ref()
+                    .is_none_or(|parent| self.sessions.contains_key(parent));
+                if ready {
+                    self.restore_session(stored, &mut warnings);
+                }
+                !ready
+            });
+            if remaining.len() == before {
+                // Parents that are not in the file (or a cycle): each of these
+                // keeps its own narrowing, in the strictest mode.
+                for stored in remaining.drain(..) {
+                    warnings.push(format!(
+                        "the stored session `{}` names a parent `{}` that is not stored; it keeps only its own scope and starts in readonly mode",
+                        stored.session_id,
+                        stored.parent_id.as_deref().unwrap_or_default()
+                    ));
+                    let orphan = StoredSession {
+                        parent_id: None,
+                        mode: Mode::ReadOnly.as_str().to_string(),
+                        ..stored.clone()
+                    };
+                    self.restore_session(&orphan, &mut warnings);
+                }
+            }
+        }
+        self.store = Some(store);
+        warnings
+    }
+
+    fn restore_session(&mut self, stored: &StoredSession, warnings: &mut Vec<String>) {
+        let mode = stored.mode.parse::<Mode>().unwrap_or_else(|err| {
+            warnings.push(format!(
+                "the stored session `{}` has an unusable mode ({err}); it starts in readonly mode",
+                stored.session_id
+            ));
+            Mode::ReadOnly
+        });
+        let parent_scope = stored
+            .parent_id
+            .as_ref()
+            .and_then(|parent| self.sessions.get(parent))
+            .map(|parent| parent.scope.clone())
+            .unwrap_or_default();
+        let rules = stored.permissions.clone().map(convert::scope_rules);
+        let scope = match &rules {
+            None => parent_scope,
+            Some(rules) => match ScopeLayer::new(&stored.session_id, rules.clone()) {
+                Ok(layer) => parent_scope.with(layer),
+                Err(err) => {
+                    warnings.push(format!(
+                        "the stored session `{}` has an unusable scope ({err}); it may use only the always-available tools",
+                        stored.session_id
+                    ));
+                    parent_scope.with(ScopeLayer::deny_all(&stored.session_id))
+                }
+            },
+        };
+        let mut session = new_session(mode);
+        session.parent = stored.parent_id.clone();
+        session.rules = rules;
+        session.scope = scope;
+        session.explicit = true;
+        for grant in &stored.grants {
+            match stored_spec(grant) {
+                Some(spec) => {
+                    session.grants.add(grant.grant_id.clone(), &spec);
+                }
+                None => warnings.push(format!(
+                    "the stored grant `{}` of session `{}` is unusable and was dropped",
+                    grant.grant_id, stored.session_id
+                )),
+            }
+        }
+        self.sessions.insert(stored.session_id.clone(), session);
+    }
+
+    /// What the state directory keeps: project grants and every session that
+    /// was started, given a mode or granted something.
+    fn snapshot(&self) -> Snapshot {
+        let stored_grant = |grant: &toolgate_policy::Grant, session_id: &str| StoredGrant {
+            grant_id: grant.id.clone(),
+            permission: grant.permission.clone(),
+            pattern: grant.pattern.as_str().to_string(),
+            literal: grant.pattern.literal_len(),
+            session_id: session_id.to_string(),
+        };
+        let mut sessions: Vec<StoredSession> = self
+            .sessions
+            .iter()
+            .filter(|(_, session)| session.explicit || !session.grants.is_empty())
+            .map(|(id, session)| StoredSession {
+                session_id: id.clone(),
+                parent_id: session.parent.clone(),
+                mode: session.mode.as_str().to_string(),
+                permissions: session.rules.as_ref().map(convert::scope_spec),
+                grants: session
+                    .grants
+                    .iter()
+                    .map(|grant| stored_grant(grant, id))
+                    .collect(),
+            })
+            .collect();
+        sessions.sort_by(|a, b| a.session_id.cmp(&b.session_id));
+        Snapshot {
+            version: 1,
+            project_root: self.policy.project_root.to_string_lossy().into_owned(),
+            project_grants: self
+                .project_grants
+                .iter()
+                .map(|grant| {
+                    let owner = self
+                        .project_grant_owners
+                        .get(&grant.id)
+                        .map(String::as_str)
+                        .unwrap_or_default();
+                    stored_grant(grant, owner)
+                })
+                .collect(),
+            sessions,
+        }
+    }
+
+    /// Write the state, when there is a state directory. A failure is logged
+    /// and returned; the broker carries on with its state in memory.
+    fn persist(&mut self) -> Result<(), String> {
+        if self.store.is_none() {
+            return Ok(());
+        }
+        let snapshot = self.snapshot();
+        let Some(store) = self.store.as_mut() else {
+            return Ok(());
+        };
+        store.save(&snapshot).inspect_err(|err| {
+            tracing::warn!("the state could not be saved: {err}");
+        })
+    }
+
+    /// Remember that a session may not run calls (bounded like `resolved`).
+    fn close(&mut self, session_id: &str, why: String) {
+        if self.closed.insert(session_id.to_string(), why).is_none() {
+            self.closed_order.push_back(session_id.to_string());
+            if self.closed_order.len() > RESOLVED_MEMORY {
+                if let Some(old) = self.closed_order.pop_front() {
+                    self.closed.remove(&old);
+                }
+            }
+        }
+    }
+
+    /// The mode a session's calls are judged in: the strictest of its own and
+    /// every ancestor's.
+    fn effective_mode(&self, session_id: &str) -> Mode {
+        let Some(mut session) = self.sessions.get(session_id) else {
+            return self.policy.default_mode;
+        };
+        let mut mode = session.mode;
+        // The hop limit only matters for a hand-edited state file with a cycle.
+        let mut hops = self.sessions.len();
+        while let Some(parent) = session.parent.as_ref().and_then(|p| self.sessions.get(p)) {
+            if parent.mode.strictness() > mode.strictness() {
+                mode = parent.mode;
+            }
+            session = parent;
+            hops = hops.saturating_sub(1);
+            if hops == 0 {
+                break;
+            }
+        }
+        mode
+    }
+
+    /// A session and its descendants, parents before children.
+    fn subtree(&self, session_id: &str) -> Vec<String> {
+        let mut ids = vec![session_id.to_string()];
+        let mut next = 0;
+        while next < ids.len() {
+            let mut children: Vec<String> = self
+                .sessions
+                .iter()
+                .filter(|(id, session)| {
+                    session.parent.as_deref() == Some(ids[next].as_str()) && !ids.contains(id)
+                })
+                .map(|(id, _)| id.clone())
+                .collect();
+            children.sort();
+            ids.extend(children);
+            next += 1;
+        }
+        ids
     }
 
     /// The `ready` frame.
@@ -193,7 +441,7 @@ impl Broker {
             ClientFrame::SessionEnd(end) => self.session_end(&end.session_id, number, out),
             ClientFrame::Cancel(cancel) => self.cancel(cancel, number, out),
             ClientFrame::GetReminder(session) => {
-                let mode = self.mode_of(&session.session_id);
+                let mode = self.effective_mode(&session.session_id);
                 out.push(ServerFrame::Reminder(wire::Reminder {
                     session_id: session.session_id,
                     mode: mode.as_str().to_string(),
@@ -204,11 +452,18 @@ impl Broker {
                 out.push(self.grants_frame(list.session_id.as_deref()))
             }
             ClientFrame::RevokeGrant(revoke) => {
-                let removed = self
-                    .sessions
-                    .values_mut()
-                    .any(|session| session.grants.remove(&revoke.grant_id).is_some());
+                let id = &revoke.grant_id;
+                let removed = if self.project_grants.remove(id).is_some() {
+                    self.project_grant_owners.remove(id);
+                    true
+                } else {
+                    self.sessions
+                        .values_mut()
+                        .any(|session| session.grants.remove(id).is_some())
+                };
                 if removed {
+                    // A failed save is logged; the grant is gone from memory either way.
+                    let _ = self.persist();
                     out.push(self.grants_frame(None));
                 } else {
                     out.push(error(
@@ -270,9 +525,25 @@ impl Broker {
         }
         let default_mode = self.policy.default_mode;
         if !self.sessions.contains_key(&call.session_id) {
+            if let Some(why) = self.closed.get(&call.session_id) {
+                out.push(ServerFrame::Decision(wire::Decision {
+                    session_id: call.session_id.clone(),
+                    call_id: call.call_id,
+                    decision: wire::Verdict::Deny,
+                    source: wire::Source::Scope,
+                    reason: format!(
+                        "{why}; its calls are denied until a session_start for it succeeds"
+                    ),
+                    rule: None,
+                    message: None,
+                    reminder: None,
+                }));
+                return;
+            }
             self.sessions
                 .insert(call.session_id.clone(), new_session(default_mode));
         }
+        let mode = self.effective_mode(&call.session_id);
         let Some(session) = self.sessions.get_mut(&call.session_id) else {
             return;
         };
@@ -282,7 +553,6 @@ impl Broker {
             _ => 1,
         };
         session.last_call = Some((hash, repeats));
-        let mode = session.mode;
         let evaluation = self.policy.evaluate(
             &Call {
                 tool: &call.tool,
@@ -292,6 +562,8 @@ impl Broker {
             &Context {
                 mode,
                 grants: &session.grants,
+                project_grants: &self.project_grants,
+                scope: &session.scope,
                 approvals: &[],
                 repeats,
             },
@@ -306,6 +578,7 @@ impl Broker {
             repeats,
             approvals: Vec::new(),
             answered: None,
+            granted: None,
             question: placeholder_question(),
             deadline: None,
         };
@@ -373,9 +646,20 @@ impl Broker {
             (action, _) => {
                 let reminder = (action == Action::Deny && mode == Mode::Plan)
                     .then(|| toolgate_policy::reminder(&self.policy, mode));
-                let reason = match (evaluation.source, pending.answered) {
-                    (toolgate_policy::Source::User, Some(wire::Reply::Always)) => {
-                        "the user allowed this call and granted its `always` patterns for the session".to_string()
+                let reason = match (evaluation.source, pending.answered, &pending.granted) {
+                    (
+                        toolgate_policy::Source::User,
+                        Some(wire::Reply::Always),
+                        Some((scope, failed)),
+                    ) => {
+                        let place = match scope {
+                            wire::GrantScope::Session => "the session",
+                            wire::GrantScope::Project => "every session of the project",
+                        };
+                        match failed {
+                            None => format!("the user allowed this call and granted its `always` patterns for {place}"),
+                            Some(err) => format!("the user allowed this call and granted its `always` patterns for {place}, but the grants could not be saved and will not survive a restart ({err})"),
+                        }
                     }
                     _ => evaluation.reason,
                 };
@@ -456,14 +740,17 @@ impl Broker {
                 } else {
                     (Mode::AutoEdit, "always")
                 };
+                let effective = stricter(mode, self.parent_mode(&pending.session_id));
                 out.push(ServerFrame::Decision(wire::Decision {
                     session_id: pending.session_id.clone(),
                     call_id: pending.call_id.clone(),
                     decision: wire::Verdict::Allow,
                     source: wire::Source::User,
-                    reason: format!(
-                        "the user approved the plan ({answer}); the session is now in {mode} mode"
-                    ),
+                    reason: if effective == mode {
+                        format!("the user approved the plan ({answer}); the session is now in {mode} mode")
+                    } else {
+                        format!("the user approved the plan ({answer}); the session stays in {effective} mode, the mode of its parent session")
+                    },
                     rule: None,
                     message: response.message,
                     reminder: None,
@@ -479,32 +766,61 @@ impl Broker {
                 let always = response.response == wire::Reply::Always;
                 pending.answered = Some(response.response);
                 if always {
-                    self.record_grants(&pending.session_id, &pending.question);
+                    let scope = response.scope.unwrap_or(wire::GrantScope::Session);
+                    // The grants are on disk before the decision that reports them.
+                    let saved = self.record_grants(&pending.session_id, &pending.question, scope);
+                    pending.granted = Some((scope, saved.err()));
                 }
                 let session_id = pending.session_id.clone();
                 self.reevaluate(pending, out);
                 if always {
-                    self.revisit_session(
-                        &session_id,
-                        &format!("an `always` answer to {id} covers it"),
-                        out,
-                    );
+                    let why = format!("an `always` answer to {id} covers it");
+                    match response.scope {
+                        Some(wire::GrantScope::Project) => {
+                            let mut ids: Vec<String> = self.sessions.keys().cloned().collect();
+                            ids.sort();
+                            for session in ids {
+                                self.revisit_session(&session, &why, out);
+                            }
+                        }
+                        _ => self.revisit_session(&session_id, &why, out),
+                    }
                 }
             }
         }
     }
 
-    fn record_grants(&mut self, session_id: &str, question: &Question) {
+    /// Record an `always` answer's grants in the session or the project, and
+    /// save them when there is a state directory.
+    fn record_grants(
+        &mut self,
+        session_id: &str,
+        question: &Question,
+        scope: wire::GrantScope,
+    ) -> Result<(), String> {
         let default_mode = self.policy.default_mode;
         let ids = &mut self.ids;
-        let session = self
-            .sessions
-            .entry(session_id.to_string())
-            .or_insert_with(|| new_session(default_mode));
-        for spec in &question.grants {
-            let id = ids.grant_id();
-            session.grants.add(id, spec);
+        match scope {
+            wire::GrantScope::Project => {
+                for spec in &question.grants {
+                    let id = ids.grant_id();
+                    if self.project_grants.add(id.clone(), spec) {
+                        self.project_grant_owners.insert(id, session_id.to_string());
+                    }
+                }
+            }
+            wire::GrantScope::Session => {
+                let session = self
+                    .sessions
+                    .entry(session_id.to_string())
+                    .or_insert_with(|| new_session(default_mode));
+                for spec in &question.grants {
+                    let id = ids.grant_id();
+                    session.grants.add(id, spec);
+                }
+            }
         }
+        self.persist()
     }
 
     /// Evaluate a pending call again (after `once`/`always`, a mode change or new
@@ -516,9 +832,11 @@ impl Broker {
 
     fn evaluate_pending(&self, pending: &Pending) -> (Evaluation, Mode) {
         let no_grants = Grants::default();
-        let (mode, grants) = match self.sessions.get(&pending.session_id) {
-            Some(session) => (session.mode, &session.grants),
-            None => (self.policy.default_mode, &no_grants),
+        let no_scope = Scope::default();
+        let mode = self.effective_mode(&pending.session_id);
+        let (grants, scope) = match self.sessions.get(&pending.session_id) {
+            Some(session) => (&session.grants, &session.scope),
+            None => (&no_grants, &no_scope),
         };
         let evaluation = self.policy.evaluate(
             &Call {
@@ -529,6 +847,8 @@ impl Broker {
             &Context {
                 mode,
                 grants,
+                project_grants: &self.project_grants,
+                scope,
                 approvals: &pending.approvals,
                 repeats: pending.repeats,
             },
@@ -563,30 +883,58 @@ impl Broker {
         let Some(mode) = parse_mode(&set.mode, number, out) else {
             return;
         };
+        if !self.sessions.contains_key(&set.session_id) {
+            if let Some(why) = self.closed.get(&set.session_id) {
+                out.push(error(
+                    ErrorCode::UnknownSession,
+                    format!("{why}; start it again before changing its mode"),
+                    None,
+                    Some(number),
+                ));
+                return;
+            }
+        }
         self.change_mode(&set.session_id, mode, out);
     }
 
+    /// Set a session's own mode. The session and each descendant whose
+    /// effective mode changes get `mode_changed` (the session always does) and
+    /// have their pending calls judged again.
     fn change_mode(&mut self, session_id: &str, mode: Mode, out: &mut Vec<ServerFrame>) {
         let default_mode = self.policy.default_mode;
-        let session = self
-            .sessions
-            .entry(session_id.to_string())
-            .or_insert_with(|| new_session(default_mode));
-        let previous = session.mode;
-        session.mode = mode;
-        out.push(ServerFrame::ModeChanged(wire::ModeChanged {
-            session_id: session_id.to_string(),
-            mode: mode.as_str().to_string(),
-            previous: previous.as_str().to_string(),
-            reminder: Some(toolgate_policy::reminder(&self.policy, mode)),
-        }));
-        if previous != mode {
-            self.revisit_session(
-                session_id,
-                &format!("the session's mode changed to {mode}"),
-                out,
-            );
+        if !self.sessions.contains_key(session_id) {
+            self.sessions
+                .insert(session_id.to_string(), new_session(default_mode));
         }
+        let affected = self.subtree(session_id);
+        let before: Vec<Mode> = affected.iter().map(|id| self.effective_mode(id)).collect();
+        if let Some(session) = self.sessions.get_mut(session_id) {
+            session.mode = mode;
+            session.explicit = true;
+        }
+        // A failed save is logged; the mode applies in memory either way.
+        let _ = self.persist();
+        for (id, previous) in affected.iter().zip(before) {
+            let now = self.effective_mode(id);
+            if id != session_id && now == previous {
+                continue;
+            }
+            out.push(ServerFrame::ModeChanged(wire::ModeChanged {
+                session_id: id.clone(),
+                mode: now.as_str().to_string(),
+                previous: previous.as_str().to_string(),
+                reminder: Some(toolgate_policy::reminder(&self.policy, now)),
+            }));
+            if previous != now {
+                self.revisit_session(id, &format!("the session's mode changed to {now}"), out);
+            }
+        }
+    }
+
+    /// The effective mode of a session's parent, if it has one.
+    fn parent_mode(&self, session_id: &str) -> Option<Mode> {
+        let parent = self.sessions.get(session_id)?.parent.as_deref()?;
+        Some(self.effective_mode(parent))
     }
 
     fn session_start(
@@ -595,37 +943,111 @@ impl Broker {
         number: u64,
         out: &mut Vec<ServerFrame>,
     ) {
-        // Scopes narrow what a session may do; until they are enforced, a
-        // session_start that asks for one is refused rather than ignored.
-        if start.parent_id.is_some() || start.permissions.is_some() {
-            out.push(error(
-                ErrorCode::InvalidFrame,
-                "sub-session scopes (parentID, permissions) are not supported by this version; the session was not started".to_string(),
-                None,
-                Some(number),
-            ));
-            return;
-        }
-        let mode = match start.mode.as_deref() {
-            None => self.policy.default_mode,
+        let requested = match start.mode.as_deref() {
+            None => None,
             Some(name) => match parse_mode(name, number, out) {
-                Some(mode) => mode,
-                None => return,
+                Some(mode) => Some(mode),
+                None => {
+                    let id = &start.session_id;
+                    if !self.sessions.contains_key(id) {
+                        self.close(id, format!("the session_start for `{id}` was refused"));
+                    }
+                    return;
+                }
             },
         };
+        let id = start.session_id;
+        let refuse = |broker: &mut Broker, message: String, out: &mut Vec<ServerFrame>| {
+            if !broker.sessions.contains_key(&id) {
+                broker.close(&id, format!("the session_start for `{id}` was refused"));
+            }
+            out.push(error(ErrorCode::InvalidFrame, message, None, Some(number)));
+        };
+        if let Some(existing) = self.sessions.get(&id) {
+            if existing.explicit || existing.parent.is_some() {
+                refuse(
+                    self,
+                    format!(
+                        "the session `{id}` was already started; end it before starting it again"
+                    ),
+                    out,
+                );
+                return;
+            }
+        }
+        if start.parent_id.as_deref() == Some(id.as_str()) {
+            refuse(
+                self,
+                format!("the session `{id}` cannot be its own parent"),
+                out,
+            );
+            return;
+        }
+        let rules = start.permissions.map(convert::scope_rules);
+        let layer = match &rules {
+            None => None,
+            Some(rules) => match ScopeLayer::new(&id, rules.clone()) {
+                Ok(layer) => Some(layer),
+                Err(err) => {
+                    refuse(
+                        self,
+                        format!("{err}; the session `{id}` was not started"),
+                        out,
+                    );
+                    return;
+                }
+            },
+        };
+        let default_mode = self.policy.default_mode;
+        // A parent that was never seen is the implicit session a tool call
+        // would have created: the default mode and no scope.
+        if let Some(parent) = &start.parent_id {
+            if !self.sessions.contains_key(parent) {
+                self.sessions
+                    .insert(parent.clone(), new_session(default_mode));
+            }
+        }
+        let parent_mode = start.parent_id.as_deref().map(|p| self.effective_mode(p));
+        let parent_scope = start
+            .parent_id
+            .as_deref()
+            .and_then(|p| self.sessions.get(p))
+            .map(|parent| parent.scope.clone())
+            .unwrap_or_default();
+        let scope = match layer {
+            Some(layer) => parent_scope.with(layer),
+            None => parent_scope,
+        };
+        let effective_scope = convert::effective_scope(
+            scope.effective(|tool| self.policy.registry.lookup(tool).permission.clone()),
+            &self.policy.always_available,
+        );
+        let own_mode = requested.or(parent_mode).unwrap_or(default_mode);
+        self.closed.remove(&id);
         let session = self
             .sessions
-            .entry(start.session_id.clone())
-            .or_insert_with(|| new_session(mode));
-        session.mode = mode;
+            .entry(id.clone())
+            .or_insert_with(|| new_session(own_mode));
+        session.mode = own_mode;
+        session.parent = start.parent_id.clone();
+        session.rules = rules;
+        session.scope = scope;
+        session.explicit = true;
+        let mode = self.effective_mode(&id);
+        // A failed save is logged; the session runs in memory either way.
+        let _ = self.persist();
         out.push(ServerFrame::SessionStarted(wire::SessionStarted {
-            session_id: start.session_id,
-            parent_id: None,
+            session_id: id.clone(),
+            parent_id: start.parent_id,
             mode: mode.as_str().to_string(),
-            scope: wire::EffectiveScope::default(),
+            scope: effective_scope,
         }));
+        // Calls already waiting in an implicit session are judged in the new scope.
+        self.revisit_session(&id, "the session was started with a scope", out);
     }
 
+    /// End a session and, first, every session it started: their pending
+    /// calls are denied and each gets `session_ended`.
     fn session_end(&mut self, session_id: &str, number: u64, out: &mut Vec<ServerFrame>) {
         if !self.sessions.contains_key(session_id) {
             out.push(error(
@@ -636,21 +1058,26 @@ impl Broker {
             ));
             return;
         }
-        let ids = self.pending_of(session_id);
-        let denied = ids.len() as u64;
-        for id in ids {
-            self.end_ask(
-                &id,
-                wire::Source::Shutdown,
-                "the session ended before the question was answered".to_string(),
-                out,
-            );
+        for ended in self.subtree(session_id).into_iter().rev() {
+            let ids = self.pending_of(&ended);
+            let denied = ids.len() as u64;
+            let reason = if ended == session_id {
+                "the session ended before the question was answered".to_string()
+            } else {
+                format!("the parent session `{session_id}` ended before the question was answered")
+            };
+            for id in ids {
+                self.end_ask(&id, wire::Source::Shutdown, reason.clone(), out);
+            }
+            self.sessions.remove(&ended);
+            self.close(&ended, format!("the session `{ended}` has ended"));
+            out.push(ServerFrame::SessionEnded(wire::SessionEnded {
+                session_id: ended,
+                denied,
+            }));
         }
-        self.sessions.remove(session_id);
-        out.push(ServerFrame::SessionEnded(wire::SessionEnded {
-            session_id: session_id.to_string(),
-            denied,
-        }));
+        // A failed save is logged; the sessions are gone from memory either way.
+        let _ = self.persist();
     }
 
     fn cancel(&mut self, cancel: wire::Cancel, number: u64, out: &mut Vec<ServerFrame>) {
@@ -743,13 +1170,6 @@ impl Broker {
         ordered.into_values().cloned().collect()
     }
 
-    fn mode_of(&self, session_id: &str) -> Mode {
-        self.sessions
-            .get(session_id)
-            .map(|session| session.mode)
-            .unwrap_or(self.policy.default_mode)
-    }
-
     fn grants_frame(&self, session_filter: Option<&str>) -> ServerFrame {
         let mut sessions: Vec<(&String, &Session)> = self
             .sessions
@@ -757,16 +1177,27 @@ impl Broker {
             .filter(|(id, _)| session_filter.is_none_or(|filter| filter == id.as_str()))
             .collect();
         sessions.sort_by(|a, b| a.0.cmp(b.0));
-        let grants = sessions
-            .into_iter()
-            .flat_map(|(session_id, session)| {
+        let project = self.project_grants.iter().map(|grant| wire::GrantInfo {
+            grant_id: grant.id.clone(),
+            session_id: self
+                .project_grant_owners
+                .get(&grant.id)
+                .cloned()
+                .unwrap_or_default(),
+            scope: wire::GrantScope::Project,
+            permission: grant.permission.clone(),
+            pattern: grant.pattern.as_str().to_string(),
+        });
+        let grants = project
+            .chain(sessions.into_iter().flat_map(|(session_id, session)| {
                 session.grants.iter().map(move |grant| wire::GrantInfo {
                     grant_id: grant.id.clone(),
                     session_id: session_id.clone(),
+                    scope: wire::GrantScope::Session,
                     permission: grant.permission.clone(),
                     pattern: grant.pattern.as_str().to_string(),
                 })
-            })
+            }))
             .collect();
         ServerFrame::Grants(wire::Grants { grants })
     }
@@ -784,10 +1215,30 @@ fn duration_text(ms: u64) -> String {
 fn new_session(mode: Mode) -> Session {
     Session {
         mode,
+        parent: None,
+        rules: None,
+        scope: Scope::default(),
+        explicit: false,
         grants: Grants::default(),
         last_call: None,
         live: HashMap::new(),
     }
+}
+
+/// The stricter of a mode and an optional bound.
+fn stricter(mode: Mode, bound: Option<Mode>) -> Mode {
+    match bound {
+        Some(bound) if bound.strictness() > mode.strictness() => bound,
+        _ => mode,
+    }
+}
+
+/// A stored grant as the policy holds it, when its parts fit together.
+fn stored_spec(stored: &StoredGrant) -> Option<GrantSpec> {
+    Some(GrantSpec {
+        permission: stored.permission.clone(),
+        pattern: GrantPattern::from_parts(&stored.pattern, stored.literal)?,
+    })
 }
 
 fn placeholder_question() -> Question {

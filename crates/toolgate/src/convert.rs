@@ -91,3 +91,37 @@ pub fn request(
         metadata,
     }
 }
+
+/// A `session_start`'s `permissions` as the policy reads them.
+pub fn scope_rules(spec: wire::ScopeSpec) -> toolgate_policy::ScopeRules {
+    toolgate_policy::ScopeRules {
+        allowed_tools: spec.allowed_tools,
+        denied_tools: spec.denied_tools,
+        file_patterns: spec.file_patterns,
+        command_patterns: spec.command_patterns,
+    }
+}
+
+/// The narrowing a session asked for, as stored and sent.
+pub fn scope_spec(rules: &toolgate_policy::ScopeRules) -> wire::ScopeSpec {
+    wire::ScopeSpec {
+        allowed_tools: rules.allowed_tools.clone(),
+        denied_tools: rules.denied_tools.clone(),
+        file_patterns: rules.file_patterns.clone(),
+        command_patterns: rules.command_patterns.clone(),
+    }
+}
+
+/// A session's effective scope for `session_started`.
+pub fn effective_scope(
+    scope: toolgate_policy::EffectiveScope,
+    always_available: &[String],
+) -> wire::EffectiveScope {
+    wire::EffectiveScope {
+        allowed_tools: scope.allowed_tools,
+        denied_tools: scope.denied_tools,
+        file_patterns: scope.file_patterns,
+        command_patterns: scope.command_patterns,
+        always_available_tools: always_available.to_vec(),
+    }
+}
