@@ -611,7 +611,11 @@ fn combine(
                 _ => 3,
             };
             let index = if strictest == Action::Deny {
-                pairs.iter().position(|(_, o)| o.action == Action::Deny)
+                // A scope denial first: it is the one no answer could lift.
+                pairs
+                    .iter()
+                    .position(|(_, o)| o.source == Source::Scope)
+                    .or_else(|| pairs.iter().position(|(_, o)| o.action == Action::Deny))
             } else {
                 (0..pairs.len()).min_by_key(|&i| rank(pairs[i].1.source))
             };
