@@ -10,3 +10,4 @@ pub mod clock;
 pub mod convert;
 pub mod serve;
 pub mod setup;
+pub mod state;
