@@ -603,3 +603,64 @@ fn project_files(
     }
     Ok(files)
 }
+
+/// `rows` as an aligned table with a header (`toolgate grants list`), one
+/// line each; control characters in cells are escaped so a row stays one line.
+pub fn grants_table(rows: &[GrantRow]) -> String {
+    let header = [
+        "GRANT",
+        "SCOPE",
+        "SESSION",
+        "PERMISSION",
+        "PATTERN",
+        "PROJECT",
+    ];
+    let mut table: Vec<[String; 6]> = vec![header.map(str::to_string)];
+    for row in rows {
+        table.push([
+            cell(&row.grant_id),
+            row.scope.as_str().to_string(),
+            cell(&row.session_id),
+            cell(&row.permission),
+            cell(&row.pattern),
+            cell(&row.project_root),
+        ]);
+    }
+    let mut widths = [0usize; 6];
+    for line in &table {
+        for (width, text) in widths.iter_mut().zip(line) {
+            *width = (*width).max(text.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for line in &table {
+        let mut text = String::new();
+        for (column, value) in line.iter().enumerate() {
+            if column + 1 == line.len() {
+                text.push_str(value);
+            } else {
+                let pad = widths[column] - value.chars().count();
+                text.push_str(value);
+                text.extend(std::iter::repeat_n(' ', pad + 2));
+            }
+        }
+        out.push_str(text.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+fn cell(text: &str) -> String {
+    if text.is_empty() {
+        return "\"\"".to_string();
+    }
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
