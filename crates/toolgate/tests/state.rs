@@ -407,3 +407,44 @@ fn revoke_removes_from_whichever_file_holds_the_grant() {
     assert!(names_in(&dir).iter().all(|name| !name.contains(".tmp-")));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The state file shown in protocol.md is one this build reads.
+#[test]
+fn protocol_md_state_file_example_parses() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../protocol.md");
+    let text = std::fs::read_to_string(path).unwrap();
+    let section = &text[text
+        .find("## State directory")
+        .expect("a State directory section")..];
+    let start = section.find("```json\n").unwrap() + "```json\n".len();
+    let end = start + section[start..].find("```").unwrap();
+    let snapshot = parse_snapshot(&section[start..end]).unwrap();
+    assert_eq!(snapshot.sessions.len(), 2);
+    assert_eq!(snapshot.project_grants[0].literal, "git commit".len());
+}
+
+#[test]
+fn the_table_keeps_each_grant_on_one_line() {
+    use toolgate::state::{grants_table, GrantRow};
+    let row = |id: &str, session: &str, pattern: &str| GrantRow {
+        grant_id: id.to_string(),
+        scope: GrantScope::Session,
+        session_id: session.to_string(),
+        permission: "bash".to_string(),
+        pattern: pattern.to_string(),
+        project_root: "/r".to_string(),
+        file: PathBuf::new(),
+    };
+    let table = grants_table(&[
+        row("grant_1", "main", "printf 'a\nb'\t*"),
+        row("grant_22", "", "ls *"),
+    ]);
+    assert_eq!(
+        table,
+        "\
+GRANT     SCOPE    SESSION  PERMISSION  PATTERN           PROJECT
+grant_1   session  main     bash        printf 'a\\nb'\\t*  /r
+grant_22  session  \"\"       bash        ls *              /r
+"
+    );
+}
