@@ -114,7 +114,8 @@ struct ServeArgs {
     /// Keep grants and sessions in DIR so that they survive a restart: one
     /// file per project root, saved atomically; a corrupt file is moved aside
     /// with a warning. Run one broker per project and state directory at a
-    /// time. Also TOOLGATE_STATE_DIR. [default: no state is kept]
+    /// time. Also TOOLGATE_STATE_DIR. This version opens and checks the file
+    /// at start but does not restore from it yet. [default: no state is kept]
     #[arg(long, value_name = "DIR")]
     state_dir: Option<PathBuf>,
 }
