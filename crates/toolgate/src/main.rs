@@ -1,13 +1,15 @@
 //! `toolgate`: a permission broker for AI coding agents.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use toolgate::broker::{Broker, BrokerConfig, OnAsk};
-use toolgate::clock::{SystemClock, UuidIds};
+use toolgate::clock::{Clock, SystemClock, UuidIds};
 use toolgate::setup::{self, Settings};
+use toolgate::state::{self, FileStore};
 use toolgate_policy::Mode;
 
 /// A permission broker for AI coding agents.
@@ -30,6 +32,39 @@ struct Cli {
 enum Command {
     /// Read tool calls on stdin, write decisions on stdout (the default).
     Serve(ServeArgs),
+    /// Show or remove the grants kept in a state directory (--state-dir).
+    ///
+    /// These commands work on the files. A broker that is running for a
+    /// project keeps its own copy of that project's grants and writes it back
+    /// at its next save: to revoke a grant there, send it the `revoke_grant`
+    /// frame instead.
+    #[command(subcommand)]
+    Grants(GrantsCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum GrantsCommand {
+    /// List every grant of every project in the state directory: grantID,
+    /// scope (project or session), sessionID, permission, pattern, project root.
+    List {
+        /// The state directory [env: TOOLGATE_STATE_DIR]
+        #[arg(long, value_name = "DIR")]
+        state_dir: Option<PathBuf>,
+        /// One JSON object per line instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove grants from whichever project file holds them (saved
+    /// atomically). Prints what was removed; an id no file holds is reported
+    /// on stderr and the exit code is 1.
+    Revoke {
+        /// The state directory [env: TOOLGATE_STATE_DIR]
+        #[arg(long, value_name = "DIR")]
+        state_dir: Option<PathBuf>,
+        /// The grants to remove (grant_...).
+        #[arg(value_name = "GRANT_ID", required = true)]
+        ids: Vec<String>,
+    },
 }
 
 #[derive(Debug, Clone, Args)]
@@ -75,6 +110,14 @@ struct ServeArgs {
     /// without being buffered and answered with an error frame. [default: 1048576]
     #[arg(long, value_name = "BYTES")]
     max_frame_bytes: Option<usize>,
+
+    /// Keep grants and sessions in DIR so that they survive a restart: one
+    /// file per project root, saved atomically; a corrupt file is moved aside
+    /// with a warning. Run one broker per project and state directory at a
+    /// time. Also TOOLGATE_STATE_DIR. This version opens and checks the file
+    /// at start but does not restore from it yet. [default: no state is kept]
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -96,6 +139,7 @@ impl ServeArgs {
             ask_timeout: self.ask_timeout.or(other.ask_timeout),
             on_ask: self.on_ask.or(other.on_ask),
             max_frame_bytes: self.max_frame_bytes.or(other.max_frame_bytes),
+            state_dir: self.state_dir.or(other.state_dir),
         }
     }
 }
@@ -118,8 +162,97 @@ fn main() -> ExitCode {
     let args = match cli.command {
         Some(Command::Serve(args)) => args.or(cli.serve),
         None => cli.serve,
+        Some(Command::Grants(command)) => return grants(command, cli.serve.state_dir),
     };
     serve(args)
+}
+
+/// `TOOLGATE_STATE_DIR`, when set and not empty.
+fn state_dir_env() -> Option<PathBuf> {
+    std::env::var_os("TOOLGATE_STATE_DIR")
+        .filter(|value| !value.is_empty())
+        .map(PathBuf::from)
+}
+
+/// `toolgate grants list|revoke`. `outer` is a `--state-dir` given before `grants`.
+fn grants(command: GrantsCommand, outer: Option<PathBuf>) -> ExitCode {
+    let (flag, json, ids) = match command {
+        GrantsCommand::List { state_dir, json } => (state_dir, json, None),
+        GrantsCommand::Revoke { state_dir, ids } => (state_dir, false, Some(ids)),
+    };
+    let Some(dir) = flag.or(outer).or_else(state_dir_env) else {
+        eprintln!("toolgate: grants needs --state-dir DIR (or TOOLGATE_STATE_DIR)");
+        return ExitCode::from(2);
+    };
+    // This subcommand is not the broker: its stdout is for the person who ran it.
+    let mut out = std::io::stdout().lock();
+    let (written, code) = match ids {
+        None => {
+            let (rows, warnings) = match state::list_grants(&dir) {
+                Ok(listed) => listed,
+                Err(err) => {
+                    eprintln!("toolgate: {err}");
+                    return ExitCode::from(1);
+                }
+            };
+            for warning in &warnings {
+                eprintln!("toolgate: warning: {warning}");
+            }
+            let written = if rows.is_empty() {
+                eprintln!("toolgate: no grants in {}", dir.display());
+                Ok(())
+            } else if json {
+                rows.iter().try_for_each(|row| {
+                    let line = serde_json::to_string(row).map_err(std::io::Error::other)?;
+                    writeln!(out, "{line}")
+                })
+            } else {
+                out.write_all(state::grants_table(&rows).as_bytes())
+            };
+            (written, ExitCode::SUCCESS)
+        }
+        Some(ids) => {
+            let revoked = match state::revoke_grants(&dir, &ids) {
+                Ok(revoked) => revoked,
+                Err(err) => {
+                    eprintln!("toolgate: {err}");
+                    return ExitCode::from(1);
+                }
+            };
+            for warning in &revoked.warnings {
+                eprintln!("toolgate: warning: {warning}");
+            }
+            let written = revoked.removed.iter().try_for_each(|row| {
+                writeln!(
+                    out,
+                    "revoked {} ({} grant of session {}: {} `{}`) for {}",
+                    row.grant_id,
+                    row.scope.as_str(),
+                    row.session_id,
+                    row.permission,
+                    row.pattern,
+                    row.project_root
+                )
+            });
+            for id in &revoked.unknown {
+                eprintln!("toolgate: no grant has the id `{id}` in {}", dir.display());
+            }
+            let code = if revoked.unknown.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            };
+            (written, code)
+        }
+    };
+    match written.and_then(|()| out.flush()) {
+        Ok(()) => code,
+        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => code,
+        Err(err) => {
+            eprintln!("toolgate: cannot write the output: {err}");
+            ExitCode::from(1)
+        }
+    }
 }
 
 fn serve(args: ServeArgs) -> ExitCode {
@@ -162,12 +295,21 @@ fn serve(args: ServeArgs) -> ExitCode {
         },
         ask_timeout_ms: policy.ask_timeout_seconds.saturating_mul(1000),
     };
-    let broker = Broker::new(
-        Arc::new(policy),
-        config,
-        Box::new(SystemClock::new()),
-        Box::new(UuidIds),
-    );
+    let clock = SystemClock::new();
+    if let Some(dir) = args.state_dir.or_else(state_dir_env) {
+        let (store, snapshot, warnings) =
+            FileStore::open(&dir, &policy.project_root, clock.wall_ms());
+        for warning in &warnings {
+            eprintln!("toolgate: warning: {warning}");
+        }
+        tracing::info!(file = %store.path().display(), "state file");
+        // TODO(broker wiring): hand `Box::new(store)` (a `Box<dyn state::Store>`)
+        // and `snapshot` to `Broker::new`, which restores the grants and sessions
+        // from the snapshot and saves after every change. Until then the state
+        // directory is opened (and a corrupt file moved aside) but not used.
+        let _ = (store, snapshot);
+    }
+    let broker = Broker::new(Arc::new(policy), config, Box::new(clock), Box::new(UuidIds));
     let result = toolgate::serve::run(std::io::stdin(), std::io::stdout(), broker, max_frame_bytes);
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -4,19 +4,32 @@
 //!
 //! In an `.in.jsonl` file, lines starting with `#` are directives or comments:
 //!
-//! - `# args: --mode plan --ask-timeout 1`: command-line arguments (shell words);
+//! - `# args: --mode plan --ask-timeout 1`: command-line arguments (shell
+//!   words); `$STATE` stands for the transcript's own state directory (fresh
+//!   and empty at the start, a sibling of the project directory) and `$ROOT`
+//!   for the project root;
 //! - `# policy: {...}`: written to `toolgate.json` in the project root;
 //! - `# env: NAME=VALUE`: an environment variable;
-//! - `# exit: 2`, `# stderr: text`: the expected exit code and a piece of stderr;
-//! - `# wait: N`: wait until the broker has written N lines;
+//! - `# exit: 2`: the exit code every run must end with (default 0);
+//! - `# stderr: text`: a piece of stderr (of any run; `$ROOT`, `$STATE` substituted);
+//! - `# wait: N`: wait until the current run has written N lines;
 //! - `# sleep: MS`: pause;
 //! - `# hex: ff fe 0a`: send raw bytes; `# long-line: N`: send a line of N bytes;
+//! - `# restart`: end the current run (close stdin, wait for the exit, check
+//!   the exit code) and start the binary again with the same arguments,
+//!   environment, project and state directory. The expected output is the
+//!   outputs of all runs one after the other, each beginning with its `ready`;
+//! - `# state-file: TEXT`: before the run it belongs to starts, write TEXT
+//!   (`$ROOT` substituted) as the project's state file in `$STATE`;
+//! - `# state-moved-aside: N`: after the run it belongs to ends, exactly N
+//!   `*.corrupt-*` files are in `$STATE`;
 //! - anything else after `#` is a comment.
 //!
-//! In frames sent, `per_N` stands for the N-th permission id the broker wrote;
-//! the harness waits for it to appear. In the output, permission and grant ids
-//! are numbered in order of appearance, timestamps are 0 and the project root
-//! is `$ROOT`.
+//! In frames sent, `per_N` stands for the N-th permission id the broker wrote
+//! (counting across runs); the harness waits for it to appear. In the output,
+//! permission and grant ids are numbered in order of appearance across runs,
+//! timestamps are 0, the project root is `$ROOT` and the state directory
+//! `$STATE`. Every run is checked on its own for one decision per call.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may panic
 
 mod support;
@@ -123,13 +136,19 @@ fn protocol_md_example_is_real() {
 /// Run one transcript's input through the binary: the normalised output and any problems.
 fn run_input(name: &str, input: &str) -> (String, Vec<String>) {
     let root = support::project_dir(name);
+    let state = support::state_dir(name);
+    let paths = |text: &str| {
+        text.replace("$STATE", &state.to_string_lossy())
+            .replace("$ROOT", &root.to_string_lossy())
+    };
     let mut args: Vec<String> = Vec::new();
     let mut env: Vec<(String, String)> = Vec::new();
     let mut expected_exit = 0;
     let mut expected_stderr: Vec<String> = Vec::new();
     for line in input.lines() {
         if let Some(rest) = line.strip_prefix("# args:") {
-            args.extend(shlex::split(rest).expect("args are shell words"));
+            let words = shlex::split(rest).expect("args are shell words");
+            args.extend(words.iter().map(|word| paths(word)));
         } else if let Some(rest) = line.strip_prefix("# policy:") {
             std::fs::write(root.join("toolgate.json"), rest.trim()).unwrap();
         } else if let Some(rest) = line.strip_prefix("# env:") {
@@ -138,56 +157,108 @@ fn run_input(name: &str, input: &str) -> (String, Vec<String>) {
         } else if let Some(rest) = line.strip_prefix("# exit:") {
             expected_exit = rest.trim().parse().unwrap();
         } else if let Some(rest) = line.strip_prefix("# stderr:") {
-            expected_stderr.push(rest.trim().to_string());
+            expected_stderr.push(paths(rest.trim()));
         }
     }
-    let mut broker = support::Broker::start(&root, &args, &env);
-    let mut sent_calls = 0usize;
-    for line in input.lines() {
-        if let Some(rest) = line.strip_prefix("# wait:") {
-            let n: usize = rest.trim().parse().unwrap();
-            broker.wait_for(&format!("{n} lines"), |lines| lines.len() >= n);
-        } else if let Some(rest) = line.strip_prefix("# sleep:") {
-            std::thread::sleep(Duration::from_millis(rest.trim().parse().unwrap()));
-        } else if let Some(rest) = line.strip_prefix("# hex:") {
-            let bytes: Vec<u8> = rest
-                .split_whitespace()
-                .map(|byte| u8::from_str_radix(byte, 16).unwrap())
-                .collect();
-            broker.send_raw(&bytes);
-        } else if let Some(rest) = line.strip_prefix("# long-line:") {
-            let n: usize = rest.trim().parse().unwrap();
-            let mut bytes = vec![b'a'; n];
-            bytes.push(b'\n');
-            broker.send_raw(&bytes);
-        } else if line.starts_with('#') {
-            continue;
-        } else {
-            let line = substitute(&broker, line);
-            if has_readable_call_id(&line) {
-                sent_calls += 1;
-            }
-            broker.send(&line);
-        }
-    }
-    let (status, lines, stderr) = broker.finish();
+    // The broker keys its state file by the project root as it sees it (its
+    // working directory, symbolic links resolved).
+    let state_file = toolgate::state::state_file(&state, &root.canonicalize().unwrap());
+
     let mut problems = Vec::new();
-    if status.code() != Some(expected_exit) {
-        problems.push(format!(
-            "exit status {status}, expected {expected_exit}; stderr:\n{stderr}"
-        ));
+    let mut earlier: Vec<String> = Vec::new();
+    let mut all_stderr = String::new();
+    let runs: Vec<Vec<&str>> = input
+        .lines()
+        .collect::<Vec<_>>()
+        .split(|line| line.trim_end() == "# restart")
+        .map(<[&str]>::to_vec)
+        .collect();
+    let many = runs.len() > 1;
+    for (index, run) in runs.iter().enumerate() {
+        let label = if many {
+            format!("run {}: ", index + 1)
+        } else {
+            String::new()
+        };
+        for line in run {
+            if let Some(rest) = line.strip_prefix("# state-file:") {
+                std::fs::write(&state_file, paths(rest.trim())).unwrap();
+            }
+        }
+        let mut broker = support::Broker::start(&root, &args, &env);
+        let mut sent_calls = 0usize;
+        let mut moved_aside: Option<usize> = None;
+        for line in run {
+            if let Some(rest) = line.strip_prefix("# wait:") {
+                let n: usize = rest.trim().parse().unwrap();
+                broker.wait_for(&format!("{n} lines"), |lines| lines.len() >= n);
+            } else if let Some(rest) = line.strip_prefix("# sleep:") {
+                std::thread::sleep(Duration::from_millis(rest.trim().parse().unwrap()));
+            } else if let Some(rest) = line.strip_prefix("# hex:") {
+                let bytes: Vec<u8> = rest
+                    .split_whitespace()
+                    .map(|byte| u8::from_str_radix(byte, 16).unwrap())
+                    .collect();
+                broker.send_raw(&bytes);
+            } else if let Some(rest) = line.strip_prefix("# long-line:") {
+                let n: usize = rest.trim().parse().unwrap();
+                let mut bytes = vec![b'a'; n];
+                bytes.push(b'\n');
+                broker.send_raw(&bytes);
+            } else if let Some(rest) = line.strip_prefix("# state-moved-aside:") {
+                moved_aside = Some(rest.trim().parse().unwrap());
+            } else if line.starts_with('#') {
+                continue;
+            } else {
+                let line = substitute(&broker, &earlier, &paths(line));
+                if has_readable_call_id(&line) {
+                    sent_calls += 1;
+                }
+                broker.send(&line);
+            }
+        }
+        let (status, lines, stderr) = broker.finish();
+        if status.code() != Some(expected_exit) {
+            problems.push(format!(
+                "{label}exit status {status}, expected {expected_exit}; stderr:\n{stderr}"
+            ));
+        }
+        if expected_exit == 0 {
+            let found = check_invariants(&lines, sent_calls);
+            problems.extend(found.into_iter().map(|problem| format!("{label}{problem}")));
+        }
+        if let Some(expected) = moved_aside {
+            let aside = corrupt_files(&state);
+            if aside.len() != expected {
+                problems.push(format!(
+                    "{label}{} file(s) moved aside in the state directory, expected {expected}: {aside:?}",
+                    aside.len()
+                ));
+            }
+        }
+        earlier.extend(lines);
+        all_stderr.push_str(&stderr);
     }
     for piece in &expected_stderr {
-        if !stderr.contains(piece.as_str()) {
-            problems.push(format!("stderr lacks `{piece}`:\n{stderr}"));
+        if !all_stderr.contains(piece.as_str()) {
+            problems.push(format!("stderr lacks `{piece}`:\n{all_stderr}"));
         }
     }
-    if expected_exit == 0 {
-        problems.extend(check_invariants(&lines, sent_calls));
-    }
-    let actual = normalise(&lines, &root);
+    let actual = normalise(&earlier, &root, &state);
     let _ = std::fs::remove_dir_all(&root);
+    let _ = std::fs::remove_dir_all(&state);
     (actual, problems)
+}
+
+/// The names of the `*.corrupt-*` files in `dir`.
+fn corrupt_files(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+        .filter(|name| name.contains(".corrupt-"))
+        .collect();
+    names.sort();
+    names
 }
 
 /// A tool_call whose callID can be read is owed exactly one decision.
@@ -236,10 +307,10 @@ fn check_invariants(lines: &[String], sent_calls: usize) -> Vec<String> {
     problems
 }
 
-/// Replace `$ROOT` with the project root, and `per_N` / `grant_N` placeholders
-/// with the N-th permission or grant id the broker wrote (waiting for it).
-fn substitute(broker: &support::Broker, line: &str) -> String {
-    let mut line = line.replace("$ROOT", &broker.root.to_string_lossy());
+/// Replace `per_N` / `grant_N` placeholders with the N-th permission or grant
+/// id written by earlier runs and this one (waiting for it).
+fn substitute(broker: &support::Broker, earlier: &[String], line: &str) -> String {
+    let mut line = line.to_string();
     for prefix in ["per_", "grant_"] {
         let quoted = format!("\"{prefix}");
         let mut out = String::new();
@@ -258,9 +329,9 @@ fn substitute(broker: &support::Broker, line: &str) -> String {
             }
             let n: usize = digits.parse().unwrap();
             broker.wait_for(&format!("{prefix}{n}"), |lines| {
-                ids_in_order(lines, prefix).len() >= n
+                ids_in_order(earlier.iter().chain(lines), prefix).len() >= n
             });
-            let id = ids_in_order(&broker.lines(), prefix)[n - 1].clone();
+            let id = ids_in_order(earlier.iter().chain(&broker.lines()), prefix)[n - 1].clone();
             out.push_str(&rest[..at + 1]);
             out.push_str(&id);
             rest = &rest[after..];
@@ -272,7 +343,7 @@ fn substitute(broker: &support::Broker, line: &str) -> String {
 }
 
 /// Ids with `prefix` in order of first appearance.
-fn ids_in_order(lines: &[String], prefix: &str) -> Vec<String> {
+fn ids_in_order<'a>(lines: impl IntoIterator<Item = &'a String>, prefix: &str) -> Vec<String> {
     let mut ids: Vec<String> = Vec::new();
     for line in lines {
         for id in find_ids(line, prefix) {
@@ -309,13 +380,14 @@ fn is_uuid(text: &str) -> bool {
         })
 }
 
-fn normalise(lines: &[String], root: &Path) -> String {
+fn normalise(lines: &[String], root: &Path, state: &Path) -> String {
     let mut names: HashMap<String, String> = HashMap::new();
     let mut counters: HashMap<&str, usize> = HashMap::new();
     let root = root.to_string_lossy().into_owned();
+    let state = state.to_string_lossy().into_owned();
     let mut out = String::new();
     for line in lines {
-        let mut line = line.replace(&root, "$ROOT");
+        let mut line = line.replace(&state, "$STATE").replace(&root, "$ROOT");
         for prefix in ["per_", "grant_"] {
             for id in find_ids(&line.clone(), prefix) {
                 let name = names

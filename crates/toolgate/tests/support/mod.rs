@@ -29,6 +29,15 @@ pub fn project_dir(name: &str) -> PathBuf {
     dir
 }
 
+/// A fresh empty state directory for one test (`$STATE` in transcripts): a
+/// sibling of [`project_dir`], never inside it.
+pub fn state_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("toolgate-state-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
 impl Broker {
     /// Start `toolgate` with `args` in `root` (which is also the project root
     /// unless the args say otherwise).

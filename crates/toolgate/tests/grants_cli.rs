@@ -1,0 +1,258 @@
+//! `toolgate grants list|revoke` against a state directory written by hand.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may panic
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const PROJECT_A: &str = r#"{
+  "version": 1,
+  "projectRoot": "/work/a",
+  "projectGrants": [
+    {"grantID": "grant_a1", "permission": "bash", "pattern": "npm run dev *", "literal": 11, "sessionID": "main"}
+  ],
+  "sessions": [
+    {"sessionID": "main", "mode": "ask", "grants": [
+      {"grantID": "grant_a2", "permission": "edit", "pattern": "*", "literal": 0, "sessionID": "main"}
+    ]}
+  ]
+}
+"#;
+
+const PROJECT_B: &str = r#"{
+  "version": 1,
+  "projectRoot": "/work/b",
+  "projectGrants": [],
+  "sessions": [
+    {"sessionID": "main", "mode": "auto_edit", "grants": [
+      {"grantID": "grant_b1", "permission": "external_directory", "pattern": "/tmp/*", "literal": 5, "sessionID": "main"},
+      {"grantID": "grant_b2", "permission": "bash", "pattern": "git commit *", "literal": 10, "sessionID": "main"}
+    ]},
+    {"sessionID": "reviewer", "parentID": "main", "mode": "readonly",
+     "permissions": {"allowedTools": ["Read", "Grep"]},
+     "grants": [
+      {"grantID": "grant_b3", "permission": "read", "pattern": ".env", "literal": 4, "sessionID": "reviewer"}
+    ]}
+  ]
+}
+"#;
+
+fn state_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("toolgate-grants-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Run toolgate with `args` (`$DIR` replaced); (exit code, stdout, stderr).
+fn toolgate(args: &[&str], dir: &Path, env: Option<&Path>) -> (i32, String, String) {
+    let dir_text = dir.to_string_lossy();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_toolgate"));
+    command
+        .args(args.iter().map(|arg| arg.replace("$DIR", &dir_text)))
+        .env_remove("TOOLGATE_STATE_DIR");
+    if let Some(env) = env {
+        command.env("TOOLGATE_STATE_DIR", env);
+    }
+    let output = command.output().unwrap();
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8(output.stdout).unwrap(),
+        String::from_utf8(output.stderr).unwrap(),
+    )
+}
+
+/// One step: arguments, exit code, exact stdout, pieces of stderr (`$DIR` replaced).
+struct Step {
+    args: &'static [&'static str],
+    env_dir: bool,
+    exit: i32,
+    stdout: &'static str,
+    stderr: &'static [&'static str],
+}
+
+const TABLE: &str = "\
+GRANT     SCOPE    SESSION   PERMISSION          PATTERN        PROJECT
+grant_a1  project  main      bash                npm run dev *  /work/a
+grant_a2  session  main      edit                *              /work/a
+grant_b1  session  main      external_directory  /tmp/*         /work/b
+grant_b2  session  main      bash                git commit *   /work/b
+grant_b3  session  reviewer  read                .env           /work/b
+";
+
+const STEPS: &[Step] = &[
+    Step {
+        args: &["grants", "list", "--state-dir", "$DIR"],
+        env_dir: false,
+        exit: 0,
+        stdout: TABLE,
+        stderr: &["toolgate: warning: skipping $DIR/project-ffffffffffffffff.json: not valid JSON"],
+    },
+    // A --state-dir before `grants` counts too; TOOLGATE_STATE_DIR as well.
+    Step {
+        args: &["--state-dir", "$DIR", "grants", "list"],
+        env_dir: false,
+        exit: 0,
+        stdout: TABLE,
+        stderr: &[],
+    },
+    Step {
+        args: &["grants", "list", "--json"],
+        env_dir: true,
+        exit: 0,
+        stdout: concat!(
+            r#"{"grantID":"grant_a1","scope":"project","sessionID":"main","permission":"bash","pattern":"npm run dev *","projectRoot":"/work/a"}"#,
+            "\n",
+            r#"{"grantID":"grant_a2","scope":"session","sessionID":"main","permission":"edit","pattern":"*","projectRoot":"/work/a"}"#,
+            "\n",
+            r#"{"grantID":"grant_b1","scope":"session","sessionID":"main","permission":"external_directory","pattern":"/tmp/*","projectRoot":"/work/b"}"#,
+            "\n",
+            r#"{"grantID":"grant_b2","scope":"session","sessionID":"main","permission":"bash","pattern":"git commit *","projectRoot":"/work/b"}"#,
+            "\n",
+            r#"{"grantID":"grant_b3","scope":"session","sessionID":"reviewer","permission":"read","pattern":".env","projectRoot":"/work/b"}"#,
+            "\n",
+        ),
+        stderr: &[],
+    },
+    Step {
+        args: &["grants", "revoke", "--state-dir", "$DIR", "grant_b2"],
+        env_dir: false,
+        exit: 0,
+        stdout:
+            "revoked grant_b2 (session grant of session main: bash `git commit *`) for /work/b\n",
+        stderr: &[],
+    },
+    Step {
+        args: &["grants", "list", "--state-dir", "$DIR"],
+        env_dir: false,
+        exit: 0,
+        stdout: "\
+GRANT     SCOPE    SESSION   PERMISSION          PATTERN        PROJECT
+grant_a1  project  main      bash                npm run dev *  /work/a
+grant_a2  session  main      edit                *              /work/a
+grant_b1  session  main      external_directory  /tmp/*         /work/b
+grant_b3  session  reviewer  read                .env           /work/b
+",
+        stderr: &[],
+    },
+    // Unknown ids: named on stderr, exit 1; the known ones are still removed.
+    Step {
+        args: &[
+            "grants",
+            "revoke",
+            "--state-dir",
+            "$DIR",
+            "grant_nope",
+            "grant_a1",
+            "grant_b2",
+        ],
+        env_dir: false,
+        exit: 1,
+        stdout:
+            "revoked grant_a1 (project grant of session main: bash `npm run dev *`) for /work/a\n",
+        stderr: &[
+            "toolgate: no grant has the id `grant_nope` in $DIR",
+            "toolgate: no grant has the id `grant_b2` in $DIR",
+        ],
+    },
+    Step {
+        args: &["grants", "list", "--state-dir", "$DIR", "--json"],
+        env_dir: false,
+        exit: 0,
+        stdout: concat!(
+            r#"{"grantID":"grant_a2","scope":"session","sessionID":"main","permission":"edit","pattern":"*","projectRoot":"/work/a"}"#,
+            "\n",
+            r#"{"grantID":"grant_b1","scope":"session","sessionID":"main","permission":"external_directory","pattern":"/tmp/*","projectRoot":"/work/b"}"#,
+            "\n",
+            r#"{"grantID":"grant_b3","scope":"session","sessionID":"reviewer","permission":"read","pattern":".env","projectRoot":"/work/b"}"#,
+            "\n",
+        ),
+        stderr: &[],
+    },
+    Step {
+        args: &["grants", "list"],
+        env_dir: false,
+        exit: 2,
+        stdout: "",
+        stderr: &["toolgate: grants needs --state-dir DIR (or TOOLGATE_STATE_DIR)"],
+    },
+    Step {
+        args: &[
+            "grants",
+            "revoke",
+            "--state-dir",
+            "$DIR/missing",
+            "grant_a2",
+        ],
+        env_dir: false,
+        exit: 1,
+        stdout: "",
+        stderr: &["toolgate: cannot read the state directory $DIR/missing"],
+    },
+];
+
+#[test]
+fn list_and_revoke_against_a_hand_written_state_dir() {
+    let dir = state_dir("steps");
+    let a = dir.join("project-000000000000000a.json");
+    let b = dir.join("project-000000000000000b.json");
+    std::fs::write(&a, PROJECT_A).unwrap();
+    std::fs::write(&b, PROJECT_B).unwrap();
+    std::fs::write(dir.join("project-ffffffffffffffff.json"), "{\"version\":").unwrap();
+    std::fs::write(dir.join("project-000000000000000c.json.corrupt-1"), "{").unwrap();
+
+    let dir_text = dir.to_string_lossy().into_owned();
+    for (index, step) in STEPS.iter().enumerate() {
+        let env = step.env_dir.then_some(dir.as_path());
+        let (code, stdout, stderr) = toolgate(step.args, &dir, env);
+        let what = format!("step {} ({:?})", index + 1, step.args);
+        assert_eq!(code, step.exit, "{what}: exit code; stderr:\n{stderr}");
+        assert_eq!(stdout, step.stdout, "{what}: stdout; stderr:\n{stderr}");
+        for piece in step.stderr {
+            let piece = piece.replace("$DIR", &dir_text);
+            assert!(
+                stderr.contains(&piece),
+                "{what}: stderr lacks `{piece}`:\n{stderr}"
+            );
+        }
+    }
+
+    // The files are still valid state files, changed only where grants went.
+    for path in [&a, &b] {
+        let text = std::fs::read_to_string(path).unwrap();
+        toolgate::state::parse_snapshot(&text).unwrap();
+    }
+    let b_now = toolgate::state::parse_snapshot(&std::fs::read_to_string(&b).unwrap()).unwrap();
+    let b_then = toolgate::state::parse_snapshot(PROJECT_B).unwrap();
+    assert_eq!(b_now.sessions[1], b_then.sessions[1]);
+    assert_eq!(b_now.sessions[0].grants, b_then.sessions[0].grants[..1]);
+    // Nothing else appeared or went: no temporary files, the unusable ones untouched.
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "project-000000000000000a.json",
+            "project-000000000000000b.json",
+            "project-000000000000000c.json.corrupt-1",
+            "project-ffffffffffffffff.json",
+        ]
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn an_empty_state_dir_lists_nothing() {
+    let dir = state_dir("empty");
+    for args in [
+        &["grants", "list", "--state-dir", "$DIR"][..],
+        &["grants", "list", "--json", "--state-dir", "$DIR"],
+    ] {
+        let (code, stdout, stderr) = toolgate(args, &dir, None);
+        assert_eq!((code, stdout.as_str()), (0, ""), "{args:?}: {stderr}");
+        assert!(stderr.contains("toolgate: no grants in"), "{stderr}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

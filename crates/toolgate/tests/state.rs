@@ -1,0 +1,450 @@
+//! The state directory: loading, atomic saving, corrupt files, other projects,
+//! and the functions behind `toolgate grants list|revoke`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may panic
+
+use std::path::{Path, PathBuf};
+
+use toolgate::state::{
+    list_grants, parse_snapshot, revoke_grants, state_file, write_snapshot, FileStore, GrantScope,
+    MemoryStore, Snapshot, Store, StoredGrant, StoredSession, VERSION,
+};
+use toolgate_protocol::ScopeSpec;
+
+/// A fresh empty directory for one test.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("toolgate-state-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    names
+}
+
+fn grant(id: &str, permission: &str, pattern: &str, literal: usize, session: &str) -> StoredGrant {
+    StoredGrant {
+        grant_id: id.to_string(),
+        permission: permission.to_string(),
+        pattern: pattern.to_string(),
+        literal,
+        session_id: session.to_string(),
+    }
+}
+
+fn sample(root: &str) -> Snapshot {
+    Snapshot {
+        version: VERSION,
+        project_root: root.to_string(),
+        project_grants: vec![grant("grant_p1", "bash", "git commit *", 10, "main")],
+        sessions: vec![
+            StoredSession {
+                session_id: "worker".to_string(),
+                parent_id: Some("main".to_string()),
+                mode: "readonly".to_string(),
+                permissions: Some(ScopeSpec {
+                    allowed_tools: Some(vec!["Read".to_string()]),
+                    ..ScopeSpec::default()
+                }),
+                grants: vec![grant("grant_w1", "read", ".env", 4, "worker")],
+            },
+            StoredSession {
+                session_id: "main".to_string(),
+                parent_id: None,
+                mode: "ask".to_string(),
+                permissions: None,
+                grants: vec![
+                    grant("grant_m1", "edit", "*", 0, "main"),
+                    grant("grant_m2", "bash", "rm -rf *", 8, "main"),
+                ],
+            },
+        ],
+    }
+}
+
+#[test]
+fn state_file_name_is_a_hash_of_the_root() {
+    let dir = Path::new("/state");
+    let a = state_file(dir, Path::new("/work/a"));
+    let b = state_file(dir, Path::new("/work/b"));
+    assert_ne!(a, b);
+    assert_eq!(a, state_file(dir, Path::new("/work/a")));
+    let name = a.file_name().unwrap().to_str().unwrap();
+    assert!(
+        name.starts_with("project-") && name.ends_with(".json"),
+        "{name}"
+    );
+    assert_eq!(name.len(), "project-".len() + 16 + ".json".len(), "{name}");
+    // FNV-1a 64 of the empty string is its offset basis.
+    assert_eq!(
+        state_file(dir, Path::new("")),
+        dir.join("project-cbf29ce484222325.json")
+    );
+}
+
+#[test]
+fn round_trip_and_no_temp_file_left_behind() {
+    let dir = scratch("round-trip");
+    let root = Path::new("/work/project");
+    let (mut store, loaded, warnings) = FileStore::open(&dir, root, 1);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert_eq!(loaded, Snapshot::new(root));
+    assert_eq!(store.path(), state_file(&dir, root));
+
+    let saved = sample("/work/project");
+    store.save(&saved).unwrap();
+    assert_eq!(
+        names_in(&dir),
+        vec![store.path().file_name().unwrap().to_str().unwrap()]
+    );
+
+    let (_, reloaded, warnings) = FileStore::open(&dir, root, 2);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    let mut expected = saved.clone();
+    expected
+        .sessions
+        .sort_by(|a, b| a.session_id.cmp(&b.session_id));
+    assert_eq!(reloaded, expected);
+
+    // Pretty, with sessions in sessionID order, and deterministic.
+    let text = std::fs::read_to_string(store.path()).unwrap();
+    assert!(text.starts_with("{\n  \"version\": 1,\n  \"projectRoot\": \"/work/project\""));
+    assert!(text.find("\"main\"").unwrap() < text.find("\"worker\"").unwrap());
+    store.save(&saved).unwrap();
+    assert_eq!(std::fs::read_to_string(store.path()).unwrap(), text);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn save_writes_the_current_version_and_the_stores_root() {
+    let dir = scratch("normalises");
+    let root = Path::new("/work/project");
+    let (mut store, _, _) = FileStore::open(&dir, root, 1);
+    store.save(&Snapshot::default()).unwrap();
+    let (_, reloaded, warnings) = FileStore::open(&dir, root, 2);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert_eq!(reloaded, Snapshot::new(root));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Files that cannot be used: (name, contents, a piece of the warning).
+const UNUSABLE: &[(&str, &str, &str)] = &[
+    ("truncated", "{\"version\":1,\"projectRoot\":", "not valid JSON"),
+    ("empty", "", "not valid JSON"),
+    ("not an object", "[1,2]", "no version"),
+    ("no version", "{\"projectRoot\":\"/work/project\",\"projectGrants\":[],\"sessions\":[]}", "no version"),
+    ("version 2", "{\"version\":2,\"projectRoot\":\"/work/project\",\"projectGrants\":[],\"sessions\":[]}", "version 2, expected 1"),
+    ("version as text", "{\"version\":\"1\",\"projectRoot\":\"/work/project\",\"projectGrants\":[],\"sessions\":[]}", "version \"1\", expected 1"),
+    ("missing sessions", "{\"version\":1,\"projectRoot\":\"/work/project\",\"projectGrants\":[]}", "missing field `sessions`"),
+    ("mistyped grant", "{\"version\":1,\"projectRoot\":\"/work/project\",\"projectGrants\":[{\"grantID\":\"g\",\"permission\":\"bash\",\"pattern\":\"x\",\"literal\":-1,\"sessionID\":\"s\"}],\"sessions\":[]}", "not a state file"),
+    ("literal too long", "{\"version\":1,\"projectRoot\":\"/work/project\",\"projectGrants\":[{\"grantID\":\"g\",\"permission\":\"bash\",\"pattern\":\"ls *\",\"literal\":9,\"sessionID\":\"s\"}],\"sessions\":[]}", "grant g: literal length 9 does not fit the pattern `ls *`"),
+    ("literal inside a character", "{\"version\":1,\"projectRoot\":\"/work/project\",\"projectGrants\":[],\"sessions\":[{\"sessionID\":\"s\",\"mode\":\"ask\",\"grants\":[{\"grantID\":\"g\",\"permission\":\"edit\",\"pattern\":\"é*\",\"literal\":1,\"sessionID\":\"s\"}]}]}", "literal length 1 does not fit"),
+    ("session twice", "{\"version\":1,\"projectRoot\":\"/work/project\",\"projectGrants\":[],\"sessions\":[{\"sessionID\":\"s\",\"mode\":\"ask\",\"grants\":[]},{\"sessionID\":\"s\",\"mode\":\"plan\",\"grants\":[]}]}", "the session s is stored twice"),
+];
+
+#[test]
+fn unusable_files_are_moved_aside_with_a_warning() {
+    let root = Path::new("/work/project");
+    for (index, (name, contents, reason)) in UNUSABLE.iter().enumerate() {
+        let dir = scratch(&format!("unusable-{index}"));
+        let file = state_file(&dir, root);
+        std::fs::write(&file, contents).unwrap();
+        let (mut store, snapshot, warnings) = FileStore::open(&dir, root, 1234);
+        assert_eq!(snapshot, Snapshot::new(root), "{name}");
+        assert_eq!(warnings.len(), 1, "{name}: {warnings:?}");
+        let warning = &warnings[0];
+        let aside = format!("{}.corrupt-1234", file.display());
+        assert!(
+            warning.contains(&file.display().to_string()),
+            "{name}: {warning}"
+        );
+        assert!(
+            warning.contains(reason),
+            "{name}: `{warning}` lacks `{reason}`"
+        );
+        assert!(warning.contains(&aside), "{name}: {warning}");
+        assert_eq!(
+            std::fs::read_to_string(&aside).unwrap(),
+            *contents,
+            "{name}"
+        );
+        assert!(!file.exists(), "{name}");
+        // The broker starts clean and can save again.
+        store.save(&sample("/work/project")).unwrap();
+        assert!(file.exists(), "{name}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+#[test]
+fn parse_snapshot_accepts_what_save_writes_and_ignores_unknown_fields() {
+    let text = serde_json::to_string(&sample("/r")).unwrap();
+    assert_eq!(parse_snapshot(&text).unwrap(), sample("/r"));
+    let extra = text.replacen('{', "{\"comment\":\"later versions may add fields\",", 1);
+    assert_eq!(parse_snapshot(&extra).unwrap(), sample("/r"));
+}
+
+#[test]
+fn a_second_move_aside_in_the_same_millisecond_keeps_both() {
+    let dir = scratch("aside-twice");
+    let root = Path::new("/work/project");
+    let file = state_file(&dir, root);
+    std::fs::write(&file, "first").unwrap();
+    let _ = FileStore::open(&dir, root, 7);
+    std::fs::write(&file, "second").unwrap();
+    let (_, _, warnings) = FileStore::open(&dir, root, 7);
+    assert!(warnings[0].contains(".corrupt-7-2"), "{warnings:?}");
+    let name = file.file_name().unwrap().to_str().unwrap();
+    assert_eq!(
+        names_in(&dir),
+        vec![format!("{name}.corrupt-7"), format!("{name}.corrupt-7-2")]
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_directory_in_place_of_the_file_is_moved_aside() {
+    let dir = scratch("dir-in-place");
+    let root = Path::new("/work/project");
+    let file = state_file(&dir, root);
+    std::fs::create_dir(&file).unwrap();
+    let (mut store, snapshot, warnings) = FileStore::open(&dir, root, 5);
+    assert_eq!(snapshot, Snapshot::new(root));
+    assert!(warnings[0].contains("cannot read it"), "{warnings:?}");
+    store.save(&sample("/work/project")).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn an_uncreatable_directory_warns_and_saves_fail() {
+    let dir = scratch("uncreatable");
+    let blocker = dir.join("a-file");
+    std::fs::write(&blocker, "not a directory").unwrap();
+    let state_dir = blocker.join("state");
+    let root = Path::new("/work/project");
+    let (mut store, snapshot, warnings) = FileStore::open(&state_dir, root, 1);
+    assert_eq!(snapshot, Snapshot::new(root));
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].contains(&format!(
+            "cannot create the state directory {}",
+            state_dir.display()
+        )),
+        "{warnings:?}"
+    );
+    let err = store.save(&sample("/work/project")).unwrap_err();
+    assert!(err.contains(&state_dir.display().to_string()), "{err}");
+    assert_eq!(names_in(&dir), vec!["a-file"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_failed_save_names_the_path_and_leaves_no_temp_file() {
+    let dir = scratch("failed-save");
+    // Renaming a file over a non-empty directory fails.
+    let target = dir.join("project-0000000000000000.json");
+    std::fs::create_dir(&target).unwrap();
+    std::fs::write(target.join("keep"), "x").unwrap();
+    let err = write_snapshot(&target, &sample("/r")).unwrap_err();
+    assert!(err.contains(&target.display().to_string()), "{err}");
+    assert_eq!(names_in(&dir), vec!["project-0000000000000000.json"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_file_of_another_project_is_left_alone() {
+    let dir = scratch("other-project");
+    let root = Path::new("/work/project");
+    let file = state_file(&dir, root);
+    // As if another root hashed to the same name.
+    let other = serde_json::to_string_pretty(&sample("/work/elsewhere")).unwrap();
+    std::fs::write(&file, &other).unwrap();
+    let (mut store, snapshot, warnings) = FileStore::open(&dir, root, 1);
+    assert_eq!(snapshot, Snapshot::new(root));
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].contains("belongs to the project /work/elsewhere, not /work/project"),
+        "{warnings:?}"
+    );
+    assert_ne!(store.path(), file);
+    store.save(&sample("/work/project")).unwrap();
+    // The other project's file is untouched; ours lives next to it.
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), other);
+    let (again, reloaded, warnings) = FileStore::open(&dir, root, 2);
+    assert_eq!(again.path(), store.path());
+    assert_eq!(reloaded.project_grants, sample("/").project_grants);
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn memory_store_records_saves_and_can_fail() {
+    let store = MemoryStore::new();
+    let mut held: Box<dyn Store> = Box::new(store.clone());
+    held.save(&sample("/r")).unwrap();
+    assert_eq!(store.saved().len(), 1);
+    assert_eq!(store.last().unwrap().sessions[0].session_id, "main");
+    store.fail_with(Some("disk full"));
+    assert_eq!(held.save(&sample("/r")).unwrap_err(), "disk full");
+    store.fail_with(None);
+    held.save(&Snapshot::default()).unwrap();
+    assert_eq!(store.saved().len(), 2);
+}
+
+/// A state directory with two projects and a file that cannot be used.
+fn two_projects(name: &str) -> PathBuf {
+    let dir = scratch(name);
+    for root in ["/work/a", "/work/b"] {
+        write_snapshot(&state_file(&dir, Path::new(root)), &sample(root)).unwrap();
+    }
+    std::fs::write(dir.join("project-ffffffffffffffff.json"), "{").unwrap();
+    std::fs::write(dir.join("project-1.json.corrupt-5"), "{").unwrap();
+    dir
+}
+
+#[test]
+fn list_shows_every_grant_of_every_project() {
+    let dir = two_projects("list");
+    let (rows, warnings) = list_grants(&dir).unwrap();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].contains("project-ffffffffffffffff.json"),
+        "{warnings:?}"
+    );
+    let mut roots: Vec<&str> = vec!["/work/a", "/work/b"];
+    roots.sort_by_key(|root| state_file(&dir, Path::new(root)));
+    let mut expected = Vec::new();
+    for root in roots {
+        for (id, scope, session, permission, pattern) in [
+            (
+                "grant_p1",
+                GrantScope::Project,
+                "main",
+                "bash",
+                "git commit *",
+            ),
+            ("grant_m1", GrantScope::Session, "main", "edit", "*"),
+            ("grant_m2", GrantScope::Session, "main", "bash", "rm -rf *"),
+            ("grant_w1", GrantScope::Session, "worker", "read", ".env"),
+        ] {
+            expected.push(format!(
+                "{id} {scope:?} {session} {permission} {pattern} {root}"
+            ));
+        }
+    }
+    let got: Vec<String> = rows
+        .iter()
+        .map(|row| {
+            format!(
+                "{} {:?} {} {} {} {}",
+                row.grant_id,
+                row.scope,
+                row.session_id,
+                row.permission,
+                row.pattern,
+                row.project_root
+            )
+        })
+        .collect();
+    assert_eq!(got, expected);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn list_of_a_missing_directory_is_an_error() {
+    let dir = scratch("missing").join("nothing-here");
+    let err = list_grants(&dir).unwrap_err();
+    assert!(err.contains(&dir.display().to_string()), "{err}");
+}
+
+#[test]
+fn revoke_removes_from_whichever_file_holds_the_grant() {
+    let dir = scratch("revoke");
+    let a = state_file(&dir, Path::new("/work/a"));
+    let b = state_file(&dir, Path::new("/work/b"));
+    let mut only_b = sample("/work/b");
+    only_b.project_grants[0].grant_id = "grant_b".to_string();
+    only_b.sessions[0].grants[0].grant_id = "grant_bw".to_string();
+    write_snapshot(&a, &sample("/work/a")).unwrap();
+    write_snapshot(&b, &only_b).unwrap();
+    let before_b = std::fs::read_to_string(&b).unwrap();
+
+    let ids = ["grant_m2", "grant_nope", "grant_w1", "grant_nope"].map(str::to_string);
+    let revoked = revoke_grants(&dir, &ids).unwrap();
+    let removed: Vec<(&str, &Path)> = revoked
+        .removed
+        .iter()
+        .map(|row| (row.grant_id.as_str(), row.file.as_path()))
+        .collect();
+    // Both files hold grant_m2 (sample's ids), only a holds grant_w1.
+    let mut expected = vec![
+        ("grant_m2", a.as_path()),
+        ("grant_w1", a.as_path()),
+        ("grant_m2", b.as_path()),
+    ];
+    if b < a {
+        expected = vec![expected[2], expected[0], expected[1]];
+    }
+    assert_eq!(removed, expected);
+    assert_eq!(revoked.unknown, vec!["grant_nope".to_string()]);
+
+    let text = std::fs::read_to_string(&a).unwrap();
+    let after = parse_snapshot(&text).unwrap();
+    let left: Vec<&str> = after
+        .sessions
+        .iter()
+        .flat_map(|session| &session.grants)
+        .chain(&after.project_grants)
+        .map(|grant| grant.grant_id.as_str())
+        .collect();
+    assert_eq!(left, vec!["grant_m1", "grant_p1"]);
+    assert_ne!(std::fs::read_to_string(&b).unwrap(), before_b);
+    assert!(names_in(&dir).iter().all(|name| !name.contains(".tmp-")));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The state file shown in protocol.md is one this build reads.
+#[test]
+fn protocol_md_state_file_example_parses() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../protocol.md");
+    let text = std::fs::read_to_string(path).unwrap();
+    let section = &text[text
+        .find("## State directory")
+        .expect("a State directory section")..];
+    let start = section.find("```json\n").unwrap() + "```json\n".len();
+    let end = start + section[start..].find("```").unwrap();
+    let snapshot = parse_snapshot(&section[start..end]).unwrap();
+    assert_eq!(snapshot.sessions.len(), 2);
+    assert_eq!(snapshot.project_grants[0].literal, "git commit".len());
+}
+
+#[test]
+fn the_table_keeps_each_grant_on_one_line() {
+    use toolgate::state::{grants_table, GrantRow};
+    let row = |id: &str, session: &str, pattern: &str| GrantRow {
+        grant_id: id.to_string(),
+        scope: GrantScope::Session,
+        session_id: session.to_string(),
+        permission: "bash".to_string(),
+        pattern: pattern.to_string(),
+        project_root: "/r".to_string(),
+        file: PathBuf::new(),
+    };
+    let table = grants_table(&[
+        row("grant_1", "main", "printf 'a\nb'\t*"),
+        row("grant_22", "", "ls *"),
+    ]);
+    assert_eq!(
+        table,
+        "\
+GRANT     SCOPE    SESSION  PERMISSION  PATTERN           PROJECT
+grant_1   session  main     bash        printf 'a\\nb'\\t*  /r
+grant_22  session  \"\"       bash        ls *              /r
+"
+    );
+}
