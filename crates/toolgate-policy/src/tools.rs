@@ -224,6 +224,18 @@ impl Registry {
         (picked, total > max)
     }
 
+    /// Every tool the registry knows, with its spec: the built-in ones in table
+    /// order (as the policy may have redeclared them), then the ones only the
+    /// policy declares.
+    pub fn known<'a>(&'a self) -> impl Iterator<Item = (&'a str, &'a ToolSpec)> {
+        let builtin = Registry::builtin_names().map(|name| -> &'a str { name });
+        let declared = self.declared.iter().map(String::as_str);
+        builtin
+            .chain(declared)
+            .filter_map(move |name| self.tools.get_key_value(name))
+            .map(|(name, spec)| (name.as_str(), spec))
+    }
+
     /// Add or override a tool (`tools` in the policy file).
     pub fn declare(&mut self, name: &str, kind: Kind, permission: Option<&str>) {
         let subject = match kind {
