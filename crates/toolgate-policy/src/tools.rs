@@ -16,6 +16,9 @@ pub enum SubjectField {
     Shell,
     /// One path: `file_path`, `filePath`, `path`, `absolute_path`, `notebook_path`.
     Path,
+    /// A path when the input has one (as [`SubjectField::Path`]), else no
+    /// subject: the tools a policy declares, whose input fields are not known.
+    OptionalPath,
     /// Several paths: `paths` or `file_paths` (arrays), else one path.
     Paths,
     /// A patch (`input`, `patch`, `patchText`): every file it touches.
@@ -239,7 +242,7 @@ impl Registry {
     /// Add or override a tool (`tools` in the policy file).
     pub fn declare(&mut self, name: &str, kind: Kind, permission: Option<&str>) {
         let subject = match kind {
-            Kind::Read | Kind::Edit | Kind::List => SubjectField::Path,
+            Kind::Read | Kind::Edit | Kind::List => SubjectField::OptionalPath,
             Kind::Search => SubjectField::Search,
             Kind::Fetch => SubjectField::Url,
             Kind::Shell => SubjectField::Shell,
@@ -338,6 +341,9 @@ pub fn extract(spec: &ToolSpec, input: &Map<String, Value>) -> Result<Subject, S
             )),
             None => Ok(Subject::None),
         },
+        SubjectField::OptionalPath => Ok(first_string(input, PATH_FIELDS)?
+            .map(|path| Subject::Paths(vec![path]))
+            .unwrap_or(Subject::None)),
         SubjectField::Paths => {
             for field in ["paths", "file_paths"] {
                 if let Some(value) = input.get(field) {
@@ -570,7 +576,19 @@ mod tests {
         let mut registry = Registry::default();
         registry.declare("my_search", Kind::Search, None);
         registry.declare("Bash", Kind::Execute, Some("deploy"));
+        registry.declare("mcp__db__query", Kind::Read, None);
         assert_eq!(registry.lookup("my_search").kind, Kind::Search);
+        // A declared tool's input is its own: a path is checked when there is one.
+        let query = registry.lookup("mcp__db__query");
+        let input = |value: Value| value.as_object().cloned().unwrap();
+        assert_eq!(
+            extract(&query, &input(json!({"sql": "select 1"}))),
+            Ok(Subject::None)
+        );
+        assert_eq!(
+            extract(&query, &input(json!({"path": "/etc/passwd"}))),
+            Ok(Subject::Paths(vec!["/etc/passwd".to_string()]))
+        );
         let bash = registry.lookup("Bash");
         assert_eq!(
             (bash.kind, bash.permission.as_str()),

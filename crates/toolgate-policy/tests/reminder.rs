@@ -71,6 +71,10 @@ fn inputs(subject: SubjectField) -> Vec<(Value, bool)> {
             (json!({"command": "rm -rf build"}), false),
         ],
         SubjectField::Path => vec![(json!({"file_path": "src/main.rs"}), false)],
+        SubjectField::OptionalPath => vec![
+            (json!({"sql": "select 1"}), false),
+            (json!({"path": "src/main.rs"}), false),
+        ],
         SubjectField::Paths => vec![(json!({"paths": ["src/a.rs", "src/b.rs"]}), false)],
         SubjectField::Patch => vec![(
             json!({"input": "*** Begin Patch\n*** Update File: src/a.rs\n@@\n-a\n+b\n*** End Patch"}),
@@ -200,8 +204,9 @@ fn the_reminder_places_every_tool_where_the_gate_puts_it() {
             }
         }
     }
-    // Every built-in name, the six shell tools twice, five extras; in five modes.
-    assert_eq!(checked, (Registry::builtin_names().count() + 6 + 5) * 5);
+    // Every built-in name, the six shell tools twice, five extras (one of them
+    // with and without a path); in five modes.
+    assert_eq!(checked, (Registry::builtin_names().count() + 6 + 5 + 1) * 5);
 }
 
 #[test]
