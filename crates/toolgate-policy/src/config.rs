@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use serde_json::Value;
 
 use crate::error::PolicyError;
-use crate::mode::{Kind, Mode};
+use crate::mode::{mode_answer, Action, Kind, Mode};
 use crate::rules::{merge_deep, Ruleset};
-use crate::tools::Registry;
+use crate::tools::{Registry, ToolSpec};
 use crate::wildcard::Wildcard;
 use crate::Policy;
 
@@ -250,14 +250,11 @@ impl Policy {
                 rules.extend(Ruleset::parse(permission, name, "permission", name, home)?);
             }
             for (i, tool) in policy.plan_mode_allowed_tools.iter().enumerate() {
-                let spec = registry.lookup(tool);
-                if spec.kind.is_writer() || spec.kind == Kind::ExitPlan {
-                    warnings.push(format!(
-                        "{name}: planModeAllowedTools[{i}]: `{tool}` is ignored: plan mode never allows {}",
-                        spec.kind.noun()
-                    ));
-                } else {
-                    plan_allowed.push(Wildcard::new(tool));
+                match plan_mode_extra(&registry, tool) {
+                    Ok(pattern) => plan_allowed.push(pattern),
+                    Err(reason) => warnings.push(format!(
+                        "{name}: planModeAllowedTools[{i}]: `{tool}` is ignored: {reason}"
+                    )),
                 }
             }
             for (i, command) in policy.plan_mode_read_only_commands.iter().enumerate() {
@@ -338,6 +335,58 @@ impl Policy {
     }
 }
 
+/// Check one `planModeAllowedTools` entry. It can only admit unknown and MCP
+/// tools (the `other` row of the mode table); `Err` says why it is ignored:
+///
+/// - it is a command (`rm -rf build`, `Bash(git status)`), not a tool name;
+/// - it names or matches, ignoring case, a tool that writes, runs programs or
+///   shell commands, starts sub-agents or leaves plan mode (`bash`, `Edit`,
+///   `task`, `BASH`, `*`): plan mode never allows those;
+/// - it names a tool of another kind, for which the entry would change nothing
+///   (`Read` is allowed anyway, `webfetch` asks).
+fn plan_mode_extra(registry: &Registry, entry: &str) -> Result<Wildcard, String> {
+    if entry.trim().is_empty() {
+        return Err("it names no tool".to_string());
+    }
+    if entry.contains(char::is_whitespace) || entry.contains(['(', ')']) {
+        return Err("it is a command, not a tool name; plan mode never allows shell commands that are not read-only (read-only ones are listed in planModeReadOnlyCommands)".to_string());
+    }
+    let folded = Wildcard::new(&entry.to_lowercase());
+    let closed =
+        |(_, spec): &(&str, &ToolSpec)| spec.kind.is_writer() || spec.kind == Kind::ExitPlan;
+    let closed = (registry.known().filter(closed))
+        .find(|(name, _)| *name == entry)
+        .or_else(|| {
+            (registry.known().filter(closed)).find(|(name, _)| folded.matches(&name.to_lowercase()))
+        });
+    if let Some((name, spec)) = closed {
+        let matches = if name == entry {
+            String::new()
+        } else {
+            format!("it matches `{name}`, and ")
+        };
+        return Err(match spec.kind {
+            Kind::ExitPlan => {
+                format!("{matches}leaving plan mode always needs the user's approval of the plan")
+            }
+            kind => format!("{matches}plan mode never allows {}", kind.noun()),
+        });
+    }
+    let spec = registry.lookup(entry);
+    if spec.known && spec.kind != Kind::Other {
+        let answer = match mode_answer(Mode::Plan, spec.kind, false, false) {
+            Action::Allow => "already allows",
+            Action::Ask => "asks before",
+            Action::Deny => "never allows",
+        };
+        return Err(format!(
+            "planModeAllowedTools admits only unknown and MCP tools, and plan mode {answer} {}",
+            spec.kind.noun()
+        ));
+    }
+    Ok(Wildcard::new(entry))
+}
+
 /// Read `TOOLGATE_PERMISSION` / `--permission` text as a `permission` value.
 pub fn parse_override(text: &str, origin: &str) -> Result<Value, PolicyError> {
     let value: Value = serde_json::from_str(text)
@@ -351,6 +400,7 @@ mod tests {
     #![allow(clippy::unwrap_used)] // tests may panic
 
     use super::*;
+    use serde_json::json;
 
     fn check(text: &str, expected: &str) {
         let actual = match PolicyFile::parse(text, "toolgate.json") {
@@ -383,27 +433,67 @@ mod tests {
         }
     }
 
-    #[test]
-    fn plan_mode_extras_that_could_write_are_ignored_with_a_warning() {
-        let file = PolicyFile::parse(
-            r#"{"planModeAllowedTools":["mcp__docs__search","bash","Edit","task"]}"#,
-            "toolgate.json",
-        )
-        .unwrap();
+    /// One `planModeAllowedTools` entry: `kept`, or the warning's reason.
+    fn check_plan_extra(entry: &str, expected: &str) {
+        let text = json!({
+            "planModeAllowedTools": [entry],
+            "tools": {"deploy": {"kind": "execute"}, "mcp__docs__get": {"kind": "read"},
+                      "mcp__notes__add": {"kind": "edit"}, "mcp__misc__x": {"kind": "other"}}
+        });
+        let file = PolicyFile::parse(&text.to_string(), "toolgate.json").unwrap();
         let (policy, warnings) = Policy::build(Sources {
             project_root: PathBuf::from("/p"),
             file: Some(("toolgate.json".into(), file)),
             ..Sources::default()
         })
         .unwrap();
-        assert_eq!(policy.plan_allowed.len(), 1);
-        assert_eq!(
-            warnings,
-            vec![
-                "toolgate.json: planModeAllowedTools[1]: `bash` is ignored: plan mode never allows shell commands",
-                "toolgate.json: planModeAllowedTools[2]: `Edit` is ignored: plan mode never allows file edits, writes, patches, deletes and moves",
-                "toolgate.json: planModeAllowedTools[3]: `task` is ignored: plan mode never allows sub-agents",
-            ]
-        );
+        let actual = match (policy.plan_allowed.as_slice(), warnings.as_slice()) {
+            ([kept], []) => format!("kept {}", kept.as_str()),
+            ([], [warning]) => {
+                let prefix =
+                    format!("toolgate.json: planModeAllowedTools[0]: `{entry}` is ignored: ");
+                warning.strip_prefix(&prefix).unwrap_or(warning).to_string()
+            }
+            (kept, warnings) => format!("{} kept, warnings {warnings:?}", kept.len()),
+        };
+        assert_eq!(actual, expected, "{entry}");
+    }
+
+    #[test]
+    fn plan_mode_extras_admit_only_unknown_and_mcp_tools() {
+        let cases = [
+            ("mcp__docs__search", "kept mcp__docs__search"),
+            ("mcp__docs__*", "kept mcp__docs__*"),
+            ("mcp__misc__x", "kept mcp__misc__x"),
+            ("frobnicate", "kept frobnicate"),
+            ("bash", "plan mode never allows shell commands"),
+            ("Bash", "plan mode never allows shell commands"),
+            ("run_shell_command", "plan mode never allows shell commands"),
+            ("Edit", "plan mode never allows file edits, writes, patches, deletes and moves"),
+            ("apply_patch", "plan mode never allows file edits, writes, patches, deletes and moves"),
+            ("save_memory", "plan mode never allows file edits, writes, patches, deletes and moves"),
+            ("task", "plan mode never allows sub-agents"),
+            ("deploy", "plan mode never allows tools that run programs"),
+            ("mcp__notes__add", "plan mode never allows file edits, writes, patches, deletes and moves"),
+            ("exit_plan_mode", "leaving plan mode always needs the user's approval of the plan"),
+            // Spellings and patterns that reach a closed tool.
+            ("BASH", "it matches `Bash`, and plan mode never allows shell commands"),
+            ("Shell", "it matches `shell`, and plan mode never allows shell commands"),
+            ("*", "it matches `Edit`, and plan mode never allows file edits, writes, patches, deletes and moves"),
+            ("mcp__*", "it matches `mcp__notes__add`, and plan mode never allows file edits, writes, patches, deletes and moves"),
+            ("*_command", "it matches `exec_command`, and plan mode never allows shell commands"),
+            // Commands are not tool names.
+            ("rm -rf build", "it is a command, not a tool name; plan mode never allows shell commands that are not read-only (read-only ones are listed in planModeReadOnlyCommands)"),
+            ("Bash(rm:*)", "it is a command, not a tool name; plan mode never allows shell commands that are not read-only (read-only ones are listed in planModeReadOnlyCommands)"),
+            ("git status", "it is a command, not a tool name; plan mode never allows shell commands that are not read-only (read-only ones are listed in planModeReadOnlyCommands)"),
+            ("", "it names no tool"),
+            // Tools of other kinds: listing them would change nothing.
+            ("Read", "planModeAllowedTools admits only unknown and MCP tools, and plan mode already allows file reads"),
+            ("mcp__docs__get", "planModeAllowedTools admits only unknown and MCP tools, and plan mode already allows file reads"),
+            ("webfetch", "planModeAllowedTools admits only unknown and MCP tools, and plan mode asks before web fetches and web searches"),
+        ];
+        for (entry, expected) in cases {
+            check_plan_extra(entry, expected);
+        }
     }
 }

@@ -1,43 +1,65 @@
-//! The model-facing text for a mode, generated from the same mode table that
-//! gates, so what the model is told and what the broker enforces cannot drift.
+//! The model-facing text for a mode, generated from the same tables that
+//! gate: each kind of the mode table is placed by [`mode_answer`] under
+//! "Available", "Asks the user first" or "Not available", and named with a few
+//! of its tools from the policy's registry. What the model is told and what the
+//! broker enforces cannot drift.
 
 use crate::mode::{mode_answer, Action, Kind, Mode};
 use crate::Policy;
 
+/// How many tool names a line of the reminder shows; "..." says there are more.
+const EXAMPLES: usize = 4;
+
 /// The reminder for `mode`, wrapped in `<system-reminder>` tags.
+///
+/// Each item is a kind's description followed by some of its tool names,
+/// `file edits, writes, patches, deletes and moves (Edit, patch, apply_patch, write_file, ...)`;
+/// items are separated by `; `. `exit_plan_mode` is mentioned outside plan mode
+/// only when the mode does not simply allow it.
 pub fn reminder(policy: &Policy, mode: Mode) -> String {
     let mut available: Vec<String> = Vec::new();
     let mut asks: Vec<String> = Vec::new();
     let mut unavailable: Vec<String> = Vec::new();
     for kind in Kind::ALL {
-        let rows: &[(bool, &str)] = match kind {
-            Kind::Shell => &[
-                (true, "read-only shell commands (ls, cat, grep, rg, find without actions, git status/log/diff/show, ...)"),
-                (false, "shell commands that are not read-only"),
-            ],
-            Kind::Other => &[(false, "other and MCP tools")],
-            _ => &[(false, "")],
+        let (names, more) = policy.registry.examples(kind, EXAMPLES);
+        let named = |label: &str| {
+            if names.is_empty() {
+                label.to_string()
+            } else {
+                let more = if more { ", ..." } else { "" };
+                format!("{label} ({}{more})", names.join(", "))
+            }
         };
-        for (read_only, label) in rows {
-            let noun = if label.is_empty() { kind.noun() } else { label };
-            if kind == Kind::ExitPlan && mode != Mode::Plan {
+        let rows: Vec<(bool, String)> = match kind {
+            Kind::Shell => vec![
+                (true, named("read-only shell commands such as ls, cat, grep, rg, find without actions, git status/log/diff/show")),
+                (false, "shell commands that are not read-only".to_string()),
+            ],
+            _ => vec![(false, named(kind.noun()))],
+        };
+        for (read_only, item) in rows {
+            let action = mode_answer(mode, kind, read_only, false);
+            if kind == Kind::ExitPlan && mode != Mode::Plan && action == Action::Allow {
+                // Outside plan mode exit_plan_mode changes nothing.
                 continue;
             }
-            match mode_answer(mode, kind, *read_only, false) {
-                Action::Allow => available.push(noun.to_string()),
-                Action::Ask => asks.push(noun.to_string()),
+            match action {
+                Action::Allow => available.push(item),
+                Action::Ask => asks.push(item),
                 Action::Deny => {
-                    if kind == Kind::Other && mode == Mode::Plan && !policy.plan_allowed.is_empty()
+                    let listed: Vec<&str> =
+                        policy.plan_allowed.iter().map(|t| t.as_str()).collect();
+                    if kind == Kind::Other
+                        && !listed.is_empty()
+                        && mode_answer(mode, kind, read_only, true) == Action::Allow
                     {
-                        let listed: Vec<&str> = policy
-                            .plan_allowed
-                            .iter()
-                            .map(|tool| tool.as_str())
-                            .collect();
-                        available.push(format!("these tools: {}", listed.join(", ")));
-                        unavailable.push("other and MCP tools not listed there".to_string());
+                        available.push(format!(
+                            "the tools in planModeAllowedTools ({})",
+                            listed.join(", ")
+                        ));
+                        unavailable.push(format!("{item}, unless listed there"));
                     } else {
-                        unavailable.push(noun.to_string());
+                        unavailable.push(item);
                     }
                 }
             }

@@ -16,6 +16,9 @@ pub enum SubjectField {
     Shell,
     /// One path: `file_path`, `filePath`, `path`, `absolute_path`, `notebook_path`.
     Path,
+    /// A path when the input has one (as [`SubjectField::Path`]), else no
+    /// subject: the tools a policy declares, whose input fields are not known.
+    OptionalPath,
     /// Several paths: `paths` or `file_paths` (arrays), else one path.
     Paths,
     /// A patch (`input`, `patch`, `patchText`): every file it touches.
@@ -45,9 +48,18 @@ pub struct ToolSpec {
     pub known: bool,
 }
 
-/// Built-in tools: name, permission, kind, subject.
-const BUILTIN: &[(&str, &str, Kind, SubjectField)] = &[
-    // Claude Code
+/// One built-in tool: name, permission, kind, subject.
+type Builtin = (&'static str, &'static str, Kind, SubjectField);
+
+/// Built-in tools, agent by agent. A name two agents share (`glob`) is listed once.
+const BUILTIN: &[(&str, &[Builtin])] = &[
+    ("Claude Code", CLAUDE_CODE),
+    ("OpenCode", OPENCODE),
+    ("Codex", CODEX),
+    ("Gemini CLI and qwen-code", GEMINI),
+];
+
+const CLAUDE_CODE: &[Builtin] = &[
     ("Read", "read", Kind::Read, SubjectField::Path),
     ("Edit", "edit", Kind::Edit, SubjectField::Path),
     ("MultiEdit", "edit", Kind::Edit, SubjectField::Path),
@@ -67,7 +79,9 @@ const BUILTIN: &[(&str, &str, Kind, SubjectField)] = &[
         Kind::ExitPlan,
         SubjectField::Plan,
     ),
-    // OpenCode
+];
+
+const OPENCODE: &[Builtin] = &[
     ("read", "read", Kind::Read, SubjectField::Path),
     ("edit", "edit", Kind::Edit, SubjectField::Path),
     ("write", "edit", Kind::Edit, SubjectField::Path),
@@ -83,12 +97,17 @@ const BUILTIN: &[(&str, &str, Kind, SubjectField)] = &[
     ("todowrite", "todowrite", Kind::Think, SubjectField::None),
     ("todoread", "todoread", Kind::Think, SubjectField::None),
     ("question", "question", Kind::Think, SubjectField::None),
-    // Codex
+];
+
+const CODEX: &[Builtin] = &[
     ("shell", "bash", Kind::Shell, SubjectField::Shell),
     ("exec_command", "bash", Kind::Shell, SubjectField::Shell),
     ("local_shell", "bash", Kind::Shell, SubjectField::Shell),
     ("apply_patch", "edit", Kind::Edit, SubjectField::Patch),
-    // Gemini CLI and qwen-code
+];
+
+// Gemini CLI's `glob` is OpenCode's.
+const GEMINI: &[Builtin] = &[
     ("read_file", "read", Kind::Read, SubjectField::Path),
     ("read_many_files", "read", Kind::Read, SubjectField::Paths),
     ("write_file", "edit", Kind::Edit, SubjectField::Path),
@@ -123,18 +142,26 @@ const BUILTIN: &[(&str, &str, Kind, SubjectField)] = &[
     ),
 ];
 
+fn builtins() -> impl Iterator<Item = (usize, &'static Builtin)> {
+    BUILTIN
+        .iter()
+        .enumerate()
+        .flat_map(|(agent, (_, tools))| tools.iter().map(move |tool| (agent, tool)))
+}
+
 /// Maps tool names to [`ToolSpec`]s: the built-in table plus the policy's `tools`.
 #[derive(Debug, Clone)]
 pub struct Registry {
     tools: HashMap<String, ToolSpec>,
+    /// Names declared by the policy that are not built in, in declaration order.
+    declared: Vec<String>,
 }
 
 impl Default for Registry {
     /// The built-in tools.
     fn default() -> Registry {
-        let tools = BUILTIN
-            .iter()
-            .map(|(name, permission, kind, subject)| {
+        let tools = builtins()
+            .map(|(_, (name, permission, kind, subject))| {
                 (
                     (*name).to_string(),
                     ToolSpec {
@@ -146,20 +173,76 @@ impl Default for Registry {
                 )
             })
             .collect();
-        Registry { tools }
+        Registry {
+            tools,
+            declared: Vec::new(),
+        }
     }
 }
 
 impl Registry {
-    /// Every built-in tool name, for tests and reminders.
+    /// Every built-in tool name, in table order (Claude Code, OpenCode, Codex,
+    /// Gemini CLI and qwen-code), each once. Every one has an explicit kind:
+    /// none of them is [`Kind::Other`].
     pub fn builtin_names() -> impl Iterator<Item = &'static str> {
-        BUILTIN.iter().map(|(name, ..)| *name)
+        builtins().map(|(_, (name, ..))| *name)
+    }
+
+    /// A few tool names of `kind`, to show a model which of its tools a line of
+    /// the reminder means, and whether more exist. Taken from this registry (so a
+    /// declared tool counts, and a built-in the policy redeclared as another kind
+    /// does not): tools declared by the policy first, then each agent's tools in
+    /// turn so every agent's spelling is represented, skipping spellings that
+    /// differ only in case (`Bash`, `bash`). At most `max` names, in table order.
+    pub fn examples(&self, kind: Kind, max: usize) -> (Vec<&str>, bool) {
+        let of_kind = |name: &str| self.tools.get(name).is_some_and(|spec| spec.kind == kind);
+        // One list per source: the policy's, then one per agent.
+        let mut sources: Vec<Vec<&str>> = vec![Vec::new(); BUILTIN.len() + 1];
+        let mut seen: Vec<String> = Vec::new();
+        let declared = self.declared.iter().map(|name| (0, name.as_str()));
+        let builtin = builtins().map(|(agent, (name, ..))| (agent + 1, *name));
+        for (source, name) in declared.chain(builtin) {
+            let folded = name.to_lowercase();
+            if of_kind(name) && !seen.contains(&folded) {
+                seen.push(folded);
+                sources[source].push(name);
+            }
+        }
+        let total = seen.len();
+        let mut picked: Vec<&str> = Vec::new();
+        let mut round = 0;
+        while picked.len() < max.min(total) {
+            for source in &sources {
+                if let Some(name) = source.get(round) {
+                    if picked.len() < max {
+                        picked.push(name);
+                    }
+                }
+            }
+            round += 1;
+        }
+        // Back into table order: the policy's, then each agent's.
+        let order: Vec<&str> = sources.concat();
+        picked.sort_by_key(|name| order.iter().position(|n| n == name));
+        (picked, total > max)
+    }
+
+    /// Every tool the registry knows, with its spec: the built-in ones in table
+    /// order (as the policy may have redeclared them), then the ones only the
+    /// policy declares.
+    pub fn known<'a>(&'a self) -> impl Iterator<Item = (&'a str, &'a ToolSpec)> {
+        let builtin = Registry::builtin_names().map(|name| -> &'a str { name });
+        let declared = self.declared.iter().map(String::as_str);
+        builtin
+            .chain(declared)
+            .filter_map(move |name| self.tools.get_key_value(name))
+            .map(|(name, spec)| (name.as_str(), spec))
     }
 
     /// Add or override a tool (`tools` in the policy file).
     pub fn declare(&mut self, name: &str, kind: Kind, permission: Option<&str>) {
         let subject = match kind {
-            Kind::Read | Kind::Edit | Kind::List => SubjectField::Path,
+            Kind::Read | Kind::Edit | Kind::List => SubjectField::OptionalPath,
             Kind::Search => SubjectField::Search,
             Kind::Fetch => SubjectField::Url,
             Kind::Shell => SubjectField::Shell,
@@ -167,6 +250,10 @@ impl Registry {
             Kind::ExitPlan => SubjectField::Plan,
             Kind::Think | Kind::Execute | Kind::Other => SubjectField::None,
         };
+        let builtin = Registry::builtin_names().any(|builtin| builtin == name);
+        if !builtin && !self.declared.iter().any(|declared| declared == name) {
+            self.declared.push(name.to_string());
+        }
         self.tools.insert(
             name.to_string(),
             ToolSpec {
@@ -254,6 +341,9 @@ pub fn extract(spec: &ToolSpec, input: &Map<String, Value>) -> Result<Subject, S
             )),
             None => Ok(Subject::None),
         },
+        SubjectField::OptionalPath => Ok(first_string(input, PATH_FIELDS)?
+            .map(|path| Subject::Paths(vec![path]))
+            .unwrap_or(Subject::None)),
         SubjectField::Paths => {
             for field in ["paths", "file_paths"] {
                 if let Some(value) = input.get(field) {
@@ -446,12 +536,59 @@ mod tests {
         }
     }
 
+    /// A few names per kind: policy-declared first, then one per agent in turn,
+    /// case-insensitive duplicates skipped, shown in table order.
+    #[test]
+    fn examples_of_each_kind() {
+        let mut registry = Registry::default();
+        registry.declare("my_search", Kind::Search, None);
+        registry.declare("Bash", Kind::Execute, None);
+        let cases = [
+            (Kind::Read, 4, "Read, read_file, read_many_files"),
+            (
+                Kind::Search,
+                4,
+                "my_search, Grep, Glob, search_file_content",
+            ),
+            (Kind::Search, 2, "my_search, Grep, ..."),
+            (Kind::Edit, 4, "Edit, patch, apply_patch, write_file, ..."),
+            (
+                Kind::Shell,
+                4,
+                "bash, shell, exec_command, run_shell_command, ...",
+            ),
+            (Kind::Execute, 4, "Bash"),
+            (Kind::Think, 4, "TodoWrite, todoread, question"),
+            (Kind::ExitPlan, 4, "ExitPlanMode, exit_plan_mode"),
+            (Kind::Other, 4, ""),
+        ];
+        for (kind, max, expected) in cases {
+            let (mut names, more) = registry.examples(kind, max);
+            if more {
+                names.push("...");
+            }
+            assert_eq!(names.join(", "), expected, "{kind:?} {max}");
+        }
+    }
+
     #[test]
     fn declared_tools_override_builtins() {
         let mut registry = Registry::default();
         registry.declare("my_search", Kind::Search, None);
         registry.declare("Bash", Kind::Execute, Some("deploy"));
+        registry.declare("mcp__db__query", Kind::Read, None);
         assert_eq!(registry.lookup("my_search").kind, Kind::Search);
+        // A declared tool's input is its own: a path is checked when there is one.
+        let query = registry.lookup("mcp__db__query");
+        let input = |value: Value| value.as_object().cloned().unwrap();
+        assert_eq!(
+            extract(&query, &input(json!({"sql": "select 1"}))),
+            Ok(Subject::None)
+        );
+        assert_eq!(
+            extract(&query, &input(json!({"path": "/etc/passwd"}))),
+            Ok(Subject::Paths(vec!["/etc/passwd".to_string()]))
+        );
         let bash = registry.lookup("Bash");
         assert_eq!(
             (bash.kind, bash.permission.as_str()),

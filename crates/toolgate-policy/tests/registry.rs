@@ -1,0 +1,135 @@
+//! Every built-in tool name of `policy.md` is known to the registry with an
+//! explicit kind, and the registry's built-in table holds nothing else: a new
+//! tool cannot slip in unclassified, and a listed one cannot fall through to
+//! "unknown tool".
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may panic
+
+use toolgate_policy::{Kind, Registry};
+
+/// The built-in tool names of `../shared/spec/policy.md`, agent by agent, with
+/// the kind each must have. A name two agents share (`glob`) is listed twice.
+const SPEC: &[(&str, &[(&str, Kind)])] = &[
+    (
+        "Claude Code",
+        &[
+            ("Read", Kind::Read),
+            ("Edit", Kind::Edit),
+            ("MultiEdit", Kind::Edit),
+            ("Write", Kind::Edit),
+            ("NotebookEdit", Kind::Edit),
+            ("Bash", Kind::Shell),
+            ("Grep", Kind::Search),
+            ("Glob", Kind::Search),
+            ("LS", Kind::List),
+            ("WebFetch", Kind::Fetch),
+            ("WebSearch", Kind::Fetch),
+            ("Task", Kind::Task),
+            ("TodoWrite", Kind::Think),
+            ("ExitPlanMode", Kind::ExitPlan),
+        ],
+    ),
+    (
+        "OpenCode",
+        &[
+            ("read", Kind::Read),
+            ("edit", Kind::Edit),
+            ("write", Kind::Edit),
+            ("patch", Kind::Edit),
+            ("multiedit", Kind::Edit),
+            ("bash", Kind::Shell),
+            ("glob", Kind::Search),
+            ("grep", Kind::Search),
+            ("list", Kind::List),
+            ("webfetch", Kind::Fetch),
+            ("websearch", Kind::Fetch),
+            ("task", Kind::Task),
+            ("todowrite", Kind::Think),
+            ("todoread", Kind::Think),
+            ("question", Kind::Think),
+        ],
+    ),
+    (
+        "Codex",
+        &[
+            ("shell", Kind::Shell),
+            ("exec_command", Kind::Shell),
+            ("apply_patch", Kind::Edit),
+            ("local_shell", Kind::Shell),
+        ],
+    ),
+    (
+        "Gemini CLI and qwen-code",
+        &[
+            ("read_file", Kind::Read),
+            ("read_many_files", Kind::Read),
+            ("write_file", Kind::Edit),
+            ("replace", Kind::Edit),
+            ("run_shell_command", Kind::Shell),
+            ("glob", Kind::Search),
+            ("search_file_content", Kind::Search),
+            ("list_directory", Kind::List),
+            ("web_fetch", Kind::Fetch),
+            ("google_web_search", Kind::Fetch),
+            // Appends to a memory file outside the project: a writer.
+            ("save_memory", Kind::Edit),
+            ("exit_plan_mode", Kind::ExitPlan),
+        ],
+    ),
+];
+
+fn spec_names() -> impl Iterator<Item = (&'static str, Kind)> {
+    SPEC.iter().flat_map(|(_, tools)| tools.iter().copied())
+}
+
+/// What the registry says of `name`: `known KIND` or `unknown`.
+fn check(registry: &Registry, name: &str, expected: Kind) {
+    let spec = registry.lookup(name);
+    let actual = if spec.known && spec.kind != Kind::Other {
+        format!("known {}", spec.kind.as_str())
+    } else {
+        format!("unclassified ({})", spec.kind.as_str())
+    };
+    assert_eq!(actual, format!("known {}", expected.as_str()), "{name}");
+}
+
+#[test]
+fn every_spec_name_has_its_explicit_kind() {
+    let registry = Registry::default();
+    for (name, kind) in spec_names() {
+        check(&registry, name, kind);
+    }
+}
+
+#[test]
+fn the_builtin_table_holds_only_spec_names_each_once() {
+    let mut seen: Vec<&str> = Vec::new();
+    for name in Registry::builtin_names() {
+        assert!(
+            spec_names().any(|(listed, _)| listed == name),
+            "`{name}` is built in but not in policy.md's list: classify it in the spec and here"
+        );
+        assert!(!seen.contains(&name), "`{name}` is built in twice");
+        seen.push(name);
+    }
+    for (name, _) in spec_names() {
+        assert!(
+            seen.contains(&name),
+            "`{name}` is in policy.md but not built in"
+        );
+    }
+}
+
+#[test]
+fn names_outside_the_table_are_unclassified() {
+    let registry = Registry::default();
+    for name in [
+        "mcp__github__create_issue",
+        "BASH",
+        "edit_file",
+        "Shell",
+        "",
+    ] {
+        let spec = registry.lookup(name);
+        assert_eq!((spec.known, spec.kind), (false, Kind::Other), "{name}");
+    }
+}
