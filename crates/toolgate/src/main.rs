@@ -114,8 +114,7 @@ struct ServeArgs {
     /// Keep grants and sessions in DIR so that they survive a restart: one
     /// file per project root, saved atomically; a corrupt file is moved aside
     /// with a warning. Run one broker per project and state directory at a
-    /// time. Also TOOLGATE_STATE_DIR. This version opens and checks the file
-    /// at start but does not restore from it yet. [default: no state is kept]
+    /// time. Also TOOLGATE_STATE_DIR. [default: no state is kept]
     #[arg(long, value_name = "DIR")]
     state_dir: Option<PathBuf>,
 }
@@ -296,20 +295,19 @@ fn serve(args: ServeArgs) -> ExitCode {
         ask_timeout_ms: policy.ask_timeout_seconds.saturating_mul(1000),
     };
     let clock = SystemClock::new();
+    let wall_ms = clock.wall_ms();
+    let policy = Arc::new(policy);
+    let mut broker = Broker::new(policy.clone(), config, Box::new(clock), Box::new(UuidIds));
     if let Some(dir) = args.state_dir.or_else(state_dir_env) {
-        let (store, snapshot, warnings) =
-            FileStore::open(&dir, &policy.project_root, clock.wall_ms());
+        let (store, snapshot, warnings) = FileStore::open(&dir, &policy.project_root, wall_ms);
         for warning in &warnings {
             eprintln!("toolgate: warning: {warning}");
         }
         tracing::info!(file = %store.path().display(), "state file");
-        // TODO(broker wiring): hand `Box::new(store)` (a `Box<dyn state::Store>`)
-        // and `snapshot` to `Broker::new`, which restores the grants and sessions
-        // from the snapshot and saves after every change. Until then the state
-        // directory is opened (and a corrupt file moved aside) but not used.
-        let _ = (store, snapshot);
+        for warning in broker.restore(Box::new(store), snapshot) {
+            eprintln!("toolgate: warning: {warning}");
+        }
     }
-    let broker = Broker::new(Arc::new(policy), config, Box::new(clock), Box::new(UuidIds));
     let result = toolgate::serve::run(std::io::stdin(), std::io::stdout(), broker, max_frame_bytes);
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,237 @@
+//! The broker and its store, in process: what is saved and when, what a failed
+//! save does, and how an unusable stored state is repaired (never loosened).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may panic
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use serde_json::Value;
+use toolgate::broker::{Broker, BrokerConfig, OnAsk};
+use toolgate::clock::{ManualClock, SequentialIds};
+use toolgate::state::{MemoryStore, Snapshot, StoredGrant, StoredSession};
+use toolgate_policy::{Policy, Sources};
+use toolgate_protocol::ServerFrame;
+
+fn broker() -> Broker {
+    let (policy, _) = Policy::build(Sources {
+        project_root: PathBuf::from("/work/project"),
+        ..Sources::default()
+    })
+    .unwrap();
+    Broker::new(
+        Arc::new(policy),
+        BrokerConfig {
+            on_ask: OnAsk::Wait,
+            ask_timeout_ms: 0,
+        },
+        Box::new(ManualClock::new()),
+        Box::new(SequentialIds::default()),
+    )
+}
+
+/// Feed lines; return every frame written, as JSON values.
+fn feed(broker: &mut Broker, lines: &[&str]) -> Vec<Value> {
+    let mut out: Vec<ServerFrame> = Vec::new();
+    for (number, line) in lines.iter().enumerate() {
+        broker.handle_line(line.as_bytes(), number as u64 + 1, &mut out);
+    }
+    out.iter()
+        .map(|frame| serde_json::to_value(frame).unwrap())
+        .collect()
+}
+
+fn decision<'a>(frames: &'a [Value], call: &str) -> &'a Value {
+    frames
+        .iter()
+        .find(|f| f["type"] == "decision" && f["callID"] == call)
+        .unwrap_or_else(|| panic!("no decision for {call} in {frames:#?}"))
+}
+
+const EDIT: &str = r#"{"type":"tool_call","sessionID":"s","callID":"c1","tool":"Edit","input":{"file_path":"a.rs"}}"#;
+
+#[test]
+fn grants_are_saved_before_the_decision_that_reports_them_is_handed_out() {
+    let store = MemoryStore::new();
+    let mut broker = broker();
+    assert!(broker
+        .restore(Box::new(store.clone()), Snapshot::default())
+        .is_empty());
+    feed(&mut broker, &[EDIT]);
+    let before = store.saved().len();
+    // The broker hands frames to the transport only when `handle_line`
+    // returns: the save must already have happened by then.
+    let frames = feed(
+        &mut broker,
+        &[r#"{"type":"permission_response","permissionID":"per_1","response":"always"}"#],
+    );
+    assert_eq!(decision(&frames, "c1")["decision"], "allow");
+    assert_eq!(store.saved().len(), before + 1);
+    let saved = store.last().unwrap();
+    let session = saved.sessions.iter().find(|s| s.session_id == "s").unwrap();
+    assert_eq!(session.grants.len(), 1);
+    assert_eq!(session.grants[0].permission, "edit");
+    assert_eq!(session.grants[0].pattern, "*");
+
+    // Project grants go to `projectGrants`, with the session that made them.
+    let frames = feed(
+        &mut broker,
+        &[
+            r#"{"type":"tool_call","sessionID":"t","callID":"c2","tool":"Bash","input":{"command":"cargo build"}}"#,
+            r#"{"type":"permission_response","permissionID":"per_2","response":"always","scope":"project"}"#,
+        ],
+    );
+    assert_eq!(decision(&frames, "c2")["decision"], "allow");
+    let saved = store.last().unwrap();
+    assert_eq!(saved.project_grants.len(), 1);
+    assert_eq!(saved.project_grants[0].session_id, "t");
+    assert_eq!(saved.project_grants[0].pattern, "cargo build *");
+    assert_eq!(saved.project_grants[0].literal, "cargo build".len());
+}
+
+#[test]
+fn a_failed_save_is_said_in_the_decision() {
+    let store = MemoryStore::new();
+    store.fail_with(Some("disk full"));
+    let mut broker = broker();
+    broker.restore(Box::new(store.clone()), Snapshot::default());
+    let frames = feed(
+        &mut broker,
+        &[
+            EDIT,
+            r#"{"type":"permission_response","permissionID":"per_1","response":"always"}"#,
+        ],
+    );
+    let reason = decision(&frames, "c1")["reason"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(reason.contains("could not be saved"), "{reason}");
+    assert!(reason.contains("disk full"), "{reason}");
+    // The grant still holds in memory.
+    let frames = feed(
+        &mut broker,
+        &[
+            r#"{"type":"tool_call","sessionID":"s","callID":"c3","tool":"Edit","input":{"file_path":"b.rs"}}"#,
+        ],
+    );
+    assert_eq!(decision(&frames, "c3")["source"], "grant");
+}
+
+fn stored_session(
+    id: &str,
+    parent: Option<&str>,
+    mode: &str,
+    permissions: Option<Value>,
+) -> StoredSession {
+    StoredSession {
+        session_id: id.to_string(),
+        parent_id: parent.map(str::to_string),
+        mode: mode.to_string(),
+        permissions: permissions.map(|p| serde_json::from_value(p).unwrap()),
+        grants: Vec::new(),
+    }
+}
+
+/// `(stored sessions, call in session "k", expected decision and source, a piece of the warnings)`.
+#[test]
+fn unusable_stored_state_is_repaired_strictly() {
+    let bash = r#"{"type":"tool_call","sessionID":"k","callID":"x","tool":"Bash","input":{"command":"rm -rf build"}}"#;
+    let read = r#"{"type":"tool_call","sessionID":"k","callID":"x","tool":"Read","input":{"file_path":"a.rs"}}"#;
+    let cases: Vec<(Vec<StoredSession>, &str, &str, &str)> = vec![
+        // A child whose parent is gone keeps its own scope and starts in readonly.
+        (
+            vec![stored_session("k", Some("gone"), "auto", None)],
+            bash,
+            "deny mode",
+            "names a parent `gone` that is not stored",
+        ),
+        // An unknown mode becomes readonly.
+        (
+            vec![stored_session("k", None, "sideways", None)],
+            bash,
+            "deny mode",
+            "unusable mode",
+        ),
+        // An unusable scope admits only the always-available tools.
+        (
+            vec![stored_session(
+                "k",
+                None,
+                "auto",
+                Some(serde_json::json!({"filePatterns": ["[z"]})),
+            )],
+            read,
+            "deny scope",
+            "unusable scope",
+        ),
+        // A child restored before its parent in the file still gets the parent's scope.
+        (
+            vec![
+                stored_session("k", Some("p"), "auto", None),
+                stored_session(
+                    "p",
+                    None,
+                    "auto",
+                    Some(serde_json::json!({"deniedTools": ["bash"]})),
+                ),
+            ],
+            bash,
+            "deny scope",
+            "",
+        ),
+        // A well-formed session comes back as stored.
+        (
+            vec![stored_session("k", None, "auto", None)],
+            bash,
+            "allow mode",
+            "",
+        ),
+    ];
+    for (sessions, call, expected, warning) in cases {
+        let mut broker = broker();
+        let snapshot = Snapshot {
+            version: 1,
+            project_root: "/work/project".to_string(),
+            project_grants: Vec::new(),
+            sessions,
+        };
+        let warnings = broker
+            .restore(Box::new(MemoryStore::new()), snapshot)
+            .join("\n");
+        if warning.is_empty() {
+            assert!(warnings.is_empty(), "{warnings}");
+        } else {
+            assert!(warnings.contains(warning), "{warnings}");
+        }
+        let frames = feed(&mut broker, &[call]);
+        let got = decision(&frames, "x");
+        let got = format!(
+            "{} {}",
+            got["decision"].as_str().unwrap(),
+            got["source"].as_str().unwrap()
+        );
+        assert_eq!(got, expected, "{warning}");
+    }
+}
+
+#[test]
+fn an_unusable_stored_grant_is_dropped_with_a_warning() {
+    let mut broker = broker();
+    let snapshot = Snapshot {
+        version: 1,
+        project_root: "/work/project".to_string(),
+        project_grants: vec![StoredGrant {
+            grant_id: "grant_x".to_string(),
+            permission: "bash".to_string(),
+            pattern: "ls *".to_string(),
+            literal: 99,
+            session_id: "s".to_string(),
+        }],
+        sessions: Vec::new(),
+    };
+    let warnings = broker.restore(Box::new(MemoryStore::new()), snapshot);
+    assert_eq!(
+        warnings,
+        vec!["the stored project grant `grant_x` is unusable and was dropped".to_string()]
+    );
+}
