@@ -288,9 +288,11 @@ impl Policy {
                 checks.push(simple(text.clone(), GrantPattern::prefixed("", "*"), None));
             }
             Subject::None => {
-                title = call.tool.to_string();
                 if spec.kind == Kind::ExitPlan {
+                    title = "Leave plan mode and carry out this plan".to_string();
                     plan = Some(String::new());
+                } else {
+                    title = call.tool.to_string();
                 }
                 checks.push(simple(
                     "*".to_string(),

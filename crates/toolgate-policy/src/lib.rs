@@ -53,7 +53,7 @@ pub use error::PolicyError;
 pub use grants::{Grant, GrantPattern, GrantSpec, Grants};
 pub use mode::{mode_answer, Action, Kind, Mode, UnknownMode};
 pub use paths::{normalize, RootedPath};
-pub use reminder::reminder;
+pub use reminder::{reminder, reminder_in};
 pub use rules::{merge_deep, Rule, Ruleset};
 pub use scope::{
     EffectiveScope, Scope, ScopeError, ScopeLayer, ScopeRefusal, ScopeRules, ScopeTarget,

@@ -5,6 +5,7 @@
 //! broker enforces cannot drift.
 
 use crate::mode::{mode_answer, Action, Kind, Mode};
+use crate::scope::Scope;
 use crate::Policy;
 
 /// How many tool names a line of the reminder shows; "..." says there are more.
@@ -17,6 +18,14 @@ const EXAMPLES: usize = 4;
 /// items are separated by `; `. `exit_plan_mode` is mentioned outside plan mode
 /// only when the mode does not simply allow it.
 pub fn reminder(policy: &Policy, mode: Mode) -> String {
+    reminder_in(policy, mode, &Scope::NONE, false)
+}
+
+/// The reminder for a session: `mode` as [`reminder`] says, narrowed by the
+/// session's `scope` (a line per limit), and with `never_ask` (the broker
+/// runs with `--on-ask deny`) everything that would ask listed as not
+/// available, since nobody can answer.
+pub fn reminder_in(policy: &Policy, mode: Mode, scope: &Scope, never_ask: bool) -> String {
     let mut available: Vec<String> = Vec::new();
     let mut asks: Vec<String> = Vec::new();
     let mut unavailable: Vec<String> = Vec::new();
@@ -45,6 +54,7 @@ pub fn reminder(policy: &Policy, mode: Mode) -> String {
             }
             match action {
                 Action::Allow => available.push(item),
+                Action::Ask if never_ask => unavailable.push(item),
                 Action::Ask => asks.push(item),
                 Action::Deny => {
                     let listed: Vec<&str> =
@@ -85,7 +95,55 @@ pub fn reminder(policy: &Policy, mode: Mode) -> String {
     line("Available: ", &available);
     line("Asks the user first: ", &asks);
     line("Not available: ", &unavailable);
-    if mode == Mode::Plan {
+    if !scope.is_none() {
+        let effective = scope.effective(|tool| policy.registry.lookup(tool).permission.clone());
+        let quoted = |items: &[String]| items.join(", ");
+        if let Some(allowed) = &effective.allowed_tools {
+            let exempt = quoted(&policy.always_available);
+            text.push_str(&format!(
+                "This session may use only these tools: {}{}.\n",
+                if allowed.is_empty() {
+                    "none".to_string()
+                } else {
+                    quoted(allowed)
+                },
+                if exempt.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (and always {exempt})")
+                }
+            ));
+        }
+        if !effective.denied_tools.is_empty() {
+            text.push_str(&format!(
+                "This session may never use: {}.\n",
+                quoted(&effective.denied_tools)
+            ));
+        }
+        for layer in &effective.file_patterns {
+            text.push_str(&format!(
+                "Every file this session touches must match one of: {}.\n",
+                if layer.is_empty() {
+                    "nothing".to_string()
+                } else {
+                    quoted(layer)
+                }
+            ));
+        }
+        for layer in &effective.command_patterns {
+            text.push_str(&format!(
+                "Every shell command this session runs must match one of: {}.\n",
+                if layer.is_empty() {
+                    "nothing".to_string()
+                } else {
+                    quoted(layer)
+                }
+            ));
+        }
+    }
+    if mode == Mode::Plan && never_ask {
+        text.push_str("Nobody can approve a plan in this run: present your plan as your answer.\n");
+    } else if mode == Mode::Plan {
         text.push_str("When your plan is ready, call exit_plan_mode with the plan to ask the user for approval.\n");
     }
     text.push_str("</system-reminder>");

@@ -297,6 +297,16 @@ impl Broker {
         })
     }
 
+    /// The model-facing reminder for a session in `mode`: the mode table,
+    /// the session's scope, and whether anyone can be asked.
+    fn reminder(&self, session_id: &str, mode: Mode) -> String {
+        let scope = match self.sessions.get(session_id) {
+            Some(session) => &session.scope,
+            None => &Scope::NONE,
+        };
+        toolgate_policy::reminder_in(&self.policy, mode, scope, self.config.on_ask == OnAsk::Deny)
+    }
+
     /// Remember that a session may not run calls (bounded like `resolved`).
     fn close(&mut self, session_id: &str, why: String) {
         if self.closed.insert(session_id.to_string(), why).is_none() {
@@ -443,9 +453,9 @@ impl Broker {
             ClientFrame::GetReminder(session) => {
                 let mode = self.effective_mode(&session.session_id);
                 out.push(ServerFrame::Reminder(wire::Reminder {
+                    text: self.reminder(&session.session_id, mode),
                     session_id: session.session_id,
                     mode: mode.as_str().to_string(),
-                    text: toolgate_policy::reminder(&self.policy, mode),
                 }));
             }
             ClientFrame::ListGrants(list) => {
@@ -640,12 +650,12 @@ impl Broker {
                     reason,
                     evaluation.rule,
                     None,
-                    (mode == Mode::Plan).then(|| toolgate_policy::reminder(&self.policy, mode)),
+                    (mode == Mode::Plan).then(|| self.reminder(&pending.session_id, mode)),
                 ));
             }
             (action, _) => {
                 let reminder = (action == Action::Deny && mode == Mode::Plan)
-                    .then(|| toolgate_policy::reminder(&self.policy, mode));
+                    .then(|| self.reminder(&pending.session_id, mode));
                 let reason = match (evaluation.source, pending.answered, &pending.granted) {
                     (
                         toolgate_policy::Source::User,
@@ -722,7 +732,7 @@ impl Broker {
                     rule: None,
                     message: response.message,
                     // The agent stays in plan mode: remind it what that means.
-                    reminder: plan.then(|| toolgate_policy::reminder(&self.policy, Mode::Plan)),
+                    reminder: plan.then(|| self.reminder(&pending.session_id, Mode::Plan)),
                 }));
                 // OpenCode semantics: a rejection ends the session's other questions.
                 for other in self.pending_of(&pending.session_id) {
@@ -923,7 +933,7 @@ impl Broker {
                 session_id: id.clone(),
                 mode: now.as_str().to_string(),
                 previous: previous.as_str().to_string(),
-                reminder: Some(toolgate_policy::reminder(&self.policy, now)),
+                reminder: Some(self.reminder(id, now)),
             }));
             if previous != now {
                 self.revisit_session(id, &format!("the session's mode changed to {now}"), out);
