@@ -106,9 +106,35 @@ fn frame_line() -> impl Strategy<Value = Vec<u8>> {
             Just("ask"),
             Just("x")
         ]),
+        // Sub-session fields: a parent and a narrowing (some unusable).
+        (
+            prop::option::of(prop_oneof![Just("s1"), Just("s2"), Just("main")]),
+            prop::option::of(prop_oneof![
+                Just(serde_json::json!({"allowedTools": ["Read", "bash"]})),
+                Just(serde_json::json!({"deniedTools": ["edit"], "filePatterns": ["src/**"]})),
+                Just(serde_json::json!({"commandPatterns": ["git *"]})),
+                Just(serde_json::json!({"filePatterns": ["[x"]})),
+                Just(serde_json::json!({"allowedTools": "Read"})),
+            ]),
+            prop::option::of(prop_oneof![
+                Just("session"),
+                Just("project"),
+                Just("everywhere")
+            ]),
+        ),
     )
         .prop_map(
-            |(kind, session, call, tool, input, permission, response, mode)| {
+            |(
+                kind,
+                session,
+                call,
+                tool,
+                input,
+                permission,
+                response,
+                mode,
+                (parent, scope, grant_scope),
+            )| {
                 let mut frame = serde_json::Map::new();
                 frame.insert("type".into(), kind.into());
                 if let Some(session) = session {
@@ -134,6 +160,15 @@ fn frame_line() -> impl Strategy<Value = Vec<u8>> {
                 }
                 if let Some(mode) = mode {
                     frame.insert("mode".into(), mode.into());
+                }
+                if let Some(parent) = parent {
+                    frame.insert("parentID".into(), parent.into());
+                }
+                if let Some(scope) = scope {
+                    frame.insert("permissions".into(), scope);
+                }
+                if let Some(grant_scope) = grant_scope {
+                    frame.insert("scope".into(), grant_scope.into());
                 }
                 serde_json::to_vec(&frame).unwrap()
             },
