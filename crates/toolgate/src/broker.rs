@@ -102,7 +102,7 @@ pub struct Broker {
     store: Option<Box<dyn Store>>,
     /// Sessions that ended or whose `session_start` was refused, and why:
     /// their calls are denied rather than run in a fresh unscoped session.
-    closed: HashMap<String, String>,
+    closed: HashMap<String, Closed>,
     closed_order: VecDeque<String>,
 }
 
@@ -183,6 +183,11 @@ impl Broker {
                     };
                     self.restore_session(&orphan, &mut warnings);
                 }
+            }
+        }
+        for id in &snapshot.ended_sessions {
+            if !self.sessions.contains_key(id) {
+                self.close(id, Closed::Ended);
             }
         }
         self.store = Some(store);
@@ -279,6 +284,20 @@ impl Broker {
                 })
                 .collect(),
             sessions,
+            ended_sessions: {
+                let mut ended: Vec<String> = Vec::new();
+                let mut seen: HashSet<&str> = HashSet::new();
+                for id in self.closed_order.iter().rev() {
+                    if ended.len() == crate::state::CLOSED_KEPT {
+                        break;
+                    }
+                    if self.closed.get(id) == Some(&Closed::Ended) && seen.insert(id) {
+                        ended.push(id.clone());
+                    }
+                }
+                ended.reverse();
+                ended
+            },
         }
     }
 
@@ -308,7 +327,7 @@ impl Broker {
     }
 
     /// Remember that a session may not run calls (bounded like `resolved`).
-    fn close(&mut self, session_id: &str, why: String) {
+    fn close(&mut self, session_id: &str, why: Closed) {
         if self.closed.insert(session_id.to_string(), why).is_none() {
             self.closed_order.push_back(session_id.to_string());
             if self.closed_order.len() > RESOLVED_MEMORY {
@@ -536,6 +555,7 @@ impl Broker {
         let default_mode = self.policy.default_mode;
         if !self.sessions.contains_key(&call.session_id) {
             if let Some(why) = self.closed.get(&call.session_id) {
+                let why = why.text(&call.session_id);
                 out.push(ServerFrame::Decision(wire::Decision {
                     session_id: call.session_id.clone(),
                     call_id: call.call_id,
@@ -895,6 +915,7 @@ impl Broker {
         };
         if !self.sessions.contains_key(&set.session_id) {
             if let Some(why) = self.closed.get(&set.session_id) {
+                let why = why.text(&set.session_id);
                 out.push(error(
                     ErrorCode::UnknownSession,
                     format!("{why}; start it again before changing its mode"),
@@ -960,7 +981,7 @@ impl Broker {
                 None => {
                     let id = &start.session_id;
                     if !self.sessions.contains_key(id) {
-                        self.close(id, format!("the session_start for `{id}` was refused"));
+                        self.close(id, Closed::Refused);
                     }
                     return;
                 }
@@ -969,7 +990,7 @@ impl Broker {
         let id = start.session_id;
         let refuse = |broker: &mut Broker, message: String, out: &mut Vec<ServerFrame>| {
             if !broker.sessions.contains_key(&id) {
-                broker.close(&id, format!("the session_start for `{id}` was refused"));
+                broker.close(&id, Closed::Refused);
             }
             out.push(error(ErrorCode::InvalidFrame, message, None, Some(number)));
         };
@@ -1080,7 +1101,7 @@ impl Broker {
                 self.end_ask(&id, wire::Source::Shutdown, reason.clone(), out);
             }
             self.sessions.remove(&ended);
-            self.close(&ended, format!("the session `{ended}` has ended"));
+            self.close(&ended, Closed::Ended);
             out.push(ServerFrame::SessionEnded(wire::SessionEnded {
                 session_id: ended,
                 denied,
@@ -1232,6 +1253,24 @@ fn new_session(mode: Mode) -> Session {
         grants: Grants::default(),
         last_call: None,
         live: HashMap::new(),
+    }
+}
+
+/// Why a session may not run calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Closed {
+    /// It ended (`session_end`, or an ancestor's).
+    Ended,
+    /// Its `session_start` was refused.
+    Refused,
+}
+
+impl Closed {
+    fn text(self, session_id: &str) -> String {
+        match self {
+            Closed::Ended => format!("the session `{session_id}` has ended"),
+            Closed::Refused => format!("the session_start for `{session_id}` was refused"),
+        }
     }
 }
 

@@ -50,7 +50,18 @@ pub struct Snapshot {
     pub project_grants: Vec<StoredGrant>,
     /// The sessions, sorted by `sessionID` when saved.
     pub sessions: Vec<StoredSession>,
+    /// Sessions that ended, most recent last (at most [`CLOSED_KEPT`]): their
+    /// calls stay denied after a restart until they are started again.
+    #[serde(
+        rename = "endedSessions",
+        default,
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub ended_sessions: Vec<String>,
 }
+
+/// How many ended sessions a state file remembers.
+pub const CLOSED_KEPT: usize = 1024;
 
 /// One grant as stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -96,6 +107,7 @@ impl Snapshot {
             project_root: root_string(project_root),
             project_grants: Vec::new(),
             sessions: Vec::new(),
+            ended_sessions: Vec::new(),
         }
     }
 }

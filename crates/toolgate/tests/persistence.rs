@@ -194,6 +194,7 @@ fn unusable_stored_state_is_repaired_strictly() {
             project_root: "/work/project".to_string(),
             project_grants: Vec::new(),
             sessions,
+            ended_sessions: Vec::new(),
         };
         let warnings = broker
             .restore(Box::new(MemoryStore::new()), snapshot)
@@ -228,6 +229,7 @@ fn an_unusable_stored_grant_is_dropped_with_a_warning() {
             session_id: "s".to_string(),
         }],
         sessions: Vec::new(),
+        ended_sessions: Vec::new(),
     };
     let warnings = broker.restore(Box::new(MemoryStore::new()), snapshot);
     assert_eq!(

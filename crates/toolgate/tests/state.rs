@@ -64,6 +64,7 @@ fn sample(root: &str) -> Snapshot {
                 ],
             },
         ],
+        ended_sessions: vec!["old-worker".to_string()],
     }
 }
 
