@@ -97,47 +97,43 @@ pub fn reminder_in(policy: &Policy, mode: Mode, scope: &Scope, never_ask: bool) 
     line("Not available: ", &unavailable);
     if !scope.is_none() {
         let effective = scope.effective(|tool| policy.registry.lookup(tool).permission.clone());
-        let quoted = |items: &[String]| items.join(", ");
+        let listed = |items: &[String]| {
+            if items.is_empty() {
+                "nothing".to_string()
+            } else {
+                items.join(", ")
+            }
+        };
+        let mut limit = |line: String| {
+            text.push_str(&line);
+            text.push_str(".\n");
+        };
         if let Some(allowed) = &effective.allowed_tools {
-            let exempt = quoted(&policy.always_available);
-            text.push_str(&format!(
-                "This session may use only these tools: {}{}.\n",
-                if allowed.is_empty() {
-                    "none".to_string()
-                } else {
-                    quoted(allowed)
-                },
-                if exempt.is_empty() {
-                    String::new()
-                } else {
-                    format!(" (and always {exempt})")
-                }
+            let exempt = match policy.always_available.as_slice() {
+                [] => String::new(),
+                names => format!(" (and always {})", names.join(", ")),
+            };
+            limit(format!(
+                "This session may use only these tools: {}{exempt}",
+                listed(allowed)
             ));
         }
         if !effective.denied_tools.is_empty() {
-            text.push_str(&format!(
-                "This session may never use: {}.\n",
-                quoted(&effective.denied_tools)
+            limit(format!(
+                "This session may never use: {}",
+                listed(&effective.denied_tools)
             ));
         }
         for layer in &effective.file_patterns {
-            text.push_str(&format!(
-                "Every file this session touches must match one of: {}.\n",
-                if layer.is_empty() {
-                    "nothing".to_string()
-                } else {
-                    quoted(layer)
-                }
+            limit(format!(
+                "Every file this session touches must match one of: {}",
+                listed(layer)
             ));
         }
         for layer in &effective.command_patterns {
-            text.push_str(&format!(
-                "Every shell command this session runs must match one of: {}.\n",
-                if layer.is_empty() {
-                    "nothing".to_string()
-                } else {
-                    quoted(layer)
-                }
+            limit(format!(
+                "Every shell command this session runs must match one of: {}",
+                listed(layer)
             ));
         }
     }

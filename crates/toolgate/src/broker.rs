@@ -202,12 +202,7 @@ impl Broker {
             ));
             Mode::ReadOnly
         });
-        let parent_scope = stored
-            .parent_id
-            .as_ref()
-            .and_then(|parent| self.sessions.get(parent))
-            .map(|parent| parent.scope.clone())
-            .unwrap_or_default();
+        let parent_scope = self.scope_of(stored.parent_id.as_deref());
         let rules = stored.permissions.clone().map(convert::scope_rules);
         let scope = match &rules {
             None => parent_scope,
@@ -314,6 +309,14 @@ impl Broker {
         store.save(&snapshot).inspect_err(|err| {
             tracing::warn!("the state could not be saved: {err}");
         })
+    }
+
+    /// The scope of a session (none when there is no such session).
+    fn scope_of(&self, session_id: Option<&str>) -> Scope {
+        session_id
+            .and_then(|id| self.sessions.get(id))
+            .map(|session| session.scope.clone())
+            .unwrap_or_default()
     }
 
     /// The model-facing reminder for a session in `mode`: the mode table,
@@ -1039,12 +1042,7 @@ impl Broker {
             }
         }
         let parent_mode = start.parent_id.as_deref().map(|p| self.effective_mode(p));
-        let parent_scope = start
-            .parent_id
-            .as_deref()
-            .and_then(|p| self.sessions.get(p))
-            .map(|parent| parent.scope.clone())
-            .unwrap_or_default();
+        let parent_scope = self.scope_of(start.parent_id.as_deref());
         let scope = match layer {
             Some(layer) => parent_scope.with(layer),
             None => parent_scope,

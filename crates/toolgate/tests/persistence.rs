@@ -2,31 +2,16 @@
 //! save does, and how an unusable stored state is repaired (never loosened).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may panic
 
-use std::path::PathBuf;
-use std::sync::Arc;
+mod support;
 
 use serde_json::Value;
-use toolgate::broker::{Broker, BrokerConfig, OnAsk};
-use toolgate::clock::{ManualClock, SequentialIds};
+use toolgate::broker::Broker;
+use toolgate::clock::ManualClock;
 use toolgate::state::{MemoryStore, Snapshot, StoredGrant, StoredSession};
-use toolgate_policy::{Policy, Sources};
 use toolgate_protocol::ServerFrame;
 
 fn broker() -> Broker {
-    let (policy, _) = Policy::build(Sources {
-        project_root: PathBuf::from("/work/project"),
-        ..Sources::default()
-    })
-    .unwrap();
-    Broker::new(
-        Arc::new(policy),
-        BrokerConfig {
-            on_ask: OnAsk::Wait,
-            ask_timeout_ms: 0,
-        },
-        Box::new(ManualClock::new()),
-        Box::new(SequentialIds::default()),
-    )
+    support::in_process(ManualClock::new(), 0)
 }
 
 /// Feed lines; return every frame written, as JSON values.

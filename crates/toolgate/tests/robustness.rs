@@ -1,31 +1,17 @@
 //! Arbitrary input never panics the broker and never costs a call its one decision.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may panic
 
+mod support;
+
 use std::collections::HashMap;
-use std::path::PathBuf;
-use std::sync::Arc;
 
 use proptest::prelude::*;
-use toolgate::broker::{Broker, BrokerConfig, OnAsk};
-use toolgate::clock::{ManualClock, SequentialIds};
-use toolgate_policy::{Policy, Sources};
+use toolgate::broker::Broker;
+use toolgate::clock::ManualClock;
 use toolgate_protocol::ServerFrame;
 
 fn broker(clock: ManualClock) -> Broker {
-    let (policy, _) = Policy::build(Sources {
-        project_root: PathBuf::from("/work/project"),
-        ..Sources::default()
-    })
-    .unwrap();
-    Broker::new(
-        Arc::new(policy),
-        BrokerConfig {
-            on_ask: OnAsk::Wait,
-            ask_timeout_ms: 1000,
-        },
-        Box::new(clock),
-        Box::new(SequentialIds::default()),
-    )
+    support::in_process(clock, 1000)
 }
 
 /// Lines that look like frames: real frame types and field names with random values.

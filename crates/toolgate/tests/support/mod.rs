@@ -178,3 +178,25 @@ pub fn count_type(lines: &[String], kind: &str) -> usize {
         .filter(|line| line.starts_with(&needle))
         .count()
 }
+
+/// A broker in process, over `/work/project` with the default policy, a
+/// manual clock and sequential ids; `ask_timeout_ms` 0 waits forever.
+pub fn in_process(
+    clock: toolgate::clock::ManualClock,
+    ask_timeout_ms: u64,
+) -> toolgate::broker::Broker {
+    let (policy, _) = toolgate_policy::Policy::build(toolgate_policy::Sources {
+        project_root: PathBuf::from("/work/project"),
+        ..toolgate_policy::Sources::default()
+    })
+    .unwrap();
+    toolgate::broker::Broker::new(
+        Arc::new(policy),
+        toolgate::broker::BrokerConfig {
+            on_ask: toolgate::broker::OnAsk::Wait,
+            ask_timeout_ms,
+        },
+        Box::new(clock),
+        Box::new(toolgate::clock::SequentialIds::default()),
+    )
+}
