@@ -315,9 +315,21 @@ impl Policy {
             extra_read_only,
         };
         let fetch_permissions = registry.permissions_of_kind(Kind::Fetch);
+        let read_guards = rules
+            .rules()
+            .iter()
+            .chain(overrides.rules())
+            .filter(|rule| {
+                rule.permission.matches("read")
+                    && rule.action != Action::Allow
+                    && rule.pattern.as_str() != "*"
+            })
+            .map(|rule| rule.pattern.clone())
+            .collect();
         Ok((
             Policy {
                 fetch_permissions,
+                read_guards,
                 shell_cache: crate::ShellCache::default(),
                 default_mode: mode,
                 project_root: sources.project_root,

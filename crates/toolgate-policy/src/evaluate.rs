@@ -191,6 +191,42 @@ impl Policy {
                         }
                     }
                 }
+                // Files the user guards with read rules (`.env` asks by default)
+                // are guarded when a shell command names them too.
+                if !self.read_guards.is_empty() {
+                    let at_root = *base == *self.project_root;
+                    let mut guarded: Vec<String> = Vec::new();
+                    for command in &analysis.commands {
+                        let texts = std::iter::once(&command.text).chain(&command.inner);
+                        // The first word is the program, not a file it reads.
+                        for word in texts.flat_map(|text| text.split(' ').skip(1)) {
+                            let Some(path) = file_argument(word) else {
+                                continue;
+                            };
+                            // A plain relative word names itself; others are resolved.
+                            let subject: Cow<'_, str> = if at_root && is_plain(path) {
+                                Cow::Borrowed(path)
+                            } else {
+                                Cow::Owned(
+                                    RootedPath::resolve(
+                                        path,
+                                        &base,
+                                        &self.project_root,
+                                        self.home.as_deref(),
+                                    )
+                                    .subject,
+                                )
+                            };
+                            if self.read_guards.iter().any(|guard| guard.matches(&subject))
+                                && !guarded.iter().any(|seen| *seen == *subject)
+                                && self.read_guard(&subject).is_some()
+                            {
+                                guarded.push(subject.into_owned());
+                            }
+                        }
+                    }
+                    checks.extend(guarded.into_iter().map(read_argument_check));
+                }
                 for command in analysis.commands {
                     let read_only = command.verdict.is_ok();
                     let action = mode_answer(mode, spec.kind, read_only, false);
@@ -421,6 +457,14 @@ impl Policy {
         outcome
     }
 
+    /// A read rule that guards this file by name: one that asks or denies
+    /// with a pattern other than a bare `*` (which would take every word of
+    /// every command for a file).
+    fn read_guard(&self, subject: &str) -> Option<&Rule> {
+        self.rule_for("read", subject)
+            .filter(|rule| rule.action != Action::Allow && rule.pattern.as_str() != "*")
+    }
+
     /// The deciding rule for a permission and subject: the last match of the
     /// defaults and policy file, and of the overrides; the stricter when both match.
     fn rule_for(&self, permission: &str, subject: &str) -> Option<&Rule> {
@@ -467,6 +511,42 @@ fn scope_denial(refusal: ScopeRefusal, permission: &str, kind: Kind) -> Evaluati
         question: None,
         permission: permission.to_string(),
         kind,
+    }
+}
+
+/// A shell word that may name a file: not a flag (a `--flag=VALUE` gives its
+/// value), redirections stripped.
+fn file_argument(word: &str) -> Option<&str> {
+    let word = word.trim_start_matches(|c: char| c.is_ascii_digit());
+    let word = word.trim_start_matches(['<', '>', '&', '|']);
+    let word = match word.split_once('=') {
+        Some((flag, value)) if flag.starts_with('-') => value,
+        _ => word,
+    };
+    (!word.is_empty() && !word.starts_with('-')).then_some(word)
+}
+
+/// A relative path with no `.`, `..` or empty segment: its own project-relative subject.
+fn is_plain(path: &str) -> bool {
+    !path.starts_with(['/', '~'])
+        && path
+            .split('/')
+            .all(|segment| !segment.is_empty() && segment != "." && segment != "..")
+}
+
+/// `read` for a file a shell command names, judged by the read rules alone
+/// (the mode allows reading); `always` grants that file.
+fn read_argument_check(subject: String) -> Check {
+    Check {
+        permission: "read".to_string(),
+        always: GrantPattern::exact(&subject),
+        subject,
+        inner: Vec::new(),
+        mode_action: Action::Allow,
+        mode_reason: String::new(),
+        read_only: false,
+        grant_permissions: GrantTo::Own,
+        scope: None,
     }
 }
 

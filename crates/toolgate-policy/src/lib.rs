@@ -89,6 +89,10 @@ pub struct Policy {
     pub fetch_permissions: Vec<String>,
     /// Analyses of recent shell commands (run with `shell`, no `cwd`).
     pub shell_cache: ShellCache,
+    /// The patterns of read rules that ask or deny for particular files: the
+    /// words of shell commands that match one are checked against the read
+    /// rules too.
+    pub read_guards: Vec<Wildcard>,
 }
 
 /// A bounded memo of shell analyses: agents run the same few commands again

@@ -417,3 +417,51 @@ fn plan_mode_allowed_tools_never_unlock_writers() {
         check(&policy, Mode::Plan, tool, input.clone(), expected);
     }
 }
+
+/// Read rules that name files also guard those files in shell commands; a
+/// bare `read: *` does not make every word of every command a file read.
+#[test]
+fn shell_words_meet_file_specific_read_rules() {
+    use Mode::*;
+    let guarded = policy(
+        Some(json!({"permission": {"read": {"secrets/**": "deny"}}})),
+        &[],
+    );
+    let everything_asks = policy(Some(json!({"permission": {"read": {"*": "ask"}}})), &[]);
+    let bash = |command: &str| json!({ "command": command });
+    let cases: &[(&Policy, Mode, &str, &str)] = &[
+        (
+            &guarded,
+            Plan,
+            "cat .env",
+            r#"ask read [".env"] always [".env"]"#,
+        ),
+        (&guarded, Plan, "cat .env.example", "allow mode"),
+        (
+            &guarded,
+            Plan,
+            "wc -l < config/.env",
+            r#"ask read ["config/.env"] always ["config/.env"]"#,
+        ),
+        (
+            &guarded,
+            Auto,
+            "cp secrets/a.key /tmp/x",
+            "deny rule read:secrets/**",
+        ),
+        (
+            &guarded,
+            Plan,
+            "grep --file=secrets/p x",
+            "deny rule read:secrets/**",
+        ),
+        (&guarded, Plan, "ls -la src", "allow mode"),
+        // The program itself is not a file argument.
+        (&guarded, Plan, "secrets/run.sh", "deny mode"),
+        (&everything_asks, Plan, "git log -5", "allow mode"),
+        (&everything_asks, Plan, "cat src/a.rs", "allow mode"),
+    ];
+    for (policy, mode, command, expected) in cases {
+        check(policy, *mode, "Bash", bash(command), expected);
+    }
+}
