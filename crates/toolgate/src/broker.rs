@@ -53,6 +53,9 @@ struct Session {
     scope: Scope,
     /// Started by `session_start` or given a mode: kept in the state directory.
     explicit: bool,
+    /// Started by `session_start` (or restored with a parent or a scope):
+    /// a second start is refused.
+    started: bool,
     grants: Grants,
     /// Hash of the last call (tool and input) and how many times in a row it came.
     last_call: Option<(u64, u32)>,
@@ -222,6 +225,7 @@ impl Broker {
         session.rules = rules;
         session.scope = scope;
         session.explicit = true;
+        session.started = session.parent.is_some() || session.rules.is_some();
         for grant in &stored.grants {
             match stored_spec(grant) {
                 Some(spec) => {
@@ -998,7 +1002,7 @@ impl Broker {
             out.push(error(ErrorCode::InvalidFrame, message, None, Some(number)));
         };
         if let Some(existing) = self.sessions.get(&id) {
-            if existing.explicit || existing.parent.is_some() {
+            if existing.started {
                 refuse(
                     self,
                     format!(
@@ -1016,6 +1020,29 @@ impl Broker {
                 out,
             );
             return;
+        }
+        if let Some(parent) = &start.parent_id {
+            if !self.sessions.contains_key(parent) {
+                if let Some(why) = self.closed.get(parent) {
+                    let message = format!(
+                        "{}; the session `{id}` was not started under it",
+                        why.text(parent)
+                    );
+                    refuse(self, message, out);
+                    return;
+                }
+            }
+            if self
+                .ancestors(parent)
+                .iter()
+                .any(|ancestor| *ancestor == id)
+            {
+                let message = format!(
+                    "the session `{parent}` descends from `{id}`, so it cannot be its parent"
+                );
+                refuse(self, message, out);
+                return;
+            }
         }
         let rules = start.permissions.map(convert::scope_rules);
         let layer = match &rules {
@@ -1051,7 +1078,11 @@ impl Broker {
             scope.effective(|tool| self.policy.registry.lookup(tool).permission.clone()),
             &self.policy.always_available,
         );
-        let own_mode = requested.or(parent_mode).unwrap_or(default_mode);
+        // A session that already runs (implicitly) keeps its mode unless told otherwise.
+        let own_mode = requested
+            .or(self.sessions.get(&id).map(|session| session.mode))
+            .or(parent_mode)
+            .unwrap_or(default_mode);
         self.closed.remove(&id);
         let session = self
             .sessions
@@ -1062,6 +1093,7 @@ impl Broker {
         session.rules = rules;
         session.scope = scope;
         session.explicit = true;
+        session.started = true;
         let mode = self.effective_mode(&id);
         // A failed save is logged; the session runs in memory either way.
         let _ = self.persist();
@@ -1071,8 +1103,43 @@ impl Broker {
             mode: mode.as_str().to_string(),
             scope: effective_scope,
         }));
-        // Calls already waiting in an implicit session are judged in the new scope.
-        self.revisit_session(&id, "the session was started with a scope", out);
+        // Sessions an implicit session already started take on its new scope,
+        // and calls already waiting are judged again.
+        let subtree = self.subtree(&id);
+        for child in subtree.iter().skip(1) {
+            let parent_scope = self.scope_of(
+                self.sessions
+                    .get(child)
+                    .and_then(|session| session.parent.as_deref()),
+            );
+            if let Some(session) = self.sessions.get_mut(child) {
+                session.scope = match &session.rules {
+                    Some(rules) => match ScopeLayer::new(child, rules.clone()) {
+                        Ok(layer) => parent_scope.with(layer),
+                        Err(_) => parent_scope.with(ScopeLayer::deny_all(child)),
+                    },
+                    None => parent_scope,
+                };
+            }
+        }
+        for session in subtree {
+            self.revisit_session(&session, "the session was started with a scope", out);
+        }
+    }
+
+    /// A session's ancestors, its parent first (bounded, for a hand-edited
+    /// state file with a cycle).
+    fn ancestors(&self, session_id: &str) -> Vec<String> {
+        let mut chain: Vec<String> = Vec::new();
+        let mut current = self.sessions.get(session_id).and_then(|s| s.parent.clone());
+        while let Some(parent) = current {
+            if chain.contains(&parent) || chain.len() > self.sessions.len() {
+                break;
+            }
+            current = self.sessions.get(&parent).and_then(|s| s.parent.clone());
+            chain.push(parent);
+        }
+        chain
     }
 
     /// End a session and, first, every session it started: their pending
@@ -1248,6 +1315,7 @@ fn new_session(mode: Mode) -> Session {
         rules: None,
         scope: Scope::default(),
         explicit: false,
+        started: false,
         grants: Grants::default(),
         last_call: None,
         live: HashMap::new(),
