@@ -1032,11 +1032,7 @@ impl Broker {
                     return;
                 }
             }
-            if self
-                .ancestors(parent)
-                .iter()
-                .any(|ancestor| *ancestor == id)
-            {
+            if self.ancestors(parent).contains(&id) {
                 let message = format!(
                     "the session `{parent}` descends from `{id}`, so it cannot be its parent"
                 );
