@@ -113,8 +113,9 @@ struct ServeArgs {
 
     /// Keep grants and sessions in DIR so that they survive a restart: one
     /// file per project root, saved atomically; a corrupt file is moved aside
-    /// with a warning. Run one broker per project and state directory at a
-    /// time. Also TOOLGATE_STATE_DIR. [default: no state is kept]
+    /// with a warning. A running broker locks its file: a second broker for
+    /// the same project and directory keeps its changes in memory only. Also
+    /// TOOLGATE_STATE_DIR. [default: no state is kept]
     #[arg(long, value_name = "DIR")]
     state_dir: Option<PathBuf>,
 }

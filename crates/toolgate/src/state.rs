@@ -123,6 +123,10 @@ pub trait Store: Send {
 pub struct FileStore {
     path: PathBuf,
     project_root: String,
+    /// The lock held on `<file>.lock` while this store lives.
+    _lock: Option<std::sync::Arc<std::fs::File>>,
+    /// Why saves are refused, when another broker holds the file.
+    held_elsewhere: Option<String>,
 }
 
 impl FileStore {
@@ -137,6 +141,39 @@ impl FileStore {
         project_root: &Path,
         wall_ms: u64,
     ) -> (FileStore, Snapshot, Vec<String>) {
+        let (mut store, snapshot, mut warnings) =
+            FileStore::open_unlocked(dir, project_root, wall_ms);
+        if store.path.as_os_str().is_empty() || !dir.is_dir() {
+            return (store, snapshot, warnings);
+        }
+        // One broker per state file: a second one reads the state but keeps
+        // its changes in memory, rather than overwriting the first one's.
+        match lock(&store.path) {
+            Ok(file) => store._lock = Some(std::sync::Arc::new(file)),
+            Err(std::fs::TryLockError::WouldBlock) => {
+                warnings.push(format!(
+                    "another toolgate holds the state file {} (locked through {}); this broker starts from it but keeps its changes in memory only",
+                    store.path.display(),
+                    lock_path(&store.path).display()
+                ));
+                store.held_elsewhere = Some(format!(
+                    "another toolgate holds the state file {}",
+                    store.path.display()
+                ));
+            }
+            Err(std::fs::TryLockError::Error(err)) => warnings.push(format!(
+                "cannot lock {} ({err}); saving anyway, so run one broker per project and state directory",
+                lock_path(&store.path).display()
+            )),
+        }
+        (store, snapshot, warnings)
+    }
+
+    fn open_unlocked(
+        dir: &Path,
+        project_root: &Path,
+        wall_ms: u64,
+    ) -> (FileStore, Snapshot, Vec<String>) {
         let mut warnings = Vec::new();
         let root = root_string(project_root);
         let empty = Snapshot::new(project_root);
@@ -144,6 +181,8 @@ impl FileStore {
         let store = |path: PathBuf| FileStore {
             path,
             project_root: root.clone(),
+            _lock: None,
+            held_elsewhere: None,
         };
         if let Err(err) = create_dir(dir) {
             warnings.push(format!(
@@ -191,6 +230,8 @@ impl FileStore {
         let store = FileStore {
             path: PathBuf::new(),
             project_root: root.clone(),
+            _lock: None,
+            held_elsewhere: None,
         };
         (store, empty, warnings)
     }
@@ -205,6 +246,9 @@ impl Store for FileStore {
     /// Saves `snapshot` atomically, as the current [`VERSION`] and for this
     /// store's project root whatever the snapshot says.
     fn save(&mut self, snapshot: &Snapshot) -> Result<(), String> {
+        if let Some(why) = &self.held_elsewhere {
+            return Err(why.clone());
+        }
         if self.path.as_os_str().is_empty() {
             return Err("no state file is available for this project".to_string());
         }
@@ -565,6 +609,19 @@ pub fn revoke_grants(dir: &Path, ids: &[String]) -> Result<Revoked, String> {
         if removed.is_empty() {
             continue;
         }
+        // A running broker holds the file and would overwrite the change.
+        let _lock = match lock(&path) {
+            Ok(lock) => lock,
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(format!(
+                    "a running toolgate holds {}; revoke there with a revoke_grant frame",
+                    path.display()
+                ))
+            }
+            Err(std::fs::TryLockError::Error(err)) => {
+                return Err(format!("cannot lock {}: {err}", path.display()))
+            }
+        };
         snapshot.project_grants.retain(|grant| !wanted(grant));
         for session in &mut snapshot.sessions {
             session.grants.retain(|grant| !wanted(grant));
@@ -584,6 +641,25 @@ pub fn revoke_grants(dir: &Path, ids: &[String]) -> Result<Revoked, String> {
         first
     });
     Ok(revoked)
+}
+
+/// Take the lock of a state file (`<file>.lock`), held while the returned
+/// file is open.
+fn lock(path: &Path) -> Result<std::fs::File, std::fs::TryLockError> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(lock_path(path))
+        .map_err(std::fs::TryLockError::Error)?;
+    file.try_lock()?;
+    Ok(file)
+}
+
+fn lock_path(path: &Path) -> PathBuf {
+    let mut lock = path.as_os_str().to_owned();
+    lock.push(".lock");
+    PathBuf::from(lock)
 }
 
 /// The usable `project-*.json` files in `dir`, in name order.

@@ -22,6 +22,8 @@ fn names_in(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)
         .unwrap()
         .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+        // The lock files are bookkeeping.
+        .filter(|name| !name.ends_with(".lock"))
         .collect();
     names.sort();
     names
@@ -103,8 +105,11 @@ fn round_trip_and_no_temp_file_left_behind() {
         names_in(&dir),
         vec![store.path().file_name().unwrap().to_str().unwrap()]
     );
+    // A broker that stopped released the file.
+    let path = store.path().to_path_buf();
+    drop(store);
 
-    let (_, reloaded, warnings) = FileStore::open(&dir, root, 2);
+    let (mut store, reloaded, warnings) = FileStore::open(&dir, root, 2);
     assert!(warnings.is_empty(), "{warnings:?}");
     let mut expected = saved.clone();
     expected
@@ -113,7 +118,7 @@ fn round_trip_and_no_temp_file_left_behind() {
     assert_eq!(reloaded, expected);
 
     // Pretty, with sessions in sessionID order, and deterministic.
-    let text = std::fs::read_to_string(store.path()).unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
     assert!(text.starts_with("{\n  \"version\": 1,\n  \"projectRoot\": \"/work/project\""));
     assert!(text.find("\"main\"").unwrap() < text.find("\"worker\"").unwrap());
     store.save(&saved).unwrap();
@@ -127,6 +132,7 @@ fn save_writes_the_current_version_and_the_stores_root() {
     let root = Path::new("/work/project");
     let (mut store, _, _) = FileStore::open(&dir, root, 1);
     store.save(&Snapshot::default()).unwrap();
+    drop(store);
     let (_, reloaded, warnings) = FileStore::open(&dir, root, 2);
     assert!(warnings.is_empty(), "{warnings:?}");
     assert_eq!(reloaded, Snapshot::new(root));
@@ -276,8 +282,10 @@ fn a_file_of_another_project_is_left_alone() {
     store.save(&sample("/work/project")).unwrap();
     // The other project's file is untouched; ours lives next to it.
     assert_eq!(std::fs::read_to_string(&file).unwrap(), other);
+    let path = store.path().to_path_buf();
+    drop(store);
     let (again, reloaded, warnings) = FileStore::open(&dir, root, 2);
-    assert_eq!(again.path(), store.path());
+    assert_eq!(again.path(), path);
     assert_eq!(reloaded.project_grants, sample("/").project_grants);
     assert_eq!(warnings.len(), 1, "{warnings:?}");
     let _ = std::fs::remove_dir_all(&dir);
@@ -448,4 +456,34 @@ grant_1   session  main     bash        printf 'a\\nb'\\t*  /r
 grant_22  session  \"\"       bash        ls *              /r
 "
     );
+}
+
+/// One broker per state file: a second store starts from the state but
+/// refuses to save, and `grants revoke` refuses while a broker holds it.
+#[test]
+fn a_held_state_file_is_read_but_not_written() {
+    let dir = scratch("held");
+    let root = Path::new("/work/held");
+    let (mut first, _, warnings) = FileStore::open(&dir, root, 1);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    let mut snapshot = sample(&root.to_string_lossy());
+    first.save(&snapshot).unwrap();
+
+    let (mut second, loaded, warnings) = FileStore::open(&dir, root, 2);
+    assert_eq!(loaded.project_grants, snapshot.project_grants);
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].contains("another toolgate holds the state file"),
+        "{warnings:?}"
+    );
+    snapshot.project_grants.clear();
+    let err = second.save(&snapshot).unwrap_err();
+    assert!(err.contains("another toolgate holds"), "{err}");
+
+    let err = revoke_grants(&dir, &["grant_p1".to_string()]).unwrap_err();
+    assert!(err.contains("revoke_grant frame"), "{err}");
+    drop(first);
+    drop(second);
+    let revoked = revoke_grants(&dir, &["grant_p1".to_string()]).unwrap();
+    assert_eq!(revoked.removed.len(), 1);
 }
