@@ -149,7 +149,12 @@ impl FileStore {
         // One broker per state file: a second one reads the state but keeps
         // its changes in memory, rather than overwriting the first one's.
         match lock(&store.path) {
-            Ok(file) => store._lock = Some(std::sync::Arc::new(file)),
+            Ok(file) => {
+                store._lock = Some(std::sync::Arc::new(file));
+                // Only the holder of the lock writes this file, so temporary
+                // files left next to it are a crashed broker's: remove them.
+                remove_stale_temporaries(&store.path, &mut warnings);
+            }
             Err(std::fs::TryLockError::WouldBlock) => {
                 warnings.push(format!(
                     "another toolgate holds the state file {} (locked through {}); this broker starts from it but keeps its changes in memory only",
@@ -641,6 +646,31 @@ pub fn revoke_grants(dir: &Path, ids: &[String]) -> Result<Revoked, String> {
         first
     });
     Ok(revoked)
+}
+
+/// Remove `.<file>.tmp-*` left by a broker that died while saving.
+fn remove_stale_temporaries(path: &Path, warnings: &mut Vec<String>) {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str())) else {
+        return;
+    };
+    let prefix = format!(".{name}.tmp-");
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.filter_map(Result::ok) {
+        let stale = entry
+            .file_name()
+            .to_str()
+            .is_some_and(|entry_name| entry_name.starts_with(&prefix));
+        if stale {
+            if let Err(err) = std::fs::remove_file(entry.path()) {
+                warnings.push(format!(
+                    "cannot remove the stale temporary file {}: {err}",
+                    entry.path().display()
+                ));
+            }
+        }
+    }
 }
 
 /// Take the lock of a state file (`<file>.lock`), held while the returned

@@ -487,3 +487,19 @@ fn a_held_state_file_is_read_but_not_written() {
     let revoked = revoke_grants(&dir, &["grant_p1".to_string()]).unwrap();
     assert_eq!(revoked.removed.len(), 1);
 }
+
+/// A temporary file left by a broker that died mid-save is removed by the
+/// next broker that holds the file; other files are left alone.
+#[test]
+fn stale_temporary_files_are_removed_under_the_lock() {
+    let dir = scratch("stale-tmp");
+    let root = Path::new("/work/project");
+    let file = state_file(&dir, root);
+    let name = file.file_name().unwrap().to_str().unwrap().to_string();
+    std::fs::write(dir.join(format!(".{name}.tmp-999-1")), "{half").unwrap();
+    std::fs::write(dir.join(".other.json.tmp-999-1"), "x").unwrap();
+    let (_store, _, warnings) = FileStore::open(&dir, root, 1);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert_eq!(names_in(&dir), vec![".other.json.tmp-999-1".to_string()]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
