@@ -133,6 +133,28 @@ fn protocol_md_example_is_real() {
     );
 }
 
+/// The README's first command replays `examples/session.jsonl` in plan mode;
+/// its normalised output is kept in `examples/session.out.jsonl`.
+#[test]
+fn readme_example_session_is_real() {
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let session = std::fs::read_to_string(examples.join("session.jsonl")).unwrap();
+    let input = format!("# args: --mode plan\n{session}");
+    let (actual, problems) = run_input("readme-example", &input);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    let expected_path = examples.join("session.out.jsonl");
+    if std::env::var("UPDATE_EXPECT").is_ok_and(|v| v == "1") {
+        std::fs::write(&expected_path, &actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&expected_path).unwrap_or_default();
+    assert!(
+        expected == actual,
+        "examples/session.out.jsonl is stale (UPDATE_EXPECT=1 to rewrite):\n{}",
+        diff(&expected, &actual)
+    );
+}
+
 /// Run one transcript's input through the binary: the normalised output and any problems.
 fn run_input(name: &str, input: &str) -> (String, Vec<String>) {
     let root = support::project_dir(name);
