@@ -13,7 +13,7 @@ use std::path::Path;
 
 use crate::grants::{GrantPattern, GrantSpec};
 use crate::mode::{mode_answer, Action, Kind, Mode};
-use crate::paths::{normalize, RootedPath};
+use crate::paths::{is_plain, normalize, RootedPath};
 use crate::rules::Rule;
 use crate::scope::{ScopeRefusal, ScopeTarget};
 use crate::tools::{extract, ShellInput, Subject};
@@ -526,14 +526,6 @@ fn file_argument(word: &str) -> Option<&str> {
     (!word.is_empty() && !word.starts_with('-')).then_some(word)
 }
 
-/// A relative path with no `.`, `..` or empty segment: its own project-relative subject.
-fn is_plain(path: &str) -> bool {
-    !path.starts_with(['/', '~'])
-        && path
-            .split('/')
-            .all(|segment| !segment.is_empty() && segment != "." && segment != "..")
-}
-
 /// `read` for a file a shell command names, judged by the read rules alone
 /// (the mode allows reading); `always` grants that file.
 fn read_argument_check(subject: String) -> Check {
@@ -554,12 +546,7 @@ fn read_argument_check(subject: String) -> Check {
 /// project: absolute, `~`, or climbing with `..` (also as `--flag=PATH` or a
 /// redirection target). The device files every shell uses are not paths here.
 fn path_argument(word: &str) -> Option<&str> {
-    let word = word.trim_start_matches(|c: char| c.is_ascii_digit());
-    let word = word.trim_start_matches(['<', '>', '&', '|']);
-    let word = match word.split_once('=') {
-        Some((flag, value)) if flag.starts_with('-') => value,
-        _ => word,
-    };
+    let word = file_argument(word)?;
     let climbs =
         word == ".." || word.starts_with("../") || word.contains("/../") || word.ends_with("/..");
     let rooted = word.starts_with('/') || word == "~" || word.starts_with("~/");

@@ -2,6 +2,15 @@
 
 use std::path::{Component, Path, PathBuf};
 
+/// A relative path with no `.`, `..` or empty segment (so not empty
+/// either): relative to the project root, it is its own subject.
+pub(crate) fn is_plain(path: &str) -> bool {
+    !path.starts_with(['/', '~'])
+        && path
+            .split('/')
+            .all(|segment| !segment.is_empty() && segment != "." && segment != "..")
+}
+
 /// Resolve `path` against `base` and remove `.`, `..` and repeated `/`
 /// without touching the file system. `~` and `~/...` expand to `home` when known.
 pub fn normalize(path: &str, base: &Path, home: Option<&Path>) -> PathBuf {
@@ -52,12 +61,7 @@ impl RootedPath {
     /// A plain relative path under the root (no `.`, `..`, `~` or empty
     /// segments) skips the component walk.
     pub fn resolve(path: &str, base: &Path, root: &Path, home: Option<&Path>) -> RootedPath {
-        let plain = base == root
-            && !path.is_empty()
-            && !path.starts_with(['/', '~'])
-            && path
-                .split('/')
-                .all(|segment| !segment.is_empty() && segment != "." && segment != "..");
+        let plain = base == root && is_plain(path);
         if plain {
             return RootedPath {
                 absolute: root.join(path),
