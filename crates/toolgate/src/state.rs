@@ -507,25 +507,9 @@ fn sync_dir(dir: &Path) -> std::io::Result<()> {
     }
 }
 
-/// Whether a grant holds for the whole project or for one session.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum GrantScope {
-    /// Kept for every session of the project (`projectGrants`).
-    Project,
-    /// Kept for the session that made it.
-    Session,
-}
-
-impl GrantScope {
-    /// `project` or `session`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            GrantScope::Project => "project",
-            GrantScope::Session => "session",
-        }
-    }
-}
+/// Whether a grant holds for the whole project or for one session: the
+/// wire type, so the CLI's `--json` rows spell it as `list_grants` does.
+pub use toolgate_protocol::GrantScope;
 
 /// One stored grant, as `toolgate grants list` shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -606,12 +590,11 @@ pub fn revoke_grants(dir: &Path, ids: &[String]) -> Result<Revoked, String> {
     let mut revoked = Revoked::default();
     let files = project_files(dir, &mut revoked.warnings)?;
     let wanted = |grant: &StoredGrant| ids.contains(&grant.grant_id);
-    for (path, mut snapshot) in files {
-        let removed: Vec<GrantRow> = rows_of(&path, &snapshot)
-            .into_iter()
-            .filter(|row| ids.contains(&row.grant_id))
-            .collect();
-        if removed.is_empty() {
+    for (path, snapshot) in files {
+        if !rows_of(&path, &snapshot)
+            .iter()
+            .any(|row| ids.contains(&row.grant_id))
+        {
             continue;
         }
         // A running broker holds the file and would overwrite the change.
@@ -627,6 +610,21 @@ pub fn revoke_grants(dir: &Path, ids: &[String]) -> Result<Revoked, String> {
                 return Err(format!("cannot lock {}: {err}", path.display()))
             }
         };
+        // Read again under the lock: the file may have changed since listing.
+        let mut snapshot = match load(&path) {
+            Loaded::Snapshot(snapshot) => snapshot,
+            Loaded::Missing => continue,
+            Loaded::Unusable(reason) => {
+                revoked
+                    .warnings
+                    .push(format!("skipping {}: {reason}", path.display()));
+                continue;
+            }
+        };
+        let removed: Vec<GrantRow> = rows_of(&path, &snapshot)
+            .into_iter()
+            .filter(|row| ids.contains(&row.grant_id))
+            .collect();
         snapshot.project_grants.retain(|grant| !wanted(grant));
         for session in &mut snapshot.sessions {
             session.grants.retain(|grant| !wanted(grant));
