@@ -1,8 +1,20 @@
 //! Loading the labelled corpus (shared by the test files that include it).
 #![allow(dead_code)] // each test file uses part of this
 
-/// One line of `corpus.tsv`.
+/// The corpus files: `corpus.tsv` (the first wave) and one file per area of
+/// the plan-mode attack review (issue 8), so each area's spellings live together.
+pub const FILES: &[(&str, &str)] = &[
+    ("corpus.tsv", include_str!("corpus.tsv")),
+    ("corpus/syntax.tsv", include_str!("corpus/syntax.tsv")),
+    ("corpus/programs.tsv", include_str!("corpus/programs.tsv")),
+    ("corpus/git.tsv", include_str!("corpus/git.tsv")),
+    ("corpus/oracle.tsv", include_str!("corpus/oracle.tsv")),
+];
+
+/// One line of a corpus file.
 pub struct Case {
+    /// The file it came from (one of [`FILES`]).
+    pub file: &'static str,
     pub line: usize,
     pub label: String,
     pub source: String,
@@ -10,9 +22,15 @@ pub struct Case {
     pub command: String,
 }
 
-/// Every case of the corpus, with `⏎`, `␍` and `␀` turned back into characters.
+/// Every case of every corpus file, with `⏎`, `⇥`, `␍` and `␀` turned back into characters.
 pub fn corpus() -> Vec<Case> {
-    let text = include_str!("corpus.tsv");
+    FILES
+        .iter()
+        .flat_map(|(file, text)| parse(file, text))
+        .collect()
+}
+
+fn parse(file: &'static str, text: &str) -> Vec<Case> {
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() || line.starts_with('#') {
@@ -22,12 +40,12 @@ pub fn corpus() -> Vec<Case> {
         assert_eq!(
             cols.len(),
             4,
-            "corpus.tsv:{}: expected 4 tab-separated columns",
+            "{file}:{}: expected 4 tab-separated columns",
             i + 1
         );
         assert!(
             matches!(cols[0], "ro" | "no" | "ro-refused"),
-            "corpus.tsv:{}: bad label {:?}",
+            "{file}:{}: bad label {:?}",
             i + 1,
             cols[0]
         );
@@ -42,11 +60,12 @@ pub fn corpus() -> Vec<Case> {
                     | "reasonix"
                     | "own"
             ),
-            "corpus.tsv:{}: bad source {:?}",
+            "{file}:{}: bad source {:?}",
             i + 1,
             cols[1]
         );
         out.push(Case {
+            file,
             line: i + 1,
             label: cols[0].to_string(),
             source: cols[1].to_string(),

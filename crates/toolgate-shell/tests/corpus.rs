@@ -60,8 +60,8 @@ fn corpus() {
         };
         if let Some(problem) = check(&c.command, &expected) {
             let line = format!(
-                "corpus.tsv:{} [{}] {:?}: {problem}",
-                c.line, c.source, c.command
+                "{}:{} [{}] {:?}: {problem}",
+                c.file, c.line, c.source, c.command
             );
             match expected {
                 Expect::Refused { .. } if problem.starts_with("NOT READ-ONLY") => {
@@ -73,7 +73,7 @@ fn corpus() {
             mismatches.push(line);
         }
         if matches!(expected, Expect::KnownRefusal) {
-            refused_read_only.push(format!("corpus.tsv:{} {:?} (known)", c.line, c.command));
+            refused_read_only.push(format!("{}:{} {:?} (known)", c.file, c.line, c.command));
         }
     }
     println!(
