@@ -156,7 +156,7 @@ fn inner_texts() {
         ("zsh -c 'rm x'", &["rm x"]),
         ("bash -lc 'rm x'", &["rm x"]),
         ("bash -e -o pipefail -c 'rm x'", &["rm x"]),
-        ("/bin/bash -c 'rm x'", &["rm x"]),
+        ("/bin/bash -c 'rm x'", &["bash -c rm x", "rm x"]),
         ("eval 'rm -rf /'", &["rm -rf /"]),
         ("sudo timeout 5 rm x", &["timeout 5 rm x", "rm x"]),
         (
