@@ -884,7 +884,7 @@ pub(crate) fn is_wrapper(name: &str) -> bool {
             | "sed"
             | "make"
             | "ssh"
-    )
+    ) || crate::wrappers::is_runner(name)
 }
 
 /// Check a `planModeReadOnlyCommands` entry and split it into tokens.

@@ -810,6 +810,11 @@ fn runner(name: &str) -> Option<Runner> {
     })
 }
 
+/// Programs that run a command and are refused whatever they run.
+pub(crate) fn is_runner(name: &str) -> bool {
+    runner(name).is_some()
+}
+
 /// Where a runner's command starts; `Err` when its options cannot be read.
 fn runner_start(args: &[Word], spec: &Runner) -> Result<usize, ()> {
     let mut i = 0;

@@ -68,6 +68,12 @@ fn always_patterns() {
         ("git", &["git"]),
         ("npm run", &["npm run"]),
         // never widened: literal text
+        ("taskset 0x1 rm x", &["taskset 0x1 rm x"]),
+        ("chrt -f 10 ls", &["chrt -f 10 ls"]),
+        ("valgrind ls", &["valgrind ls"]),
+        ("unbuffer ls", &["unbuffer ls"]),
+        ("numactl -C 0 ls", &["numactl -C 0 ls"]),
+        ("/opt/x/rm -rf y", &["/opt/x/rm -rf y"]),
         ("rm -rf target", &["rm -rf target"]),
         ("rmdir x", &["rmdir x"]),
         ("dd if=a of=b", &["dd if=a of=b"]),
