@@ -743,31 +743,44 @@ struct Runner {
     value: &'static str,
     /// Long options that take a value when written without `=`.
     long_value: &'static [&'static str],
+    /// Long options without a value; with `strict`, any other long option
+    /// written without `=` means the options cannot be read.
+    long_flags: &'static [&'static str],
     /// Operands before the command (`chroot DIR`, `ssh HOST`, `chrt PRIO`).
     operands: usize,
     /// The command words are joined and run by a shell (`ssh`, `watch`).
     shell: bool,
-    /// The options are too many to read reliably: record candidates instead.
-    fuzzy: bool,
+    /// Only the long options listed are understood (see `long_flags`).
+    strict: bool,
 }
 
 const fn plain_runner(operands: usize) -> Runner {
     Runner {
         value: "",
         long_value: &[],
+        long_flags: &[],
         operands,
         shell: false,
-        fuzzy: false,
+        strict: false,
     }
 }
 
-const fn fuzzy_runner() -> Runner {
+/// A runner with many options: short letters that take a value, long
+/// options that do, and the long ones that do not; any other long option
+/// without `=` sends the reader to candidates.
+const fn strict_runner(
+    value: &'static str,
+    long_value: &'static [&'static str],
+    long_flags: &'static [&'static str],
+    operands: usize,
+) -> Runner {
     Runner {
-        value: "",
-        long_value: &[],
-        operands: 0,
+        value,
+        long_value,
+        long_flags,
+        operands,
         shell: false,
-        fuzzy: true,
+        strict: true,
     }
 }
 
@@ -803,8 +816,125 @@ fn runner(name: &str) -> Option<Runner> {
             shell: true,
             ..plain_runner(1)
         },
-        "strace" | "ltrace" | "numactl" | "unshare" | "nsenter" | "systemd-run" | "fakeroot"
-        | "faketime" | "torsocks" | "proxychains" | "proxychains4" | "xvfb-run" => fuzzy_runner(),
+        "strace" => strict_runner(
+            "abeEIoOpPsSuUX",
+            &[
+                "--output",
+                "--trace",
+                "--attach",
+                "--trace-path",
+                "--string-limit",
+                "--user",
+                "--env",
+            ],
+            &[
+                "--follow-forks",
+                "--summary",
+                "--summary-only",
+                "--output-separately",
+                "--daemonize",
+                "--no-abbrev",
+                "--decode-pids",
+                "--stack-trace",
+                "--seccomp-bpf",
+            ],
+            0,
+        ),
+        "ltrace" => strict_runner(
+            "aADeFlnopsuwx",
+            &["--output", "--library"],
+            &["--demangle"],
+            0,
+        ),
+        "numactl" => strict_runner(
+            "ipmNCP",
+            &[],
+            &["--all", "--localalloc", "--show", "--hardware"],
+            0,
+        ),
+        "unshare" => strict_runner(
+            "SGRw",
+            &["--setuid", "--setgid", "--root", "--wd", "--propagation"],
+            &[
+                "--fork",
+                "--map-root-user",
+                "--map-current-user",
+                "--mount-proc",
+                "--user",
+                "--pid",
+                "--net",
+                "--mount",
+                "--uts",
+                "--ipc",
+                "--cgroup",
+                "--time",
+                "--kill-child",
+            ],
+            0,
+        ),
+        "nsenter" => strict_runner(
+            "tSG",
+            &["--target", "--setuid", "--setgid"],
+            &[
+                "--all",
+                "--mount",
+                "--uts",
+                "--ipc",
+                "--net",
+                "--pid",
+                "--user",
+                "--cgroup",
+                "--time",
+                "--preserve-credentials",
+                "--no-fork",
+                "--root",
+                "--wd",
+            ],
+            0,
+        ),
+        "systemd-run" => strict_runner(
+            "upEMH",
+            &[
+                "--unit",
+                "--property",
+                "--setenv",
+                "--machine",
+                "--host",
+                "--description",
+                "--slice",
+                "--uid",
+                "--gid",
+                "--nice",
+                "--working-directory",
+            ],
+            &[
+                "--user",
+                "--system",
+                "--scope",
+                "--wait",
+                "--pty",
+                "--pipe",
+                "--quiet",
+                "--collect",
+                "--same-dir",
+                "--shell",
+                "--no-block",
+                "--no-ask-password",
+                "--remain-after-exit",
+                "--send-sighup",
+            ],
+            0,
+        ),
+        "fakeroot" => strict_runner("lisb", &["--lib", "--faked"], &["--unknown-is-real"], 0),
+        "faketime" => strict_runner("p", &["--date-prog"], &["--exclude-monotonic"], 1),
+        "torsocks" => strict_runner(
+            "upaP",
+            &["--user", "--pass", "--address", "--port"],
+            &["--isolate", "--debug", "--quiet"],
+            0,
+        ),
+        "proxychains" | "proxychains4" => strict_runner("f", &[], &[], 0),
+        "xvfb-run" => strict_runner("efnpsw", &[], &["--auto-servernum", "--listen-tcp"], 0),
         "flock" | "su" | "runuser" | "script" | "gdb" | "parallel" => plain_runner(0),
         _ => return None,
     })
@@ -830,10 +960,9 @@ fn runner_start(args: &[Word], spec: &Runner) -> Result<usize, ()> {
         if let Some(long) = a.strip_prefix("--") {
             if spec.long_value.contains(&a) {
                 i += 1;
-            } else if !long.contains('=')
-                && !long.is_empty()
-                && spec.long_value.iter().any(|v| v.starts_with(a))
-            {
+            } else if long.contains('=') || spec.long_flags.contains(&a) {
+            } else if spec.strict || spec.long_value.iter().any(|v| v.starts_with(a)) {
+                // Unknown, or an abbreviation of an option that takes a value.
                 return Err(());
             }
             continue;
@@ -945,7 +1074,6 @@ fn describe_runner(
                 describe_script(&join(&command[i..]), env, state, depth, inner);
             }
         }
-        _ if spec.fuzzy => describe_candidates(args, env, state, depth, inner),
         _ => match runner_start(args, &spec) {
             Ok(i) if spec.shell => {
                 if let Some(rest) = args.get(i..).filter(|r| !r.is_empty()) {
