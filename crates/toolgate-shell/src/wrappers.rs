@@ -26,12 +26,22 @@ pub(crate) fn judge(
 ) -> Option<Result<(), Refusal>> {
     let result = match name {
         "sudo" | "doas" => {
-            let start = sudo(args);
+            let start = if name == "doas" {
+                let short = Short {
+                    value: "aCu",
+                    optional: "",
+                    forbidden: "",
+                };
+                options("doas", args, &short, &[], &[], 0)
+            } else {
+                sudo(args)
+            };
             describe_only(args, start, env, state, depth, inner);
             Err(refusal(format!("`{name}` runs a command as another user")))
         }
         "nohup" => {
-            describe_only(args, Ok(Some(0)), env, state, depth, inner);
+            let start = usize::from(args.first().is_some_and(|a| a.text == "--"));
+            describe_only(args, Ok(Some(start)), env, state, depth, inner);
             Err(refusal("`nohup` can write nohup.out"))
         }
         "exec" => {
