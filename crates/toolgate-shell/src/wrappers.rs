@@ -1070,6 +1070,35 @@ fn describe_runner(
                 }
             }
         }
+        // `ssh -o ProxyCommand=CMD HOST CMD`: both run (the first one here).
+        "ssh" => {
+            let mut i = 0;
+            while let Some(w) = args.get(i) {
+                i += 1;
+                let option = match w.text.as_str() {
+                    "-o" => args.get(i).map(|v| v.text.as_str()),
+                    t => t.strip_prefix("-o"),
+                };
+                let Some(option) = option else { continue };
+                let (key, value) = option.split_once(['=', ' ', '\t']).unwrap_or((option, ""));
+                if key.eq_ignore_ascii_case("ProxyCommand")
+                    || key.eq_ignore_ascii_case("LocalCommand")
+                {
+                    describe_script(
+                        value.trim_start_matches(['=', ' ', '\t']),
+                        env,
+                        state,
+                        depth,
+                        inner,
+                    );
+                }
+            }
+            if let Ok(i) = runner_start(args, &spec) {
+                if let Some(rest) = args.get(i..).filter(|r| !r.is_empty()) {
+                    describe_script(&join(rest), env, state, depth, inner);
+                }
+            }
+        }
         // `parallel [OPTIONS] COMMAND ::: ARGS`: the command is run by a shell.
         "parallel" => {
             let end = args
