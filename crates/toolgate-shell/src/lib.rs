@@ -111,7 +111,7 @@
 //! `env -S`, `su -c`, `script -c`, `flock FILE -c`, `watch`, `ssh HOST CMD`,
 //! `parallel CMD :::`, `gdb --args`, `gdb -ex 'shell CMD'`, `chroot DIR`,
 //! ...). Where a wrapper's options cannot be read, the commands starting at
-//! each of its first four words that are not options are recorded: a rule
+//! each of its first eight words that are not options are recorded: a rule
 //! then matches whichever one runs. The `always` pattern is the arity
 //! prefix plus ` *` with OpenCode's arity table (flags before the subcommand
 //! skipped), or the literal text for destructive and code-running programs.

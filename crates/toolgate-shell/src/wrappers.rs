@@ -119,7 +119,16 @@ fn describe_at(
 }
 
 /// How many possible starts are recorded when a wrapper's options cannot be read.
-const MAX_CANDIDATES: usize = 4;
+const MAX_CANDIDATES: usize = 8;
+/// Candidates stop once a command has this many inner texts, or this many
+/// bytes of them (nested wrappers whose options cannot be read would
+/// otherwise multiply them).
+const MAX_INNER: usize = 256;
+const MAX_INNER_BYTES: usize = 1 << 20;
+
+fn over_budget(inner: &[String]) -> bool {
+    inner.len() >= MAX_INNER || inner.iter().map(String::len).sum::<usize>() >= MAX_INNER_BYTES
+}
 
 /// When a wrapper's options cannot be read, record the command that would
 /// start at each of the first few words that do not look like options: a
@@ -135,6 +144,9 @@ fn describe_candidates(
         .filter(|&i| !args[i].text.starts_with('-'))
         .take(MAX_CANDIDATES);
     for i in starts {
+        if over_budget(inner) {
+            break;
+        }
         describe_at(args, i, env, state, depth, inner);
     }
 }
@@ -1110,6 +1122,9 @@ fn describe_runner(
                 .filter(|&i| !command[i].text.starts_with('-'))
                 .take(MAX_CANDIDATES);
             for i in starts {
+                if over_budget(inner) {
+                    break;
+                }
                 describe_script(&join(&command[i..]), env, state, depth, inner);
             }
         }

@@ -151,3 +151,20 @@ fn other_programs_are_not_shown_as_rm() {
         check(script, false);
     }
 }
+
+#[test]
+fn candidates_stay_bounded() {
+    // Nested wrappers whose options cannot be read: the candidates of each
+    // level would multiply without the budget.
+    let script = format!(
+        "{}a b c d e f g {}",
+        "sudo --bogus ".repeat(8),
+        "x ".repeat(50_000)
+    );
+    let a = analyze(Script::Text(&script), &Options::default());
+    let inner: Vec<&String> = a.commands.iter().flat_map(|c| &c.inner).collect();
+    let bytes: usize = inner.iter().map(|t| t.len()).sum();
+    assert!(inner.len() <= 300, "{} inner texts", inner.len());
+    assert!(bytes <= (1 << 20) + 10 * script.len(), "{bytes} bytes");
+    assert!(!a.is_read_only());
+}
