@@ -259,6 +259,18 @@ pub(crate) fn judge_argv(
     let Some((first, args)) = words.split_first() else {
         return Err(Refusal::new("empty command"));
     };
+    // A program given by a path (`/bin/rm`, `./rm`, `/opt/x/rm`) is also
+    // recorded under its name, so a rule such as `rm *` sees it.
+    let base = first.text.rsplit('/').next().unwrap_or_default();
+    let by_path = first.text.contains('/') && !base.is_empty();
+    if by_path {
+        let mut text = base.to_string();
+        if !args.is_empty() {
+            text.push(' ');
+            text.push_str(&join(args));
+        }
+        inner.push(text);
+    }
     if let Some(e) = &first.expansion {
         return Err(Refusal::new(format!(
             "expansion `{e}` in the program name cannot be proven read-only"
@@ -270,7 +282,17 @@ pub(crate) fn judge_argv(
             first.text
         )));
     }
-    let name = program_name(first)?;
+    let name = match program_name(first) {
+        Ok(name) => name,
+        Err(e) => {
+            // Refused by path; still record what it would run as `base`.
+            if by_path {
+                let mut scratch = state.clone();
+                let _ = wrappers::judge(base, args, env, &mut scratch, depth, inner);
+            }
+            return Err(e);
+        }
+    };
     if let Some(result) = wrappers::judge(name, args, env, state, depth, inner) {
         return result;
     }

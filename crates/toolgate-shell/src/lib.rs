@@ -32,14 +32,23 @@
 //!
 //! * Always read-only: `cat cd cut df diff dirname basename du echo printf
 //!   false true head tail id ls nl paste pwd readlink realpath rev seq stat tr
-//!   uname wc which whoami grep egrep fgrep test [ tac cmp comm expr jq sleep`
-//!   (`printf -v` and `test -v` excepted).
+//!   uname wc which whoami grep egrep fgrep test [ tac cmp comm expr jq sleep
+//!   column od hexdump strings sha1sum sha224sum sha256sum sha384sum
+//!   sha512sum md5sum b2sum cksum nproc free ps type locale` (`test -v`
+//!   excepted; `printf` only with a plain format word without a `%n`
+//!   conversion, which assigns a variable like `printf -v` does: `%n`,
+//!   `%-5n`, `%*n`, `%ln` in any argument are refused).
 //! * With flag exceptions: `find` (no `-exec`, `-delete`, `-fprint`, ...),
 //!   `rg` (no `--pre`, `--hostname-bin`, `-z`), `sed` (only `-n` with a print
-//!   script such as `1,40p`), `sort` (no `-o`, `--compress-program`),
-//!   `base64` and `tree` (no `-o`), `uniq` (one file at most), `file` (no
-//!   `-m`, `-f`, `-C`), `date` (no `-s`), `hostname` (no argument). GNU long
-//!   options are also caught abbreviated (`sort --outp=x`).
+//!   script such as `1,40p` or `/\[deps\]/,/^\[/p`: addresses are line
+//!   numbers, `$`, `first~step`, `addr,+N` and `/regex/` read as GNU sed
+//!   reads them, with backslash escapes and `I`/`M` flags; commands only `p`,
+//!   `q` and `=`), `sort` (no `-o`, `--compress-program`), `base64` and
+//!   `tree` (no `-o`), `uniq` (one file at most), `xxd` (one file at most: a
+//!   second one is written), `file` (no `-m`, `-f`, `-C`), `date` (no `-s`,
+//!   `--set` or its abbreviations, and no operand but `+FORMAT`: `date
+//!   0101000030` sets the clock), `hostname` (no argument). GNU long options
+//!   are also caught abbreviated (`sort --outp=x`).
 //! * `git` with `status log diff show branch blame grep ls-files ls-tree
 //!   rev-parse rev-list describe reflog shortlog cat-file for-each-ref
 //!   name-rev remote tag`, with `branch`, `tag`, `remote` and `reflog` only
@@ -64,6 +73,19 @@
 //! `1>&2`, input from a file and here-documents. Programs named by a path are
 //! judged by their basename only in `/bin`, `/usr/bin` and `/usr/local/bin`.
 //!
+//! Among the wrappers, `env` stays read-only only with `-0`, `-v`, `--null`,
+//! `--debug` and harmless assignments: `env -i`, `env -`, `-u NAME`,
+//! `--unset`, `--ignore-environment` (abbreviated or in clusters such as
+//! `-iu`) are refused, because bash's default search path, used when PATH
+//! is gone, ends in `.` and runs a program planted in the project. `xargs` is
+//! read as GNU xargs reads its options (abbreviations included) and refuses
+//! `-I`, `-i`, `--replace` and `--process-slot-var`, which sets a variable
+//! in every command it runs. Programs that run a command (`setsid`, `watch`,
+//! `flock`, `chroot`, `su`, `runuser`, `script`, `strace`, `ltrace`,
+//! `valgrind`, `gdb`, `unbuffer`, `parallel`, `ssh`, `pkexec`, `chrt`,
+//! `taskset`, `numactl`, `unshare`, `nsenter`, `firejail`, `systemd-run`,
+//! `busybox`, ...) are never read-only, whatever they run.
+//!
 //! ```
 //! use toolgate_shell::{analyze, Options, Script};
 //!
@@ -79,9 +101,18 @@
 //! # Patterns
 //!
 //! Each [`SimpleCommand`] carries its `text` (decoded words joined by single
-//! spaces, then its redirections), its `inner` texts (the command with
-//! wrappers removed, and every command of a `bash -c` script) so a rule such
-//! as `rm *` can deny `sudo rm -rf /`, and its `always` pattern: the arity
+//! spaces, then its redirections), its `inner` texts so a rule such as `rm *`
+//! can deny `sudo rm -rf /`, and its `always` pattern. The inner texts are:
+//! the command with wrappers removed; every command of a `bash -c` or `eval`
+//! script; the command again with a program given by any path named by its
+//! basename (`/opt/x/rm -rf` gives `rm -rf`, `./rm x` gives `rm x`); the
+//! commands `find -exec/-execdir/-ok/-okdir ... ;|+` runs; and what the
+//! programs that run a command run, also where they are refused (`xargs -I`,
+//! `env -S`, `su -c`, `script -c`, `flock FILE -c`, `watch`, `ssh HOST CMD`,
+//! `parallel CMD :::`, `gdb --args`, `gdb -ex 'shell CMD'`, `chroot DIR`,
+//! ...). Where a wrapper's options cannot be read, the commands starting at
+//! each of its first eight words that are not options are recorded: a rule
+//! then matches whichever one runs. The `always` pattern is the arity
 //! prefix plus ` *` with OpenCode's arity table (flags before the subcommand
 //! skipped), or the literal text for destructive and code-running programs.
 //!
@@ -96,6 +127,9 @@
 //! let a = analyze(Script::Text("sudo bash -c 'rm -rf /'"), &opts);
 //! assert_eq!(a.commands[0].always, "sudo bash -c rm -rf /");
 //! assert_eq!(a.commands[0].inner, ["bash -c rm -rf /", "rm -rf /"]);
+//!
+//! let a = analyze(Script::Text("find . -exec /opt/bin/rm -f {} +"), &opts);
+//! assert_eq!(a.commands[0].inner, ["/opt/bin/rm -f {}", "rm -f {}"]);
 //! ```
 //!
 //! Codex-style argv works too: `["bash", "-lc", SCRIPT]` analyses the

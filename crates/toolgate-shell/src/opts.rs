@@ -26,6 +26,33 @@ pub(crate) struct Rules {
     pub long_safe: &'static [&'static str],
 }
 
+/// How a long option takes its value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Arg {
+    /// No value.
+    No,
+    /// A value, attached with `=` or in the next word.
+    Required,
+    /// A value only when attached with `=`.
+    Optional,
+}
+
+/// The long options `name` (without `--` and `=value`) selects, as GNU
+/// getopt_long reads it: an exact name, else every option it abbreviates.
+/// Empty when it names none; several when it is ambiguous.
+pub(crate) fn long_matches<'t>(
+    name: &str,
+    table: &'t [(&'static str, Arg)],
+) -> Vec<&'t (&'static str, Arg)> {
+    if let Some(exact) = table.iter().find(|(n, _)| *n == name) {
+        return vec![exact];
+    }
+    if name.is_empty() {
+        return Vec::new();
+    }
+    table.iter().filter(|(n, _)| n.starts_with(name)).collect()
+}
+
 /// Read one short-option cluster (without its `-`). `Err(letter)` for a
 /// forbidden letter; `Ok(true)` when the next argument is the last option's value.
 pub(crate) fn short_cluster(cluster: &str, spec: &Short) -> Result<bool, char> {

@@ -2,7 +2,7 @@
 //! or subcommands make them write or run other programs.
 
 use crate::analysis::{Env, State};
-use crate::opts::{self, plain_args, Rules, Short};
+use crate::opts::{self, plain_args, Arg, Rules, Short};
 use crate::syntax::Word;
 use crate::{git, Refusal};
 
@@ -51,6 +51,23 @@ pub(crate) fn always_read_only(name: &str) -> bool {
             | "expr"
             | "jq"
             | "sleep"
+            | "column"
+            | "od"
+            | "hexdump"
+            | "strings"
+            | "sha1sum"
+            | "sha224sum"
+            | "sha256sum"
+            | "sha384sum"
+            | "sha512sum"
+            | "md5sum"
+            | "b2sum"
+            | "cksum"
+            | "nproc"
+            | "free"
+            | "ps"
+            | "type"
+            | "locale"
     )
 }
 
@@ -71,15 +88,7 @@ pub(crate) fn judge(
             cd(args, state);
             Ok(())
         }
-        "printf" => {
-            if args
-                .first()
-                .is_some_and(|a| !a.is_plain() || a.text.starts_with("-v"))
-            {
-                return Err(Refusal::new("`printf -v` assigns a shell variable"));
-            }
-            Ok(())
-        }
+        "printf" => printf(args),
         "test" | "[" | "[[" => test(name, args),
         _ if always_read_only(name) => Ok(()),
         "find" => find(args),
@@ -89,7 +98,8 @@ pub(crate) fn judge(
         "base64" => checked(name, args, &BASE64).map(drop),
         "tree" => checked(name, args, &TREE).map(drop),
         "file" => checked(name, args, &FILE).map(drop),
-        "date" => checked(name, args, &DATE).map(drop),
+        "date" => date(args),
+        "xxd" => xxd(args),
         "uniq" => {
             let positional = checked(name, args, &UNIQ)?;
             if positional.len() > 1 {
@@ -231,15 +241,6 @@ const FILE: Rules = Rules {
     long: &["--magic-file", "--files-from", "--compile", "--uncompress"],
     long_safe: &[],
 };
-const DATE: Rules = Rules {
-    short: Short {
-        value: "dfr",
-        optional: "I",
-        forbidden: "s",
-    },
-    long: &["--set"],
-    long_safe: &[],
-};
 const UNIQ: Rules = Rules {
     short: Short {
         value: "fsw",
@@ -293,6 +294,186 @@ fn test(name: &str, args: &[Word]) -> Result<(), Refusal> {
         return Ok(());
     }
     plain_args(name, args)
+}
+
+/// `printf [-v VAR] [--] FORMAT [ARGUMENT]...`: bash's builtin assigns a
+/// variable with `-v` and with every `%n` conversion of its format
+/// (`%n`, `%-5n`, `%*n`, `%ln`), so the format must be a plain word without one.
+fn printf(args: &[Word]) -> Result<(), Refusal> {
+    let Some(first) = args.first() else {
+        return Ok(());
+    };
+    if first.text.starts_with("-v") {
+        return Err(Refusal::new("`printf -v` assigns a shell variable"));
+    }
+    let format = if first.is_plain() && first.text == "--" {
+        args.get(1)
+    } else {
+        Some(first)
+    };
+    if format.is_some_and(|f| !f.is_plain()) {
+        return Err(Refusal::new(
+            "the format of `printf` contains an expansion, which could hold `%n` (assigns a shell variable)",
+        ));
+    }
+    if args.iter().any(|a| a.is_plain() && printf_assigns(&a.text)) {
+        return Err(Refusal::new("`printf %n` assigns a shell variable"));
+    }
+    Ok(())
+}
+
+/// Does a printf format contain a `%n` conversion (flags, width, precision,
+/// `*`, `N$` and length modifiers allowed in between)?
+fn printf_assigns(format: &str) -> bool {
+    let b = format.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] != b'%' {
+            i += 1;
+            continue;
+        }
+        i += 1;
+        if b.get(i) == Some(&b'%') {
+            i += 1;
+            continue;
+        }
+        while b
+            .get(i)
+            .is_some_and(|c| c.is_ascii_digit() || b"-+ #0'*.$hlLqjzt".contains(c))
+        {
+            i += 1;
+        }
+        if b.get(i) == Some(&b'n') {
+            return true;
+        }
+    }
+    false
+}
+
+/// GNU `date`'s long options.
+const DATE_LONG: &[(&str, Arg)] = &[
+    ("date", Arg::Required),
+    ("debug", Arg::No),
+    ("file", Arg::Required),
+    ("iso-8601", Arg::Optional),
+    ("reference", Arg::Required),
+    ("resolution", Arg::No),
+    ("rfc-email", Arg::No),
+    ("rfc-822", Arg::No),
+    ("rfc-2822", Arg::No),
+    ("rfc-3339", Arg::Required),
+    ("set", Arg::Required),
+    ("uct", Arg::No),
+    ("utc", Arg::No),
+    ("universal", Arg::No),
+    ("help", Arg::No),
+    ("version", Arg::No),
+];
+
+/// `date` only reads with `+FORMAT` operands: any other operand
+/// (`MMDDhhmm[[CC]YY][.ss]`) sets the clock, like `-s` and `--set` (and its
+/// abbreviations `--s`, `--se`). Options are read as GNU getopt does:
+/// permuted, clustered, values attached or in the next word.
+fn date(args: &[Word]) -> Result<(), Refusal> {
+    plain_args("date", args)?;
+    let set = || opts::flag_refusal("date", "--set");
+    let mut i = 0;
+    let mut end = false;
+    while let Some(w) = args.get(i) {
+        let a = w.text.as_str();
+        i += 1;
+        if end || a == "-" || !a.starts_with('-') {
+            if a.starts_with('+') {
+                continue;
+            }
+            return Err(Refusal::new(format!(
+                "`date {a}`: an operand other than `+FORMAT` sets the clock"
+            )));
+        }
+        if a == "--" {
+            end = true;
+            continue;
+        }
+        if let Some(long) = a.strip_prefix("--") {
+            let (name, attached) = match long.split_once('=') {
+                Some((n, _)) => (n, true),
+                None => (long, false),
+            };
+            let hits = opts::long_matches(name, DATE_LONG);
+            if hits.iter().any(|(n, _)| *n == "set") {
+                return Err(set());
+            }
+            let Some((_, kind)) = hits.first() else {
+                return Err(Refusal::new(format!(
+                    "`date` option `{a}` is not understood"
+                )));
+            };
+            if hits.iter().any(|(_, k)| k != kind) {
+                return Err(Refusal::new(format!("`date` option `{a}` is ambiguous")));
+            }
+            if *kind == Arg::Required && !attached {
+                i += 1;
+            }
+            continue;
+        }
+        let cluster = &a[1..];
+        for (j, ch) in cluster.char_indices() {
+            match ch {
+                's' => return Err(opts::flag_refusal("date", "-s")),
+                'R' | 'u' => {}
+                'I' => break,
+                'd' | 'f' | 'r' => {
+                    if j + 1 == cluster.len() {
+                        i += 1;
+                    }
+                    break;
+                }
+                _ => {
+                    return Err(Refusal::new(format!(
+                        "`date` option `-{ch}` is not understood"
+                    )))
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `xxd [OPTIONS] [INFILE [OUTFILE]]`: a second operand is a file xxd writes
+/// (truncated, or patched in place with `-r`). Options as xxd reads them:
+/// `--x` is `-x`, the first non-option ends them, and a value option written
+/// alone (`-c 8`, `-s -32`) takes the next word whatever it looks like.
+/// A longer spelling (`-cols 8`) is counted as if its value were attached,
+/// which can only count more operands, never fewer.
+fn xxd(args: &[Word]) -> Result<(), Refusal> {
+    plain_args("xxd", args)?;
+    let mut i = 0;
+    while let Some(w) = args.get(i) {
+        let a = w.text.as_str();
+        let opt = if a.starts_with("--") && a.len() > 2 {
+            &a[1..]
+        } else {
+            a
+        };
+        if opt == "--" {
+            i += 1;
+            break;
+        }
+        if !opt.starts_with('-') || opt == "-" {
+            break;
+        }
+        i += 1;
+        let letter = opt[1..].chars().next();
+        if opt.len() == 2 && letter.is_some_and(|c| "cglson".contains(c)) {
+            i += 1;
+        }
+    }
+    if args.len().saturating_sub(i) > 1 {
+        return Err(Refusal::new(
+            "`xxd INFILE OUTFILE` writes its second file argument",
+        ));
+    }
+    Ok(())
 }
 
 fn hostname(args: &[Word]) -> Result<(), Refusal> {
@@ -462,19 +643,39 @@ fn sed_print_script(script: &str) -> bool {
                 while b.get(*i).is_some_and(u8::is_ascii_digit) {
                     *i += 1;
                 }
+                // `first~step`
+                if b.get(*i) == Some(&b'~') {
+                    *i += 1;
+                    if !b.get(*i).is_some_and(u8::is_ascii_digit) {
+                        return false;
+                    }
+                    while b.get(*i).is_some_and(u8::is_ascii_digit) {
+                        *i += 1;
+                    }
+                }
                 true
             }
             Some(b'/') => {
+                // As GNU sed's match_slash reads it: a backslash takes the
+                // next character with it (`\/`, `\[`), a newline ends nothing.
                 *i += 1;
                 while let Some(&c) = b.get(*i) {
-                    if c == b'/' {
-                        *i += 1;
-                        return true;
+                    match c {
+                        b'/' => {
+                            *i += 1;
+                            // Regex flags: case-insensitive, multi-line.
+                            while matches!(b.get(*i), Some(b'I' | b'M')) {
+                                *i += 1;
+                            }
+                            return true;
+                        }
+                        b'\n' => return false,
+                        b'\\' => match b.get(*i + 1) {
+                            None | Some(b'\n') => return false,
+                            Some(_) => *i += 2,
+                        },
+                        _ => *i += 1,
                     }
-                    if matches!(c, b'\\' | b'\n') {
-                        return false;
-                    }
-                    *i += 1;
                 }
                 false
             }
@@ -493,6 +694,12 @@ fn sed_print_script(script: &str) -> bool {
             }
             if b.get(i) == Some(&b',') {
                 i += 1;
+                // `addr,+N` and `addr,~N`
+                if matches!(b.get(i), Some(b'+' | b'~'))
+                    && b.get(i + 1).is_some_and(u8::is_ascii_digit)
+                {
+                    i += 1;
+                }
                 if !address(&mut i) {
                     return false;
                 }
@@ -677,7 +884,7 @@ pub(crate) fn is_wrapper(name: &str) -> bool {
             | "sed"
             | "make"
             | "ssh"
-    )
+    ) || crate::wrappers::is_runner(name)
 }
 
 /// Check a `planModeReadOnlyCommands` entry and split it into tokens.
@@ -737,6 +944,14 @@ mod tests {
             "1,$p",
             "5!p",
             "=",
+            "/\\[deps\\]/,/^\\[/p",
+            "/a\\/b/p",
+            "/\\t\\.x\\//p",
+            "/todo/Ip",
+            "0,/x/p",
+            "1~2p",
+            "/x/,+3p",
+            "/x/,~4p",
         ] {
             assert!(sed_print_script(ok), "{ok}");
         }
@@ -750,6 +965,20 @@ mod tests {
             "",
             "{p}",
             "/a\\/p",
+            "/a\\",
+            "/a\\\n/p",
+            "/a\\/p;w x",
+            "/\\[deps\\]/w x",
+            "/x/I w x",
+            "/x/Iw x",
+            "1~p",
+            "1,+p",
+            "/a/r /etc/passwd",
+            "/a/e ls",
+            "/a/R x",
+            "/a/W x",
+            "s/a/b/w x",
+            "0,/x/s/a/b/e",
         ] {
             assert!(!sed_print_script(bad), "{bad}");
         }

@@ -3,7 +3,7 @@
 //! text is recorded so rules can match it.
 
 use crate::analysis::{analyze_text, enter, program_name, too_deep, Env, State, MAX_DEPTH};
-use crate::opts::{short_cluster, Short};
+use crate::opts::{long_matches, short_cluster, Arg, Short};
 use crate::syntax::{join, Word};
 use crate::table;
 use crate::Refusal;
@@ -26,16 +26,26 @@ pub(crate) fn judge(
 ) -> Option<Result<(), Refusal>> {
     let result = match name {
         "sudo" | "doas" => {
-            let start = sudo(args);
+            let start = if name == "doas" {
+                let short = Short {
+                    value: "aCu",
+                    optional: "",
+                    forbidden: "",
+                };
+                options("doas", args, &short, &[], &[], 0)
+            } else {
+                sudo(args)
+            };
             describe_only(args, start, env, state, depth, inner);
             Err(refusal(format!("`{name}` runs a command as another user")))
         }
         "nohup" => {
-            describe_only(args, Ok(Some(0)), env, state, depth, inner);
+            let start = usize::from(args.first().is_some_and(|a| a.text == "--"));
+            describe_only(args, Ok(Some(start)), env, state, depth, inner);
             Err(refusal("`nohup` can write nohup.out"))
         }
         "exec" => {
-            describe_only(args, Ok(Some(0)), env, state, depth, inner);
+            describe_only(args, exec_start(args), env, state, depth, inner);
             Err(refusal(
                 "`exec` replaces the shell and can redirect its files",
             ))
@@ -60,6 +70,15 @@ pub(crate) fn judge(
         "command" => descend(args, command(args), true, env, state, depth, inner),
         "builtin" => descend(args, Ok(Some(0)), true, env, state, depth, inner),
         "xargs" => xargs(args, env, state, depth, inner),
+        "find" => {
+            // Judged by the table; only the commands it runs are recorded here.
+            find_commands(args, env, state, depth, inner);
+            return None;
+        }
+        _ if runner(name).is_some() => {
+            describe_runner(name, args, env, state, depth, inner);
+            Err(refusal(format!("`{name}` runs a command")))
+        }
         _ if matches!(name, "bash" | "sh" | "zsh" | "dash") => {
             shell(name, args, env, state, depth, inner)
         }
@@ -77,11 +96,76 @@ fn describe_only(
     depth: usize,
     inner: &mut Vec<String>,
 ) {
-    if let Ok(Some(i)) = start {
-        if let Some(rest) = args.get(i..).filter(|r| !r.is_empty()) {
-            let mut scratch = state.clone();
-            let _ = enter(rest, env, &mut scratch, depth, inner);
+    match start {
+        Ok(Some(i)) => describe_at(args, i, env, state, depth, inner),
+        Ok(None) => {}
+        Err(_) => describe_candidates(args, env, state, depth, inner),
+    }
+}
+
+/// Record the command `args[i..]` without judging it.
+fn describe_at(
+    args: &[Word],
+    i: usize,
+    env: &Env<'_>,
+    state: &State,
+    depth: usize,
+    inner: &mut Vec<String>,
+) {
+    if let Some(rest) = args.get(i..).filter(|r| !r.is_empty()) {
+        let mut scratch = state.clone();
+        let _ = enter(rest, env, &mut scratch, depth, inner);
+    }
+}
+
+/// How many possible starts are recorded when a wrapper's options cannot be read.
+const MAX_CANDIDATES: usize = 8;
+/// Candidates stop once a command has this many inner texts, or this many
+/// bytes of them (nested wrappers whose options cannot be read would
+/// otherwise multiply them).
+const MAX_INNER: usize = 256;
+const MAX_INNER_BYTES: usize = 1 << 20;
+
+fn over_budget(inner: &[String]) -> bool {
+    inner.len() >= MAX_INNER || inner.iter().map(String::len).sum::<usize>() >= MAX_INNER_BYTES
+}
+
+/// When a wrapper's options cannot be read, record the command that would
+/// start at each of the first few words that do not look like options: a
+/// deny or ask rule then sees the inner command whichever of them it is.
+fn describe_candidates(
+    args: &[Word],
+    env: &Env<'_>,
+    state: &State,
+    depth: usize,
+    inner: &mut Vec<String>,
+) {
+    let starts = (0..args.len())
+        .filter(|&i| !args[i].text.starts_with('-'))
+        .take(MAX_CANDIDATES);
+    for i in starts {
+        if over_budget(inner) {
+            break;
         }
+        describe_at(args, i, env, state, depth, inner);
+    }
+}
+
+/// Record every command of a shell script text without judging them.
+fn describe_script(
+    script: &str,
+    env: &Env<'_>,
+    state: &State,
+    depth: usize,
+    inner: &mut Vec<String>,
+) {
+    if depth >= MAX_DEPTH {
+        return;
+    }
+    let mut scratch = state.clone();
+    for c in analyze_text(script, env, &mut scratch, depth + 1) {
+        inner.push(c.text);
+        inner.extend(c.inner);
     }
 }
 
@@ -95,6 +179,9 @@ fn descend(
     depth: usize,
     inner: &mut Vec<String>,
 ) -> Result<(), Refusal> {
+    if start.is_err() {
+        describe_candidates(args, env, state, depth, inner);
+    }
     match start? {
         Some(i) if i < args.len() => {
             let rest = &args[i..];
@@ -323,7 +410,39 @@ fn command(args: &[Word]) -> Start {
     Ok((i < args.len()).then_some(i))
 }
 
-/// `env [-i] [-u NAME] [NAME=VALUE]... [COMMAND]`.
+/// GNU `env`'s long options.
+const ENV_LONG: &[(&str, Arg)] = &[
+    ("ignore-environment", Arg::No),
+    ("null", Arg::No),
+    ("unset", Arg::Required),
+    ("chdir", Arg::Required),
+    ("split-string", Arg::Required),
+    ("block-signal", Arg::Optional),
+    ("default-signal", Arg::Optional),
+    ("ignore-signal", Arg::Optional),
+    ("list-signal-handling", Arg::No),
+    ("debug", Arg::No),
+    ("help", Arg::No),
+    ("version", Arg::No),
+];
+
+fn env_empties() -> Refusal {
+    refusal(
+        "`env -i` empties the environment, and without PATH bash's default search path runs programs from the current directory",
+    )
+}
+
+fn env_unsets() -> Refusal {
+    refusal(
+        "`env -u` unsets environment variables, and without PATH bash's default search path runs programs from the current directory",
+    )
+}
+
+/// `env [-0v] [NAME=VALUE]... [COMMAND]`: only `-0`, `-v`, `--null`,
+/// `--debug` keep it read-only. Emptying or unsetting the environment (`-i`,
+/// `-`, `-u NAME`, `--unset=NAME`, `--ignore-environment` and abbreviations,
+/// in clusters too), `-C` and `-S` are refused; the command it runs is
+/// recorded either way.
 fn env_wrapper(
     args: &[Word],
     env: &Env<'_>,
@@ -333,26 +452,89 @@ fn env_wrapper(
 ) -> Result<(), Refusal> {
     let mut i = 0;
     let mut problem: Option<Refusal> = None;
+    let mut split: Option<String> = None;
     while let Some(w) = args.get(i) {
         let a = plain_option(w, "env")?;
-        match a {
-            "-i" | "-" | "--ignore-environment" | "-0" | "--null" | "-v" | "--debug" => i += 1,
-            "-u" | "--unset" => i += 2,
-            "--" => {
+        if a == "--" {
+            i += 1;
+            break;
+        }
+        if a == "-" {
+            problem.get_or_insert_with(env_empties);
+            i += 1;
+            continue;
+        }
+        if !a.starts_with('-') {
+            break;
+        }
+        i += 1;
+        if let Some(long) = a.strip_prefix("--") {
+            let (name, value) = match long.split_once('=') {
+                Some((n, v)) => (n, Some(v)),
+                None => (long, None),
+            };
+            let hits = long_matches(name, ENV_LONG);
+            let names: Vec<&str> = hits.iter().map(|(n, _)| *n).collect();
+            let why = if names.contains(&"ignore-environment") {
+                env_empties()
+            } else if names.contains(&"unset") {
+                env_unsets()
+            } else if names.contains(&"chdir") {
+                refusal("`env -C` runs the command in another directory")
+            } else if names.contains(&"split-string") {
+                refusal("`env -S` splits a string into a command")
+            } else if names.len() == 1 && matches!(names[0], "null" | "debug") {
+                continue;
+            } else {
+                refusal(format!("`env` option `{a}` is not understood"))
+            };
+            problem.get_or_insert(why);
+            let takes = hits.iter().any(|(_, k)| *k == Arg::Required);
+            let value = match value {
+                Some(v) => Some(v.to_string()),
+                None if takes => {
+                    i += 1;
+                    args.get(i - 1).map(|v| v.text.clone())
+                }
+                None => None,
+            };
+            if names.contains(&"split-string") {
+                split = value;
+            }
+            continue;
+        }
+        let cluster = &a[1..];
+        for (j, ch) in cluster.char_indices() {
+            match ch {
+                '0' | 'v' => continue,
+                'i' => {
+                    problem.get_or_insert_with(env_empties);
+                    continue;
+                }
+                'u' | 'C' | 'S' => {}
+                _ => {
+                    problem.get_or_insert_with(|| {
+                        refusal(format!("`env` option `-{ch}` is not understood"))
+                    });
+                    continue;
+                }
+            }
+            problem.get_or_insert_with(|| match ch {
+                'u' => env_unsets(),
+                'C' => refusal("`env -C` runs the command in another directory"),
+                _ => refusal("`env -S` splits a string into a command"),
+            });
+            let rest = &cluster[j + ch.len_utf8()..];
+            let value = if rest.is_empty() {
                 i += 1;
-                break;
+                args.get(i - 1).map(|v| v.text.clone())
+            } else {
+                Some(rest.to_string())
+            };
+            if ch == 'S' {
+                split = value;
             }
-            _ if a.starts_with("--unset=") || (a.starts_with("-u") && a.len() > 2) => i += 1,
-            _ if a.starts_with("-C") || a.starts_with("--chdir") => {
-                return Err(refusal("`env -C` runs the command in another directory"))
-            }
-            _ if a.starts_with("-S") || a.starts_with("--split-string") => {
-                return Err(refusal("`env -S` splits a string into a command"))
-            }
-            _ if a.starts_with('-') => {
-                return Err(refusal(format!("`env` option `{a}` is not understood")))
-            }
-            _ => break,
+            break;
         }
     }
     while let Some(w) = args.get(i) {
@@ -369,12 +551,24 @@ fn env_wrapper(
         }
         i += 1;
     }
+    if let Some(text) = split {
+        // `env -S 'rm -rf x' ARGS`: the string is split into the command.
+        let mut script = text;
+        if let Some(rest) = args.get(i..).filter(|r| !r.is_empty()) {
+            script.push(' ');
+            script.push_str(&join(rest));
+        }
+        describe_script(&script, env, state, depth, inner);
+        return Err(problem.unwrap_or_else(|| refusal("`env -S` splits a string into a command")));
+    }
     let result = match args.get(i..).filter(|r| !r.is_empty()) {
         None => Ok(()),
         Some(rest) => enter(rest, env, state, depth, inner),
     };
     match problem {
-        Some(p) => Err(p),
+        // An assignment's reason comes first; for an option, the inner command's.
+        Some(p) if p.reason.starts_with("environment variable") => Err(p),
+        Some(p) => result.and(Err(p)),
         None => result,
     }
 }
@@ -384,6 +578,40 @@ pub(crate) fn harmless_variable(name: &str) -> bool {
     matches!(name, "LANG" | "TZ" | "NO_COLOR" | "TERM" | "COLUMNS") || name.starts_with("LC_")
 }
 
+/// GNU `xargs`'s long options.
+const XARGS_LONG: &[(&str, Arg)] = &[
+    ("null", Arg::No),
+    ("arg-file", Arg::Required),
+    ("delimiter", Arg::Required),
+    ("eof", Arg::Optional),
+    ("replace", Arg::Optional),
+    ("max-lines", Arg::Optional),
+    ("max-args", Arg::Required),
+    ("open-tty", Arg::No),
+    ("interactive", Arg::No),
+    ("no-run-if-empty", Arg::No),
+    ("max-chars", Arg::Required),
+    ("verbose", Arg::No),
+    ("show-limits", Arg::No),
+    ("exit", Arg::No),
+    ("max-procs", Arg::Required),
+    ("process-slot-var", Arg::Required),
+    ("help", Arg::No),
+    ("version", Arg::No),
+];
+
+fn xargs_replace() -> Refusal {
+    refusal("`xargs -I` substitutes its input into the command, which cannot be proven read-only")
+}
+
+fn xargs_slot_var() -> Refusal {
+    refusal("`xargs --process-slot-var` sets an environment variable in every command it runs")
+}
+
+/// `xargs [OPTION]... [COMMAND [INITIAL-ARGS]...]` read as GNU xargs does
+/// (`+0a:E:e::i::I:l::L:n:prs:txP:d:o`, no permutation). `-I`, `-i`,
+/// `--replace` and `--process-slot-var` (and their abbreviations) are
+/// refused; the command is recorded whatever the options.
 fn xargs(
     args: &[Word],
     env: &Env<'_>,
@@ -391,31 +619,72 @@ fn xargs(
     depth: usize,
     inner: &mut Vec<String>,
 ) -> Result<(), Refusal> {
-    let short = Short {
-        value: "adELnPs",
-        optional: "el",
-        forbidden: "Ii",
-    };
-    let start = options(
-        "xargs",
-        args,
-        &short,
-        &["--null", "--no-run-if-empty", "--verbose", "--exit", "--open-tty", "--show-limits", "--interactive"],
-        &["--arg-file", "--delimiter", "--max-lines", "--max-args", "--max-procs", "--max-chars", "--process-slot-var", "--eof"],
-        0,
-    )
-    .map_err(|e| {
-        if e.reason.contains("-I") || e.reason.contains("-i") || e.reason.contains("--replace") {
-            refusal("`xargs -I` substitutes its input into the command, which cannot be proven read-only")
-        } else {
-            e
+    let mut i = 0;
+    let mut problem: Option<Refusal> = None;
+    while let Some(w) = args.get(i) {
+        let a = plain_option(w, "xargs")?;
+        if a == "--" {
+            i += 1;
+            break;
         }
-    })?;
-    let Some(i) = start else {
-        return Ok(()); // runs `echo`
+        if !a.starts_with('-') || a == "-" {
+            break;
+        }
+        i += 1;
+        if let Some(long) = a.strip_prefix("--") {
+            let (name, attached) = match long.split_once('=') {
+                Some((n, _)) => (n, true),
+                None => (long, false),
+            };
+            let hits = long_matches(name, XARGS_LONG);
+            let names: Vec<&str> = hits.iter().map(|(n, _)| *n).collect();
+            if names.contains(&"process-slot-var") {
+                problem.get_or_insert_with(xargs_slot_var);
+            } else if names.contains(&"replace") {
+                problem.get_or_insert_with(xargs_replace);
+            } else if names.len() != 1 {
+                problem.get_or_insert_with(|| {
+                    refusal(format!("`xargs` option `{a}` is not understood"))
+                });
+            }
+            if !attached && hits.iter().any(|(_, k)| *k == Arg::Required) {
+                i += 1;
+            }
+            continue;
+        }
+        let cluster = &a[1..];
+        for (j, ch) in cluster.char_indices() {
+            match ch {
+                '0' | 'p' | 'r' | 't' | 'x' | 'o' => {}
+                'e' | 'l' => break,
+                'i' | 'I' => {
+                    problem.get_or_insert_with(xargs_replace);
+                    if ch == 'I' && j + 1 == cluster.len() {
+                        i += 1;
+                    }
+                    break;
+                }
+                'a' | 'E' | 'L' | 'n' | 's' | 'P' | 'd' => {
+                    if j + 1 == cluster.len() {
+                        i += 1;
+                    }
+                    break;
+                }
+                _ => {
+                    problem.get_or_insert_with(|| {
+                        refusal(format!("`xargs` option `-{ch}` is not understood"))
+                    });
+                }
+            }
+        }
+    }
+    let Some(rest) = args.get(i..).filter(|r| !r.is_empty()) else {
+        return problem.map_or(Ok(()), Err); // runs `echo`
     };
-    let rest = &args[i..];
     let verdict = enter(rest, env, state, depth, inner);
+    if let Some(p) = problem {
+        return Err(p);
+    }
     let name = rest.first().map(|w| program_name(w).map(str::to_string));
     match name {
         Some(Ok(n)) if table::any_arguments_safe(&n) => verdict,
@@ -423,6 +692,451 @@ fn xargs(
             "`xargs` runs `{n}` with arguments read from its input, which cannot be proven read-only"
         ))),
         _ => verdict.and(Err(refusal("`xargs` runs an unknown program"))),
+    }
+}
+
+/// `exec [-cl] [-a NAME] COMMAND`.
+fn exec_start(args: &[Word]) -> Start {
+    let mut i = 0;
+    while let Some(w) = args.get(i) {
+        let a = plain_option(w, "exec")?;
+        if a == "--" {
+            i += 1;
+            break;
+        }
+        if !a.starts_with('-') || a == "-" {
+            break;
+        }
+        i += 1;
+        for (j, ch) in a[1..].char_indices() {
+            match ch {
+                'c' | 'l' => {}
+                'a' => {
+                    if j + 2 == a.len() {
+                        i += 1;
+                    }
+                    break;
+                }
+                _ => return Err(refusal(format!("`exec` option `{a}` is not understood"))),
+            }
+        }
+    }
+    Ok((i < args.len()).then_some(i))
+}
+
+/// Record the commands `find -exec/-execdir/-ok/-okdir COMMAND... ;|+` runs.
+fn find_commands(
+    args: &[Word],
+    env: &Env<'_>,
+    state: &State,
+    depth: usize,
+    inner: &mut Vec<String>,
+) {
+    let mut i = 0;
+    while i < args.len() {
+        if !matches!(
+            args[i].text.as_str(),
+            "-exec" | "-execdir" | "-ok" | "-okdir"
+        ) {
+            i += 1;
+            continue;
+        }
+        let start = i + 1;
+        let mut end = start;
+        while let Some(w) = args.get(end) {
+            let plus = w.text == "+" && end > start && args[end - 1].text == "{}";
+            if w.text == ";" || plus {
+                break;
+            }
+            end += 1;
+        }
+        if end > start {
+            let mut scratch = state.clone();
+            let _ = enter(&args[start..end], env, &mut scratch, depth, inner);
+        }
+        i = end + 1;
+    }
+}
+
+/// How a program that runs a command (and is refused whatever it runs)
+/// takes its options, so the command it runs can be recorded for rules.
+struct Runner {
+    /// Short option letters that take a value.
+    value: &'static str,
+    /// Long options that take a value when written without `=`.
+    long_value: &'static [&'static str],
+    /// Long options without a value; with `strict`, any other long option
+    /// written without `=` means the options cannot be read.
+    long_flags: &'static [&'static str],
+    /// Operands before the command (`chroot DIR`, `ssh HOST`, `chrt PRIO`).
+    operands: usize,
+    /// The command words are joined and run by a shell (`ssh`, `watch`).
+    shell: bool,
+    /// Only the long options listed are understood (see `long_flags`).
+    strict: bool,
+}
+
+const fn plain_runner(operands: usize) -> Runner {
+    Runner {
+        value: "",
+        long_value: &[],
+        long_flags: &[],
+        operands,
+        shell: false,
+        strict: false,
+    }
+}
+
+/// A runner with many options: short letters that take a value, long
+/// options that do, and the long ones that do not; any other long option
+/// without `=` sends the reader to candidates.
+const fn strict_runner(
+    value: &'static str,
+    long_value: &'static [&'static str],
+    long_flags: &'static [&'static str],
+    operands: usize,
+) -> Runner {
+    Runner {
+        value,
+        long_value,
+        long_flags,
+        operands,
+        shell: false,
+        strict: true,
+    }
+}
+
+/// Programs that run a command given in their arguments, beyond the
+/// wrappers judged above. They are never read-only.
+fn runner(name: &str) -> Option<Runner> {
+    Some(match name {
+        "setsid" | "unbuffer" | "valgrind" | "firejail" | "busybox" | "catchsegv" => {
+            plain_runner(0)
+        }
+        "pkexec" => Runner {
+            long_value: &["--user"],
+            ..plain_runner(0)
+        },
+        "chroot" => Runner {
+            long_value: &["--userspec", "--groups"],
+            ..plain_runner(1)
+        },
+        "taskset" => plain_runner(1),
+        "chrt" => Runner {
+            value: "TPD",
+            long_value: &["--sched-runtime", "--sched-period", "--sched-deadline"],
+            ..plain_runner(1)
+        },
+        "watch" => Runner {
+            value: "nq",
+            long_value: &["--interval", "--equexit"],
+            shell: true,
+            ..plain_runner(0)
+        },
+        "ssh" => Runner {
+            value: "BbcDEeFIiJLlmOopQRSWw",
+            shell: true,
+            ..plain_runner(1)
+        },
+        "strace" => strict_runner(
+            "abeEIoOpPsSuUX",
+            &[
+                "--output",
+                "--trace",
+                "--attach",
+                "--trace-path",
+                "--string-limit",
+                "--user",
+                "--env",
+            ],
+            &[
+                "--follow-forks",
+                "--summary",
+                "--summary-only",
+                "--output-separately",
+                "--daemonize",
+                "--no-abbrev",
+                "--decode-pids",
+                "--stack-trace",
+                "--seccomp-bpf",
+            ],
+            0,
+        ),
+        "ltrace" => strict_runner(
+            "aADeFlnopsuwx",
+            &["--output", "--library"],
+            &["--demangle"],
+            0,
+        ),
+        "numactl" => strict_runner(
+            "ipmNCP",
+            &[],
+            &["--all", "--localalloc", "--show", "--hardware"],
+            0,
+        ),
+        "unshare" => strict_runner(
+            "SGRw",
+            &["--setuid", "--setgid", "--root", "--wd", "--propagation"],
+            &[
+                "--fork",
+                "--map-root-user",
+                "--map-current-user",
+                "--mount-proc",
+                "--user",
+                "--pid",
+                "--net",
+                "--mount",
+                "--uts",
+                "--ipc",
+                "--cgroup",
+                "--time",
+                "--kill-child",
+            ],
+            0,
+        ),
+        "nsenter" => strict_runner(
+            "tSG",
+            &["--target", "--setuid", "--setgid"],
+            &[
+                "--all",
+                "--mount",
+                "--uts",
+                "--ipc",
+                "--net",
+                "--pid",
+                "--user",
+                "--cgroup",
+                "--time",
+                "--preserve-credentials",
+                "--no-fork",
+                "--root",
+                "--wd",
+            ],
+            0,
+        ),
+        "systemd-run" => strict_runner(
+            "upEMH",
+            &[
+                "--unit",
+                "--property",
+                "--setenv",
+                "--machine",
+                "--host",
+                "--description",
+                "--slice",
+                "--uid",
+                "--gid",
+                "--nice",
+                "--working-directory",
+            ],
+            &[
+                "--user",
+                "--system",
+                "--scope",
+                "--wait",
+                "--pty",
+                "--pipe",
+                "--quiet",
+                "--collect",
+                "--same-dir",
+                "--shell",
+                "--no-block",
+                "--no-ask-password",
+                "--remain-after-exit",
+                "--send-sighup",
+            ],
+            0,
+        ),
+        "fakeroot" => strict_runner("lisb", &["--lib", "--faked"], &["--unknown-is-real"], 0),
+        "faketime" => strict_runner("p", &["--date-prog"], &["--exclude-monotonic"], 1),
+        "torsocks" => strict_runner(
+            "upaP",
+            &["--user", "--pass", "--address", "--port"],
+            &["--isolate", "--debug", "--quiet"],
+            0,
+        ),
+        "proxychains" | "proxychains4" => strict_runner("f", &[], &[], 0),
+        "xvfb-run" => strict_runner("efnpsw", &[], &["--auto-servernum", "--listen-tcp"], 0),
+        "flock" | "su" | "runuser" | "script" | "gdb" | "parallel" => plain_runner(0),
+        _ => return None,
+    })
+}
+
+/// Programs that run a command and are refused whatever they run.
+pub(crate) fn is_runner(name: &str) -> bool {
+    runner(name).is_some()
+}
+
+/// Where a runner's command starts; `Err` when its options cannot be read.
+fn runner_start(args: &[Word], spec: &Runner) -> Result<usize, ()> {
+    let mut i = 0;
+    while let Some(a) = args.get(i).map(|w| w.text.as_str()) {
+        if a == "--" {
+            i += 1;
+            break;
+        }
+        if !a.starts_with('-') || a == "-" {
+            break;
+        }
+        i += 1;
+        if let Some(long) = a.strip_prefix("--") {
+            if spec.long_value.contains(&a) {
+                i += 1;
+            } else if long.contains('=') || spec.long_flags.contains(&a) {
+            } else if spec.strict || spec.long_value.iter().any(|v| v.starts_with(a)) {
+                // Unknown, or an abbreviation of an option that takes a value.
+                return Err(());
+            }
+            continue;
+        }
+        let short = Short {
+            value: spec.value,
+            optional: "",
+            forbidden: "",
+        };
+        if let Ok(true) = short_cluster(&a[1..], &short) {
+            i += 1;
+        }
+    }
+    Ok(i + spec.operands)
+}
+
+/// The value of a `-c COMMAND` option (`-c X`, `-cX`, `--command X`,
+/// `--command=X`, `--session-command X`) anywhere in the arguments.
+fn command_options(args: &[Word]) -> Vec<&str> {
+    let mut found = Vec::new();
+    let mut i = 0;
+    while let Some(w) = args.get(i) {
+        let a = w.text.as_str();
+        i += 1;
+        if let Some(v) = a
+            .strip_prefix("--command=")
+            .or_else(|| a.strip_prefix("--session-command="))
+        {
+            found.push(v);
+        } else if matches!(a, "-c" | "--command" | "--session-command") {
+            if let Some(v) = args.get(i) {
+                found.push(v.text.as_str());
+                i += 1;
+            }
+        } else if let Some(cluster) = a.strip_prefix('-').filter(|c| !c.starts_with('-')) {
+            // `-qc CMD`, `-cCMD`: a `c` in a cluster takes the rest or the next word.
+            if let Some(pos) = cluster.find('c') {
+                match &cluster[pos + 1..] {
+                    "" => {
+                        if let Some(v) = args.get(i) {
+                            found.push(v.text.as_str());
+                            i += 1;
+                        }
+                    }
+                    v => found.push(v),
+                }
+            }
+        }
+    }
+    found
+}
+
+/// Record what a runner will run: its command, or its `-c` script.
+fn describe_runner(
+    name: &str,
+    args: &[Word],
+    env: &Env<'_>,
+    state: &State,
+    depth: usize,
+    inner: &mut Vec<String>,
+) {
+    let Some(spec) = runner(name) else {
+        return;
+    };
+    match name {
+        // `su USER -c CMD`, `runuser -u USER -- CMD`, `script -c CMD FILE`,
+        // `flock FILE -c CMD` / `flock FILE CMD...`.
+        "su" | "runuser" | "script" | "flock" => {
+            for script in command_options(args) {
+                describe_script(script, env, state, depth, inner);
+            }
+            if name != "script" {
+                describe_candidates(args, env, state, depth, inner);
+            }
+        }
+        // `gdb --args PROG ARGS`, `gdb -ex 'shell CMD'`.
+        "gdb" => {
+            for (i, w) in args.iter().enumerate() {
+                if w.text == "--args" {
+                    describe_at(args, i + 1, env, state, depth, inner);
+                    break;
+                }
+                let prev = i.checked_sub(1).map(|p| args[p].text.as_str());
+                if matches!(
+                    prev,
+                    Some("-ex" | "--ex" | "-eval-command" | "--eval-command")
+                ) {
+                    let text = w.text.trim_start();
+                    if let Some(cmd) = text
+                        .strip_prefix("shell ")
+                        .or_else(|| text.strip_prefix('!'))
+                    {
+                        describe_script(cmd, env, state, depth, inner);
+                    }
+                }
+            }
+        }
+        // `ssh -o ProxyCommand=CMD HOST CMD`: both run (the first one here).
+        "ssh" => {
+            let mut i = 0;
+            while let Some(w) = args.get(i) {
+                i += 1;
+                let option = match w.text.as_str() {
+                    "-o" => args.get(i).map(|v| v.text.as_str()),
+                    t => t.strip_prefix("-o"),
+                };
+                let Some(option) = option else { continue };
+                let (key, value) = option.split_once(['=', ' ', '\t']).unwrap_or((option, ""));
+                if key.eq_ignore_ascii_case("ProxyCommand")
+                    || key.eq_ignore_ascii_case("LocalCommand")
+                {
+                    describe_script(
+                        value.trim_start_matches(['=', ' ', '\t']),
+                        env,
+                        state,
+                        depth,
+                        inner,
+                    );
+                }
+            }
+            if let Ok(i) = runner_start(args, &spec) {
+                if let Some(rest) = args.get(i..).filter(|r| !r.is_empty()) {
+                    describe_script(&join(rest), env, state, depth, inner);
+                }
+            }
+        }
+        // `parallel [OPTIONS] COMMAND ::: ARGS`: the command is run by a shell.
+        "parallel" => {
+            let end = args
+                .iter()
+                .position(|w| matches!(w.text.as_str(), ":::" | "::::" | ":::+" | "::::+"))
+                .unwrap_or(args.len());
+            let command = &args[..end];
+            let starts = (0..command.len())
+                .filter(|&i| !command[i].text.starts_with('-'))
+                .take(MAX_CANDIDATES);
+            for i in starts {
+                if over_budget(inner) {
+                    break;
+                }
+                describe_script(&join(&command[i..]), env, state, depth, inner);
+            }
+        }
+        _ => match runner_start(args, &spec) {
+            Ok(i) if spec.shell => {
+                if let Some(rest) = args.get(i..).filter(|r| !r.is_empty()) {
+                    describe_script(&join(rest), env, state, depth, inner);
+                }
+            }
+            Ok(i) => describe_at(args, i, env, state, depth, inner),
+            Err(()) => describe_candidates(args, env, state, depth, inner),
+        },
     }
 }
 

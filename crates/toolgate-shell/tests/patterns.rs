@@ -68,6 +68,12 @@ fn always_patterns() {
         ("git", &["git"]),
         ("npm run", &["npm run"]),
         // never widened: literal text
+        ("taskset 0x1 rm x", &["taskset 0x1 rm x"]),
+        ("chrt -f 10 ls", &["chrt -f 10 ls"]),
+        ("valgrind ls", &["valgrind ls"]),
+        ("unbuffer ls", &["unbuffer ls"]),
+        ("numactl -C 0 ls", &["numactl -C 0 ls"]),
+        ("/opt/x/rm -rf y", &["/opt/x/rm -rf y"]),
         ("rm -rf target", &["rm -rf target"]),
         ("rmdir x", &["rmdir x"]),
         ("dd if=a of=b", &["dd if=a of=b"]),
@@ -156,7 +162,7 @@ fn inner_texts() {
         ("zsh -c 'rm x'", &["rm x"]),
         ("bash -lc 'rm x'", &["rm x"]),
         ("bash -e -o pipefail -c 'rm x'", &["rm x"]),
-        ("/bin/bash -c 'rm x'", &["rm x"]),
+        ("/bin/bash -c 'rm x'", &["bash -c rm x", "rm x"]),
         ("eval 'rm -rf /'", &["rm -rf /"]),
         ("sudo timeout 5 rm x", &["timeout 5 rm x", "rm x"]),
         (
