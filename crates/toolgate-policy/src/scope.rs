@@ -21,6 +21,12 @@
 //!
 //! The tools listed in `alwaysAvailableTools` pass `allowedTools` and
 //! `deniedTools`, so a parent can never trap a child without a way to finish.
+//!
+//! A tool of unknown kind (an MCP tool, a tool of an agent toolgate does not
+//! know) passes only where every layer names it in `allowedTools`; then every
+//! path-like field of its input (any depth) is held against `filePatterns`
+//! and every simple command of a command-like field against
+//! `commandPatterns` (see `Policy::evaluate`).
 
 use std::sync::Arc;
 
@@ -309,6 +315,30 @@ impl Scope {
         None
     }
 
+    /// Whether a tool of unknown kind may be used: every layer that limits
+    /// anything must name it in `allowedTools` (checked by
+    /// [`Scope::tool_refusal`]); a layer without `allowedTools` refuses it,
+    /// since what such a tool touches cannot be held against the layer's
+    /// patterns with certainty. `always_available` tools always may.
+    pub fn unknown_tool_refusal(
+        &self,
+        tool: &str,
+        always_available: &[String],
+    ) -> Option<ScopeRefusal> {
+        if always_available.iter().any(|name| name == tool) {
+            return None;
+        }
+        self.layers()
+            .find(|layer| layer.allowed.is_none())
+            .map(|layer| ScopeRefusal {
+                session: layer.session.clone(),
+                reason: format!(
+                    "the scope of session `{}` does not allow `{tool}`: a tool of unknown kind must be named in allowedTools",
+                    layer.session
+                ),
+            })
+    }
+
     /// Whether a path or simple command is inside every layer.
     pub fn target_refusal(&self, target: ScopeTarget<'_>) -> Option<ScopeRefusal> {
         for layer in self.layers() {
@@ -502,6 +532,43 @@ mod tests {
             list(&["Read", "Bash", "mcp__docs__search"])
         );
         assert_eq!(effective.denied_tools, vec!["webfetch", "Grep"]);
+    }
+
+    /// A tool of unknown kind passes a scope only where every layer names it
+    /// in allowedTools; the always-available tools stay exempt.
+    #[test]
+    fn unknown_tools_must_be_named() {
+        let files_only = layer(
+            "files",
+            ScopeRules {
+                file_patterns: list(&["src/**"]),
+                ..ScopeRules::default()
+            },
+        );
+        let naming = layer(
+            "naming",
+            ScopeRules {
+                allowed_tools: list(&["mcp__docs__*", "read"]),
+                ..ScopeRules::default()
+            },
+        );
+        let always = vec!["attempt_completion".to_string()];
+        let cases: &[(&[&ScopeLayer], &str, &str)] = &[
+            (&[], "mcp__docs__search", ""),
+            (&[&files_only], "mcp__docs__search", "files"),
+            (&[&files_only], "attempt_completion", ""),
+            (&[&naming], "mcp__docs__search", ""),
+            (&[&naming, &files_only], "mcp__docs__search", "files"),
+            (&[&files_only, &naming], "frobnicate", "files"),
+        ];
+        for (layers, tool, expected) in cases {
+            let scope = Scope::from_layers(layers.iter().map(|layer| (*layer).clone()));
+            let got = scope
+                .unknown_tool_refusal(tool, &always)
+                .map(|refusal| refusal.session)
+                .unwrap_or_default();
+            assert_eq!(got, *expected, "{tool} {}", layers.len());
+        }
     }
 
     #[test]
