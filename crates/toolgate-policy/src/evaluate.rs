@@ -265,7 +265,9 @@ impl Policy {
                     let read_only = command.verdict.is_ok() && held.is_none();
                     let action = mode_answer(mode, spec.kind, read_only, false);
                     let mode_reason = match (&command.verdict, &held) {
-                        (Ok(()), None) => format!("`{}` only reads, which every mode allows", command.text),
+                        (Ok(()), None) => {
+                            format!("`{}` only reads, which every mode allows", command.text)
+                        }
                         (Err(refusal), _) => shell_reason(mode, action, &refusal.reason),
                         (Ok(()), Some(held)) => shell_reason(mode, action, held),
                     };

@@ -157,14 +157,24 @@ const CLAUDE_CODE_MORE: &[Builtin] = &[
     // The sub-agent tool's current name.
     ("Agent", "task", Kind::Task, SubjectField::Agent),
     ("NotebookRead", "read", Kind::Read, SubjectField::Path),
-    ("AskUserQuestion", "question", Kind::Think, SubjectField::None),
+    (
+        "AskUserQuestion",
+        "question",
+        Kind::Think,
+        SubjectField::None,
+    ),
     // Reads what a background shell printed.
     ("BashOutput", "BashOutput", Kind::Think, SubjectField::None),
     // End a background shell: they change the state of a process.
     ("KillShell", "KillShell", Kind::Execute, SubjectField::None),
     ("KillBash", "KillBash", Kind::Execute, SubjectField::None),
     // Expands a slash command, whose text can run commands.
-    ("SlashCommand", "SlashCommand", Kind::Execute, SubjectField::None),
+    (
+        "SlashCommand",
+        "SlashCommand",
+        Kind::Execute,
+        SubjectField::None,
+    ),
 ];
 
 const OPENCODE_MORE: &[Builtin] = &[
@@ -175,7 +185,12 @@ const OPENCODE_MORE: &[Builtin] = &[
 const CODEX_MORE: &[Builtin] = &[
     ("shell_command", "bash", Kind::Shell, SubjectField::Shell),
     // Types into a running process: whatever that process does with it, it does.
-    ("write_stdin", "write_stdin", Kind::Execute, SubjectField::None),
+    (
+        "write_stdin",
+        "write_stdin",
+        Kind::Execute,
+        SubjectField::None,
+    ),
     ("view_image", "read", Kind::Read, SubjectField::Path),
     ("list_dir", "list", Kind::List, SubjectField::Path),
     ("grep_files", "grep", Kind::Search, SubjectField::Search),
@@ -202,7 +217,12 @@ const ROO_CODE: &[Builtin] = &[
     ("generate_image", "edit", Kind::Edit, SubjectField::Path),
     ("execute_command", "bash", Kind::Shell, SubjectField::Shell),
     ("search_files", "grep", Kind::Search, SubjectField::Search),
-    ("codebase_search", "grep", Kind::Search, SubjectField::Search),
+    (
+        "codebase_search",
+        "grep",
+        Kind::Search,
+        SubjectField::Search,
+    ),
     ("list_files", "list", Kind::List, SubjectField::Path),
     (
         "list_code_definition_names",
@@ -212,11 +232,36 @@ const ROO_CODE: &[Builtin] = &[
     ),
     ("browser_action", "webfetch", Kind::Fetch, SubjectField::Url),
     ("new_task", "task", Kind::Task, SubjectField::Agent),
-    ("run_slash_command", "run_slash_command", Kind::Execute, SubjectField::None),
-    ("ask_followup_question", "question", Kind::Think, SubjectField::None),
-    ("update_todo_list", "todowrite", Kind::Think, SubjectField::None),
-    ("fetch_instructions", "fetch_instructions", Kind::Think, SubjectField::None),
-    ("plan_mode_respond", "question", Kind::Think, SubjectField::None),
+    (
+        "run_slash_command",
+        "run_slash_command",
+        Kind::Execute,
+        SubjectField::None,
+    ),
+    (
+        "ask_followup_question",
+        "question",
+        Kind::Think,
+        SubjectField::None,
+    ),
+    (
+        "update_todo_list",
+        "todowrite",
+        Kind::Think,
+        SubjectField::None,
+    ),
+    (
+        "fetch_instructions",
+        "fetch_instructions",
+        Kind::Think,
+        SubjectField::None,
+    ),
+    (
+        "plan_mode_respond",
+        "question",
+        Kind::Think,
+        SubjectField::None,
+    ),
 ];
 
 /// The tools the reminder takes examples from, with their agent's index.
@@ -458,11 +503,13 @@ pub fn extract(spec: &ToolSpec, input: &Map<String, Value>) -> Result<Subject, S
                 }
             }
             if files.is_empty() {
-                return Err(if strings_of(input, &["input", "patch", "patchText"])?.is_empty() {
-                    "the input has no patch text".to_string()
-                } else {
-                    "the patch names no file".to_string()
-                });
+                return Err(
+                    if strings_of(input, &["input", "patch", "patchText"])?.is_empty() {
+                        "the input has no patch text".to_string()
+                    } else {
+                        "the patch names no file".to_string()
+                    },
+                );
             }
             // A path field beside the patch is a file too.
             collect_paths(input, false, &mut files)?;
@@ -476,9 +523,11 @@ pub fn extract(spec: &ToolSpec, input: &Map<String, Value>) -> Result<Subject, S
                 .unwrap_or_else(|| "*".into()),
             path: single(input, SEARCH_DIR_FIELDS)?,
         }),
-        SubjectField::Agent => Ok(first_string(input, &["subagent_type", "mode", "description"])?
-            .map(Subject::Text)
-            .unwrap_or(Subject::None)),
+        SubjectField::Agent => Ok(
+            first_string(input, &["subagent_type", "mode", "description"])?
+                .map(Subject::Text)
+                .unwrap_or(Subject::None),
+        ),
         SubjectField::Plan => Ok(first_string(input, &["plan"])?
             .map(Subject::Text)
             .unwrap_or(Subject::None)),
@@ -729,7 +778,11 @@ fn shell(input: &Map<String, Value>) -> Result<ShellInput, String> {
             } else {
                 "-c"
             };
-            Ok(ShellInput::Argv(vec![program.clone(), flag.to_string(), script]))
+            Ok(ShellInput::Argv(vec![
+                program.clone(),
+                flag.to_string(),
+                script,
+            ]))
         }
         (Some(Value::String(_)), ShellInput::Argv(_)) => {
             Err("`shell` is given with an argv `command`, which names its own program".to_string())
@@ -829,7 +882,9 @@ fn scan_object(object: &Map<String, Value>, found: &mut UnknownFields) {
                         .collect();
                     if folded.ends_with('s') {
                         // `commands`: a list of command lines.
-                        found.commands.extend(argv.into_iter().map(ShellInput::Text));
+                        found
+                            .commands
+                            .extend(argv.into_iter().map(ShellInput::Text));
                     } else {
                         found.commands.push(ShellInput::Argv(argv));
                     }
@@ -869,7 +924,14 @@ fn scan_value(value: &Value, found: &mut UnknownFields) {
 fn is_command_key(folded: &str) -> bool {
     matches!(
         folded,
-        "command" | "commands" | "cmd" | "cmds" | "script" | "commandline" | "shellcommand" | "bash"
+        "command"
+            | "commands"
+            | "cmd"
+            | "cmds"
+            | "script"
+            | "commandline"
+            | "shellcommand"
+            | "bash"
     )
 }
 
@@ -880,18 +942,43 @@ fn is_command_key(folded: &str) -> bool {
 /// holds contents or a pattern (`file_text`, `content`, `file_pattern`) is not.
 fn is_path_key(key: &str) -> bool {
     const PATH_WORDS: &[&str] = &[
-        "path", "paths", "pathname", "file", "files", "filename", "filepath", "filepaths",
-        "dir", "dirs", "dirname", "dirpath", "directory", "directories", "folder", "folders",
-        "cwd", "workdir", "uri", "uris", "root", "source", "sources", "src", "destination",
-        "dest", "target",
+        "path",
+        "paths",
+        "pathname",
+        "file",
+        "files",
+        "filename",
+        "filepath",
+        "filepaths",
+        "dir",
+        "dirs",
+        "dirname",
+        "dirpath",
+        "directory",
+        "directories",
+        "folder",
+        "folders",
+        "cwd",
+        "workdir",
+        "uri",
+        "uris",
+        "root",
+        "source",
+        "sources",
+        "src",
+        "destination",
+        "dest",
+        "target",
     ];
     const NOT_PATH_WORDS: &[&str] = &[
-        "content", "contents", "text", "pattern", "patterns", "glob", "regex", "type",
-        "count", "size", "line", "lines", "encoding", "mode",
+        "content", "contents", "text", "pattern", "patterns", "glob", "regex", "type", "count",
+        "size", "line", "lines", "encoding", "mode",
     ];
     let words = key_words(key);
     words.iter().any(|word| PATH_WORDS.contains(&word.as_str()))
-        && !words.iter().any(|word| NOT_PATH_WORDS.contains(&word.as_str()))
+        && !words
+            .iter()
+            .any(|word| NOT_PATH_WORDS.contains(&word.as_str()))
 }
 
 /// `filePath` → `file`, `path`; `target_dir` → `target`, `dir`.
@@ -1185,18 +1272,54 @@ mod tests {
         let registry = Registry::default();
         let cases = [
             ("Bash", json!({"command": "ls"}), ""),
-            ("Bash", json!({"command": "ls", "run_in_background": false}), ""),
-            ("Bash", json!({"command": "ls", "run_in_background": true}), "`run_in_background`"),
-            ("Bash", json!({"command": "ls", "run_in_background": "true"}), "`run_in_background`"),
-            ("Bash", json!({"command": "ls", "run_in_background": 1}), "`run_in_background`"),
-            ("run_shell_command", json!({"command": "ls", "is_background": true}), "`is_background`"),
-            ("execute_command", json!({"command": "ls", "background": true}), "`background`"),
+            (
+                "Bash",
+                json!({"command": "ls", "run_in_background": false}),
+                "",
+            ),
+            (
+                "Bash",
+                json!({"command": "ls", "run_in_background": true}),
+                "`run_in_background`",
+            ),
+            (
+                "Bash",
+                json!({"command": "ls", "run_in_background": "true"}),
+                "`run_in_background`",
+            ),
+            (
+                "Bash",
+                json!({"command": "ls", "run_in_background": 1}),
+                "`run_in_background`",
+            ),
+            (
+                "run_shell_command",
+                json!({"command": "ls", "is_background": true}),
+                "`is_background`",
+            ),
+            (
+                "execute_command",
+                json!({"command": "ls", "background": true}),
+                "`background`",
+            ),
             ("exec_command", json!({"cmd": "cat", "tty": true}), "`tty`"),
-            ("local_shell", json!({"command": ["ls"], "env": {"PATH": "."}}), "`env`"),
+            (
+                "local_shell",
+                json!({"command": ["ls"], "env": {"PATH": "."}}),
+                "`env`",
+            ),
             ("local_shell", json!({"command": ["ls"], "env": {}}), ""),
-            ("local_shell", json!({"command": ["ls"], "user": "root"}), "`user`"),
+            (
+                "local_shell",
+                json!({"command": ["ls"], "user": "root"}),
+                "`user`",
+            ),
             // Only shell calls: a read's fields are its own.
-            ("Read", json!({"file_path": "a", "run_in_background": true}), ""),
+            (
+                "Read",
+                json!({"file_path": "a", "run_in_background": true}),
+                "",
+            ),
         ];
         for (tool, input, expected) in cases {
             let spec = registry.lookup(tool);
@@ -1214,15 +1337,42 @@ mod tests {
     fn unknown_tools_fields() {
         let cases = [
             (json!({"query": "x", "limit": 3}), "paths [] commands []"),
-            (json!({"path": "/etc/passwd"}), r#"paths ["/etc/passwd"] commands []"#),
-            (json!({"filePath": "a", "targetDir": "b", "file_name": "c"}), r#"paths ["a", "b", "c"] commands []"#),
-            (json!({"args": {"source": "a", "destination": "../b"}}), r#"paths ["a", "../b"] commands []"#),
-            (json!({"uri": "file:///etc/passwd"}), r#"paths ["/etc/passwd"] commands []"#),
-            (json!({"files": ["a", "b"]}), r#"paths ["a", "b"] commands []"#),
-            (json!({"file_text": "hello", "content": "x", "file_pattern": "*.rs", "profile": "p"}), "paths [] commands []"),
-            (json!({"command": "rm -rf /"}), r#"paths [] commands [Text("rm -rf /")]"#),
-            (json!({"cmd": ["rm", "-rf", "/"]}), r#"paths [] commands [Argv(["rm", "-rf", "/"])]"#),
-            (json!({"steps": [{"script": "make"}], "commands": ["a", "b"]}), r#"paths [] commands [Text("make"), Text("a"), Text("b")]"#),
+            (
+                json!({"path": "/etc/passwd"}),
+                r#"paths ["/etc/passwd"] commands []"#,
+            ),
+            (
+                json!({"filePath": "a", "targetDir": "b", "file_name": "c"}),
+                r#"paths ["a", "b", "c"] commands []"#,
+            ),
+            (
+                json!({"args": {"source": "a", "destination": "../b"}}),
+                r#"paths ["a", "../b"] commands []"#,
+            ),
+            (
+                json!({"uri": "file:///etc/passwd"}),
+                r#"paths ["/etc/passwd"] commands []"#,
+            ),
+            (
+                json!({"files": ["a", "b"]}),
+                r#"paths ["a", "b"] commands []"#,
+            ),
+            (
+                json!({"file_text": "hello", "content": "x", "file_pattern": "*.rs", "profile": "p"}),
+                "paths [] commands []",
+            ),
+            (
+                json!({"command": "rm -rf /"}),
+                r#"paths [] commands [Text("rm -rf /")]"#,
+            ),
+            (
+                json!({"cmd": ["rm", "-rf", "/"]}),
+                r#"paths [] commands [Argv(["rm", "-rf", "/"])]"#,
+            ),
+            (
+                json!({"steps": [{"script": "make"}], "commands": ["a", "b"]}),
+                r#"paths [] commands [Text("make"), Text("a"), Text("b")]"#,
+            ),
         ];
         for (input, expected) in cases {
             let found = unknown_fields(&object(input.clone()));
