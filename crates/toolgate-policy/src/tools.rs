@@ -987,10 +987,9 @@ fn key_words(key: &str) -> Vec<String> {
     let mut current = String::new();
     let mut previous_lower = false;
     for c in key.chars() {
-        if !c.is_ascii_alphanumeric() || (c.is_ascii_uppercase() && previous_lower) {
-            if !current.is_empty() {
-                words.push(std::mem::take(&mut current));
-            }
+        let boundary = !c.is_ascii_alphanumeric() || (c.is_ascii_uppercase() && previous_lower);
+        if boundary && !current.is_empty() {
+            words.push(std::mem::take(&mut current));
         }
         if c.is_ascii_alphanumeric() {
             current.push(c.to_ascii_lowercase());
