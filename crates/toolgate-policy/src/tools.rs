@@ -1,6 +1,22 @@
 //! The tool registry: every tool name an agent may send, mapped to the
 //! permission name rules are written for, the kind of thing it does, and
 //! where in its input the subject (command, path, URL) is.
+//!
+//! What the agent will run is what is judged, so every field any supported
+//! agent's tool of that name reads is read:
+//!
+//! - paths: every one of [`PATH_FIELDS`] at any depth (`files[].path`,
+//!   `edits[].filePath`), `paths`/`file_paths` lists, and `include` for
+//!   `read_many_files`: several paths are several subjects;
+//! - commands: `command` and `cmd`; given both, differently, each is judged
+//!   ([`variants`]); Codex's `shell` names the program that runs the string
+//!   (`[shell, "-lc" or "-c", cmd]`, `login` false gives `-c`), so a program
+//!   that is not a shell toolgate reads is judged as what it is;
+//! - the directory a shell command runs in: [`WORKDIR_FIELDS`];
+//! - fields that make a shell call more than its command, so never read-only:
+//!   background runs, `tty` sessions, `env`, `user` ([`not_read_only_field`]);
+//! - for a tool of unknown kind, every path-like and command-like field, which
+//!   a session's scope holds against its patterns ([`unknown_fields`]).
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -711,7 +727,8 @@ pub fn workdir(spec: &ToolSpec, input: &Map<String, Value>) -> Result<Option<Str
 /// that it is never read-only, with the reason: a background run
 /// (`run_in_background`, `is_background`, `background`), an interactive
 /// session kept open (`tty`), environment variables set for the command
-/// (`env`), another user (`user`).
+/// (`env`), another user (`user`), a `shell` that is not one toolgate
+/// analyses (bash, sh, dash, zsh).
 pub fn not_read_only_field(spec: &ToolSpec, input: &Map<String, Value>) -> Option<String> {
     if spec.subject != SubjectField::Shell {
         return None;
@@ -727,6 +744,14 @@ pub fn not_read_only_field(spec: &ToolSpec, input: &Map<String, Value>) -> Optio
         if set(field) {
             return Some(format!(
                 "it runs in the background (`{field}`), and a process that outlives the call is not read-only"
+            ));
+        }
+    }
+    if let Some(Value::String(program)) = input.get("shell") {
+        let name = program.rsplit('/').next().unwrap_or(program);
+        if !ANALYSED_SHELLS.contains(&name) {
+            return Some(format!(
+                "`{program}` is not a shell toolgate analyses (`shell`), and it runs the command"
             ));
         }
     }
