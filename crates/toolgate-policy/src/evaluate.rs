@@ -466,16 +466,11 @@ impl Policy {
         for path in &fields.paths {
             let rooted = RootedPath::resolve(path, &base, &self.project_root, self.home.as_deref());
             // A file, or a directory in scope when the files directly in it are.
-            let refusal = context
+            if let Some(refusal) = context
                 .scope
-                .target_refusal(ScopeTarget::File(&rooted.subject));
-            if refusal.is_some()
-                && context
-                    .scope
-                    .target_refusal(ScopeTarget::Directory(&rooted.subject))
-                    .is_some()
+                .target_refusal(ScopeTarget::Path(&rooted.subject))
             {
-                return refusal;
+                return Some(refusal);
             }
         }
         for command in &fields.commands {

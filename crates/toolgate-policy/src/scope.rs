@@ -181,6 +181,9 @@ pub enum ScopeTarget<'a> {
     Directory(&'a str),
     /// One simple shell command.
     Command(&'a str),
+    /// A path that may be a file or a directory (a field of a tool toolgate
+    /// does not know): in scope when it matches as either.
+    Path(&'a str),
 }
 
 /// A session's effective scope: its own layer after every ancestor's.
@@ -352,7 +355,7 @@ impl Scope {
                         )
                     })
                 }),
-                ScopeTarget::Directory(dir) => layer.files.as_ref().and_then(|globs| {
+                ScopeTarget::Directory(dir) | ScopeTarget::Path(dir) => layer.files.as_ref().and_then(|globs| {
                     let child = match dir {
                         "" | "." => "_".to_string(),
                         dir => format!("{}/_", dir.trim_end_matches('/')),
@@ -360,9 +363,13 @@ impl Scope {
                     let inside = globs
                         .iter()
                         .any(|glob| glob.is_match(dir) || glob.is_match(&child));
+                    let noun = match target {
+                        ScopeTarget::Path(_) => "the path",
+                        _ => "the directory",
+                    };
                     (!inside).then(|| {
                         format!(
-                            "the scope of session `{}` does not include the directory `{dir}` (filePatterns: {})",
+                            "the scope of session `{}` does not include {noun} `{dir}` (filePatterns: {})",
                             layer.session,
                             quoted_list(layer.rules.file_patterns.iter().flatten())
                         )
@@ -472,6 +479,13 @@ mod tests {
             (Command("cargo build"), "parent"),
             (Command("ls -la"), "child"),
             (Command("gitk"), "parent"),
+            // A path of unknown sort: in scope as a file or as a directory.
+            (Path("src"), ""),
+            (Path("src/a/b.rs"), ""),
+            (Path("README.md"), "parent"),
+            (Path("docs/x.md"), "child"),
+            (Path("/etc/passwd"), "parent"),
+            (Path("."), "parent"),
         ];
         for (target, expected) in cases {
             check(&scope, *target, expected);
