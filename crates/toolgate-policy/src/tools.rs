@@ -667,6 +667,7 @@ pub fn variants(
     let groups: &[(&[&str], &str)] = match spec.subject {
         SubjectField::Shell => &[(COMMAND_FIELDS, "command"), (WORKDIR_FIELDS, "workdir")],
         SubjectField::Search => &[(SEARCH_DIR_FIELDS, "path")],
+        SubjectField::Url => return url_variants(input),
         _ => return Ok(None),
     };
     let mut split: Vec<(&[&str], &str, Vec<&Value>)> = Vec::new();
@@ -709,6 +710,50 @@ pub fn variants(
         ));
     }
     Ok(Some(inputs))
+}
+
+/// A fetch whose `prompt` names URLs (Gemini CLI's `web_fetch` fetches every
+/// URL in its prompt): one input per URL, `url` beside them included, so
+/// rules and questions see each URL rather than the prompt's text.
+fn url_variants(input: &Map<String, Value>) -> Result<Option<Vec<Map<String, Value>>>, String> {
+    let Some(Value::String(prompt)) = input.get("prompt") else {
+        return Ok(None);
+    };
+    let mut urls: Vec<String> = Vec::new();
+    match input.get("url") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(url)) => urls.push(url.clone()),
+        Some(_) => return Err("`url` must be a string".to_string()),
+    }
+    let given = urls.len();
+    for word in prompt.split(|c: char| {
+        c.is_whitespace() || matches!(c, '<' | '>' | '"' | '\'' | '(' | ')' | '[' | ']')
+    }) {
+        let lower = word.to_ascii_lowercase();
+        if let Some(at) = lower.find("http://").or_else(|| lower.find("https://")) {
+            let url = word[at..].trim_end_matches(['.', ',', ';', ':', '!', '?']);
+            push_new(&mut urls, url.to_string());
+        }
+    }
+    if urls.len() == given {
+        return Ok(None);
+    }
+    if urls.len() > 20 {
+        return Err(format!("the prompt names {} URLs", urls.len()));
+    }
+    let mut base = input.clone();
+    for field in ["url", "query", "prompt"] {
+        base.remove(field);
+    }
+    Ok(Some(
+        urls.into_iter()
+            .map(|url| {
+                let mut one = base.clone();
+                one.insert("url".to_string(), Value::String(url));
+                one
+            })
+            .collect(),
+    ))
 }
 
 /// The directory a shell call runs in, from its input, when it names one.
@@ -1268,6 +1313,22 @@ mod tests {
                 "run_shell_command",
                 json!({"command": "ls", "directory": "src", "dir_path": "/etc"}),
                 r#"{"command":"ls","workdir":"src"} {"command":"ls","workdir":"/etc"}"#,
+            ),
+            ("web_fetch", json!({"prompt": "summarise this"}), "none"),
+            (
+                "web_fetch",
+                json!({"prompt": "compare https://a.example/x, and <http://B.example/y>."}),
+                r#"{"url":"https://a.example/x"} {"url":"http://B.example/y"}"#,
+            ),
+            (
+                "WebFetch",
+                json!({"url": "https://docs.rs/", "prompt": "also read https://evil.example/"}),
+                r#"{"url":"https://docs.rs/"} {"url":"https://evil.example/"}"#,
+            ),
+            (
+                "WebFetch",
+                json!({"url": "https://docs.rs/", "prompt": "summarise"}),
+                "none",
             ),
             (
                 "Grep",
