@@ -409,9 +409,17 @@ impl Policy {
             .map(|evaluation| evaluation.action)
             .max()
             .unwrap_or(Action::Deny);
+        // As for checks: a scope denial first, the one no answer could lift.
         let first = results
             .iter()
-            .position(|evaluation| evaluation.action == strictest)
+            .position(|evaluation| {
+                evaluation.action == Action::Deny && evaluation.source == Source::Scope
+            })
+            .or_else(|| {
+                results
+                    .iter()
+                    .position(|evaluation| evaluation.action == strictest)
+            })
             .unwrap_or(0);
         let mut chosen = results.remove(first);
         if let Some(question) = chosen.question.as_mut() {
