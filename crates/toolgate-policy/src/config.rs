@@ -351,6 +351,8 @@ impl Policy {
 /// tools (the `other` row of the mode table); `Err` says why it is ignored:
 ///
 /// - it is a command (`rm -rf build`, `Bash(git status)`), not a tool name;
+/// - it is a wildcard (`mcp__*`, `mcp__docs__*`, `*`, `read_?`): entries name
+///   concrete tools, since a pattern admits writers and tools added later;
 /// - it names or matches, ignoring case, a tool that writes, runs programs or
 ///   shell commands, starts sub-agents or leaves plan mode (`bash`, `Edit`,
 ///   `task`, `BASH`, `*`): plan mode never allows those;
@@ -362,6 +364,9 @@ fn plan_mode_extra(registry: &Registry, entry: &str) -> Result<Wildcard, String>
     }
     if entry.contains(char::is_whitespace) || entry.contains(['(', ')']) {
         return Err("it is a command, not a tool name; plan mode never allows shell commands that are not read-only (read-only ones are listed in planModeReadOnlyCommands)".to_string());
+    }
+    if entry.contains(['*', '?']) {
+        return Err("it is a wildcard, and entries name concrete tools: a pattern would admit every tool it matches, writers and tools added later included (list each tool that only reads, such as `mcp__docs__search`)".to_string());
     }
     let folded = Wildcard::new(&entry.to_lowercase());
     let closed =
@@ -471,11 +476,14 @@ mod tests {
         assert_eq!(actual, expected, "{entry}");
     }
 
+    const WILDCARD: &str = "it is a wildcard, and entries name concrete tools: a pattern would admit every tool it matches, writers and tools added later included (list each tool that only reads, such as `mcp__docs__search`)";
+
     #[test]
     fn plan_mode_extras_admit_only_unknown_and_mcp_tools() {
         let cases = [
             ("mcp__docs__search", "kept mcp__docs__search"),
-            ("mcp__docs__*", "kept mcp__docs__*"),
+            ("mcp__docs__*", WILDCARD),
+            ("mcp__docs__searc?", WILDCARD),
             ("mcp__misc__x", "kept mcp__misc__x"),
             ("frobnicate", "kept frobnicate"),
             ("bash", "plan mode never allows shell commands"),
@@ -491,9 +499,12 @@ mod tests {
             // Spellings and patterns that reach a closed tool.
             ("BASH", "it matches `Bash`, and plan mode never allows shell commands"),
             ("Shell", "it matches `shell`, and plan mode never allows shell commands"),
-            ("*", "it matches `Edit`, and plan mode never allows file edits, writes, patches, deletes and moves"),
-            ("mcp__*", "it matches `mcp__notes__add`, and plan mode never allows file edits, writes, patches, deletes and moves"),
-            ("*_command", "it matches `exec_command`, and plan mode never allows shell commands"),
+            // Wildcards: refused whatever they match.
+            ("*", WILDCARD),
+            ("mcp__*", WILDCARD),
+            ("*_command", WILDCARD),
+            ("mcp__github__get_*", WILDCARD),
+            ("?", WILDCARD),
             // Commands are not tool names.
             ("rm -rf build", "it is a command, not a tool name; plan mode never allows shell commands that are not read-only (read-only ones are listed in planModeReadOnlyCommands)"),
             ("Bash(rm:*)", "it is a command, not a tool name; plan mode never allows shell commands that are not read-only (read-only ones are listed in planModeReadOnlyCommands)"),

@@ -16,7 +16,9 @@ use crate::mode::{mode_answer, Action, Kind, Mode};
 use crate::paths::{is_plain, normalize, RootedPath};
 use crate::rules::Rule;
 use crate::scope::{ScopeRefusal, ScopeTarget};
-use crate::tools::{extract, ShellInput, Subject};
+use crate::tools::{
+    extract, not_read_only_field, unknown_fields, variants, workdir, ShellInput, Subject,
+};
 use crate::{Call, Context, Evaluation, Policy, Question, RuleRef, Source};
 
 /// One thing a call touches, to be judged on its own.
@@ -85,6 +87,38 @@ impl Policy {
         {
             return scope_denial(refusal, &spec.permission, spec.kind);
         }
+        // A tool whose input toolgate does not know is bound by the scope through
+        // every path-like and command-like field it has.
+        if matches!(spec.kind, Kind::Other | Kind::Execute) && !context.scope.is_none() {
+            if let Some(refusal) = self.unknown_tool_refusal(call, spec.kind, context) {
+                return scope_denial(refusal, &spec.permission, spec.kind);
+            }
+        }
+        // A command or directory given twice, differently: each one must pass.
+        match variants(&spec, call.input) {
+            Err(reason) => {
+                return invalid(format!("the `{}` call is unusable: {reason}", call.tool))
+            }
+            Ok(Some(inputs)) => return self.evaluate_each(call, context, &inputs),
+            Ok(None) => {}
+        }
+        // A shell call's own directory (`workdir`, `directory`, `cwd`, ...) is where it runs.
+        let joined: String;
+        let call = &match workdir(&spec, call.input) {
+            Err(reason) => {
+                return invalid(format!("the `{}` call is unusable: {reason}", call.tool))
+            }
+            Ok(Some(dir)) => {
+                joined = join_dir(call.cwd, &dir);
+                Call {
+                    cwd: Some(&joined),
+                    ..*call
+                }
+            }
+            Ok(None) => *call,
+        };
+        // A background run, a kept session, an environment: never read-only.
+        let held = not_read_only_field(&spec, call.input);
         let subject = match extract(&spec, call.input) {
             Ok(subject) => subject,
             Err(reason) => {
@@ -228,11 +262,14 @@ impl Policy {
                     checks.extend(guarded.into_iter().map(read_argument_check));
                 }
                 for command in analysis.commands {
-                    let read_only = command.verdict.is_ok();
+                    let read_only = command.verdict.is_ok() && held.is_none();
                     let action = mode_answer(mode, spec.kind, read_only, false);
-                    let mode_reason = match &command.verdict {
-                        Ok(()) => format!("`{}` only reads, which every mode allows", command.text),
-                        Err(refusal) => shell_reason(mode, action, &refusal.reason),
+                    let mode_reason = match (&command.verdict, &held) {
+                        (Ok(()), None) => {
+                            format!("`{}` only reads, which every mode allows", command.text)
+                        }
+                        (Err(refusal), _) => shell_reason(mode, action, &refusal.reason),
+                        (Ok(()), Some(held)) => shell_reason(mode, action, held),
                     };
                     // A literal `always` (a destructive program, say) may contain
                     // `*` or `?`: it is granted as exactly that text.
@@ -352,6 +389,114 @@ impl Policy {
             plan,
             &self.fetch_permissions,
         )
+    }
+
+    /// A call whose input was split by [`variants`]: each input is judged as
+    /// if sent alone, and the call gets the strictest answer. When that is
+    /// ask, one question gathers every input that asks for the same permission.
+    fn evaluate_each(
+        &self,
+        call: &Call<'_>,
+        context: &Context<'_>,
+        inputs: &[serde_json::Map<String, serde_json::Value>],
+    ) -> Evaluation {
+        let mut results: Vec<Evaluation> = inputs
+            .iter()
+            .map(|input| self.evaluate(&Call { input, ..*call }, context))
+            .collect();
+        let strictest = results
+            .iter()
+            .map(|evaluation| evaluation.action)
+            .max()
+            .unwrap_or(Action::Deny);
+        // As for checks: a scope denial first, the one no answer could lift.
+        let first = results
+            .iter()
+            .position(|evaluation| {
+                evaluation.action == Action::Deny && evaluation.source == Source::Scope
+            })
+            .or_else(|| {
+                results
+                    .iter()
+                    .position(|evaluation| evaluation.action == strictest)
+            })
+            .unwrap_or(0);
+        let mut chosen = results.remove(first);
+        if let Some(question) = chosen.question.as_mut() {
+            for other in results.iter().filter(|other| other.action == Action::Ask) {
+                let Some(more) = &other.question else {
+                    continue;
+                };
+                if more.permission != question.permission {
+                    continue;
+                }
+                for pattern in &more.patterns {
+                    push_unique(&mut question.patterns, pattern);
+                }
+                for always in &more.always {
+                    push_unique(&mut question.always, always);
+                }
+                for grant in &more.grants {
+                    if !question.grants.contains(grant) {
+                        question.grants.push(grant.clone());
+                    }
+                }
+                if !question.title.split('\n').any(|line| line == more.title) {
+                    question.title = format!("{}\n{}", question.title, more.title);
+                }
+            }
+        }
+        chosen
+    }
+
+    /// A tool of unknown kind in a scoped session: it must be named in
+    /// `allowedTools`, and every path-like field must be inside `filePatterns`,
+    /// every simple command of a command-like field inside `commandPatterns`.
+    fn unknown_tool_refusal(
+        &self,
+        call: &Call<'_>,
+        kind: Kind,
+        context: &Context<'_>,
+    ) -> Option<ScopeRefusal> {
+        if kind == Kind::Other {
+            if let Some(refusal) = context
+                .scope
+                .unknown_tool_refusal(call.tool, &self.always_available)
+            {
+                return Some(refusal);
+            }
+        }
+        let fields = unknown_fields(call.input);
+        let base: Cow<'_, Path> = match call.cwd {
+            Some(cwd) => Cow::Owned(normalize(cwd, &self.project_root, self.home.as_deref())),
+            None => Cow::Borrowed(&self.project_root),
+        };
+        for path in &fields.paths {
+            let rooted = RootedPath::resolve(path, &base, &self.project_root, self.home.as_deref());
+            // A file, or a directory in scope when the files directly in it are.
+            if let Some(refusal) = context
+                .scope
+                .target_refusal(ScopeTarget::Path(&rooted.subject))
+            {
+                return Some(refusal);
+            }
+        }
+        for command in &fields.commands {
+            let script = match command {
+                ShellInput::Text(text) => toolgate_shell::Script::Text(text),
+                ShellInput::Argv(argv) => toolgate_shell::Script::Argv(argv),
+            };
+            let analysis = toolgate_shell::analyze(script, &self.shell);
+            for simple in &analysis.commands {
+                if let Some(refusal) = context
+                    .scope
+                    .target_refusal(ScopeTarget::Command(&simple.text))
+                {
+                    return Some(refusal);
+                }
+            }
+        }
+        None
     }
 
     /// The answer for one check; see the module documentation for the order.
@@ -475,6 +620,16 @@ impl Policy {
             (_, Some(over)) => Some(over),
             (base, None) => base,
         }
+    }
+}
+
+/// A shell call's own directory, against the directory the agent reported.
+fn join_dir(cwd: Option<&str>, dir: &str) -> String {
+    match cwd {
+        Some(cwd) if !dir.starts_with(['/', '~']) => {
+            format!("{}/{dir}", cwd.trim_end_matches('/'))
+        }
+        _ => dir.to_string(),
     }
 }
 

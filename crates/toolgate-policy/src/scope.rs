@@ -21,6 +21,12 @@
 //!
 //! The tools listed in `alwaysAvailableTools` pass `allowedTools` and
 //! `deniedTools`, so a parent can never trap a child without a way to finish.
+//!
+//! A tool of unknown kind (an MCP tool, a tool of an agent toolgate does not
+//! know) passes only where every layer names it in `allowedTools`; then every
+//! path-like field of its input (any depth) is held against `filePatterns`
+//! and every simple command of a command-like field against
+//! `commandPatterns` (see `Policy::evaluate`).
 
 use std::sync::Arc;
 
@@ -175,6 +181,9 @@ pub enum ScopeTarget<'a> {
     Directory(&'a str),
     /// One simple shell command.
     Command(&'a str),
+    /// A path that may be a file or a directory (a field of a tool toolgate
+    /// does not know): in scope when it matches as either.
+    Path(&'a str),
 }
 
 /// A session's effective scope: its own layer after every ancestor's.
@@ -309,6 +318,30 @@ impl Scope {
         None
     }
 
+    /// Whether a tool of unknown kind may be used: every layer that limits
+    /// anything must name it in `allowedTools` (checked by
+    /// [`Scope::tool_refusal`]); a layer without `allowedTools` refuses it,
+    /// since what such a tool touches cannot be held against the layer's
+    /// patterns with certainty. `always_available` tools always may.
+    pub fn unknown_tool_refusal(
+        &self,
+        tool: &str,
+        always_available: &[String],
+    ) -> Option<ScopeRefusal> {
+        if always_available.iter().any(|name| name == tool) {
+            return None;
+        }
+        self.layers()
+            .find(|layer| layer.allowed.is_none())
+            .map(|layer| ScopeRefusal {
+                session: layer.session.clone(),
+                reason: format!(
+                    "the scope of session `{}` does not allow `{tool}`: a tool of unknown kind must be named in allowedTools",
+                    layer.session
+                ),
+            })
+    }
+
     /// Whether a path or simple command is inside every layer.
     pub fn target_refusal(&self, target: ScopeTarget<'_>) -> Option<ScopeRefusal> {
         for layer in self.layers() {
@@ -322,7 +355,7 @@ impl Scope {
                         )
                     })
                 }),
-                ScopeTarget::Directory(dir) => layer.files.as_ref().and_then(|globs| {
+                ScopeTarget::Directory(dir) | ScopeTarget::Path(dir) => layer.files.as_ref().and_then(|globs| {
                     let child = match dir {
                         "" | "." => "_".to_string(),
                         dir => format!("{}/_", dir.trim_end_matches('/')),
@@ -330,9 +363,13 @@ impl Scope {
                     let inside = globs
                         .iter()
                         .any(|glob| glob.is_match(dir) || glob.is_match(&child));
+                    let noun = match target {
+                        ScopeTarget::Path(_) => "the path",
+                        _ => "the directory",
+                    };
                     (!inside).then(|| {
                         format!(
-                            "the scope of session `{}` does not include the directory `{dir}` (filePatterns: {})",
+                            "the scope of session `{}` does not include {noun} `{dir}` (filePatterns: {})",
                             layer.session,
                             quoted_list(layer.rules.file_patterns.iter().flatten())
                         )
@@ -442,6 +479,13 @@ mod tests {
             (Command("cargo build"), "parent"),
             (Command("ls -la"), "child"),
             (Command("gitk"), "parent"),
+            // A path of unknown sort: in scope as a file or as a directory.
+            (Path("src"), ""),
+            (Path("src/a/b.rs"), ""),
+            (Path("README.md"), "parent"),
+            (Path("docs/x.md"), "child"),
+            (Path("/etc/passwd"), "parent"),
+            (Path("."), "parent"),
         ];
         for (target, expected) in cases {
             check(&scope, *target, expected);
@@ -502,6 +546,43 @@ mod tests {
             list(&["Read", "Bash", "mcp__docs__search"])
         );
         assert_eq!(effective.denied_tools, vec!["webfetch", "Grep"]);
+    }
+
+    /// A tool of unknown kind passes a scope only where every layer names it
+    /// in allowedTools; the always-available tools stay exempt.
+    #[test]
+    fn unknown_tools_must_be_named() {
+        let files_only = layer(
+            "files",
+            ScopeRules {
+                file_patterns: list(&["src/**"]),
+                ..ScopeRules::default()
+            },
+        );
+        let naming = layer(
+            "naming",
+            ScopeRules {
+                allowed_tools: list(&["mcp__docs__*", "read"]),
+                ..ScopeRules::default()
+            },
+        );
+        let always = vec!["attempt_completion".to_string()];
+        let cases: &[(&[&ScopeLayer], &str, &str)] = &[
+            (&[], "mcp__docs__search", ""),
+            (&[&files_only], "mcp__docs__search", "files"),
+            (&[&files_only], "attempt_completion", ""),
+            (&[&naming], "mcp__docs__search", ""),
+            (&[&naming, &files_only], "mcp__docs__search", "files"),
+            (&[&files_only, &naming], "frobnicate", "files"),
+        ];
+        for (layers, tool, expected) in cases {
+            let scope = Scope::from_layers(layers.iter().map(|layer| (*layer).clone()));
+            let got = scope
+                .unknown_tool_refusal(tool, &always)
+                .map(|refusal| refusal.session)
+                .unwrap_or_default();
+            assert_eq!(got, *expected, "{tool} {}", layers.len());
+        }
     }
 
     #[test]

@@ -1,6 +1,22 @@
 //! The tool registry: every tool name an agent may send, mapped to the
 //! permission name rules are written for, the kind of thing it does, and
 //! where in its input the subject (command, path, URL) is.
+//!
+//! What the agent will run is what is judged, so every field any supported
+//! agent's tool of that name reads is read:
+//!
+//! - paths: every one of [`PATH_FIELDS`] at any depth (`files[].path`,
+//!   `edits[].filePath`), `paths`/`file_paths` lists, and `include` for
+//!   `read_many_files`: several paths are several subjects;
+//! - commands: `command` and `cmd`; given both, differently, each is judged
+//!   ([`variants`]); Codex's `shell` names the program that runs the string
+//!   (`[shell, "-lc" or "-c", cmd]`, `login` false gives `-c`), so a program
+//!   that is not a shell toolgate reads is judged as what it is;
+//! - the directory a shell command runs in: [`WORKDIR_FIELDS`];
+//! - fields that make a shell call more than its command, so never read-only:
+//!   background runs, `tty` sessions, `env`, `user` ([`not_read_only_field`]);
+//! - for a tool of unknown kind, every path-like and command-like field, which
+//!   a session's scope holds against its patterns ([`unknown_fields`]).
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -57,6 +73,17 @@ const BUILTIN: &[(&str, &[Builtin])] = &[
     ("OpenCode", OPENCODE),
     ("Codex", CODEX),
     ("Gemini CLI and qwen-code", GEMINI),
+];
+
+/// Tools each agent has besides the ones above, and Roo Code's (Kilo Code
+/// and Cline share most names). They are classified like the others but not
+/// shown as examples in the mode reminder, which stays as it was.
+const MORE: &[(&str, &[Builtin])] = &[
+    ("Claude Code", CLAUDE_CODE_MORE),
+    ("OpenCode", OPENCODE_MORE),
+    ("Codex", CODEX_MORE),
+    ("Gemini CLI and qwen-code", GEMINI_MORE),
+    ("Roo Code, Kilo Code and Cline", ROO_CODE),
 ];
 
 const CLAUDE_CODE: &[Builtin] = &[
@@ -142,11 +169,131 @@ const GEMINI: &[Builtin] = &[
     ),
 ];
 
-fn builtins() -> impl Iterator<Item = (usize, &'static Builtin)> {
+const CLAUDE_CODE_MORE: &[Builtin] = &[
+    // The sub-agent tool's current name.
+    ("Agent", "task", Kind::Task, SubjectField::Agent),
+    ("NotebookRead", "read", Kind::Read, SubjectField::Path),
+    (
+        "AskUserQuestion",
+        "question",
+        Kind::Think,
+        SubjectField::None,
+    ),
+    // Reads what a background shell printed.
+    ("BashOutput", "BashOutput", Kind::Think, SubjectField::None),
+    // End a background shell: they change the state of a process.
+    ("KillShell", "KillShell", Kind::Execute, SubjectField::None),
+    ("KillBash", "KillBash", Kind::Execute, SubjectField::None),
+    // Expands a slash command, whose text can run commands.
+    (
+        "SlashCommand",
+        "SlashCommand",
+        Kind::Execute,
+        SubjectField::None,
+    ),
+];
+
+const OPENCODE_MORE: &[Builtin] = &[
+    // A web search for code.
+    ("codesearch", "websearch", Kind::Fetch, SubjectField::Url),
+];
+
+const CODEX_MORE: &[Builtin] = &[
+    ("shell_command", "bash", Kind::Shell, SubjectField::Shell),
+    // Types into a running process: whatever that process does with it, it does.
+    (
+        "write_stdin",
+        "write_stdin",
+        Kind::Execute,
+        SubjectField::None,
+    ),
+    ("view_image", "read", Kind::Read, SubjectField::Path),
+    ("list_dir", "list", Kind::List, SubjectField::Path),
+    ("grep_files", "grep", Kind::Search, SubjectField::Search),
+    ("update_plan", "todowrite", Kind::Think, SubjectField::None),
+];
+
+// Gemini CLI's and qwen-code's.
+const GEMINI_MORE: &[Builtin] = &[
+    ("smart_edit", "edit", Kind::Edit, SubjectField::Path),
+    ("web_search", "websearch", Kind::Fetch, SubjectField::Url),
+    ("write_todos", "todowrite", Kind::Think, SubjectField::None),
+    ("todo_write", "todowrite", Kind::Think, SubjectField::None),
+];
+
+// Roo Code's tools; `read_file` is Gemini CLI's entry, which reads Roo's
+// `path` and `files[].path` too.
+const ROO_CODE: &[Builtin] = &[
+    ("write_to_file", "edit", Kind::Edit, SubjectField::Path),
+    ("apply_diff", "edit", Kind::Edit, SubjectField::Path),
+    ("insert_content", "edit", Kind::Edit, SubjectField::Path),
+    ("search_and_replace", "edit", Kind::Edit, SubjectField::Path),
+    ("replace_in_file", "edit", Kind::Edit, SubjectField::Path),
+    ("edit_file", "edit", Kind::Edit, SubjectField::Path),
+    ("generate_image", "edit", Kind::Edit, SubjectField::Path),
+    ("execute_command", "bash", Kind::Shell, SubjectField::Shell),
+    ("search_files", "grep", Kind::Search, SubjectField::Search),
+    (
+        "codebase_search",
+        "grep",
+        Kind::Search,
+        SubjectField::Search,
+    ),
+    ("list_files", "list", Kind::List, SubjectField::Path),
+    (
+        "list_code_definition_names",
+        "list",
+        Kind::List,
+        SubjectField::Path,
+    ),
+    ("browser_action", "webfetch", Kind::Fetch, SubjectField::Url),
+    ("new_task", "task", Kind::Task, SubjectField::Agent),
+    (
+        "run_slash_command",
+        "run_slash_command",
+        Kind::Execute,
+        SubjectField::None,
+    ),
+    (
+        "ask_followup_question",
+        "question",
+        Kind::Think,
+        SubjectField::None,
+    ),
+    (
+        "update_todo_list",
+        "todowrite",
+        Kind::Think,
+        SubjectField::None,
+    ),
+    (
+        "fetch_instructions",
+        "fetch_instructions",
+        Kind::Think,
+        SubjectField::None,
+    ),
+    (
+        "plan_mode_respond",
+        "question",
+        Kind::Think,
+        SubjectField::None,
+    ),
+];
+
+/// The tools the reminder takes examples from, with their agent's index.
+fn example_builtins() -> impl Iterator<Item = (usize, &'static Builtin)> {
     BUILTIN
         .iter()
         .enumerate()
         .flat_map(|(agent, (_, tools))| tools.iter().map(move |tool| (agent, tool)))
+}
+
+/// Every built-in tool.
+fn builtins() -> impl Iterator<Item = &'static Builtin> {
+    BUILTIN
+        .iter()
+        .chain(MORE)
+        .flat_map(|(_, tools)| tools.iter())
 }
 
 /// Maps tool names to [`ToolSpec`]s: the built-in table plus the policy's `tools`.
@@ -161,7 +308,7 @@ impl Default for Registry {
     /// The built-in tools.
     fn default() -> Registry {
         let tools = builtins()
-            .map(|(_, (name, permission, kind, subject))| {
+            .map(|(name, permission, kind, subject)| {
                 (
                     (*name).to_string(),
                     ToolSpec {
@@ -182,10 +329,11 @@ impl Default for Registry {
 
 impl Registry {
     /// Every built-in tool name, in table order (Claude Code, OpenCode, Codex,
-    /// Gemini CLI and qwen-code), each once. Every one has an explicit kind:
+    /// Gemini CLI and qwen-code, then each one's further tools and Roo Code's),
+    /// each once. Every one has an explicit kind:
     /// none of them is [`Kind::Other`].
     pub fn builtin_names() -> impl Iterator<Item = &'static str> {
-        builtins().map(|(_, (name, ..))| *name)
+        builtins().map(|(name, ..)| *name)
     }
 
     /// A few tool names of `kind`, to show a model which of its tools a line of
@@ -200,7 +348,7 @@ impl Registry {
         let mut sources: Vec<Vec<&str>> = vec![Vec::new(); BUILTIN.len() + 1];
         let mut seen: Vec<String> = Vec::new();
         let declared = self.declared.iter().map(|name| (0, name.as_str()));
-        let builtin = builtins().map(|(agent, (name, ..))| (agent + 1, *name));
+        let builtin = example_builtins().map(|(agent, (name, ..))| (agent + 1, *name));
         for (source, name) in declared.chain(builtin) {
             let folded = name.to_lowercase();
             if of_kind(name) && !seen.contains(&folded) {
@@ -328,56 +476,74 @@ pub enum Subject {
 }
 
 /// Read the subject of a call. `Err` names what is missing or malformed.
+///
+/// Every field an agent's tool of that name reads is read: an input that
+/// names several paths (`filePath` and `file_path`, `paths` and `include`,
+/// `files[].path`) has them all as subjects. Fields that hold one command or
+/// one directory but are given differently more than once are split by
+/// [`variants`] first; given to this function, they are an error.
 pub fn extract(spec: &ToolSpec, input: &Map<String, Value>) -> Result<Subject, String> {
     match spec.subject {
         SubjectField::Shell => shell(input).map(Subject::Shell),
-        SubjectField::Path => match first_string(input, PATH_FIELDS)? {
-            Some(path) => Ok(Subject::Paths(vec![path])),
-            // A listing without a path lists the working directory.
-            None if spec.kind == Kind::List => Ok(Subject::Paths(vec![".".to_string()])),
-            None if spec.known && spec.kind != Kind::Other => Err(format!(
-                "the input has no path (expected one of {})",
-                PATH_FIELDS.join(", ")
-            )),
-            None => Ok(Subject::None),
-        },
-        SubjectField::OptionalPath => Ok(first_string(input, PATH_FIELDS)?
-            .map(|path| Subject::Paths(vec![path]))
-            .unwrap_or(Subject::None)),
-        SubjectField::Paths => {
-            for field in ["paths", "file_paths"] {
-                if let Some(value) = input.get(field) {
-                    let paths = string_array(value, field)?;
-                    if paths.is_empty() {
-                        return Err(format!("`{field}` is empty"));
-                    }
-                    return Ok(Subject::Paths(paths));
-                }
+        SubjectField::Path | SubjectField::Paths => {
+            let mut paths = Vec::new();
+            collect_paths(input, spec.subject == SubjectField::Paths, &mut paths)?;
+            if !paths.is_empty() {
+                return Ok(Subject::Paths(paths));
             }
-            match first_string(input, PATH_FIELDS)? {
-                Some(path) => Ok(Subject::Paths(vec![path])),
-                None => Err("the input has no `paths`".to_string()),
+            match spec.subject {
+                // A listing without a path lists the working directory.
+                _ if spec.kind == Kind::List => Ok(Subject::Paths(vec![".".to_string()])),
+                SubjectField::Paths => Err("the input has no `paths`".to_string()),
+                _ if spec.known && spec.kind != Kind::Other => Err(format!(
+                    "the input has no path (expected one of {})",
+                    PATH_FIELDS.join(", ")
+                )),
+                _ => Ok(Subject::None),
             }
+        }
+        SubjectField::OptionalPath => {
+            let mut paths = Vec::new();
+            collect_paths(input, false, &mut paths)?;
+            Ok(if paths.is_empty() {
+                Subject::None
+            } else {
+                Subject::Paths(paths)
+            })
         }
         SubjectField::Patch => {
-            let text = first_string(input, &["input", "patch", "patchText"])?
-                .ok_or_else(|| "the input has no patch text".to_string())?;
-            let files = patch_files(&text);
-            if files.is_empty() {
-                return Err("the patch names no file".to_string());
+            let mut files = Vec::new();
+            for text in strings_of(input, &["input", "patch", "patchText"])? {
+                for file in patch_files(&text) {
+                    push_new(&mut files, file);
+                }
             }
+            if files.is_empty() {
+                return Err(
+                    if strings_of(input, &["input", "patch", "patchText"])?.is_empty() {
+                        "the input has no patch text".to_string()
+                    } else {
+                        "the patch names no file".to_string()
+                    },
+                );
+            }
+            // A path field beside the patch is a file too.
+            collect_paths(input, false, &mut files)?;
             Ok(Subject::Paths(files))
         }
-        SubjectField::Url => Ok(first_string(input, &["url", "query"])?
+        SubjectField::Url => Ok(first_string(input, &["url", "query", "prompt"])?
             .map(Subject::Text)
             .unwrap_or(Subject::None)),
         SubjectField::Search => Ok(Subject::Search {
-            pattern: first_string(input, &["pattern", "query"])?.unwrap_or_else(|| "*".into()),
-            path: first_string(input, PATH_FIELDS)?,
+            pattern: first_string(input, &["pattern", "query", "regex"])?
+                .unwrap_or_else(|| "*".into()),
+            path: single(input, SEARCH_DIR_FIELDS)?,
         }),
-        SubjectField::Agent => Ok(first_string(input, &["subagent_type", "description"])?
-            .map(Subject::Text)
-            .unwrap_or(Subject::None)),
+        SubjectField::Agent => Ok(
+            first_string(input, &["subagent_type", "mode", "description"])?
+                .map(Subject::Text)
+                .unwrap_or(Subject::None),
+        ),
         SubjectField::Plan => Ok(first_string(input, &["plan"])?
             .map(Subject::Text)
             .unwrap_or(Subject::None)),
@@ -385,30 +551,357 @@ pub fn extract(spec: &ToolSpec, input: &Map<String, Value>) -> Result<Subject, S
     }
 }
 
-const PATH_FIELDS: &[&str] = &[
+/// Fields that name the file a tool reads or writes, across agents: Claude
+/// Code and Gemini CLI `file_path`, OpenCode `filePath`, Roo Code and many
+/// others `path`, Gemini CLI's older `absolute_path`, `notebook_path`,
+/// Gemini CLI and Codex `dir_path`, Kilo Code's `target_file`. Looked for at
+/// any depth (`files[].path`, `edits[].filePath`).
+pub const PATH_FIELDS: &[&str] = &[
     "file_path",
     "filePath",
     "path",
     "absolute_path",
     "notebook_path",
+    "dir_path",
+    "target_file",
 ];
 
-fn shell(input: &Map<String, Value>) -> Result<ShellInput, String> {
-    for field in ["command", "cmd"] {
-        match input.get(field) {
-            None | Some(Value::Null) => continue,
-            Some(Value::String(text)) => return Ok(ShellInput::Text(text.clone())),
-            Some(value @ Value::Array(_)) => {
-                let argv = string_array(value, field)?;
-                if argv.is_empty() {
-                    return Err(format!("`{field}` is an empty argv"));
-                }
-                return Ok(ShellInput::Argv(argv));
+/// Fields that hold a list of paths (for [`SubjectField::Paths`] also
+/// `include`, which Gemini CLI's `read_many_files` merges with `paths`).
+const PATH_LIST_FIELDS: &[&str] = &["paths", "file_paths"];
+
+/// Fields that hold a shell command: `command` (a string, or an argv array)
+/// and Codex's `cmd`.
+const COMMAND_FIELDS: &[&str] = &["command", "cmd"];
+
+/// Fields that name the directory a shell command runs in: Codex and OpenCode
+/// `workdir`, Gemini CLI and qwen-code `directory` (`dir_path` in newer
+/// Gemini CLI), Roo Code `cwd`, Codex `local_shell`'s `working_directory`.
+pub const WORKDIR_FIELDS: &[&str] = &[
+    "workdir",
+    "directory",
+    "dir_path",
+    "cwd",
+    "working_directory",
+];
+
+/// Fields that name the directory a search looks in.
+const SEARCH_DIR_FIELDS: &[&str] = &["path", "dir_path", "directory", "absolute_path"];
+
+/// The shells whose scripts toolgate reads (`shell` in Codex's `exec_command`).
+const ANALYSED_SHELLS: &[&str] = &["bash", "sh", "zsh", "dash"];
+
+/// Every path the input names, at any depth, each once, in order.
+fn collect_paths(
+    input: &Map<String, Value>,
+    lists: bool,
+    paths: &mut Vec<String>,
+) -> Result<(), String> {
+    for (key, value) in input {
+        let key = key.as_str();
+        if PATH_FIELDS.contains(&key) {
+            match value {
+                Value::Null => {}
+                Value::String(path) => push_new(paths, path.clone()),
+                // `path` inside a nested object may be anything; at the top it must be a string.
+                _ => return Err(format!("`{key}` must be a string")),
             }
-            Some(_) => return Err(format!("`{field}` must be a string or an array of strings")),
+        } else if PATH_LIST_FIELDS.contains(&key) || (lists && key == "include") {
+            match value {
+                Value::Null => {}
+                value => {
+                    let list = string_array(value, key)?;
+                    if list.is_empty() && key != "include" {
+                        return Err(format!("`{key}` is empty"));
+                    }
+                    for path in list {
+                        push_new(paths, path);
+                    }
+                }
+            }
+        } else {
+            nested_paths(value, paths);
         }
     }
-    Err("the input has no `command`".to_string())
+    Ok(())
+}
+
+/// Paths inside nested objects and arrays (`files[].path`, `edits[].filePath`).
+fn nested_paths(value: &Value, paths: &mut Vec<String>) {
+    match value {
+        Value::Array(items) => items.iter().for_each(|item| nested_paths(item, paths)),
+        Value::Object(object) => {
+            for (key, value) in object {
+                match value {
+                    Value::String(path) if PATH_FIELDS.contains(&key.as_str()) => {
+                        push_new(paths, path.clone())
+                    }
+                    Value::Array(items) if PATH_LIST_FIELDS.contains(&key.as_str()) => {
+                        for path in items.iter().filter_map(Value::as_str) {
+                            push_new(paths, path.to_string());
+                        }
+                    }
+                    value => nested_paths(value, paths),
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+fn push_new(list: &mut Vec<String>, item: String) {
+    if !list.contains(&item) {
+        list.push(item);
+    }
+}
+
+/// An input whose single-valued fields (the command, the directory it runs
+/// in, the directory a search looks in) are given more than once with
+/// different values, split into one input per combination, each with the
+/// field under one name: every one must pass. `None` when there is nothing to
+/// split (the usual case, which costs a few map lookups).
+pub fn variants(
+    spec: &ToolSpec,
+    input: &Map<String, Value>,
+) -> Result<Option<Vec<Map<String, Value>>>, String> {
+    let groups: &[(&[&str], &str)] = match spec.subject {
+        SubjectField::Shell => &[(COMMAND_FIELDS, "command"), (WORKDIR_FIELDS, "workdir")],
+        SubjectField::Search => &[(SEARCH_DIR_FIELDS, "path")],
+        SubjectField::Url => return url_variants(input),
+        _ => return Ok(None),
+    };
+    let mut split: Vec<(&[&str], &str, Vec<&Value>)> = Vec::new();
+    for (fields, canonical) in groups {
+        let mut values: Vec<&Value> = Vec::new();
+        for field in *fields {
+            match input.get(*field) {
+                None | Some(Value::Null) => {}
+                Some(value) if !values.contains(&value) => values.push(value),
+                Some(_) => {}
+            }
+        }
+        split.push((fields, canonical, values));
+    }
+    if split.iter().all(|(_, _, values)| values.len() <= 1) {
+        return Ok(None);
+    }
+    let mut inputs: Vec<Map<String, Value>> = vec![input.clone()];
+    for (fields, canonical, values) in split {
+        if values.is_empty() {
+            continue;
+        }
+        let mut next = Vec::new();
+        for base in &inputs {
+            for value in &values {
+                let mut one = base.clone();
+                for field in fields {
+                    one.remove(*field);
+                }
+                one.insert(canonical.to_string(), (*value).clone());
+                next.push(one);
+            }
+        }
+        inputs = next;
+    }
+    if inputs.len() > 16 {
+        return Err(format!(
+            "the input gives its command or directory in {} different combinations",
+            inputs.len()
+        ));
+    }
+    Ok(Some(inputs))
+}
+
+/// A fetch whose `prompt` names URLs (Gemini CLI's `web_fetch` fetches every
+/// URL in its prompt): one input per URL, `url` beside them included, so
+/// rules and questions see each URL rather than the prompt's text.
+fn url_variants(input: &Map<String, Value>) -> Result<Option<Vec<Map<String, Value>>>, String> {
+    let Some(Value::String(prompt)) = input.get("prompt") else {
+        return Ok(None);
+    };
+    let mut urls: Vec<String> = Vec::new();
+    match input.get("url") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(url)) => urls.push(url.clone()),
+        Some(_) => return Err("`url` must be a string".to_string()),
+    }
+    let given = urls.len();
+    for word in prompt.split(|c: char| {
+        c.is_whitespace() || matches!(c, '<' | '>' | '"' | '\'' | '(' | ')' | '[' | ']')
+    }) {
+        let lower = word.to_ascii_lowercase();
+        if let Some(at) = lower.find("http://").or_else(|| lower.find("https://")) {
+            let url = word[at..].trim_end_matches(['.', ',', ';', ':', '!', '?']);
+            push_new(&mut urls, url.to_string());
+        }
+    }
+    if urls.len() == given {
+        return Ok(None);
+    }
+    if urls.len() > 20 {
+        return Err(format!("the prompt names {} URLs", urls.len()));
+    }
+    let mut base = input.clone();
+    for field in ["url", "query", "prompt"] {
+        base.remove(field);
+    }
+    Ok(Some(
+        urls.into_iter()
+            .map(|url| {
+                let mut one = base.clone();
+                one.insert("url".to_string(), Value::String(url));
+                one
+            })
+            .collect(),
+    ))
+}
+
+/// The directory a shell call runs in, from its input, when it names one.
+pub fn workdir(spec: &ToolSpec, input: &Map<String, Value>) -> Result<Option<String>, String> {
+    if spec.subject != SubjectField::Shell {
+        return Ok(None);
+    }
+    let dir = single(input, WORKDIR_FIELDS)?;
+    if dir.as_deref() == Some("") {
+        return Ok(None);
+    }
+    Ok(dir)
+}
+
+/// A field of a shell call that makes it more than the command it runs, so
+/// that it is never read-only, with the reason: a background run
+/// (`run_in_background`, `is_background`, `background`), an interactive
+/// session kept open (`tty`), environment variables set for the command
+/// (`env`), another user (`user`), a `shell` that is not one toolgate
+/// analyses (bash, sh, dash, zsh).
+pub fn not_read_only_field(spec: &ToolSpec, input: &Map<String, Value>) -> Option<String> {
+    if spec.subject != SubjectField::Shell {
+        return None;
+    }
+    let set = |field: &str| match input.get(field) {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => false,
+        Some(Value::String(text)) => !text.is_empty() && text != "false",
+        Some(Value::Object(map)) => !map.is_empty(),
+        Some(Value::Array(items)) => !items.is_empty(),
+        Some(_) => true,
+    };
+    for field in ["run_in_background", "is_background", "background"] {
+        if set(field) {
+            return Some(format!(
+                "it runs in the background (`{field}`), and a process that outlives the call is not read-only"
+            ));
+        }
+    }
+    if let Some(Value::String(program)) = input.get("shell") {
+        let name = program.rsplit('/').next().unwrap_or(program);
+        if !ANALYSED_SHELLS.contains(&name) {
+            return Some(format!(
+                "`{program}` is not a shell toolgate analyses (`shell`), and it runs the command"
+            ));
+        }
+    }
+    if set("tty") {
+        return Some(
+            "it keeps an interactive session open (`tty`), and a process that outlives the call is not read-only"
+                .to_string(),
+        );
+    }
+    if set("env") {
+        return Some("it sets environment variables for the command (`env`)".to_string());
+    }
+    if set("user") {
+        return Some("it runs the command as another user (`user`)".to_string());
+    }
+    None
+}
+
+fn shell(input: &Map<String, Value>) -> Result<ShellInput, String> {
+    let Some((field, command)) = single_value(input, COMMAND_FIELDS)? else {
+        return Err("the input has no `command`".to_string());
+    };
+    let command = match command {
+        Value::String(text) => ShellInput::Text(text.clone()),
+        value @ Value::Array(_) => {
+            let argv = string_array(value, field)?;
+            if argv.is_empty() {
+                return Err(format!("`{field}` is an empty argv"));
+            }
+            ShellInput::Argv(argv)
+        }
+        _ => return Err(format!("`{field}` must be a string or an array of strings")),
+    };
+    // Codex's `exec_command` runs `cmd` with `shell` (default bash), as a
+    // login shell unless `login` is false: the script is that shell's, and a
+    // program that is not one of the shells analysed is judged as the program
+    // it is (`python3 -c SCRIPT` runs code).
+    let login = match input.get("login") {
+        None | Some(Value::Null) => true,
+        Some(Value::Bool(login)) => *login,
+        Some(_) => return Err("`login` must be true or false".to_string()),
+    };
+    match (input.get("shell"), command) {
+        (None | Some(Value::Null), command) => Ok(command),
+        (Some(Value::String(program)), ShellInput::Text(script)) => {
+            let name = program.rsplit('/').next().unwrap_or(program);
+            let flag = if login && ANALYSED_SHELLS.contains(&name) && name != "dash" {
+                "-lc"
+            } else {
+                "-c"
+            };
+            Ok(ShellInput::Argv(vec![
+                program.clone(),
+                flag.to_string(),
+                script,
+            ]))
+        }
+        (Some(Value::String(_)), ShellInput::Argv(_)) => {
+            Err("`shell` is given with an argv `command`, which names its own program".to_string())
+        }
+        (Some(_), _) => Err("`shell` must be a string".to_string()),
+    }
+}
+
+/// The one value of a field that may be spelled several ways: `Err` when two
+/// spellings disagree (split them with [`variants`] first).
+fn single_value<'v>(
+    input: &'v Map<String, Value>,
+    fields: &[&'static str],
+) -> Result<Option<(&'static str, &'v Value)>, String> {
+    let mut found: Option<(&'static str, &'v Value)> = None;
+    for field in fields {
+        match input.get(*field) {
+            None | Some(Value::Null) => {}
+            Some(value) => match found {
+                None => found = Some((field, value)),
+                Some((_, seen)) if seen == value => {}
+                Some((first, _)) => {
+                    return Err(format!("`{first}` and `{field}` differ"));
+                }
+            },
+        }
+    }
+    Ok(found)
+}
+
+fn single(input: &Map<String, Value>, fields: &[&'static str]) -> Result<Option<String>, String> {
+    match single_value(input, fields)? {
+        None => Ok(None),
+        Some((_, Value::String(text))) => Ok(Some(text.clone())),
+        Some((field, _)) => Err(format!("`{field}` must be a string")),
+    }
+}
+
+/// Every string among `fields`, each once.
+fn strings_of(input: &Map<String, Value>, fields: &[&str]) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    for field in fields {
+        match input.get(*field) {
+            None | Some(Value::Null) => continue,
+            Some(Value::String(text)) => push_new(&mut out, text.clone()),
+            Some(_) => return Err(format!("`{field}` must be a string")),
+        }
+    }
+    Ok(out)
 }
 
 fn first_string(input: &Map<String, Value>, fields: &[&str]) -> Result<Option<String>, String> {
@@ -420,6 +913,168 @@ fn first_string(input: &Map<String, Value>, fields: &[&str]) -> Result<Option<St
         }
     }
     Ok(None)
+}
+
+/// What a tool toolgate does not know names in its input, for the session's
+/// scope: the values of path-like fields (a key that mentions a path, file or
+/// directory, `cwd`, `uri`, ...) and of command-like fields (`command`, `cmd`,
+/// `script`, ...), at any depth.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct UnknownFields {
+    /// Path-like values (a `file://` URI as its path).
+    pub paths: Vec<String>,
+    /// Command-like values.
+    pub commands: Vec<ShellInput>,
+}
+
+/// Scan an unknown tool's input; see [`UnknownFields`].
+pub fn unknown_fields(input: &Map<String, Value>) -> UnknownFields {
+    let mut found = UnknownFields::default();
+    scan_object(input, &mut found);
+    found
+}
+
+fn scan_object(object: &Map<String, Value>, found: &mut UnknownFields) {
+    for (key, value) in object {
+        let folded: String = key
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric())
+            .map(|c| c.to_ascii_lowercase())
+            .collect();
+        if is_command_key(&folded) {
+            match value {
+                Value::String(text) => found.commands.push(ShellInput::Text(text.clone())),
+                Value::Array(items) if items.iter().all(Value::is_string) && !items.is_empty() => {
+                    let argv: Vec<String> = items
+                        .iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_string)
+                        .collect();
+                    if folded.ends_with('s') {
+                        // `commands`: a list of command lines.
+                        found
+                            .commands
+                            .extend(argv.into_iter().map(ShellInput::Text));
+                    } else {
+                        found.commands.push(ShellInput::Argv(argv));
+                    }
+                }
+                other => scan_value(other, found),
+            }
+        } else if is_path_key(key) {
+            match value {
+                Value::String(text) => push_new(&mut found.paths, uri_path(text).to_string()),
+                Value::Array(items) => {
+                    for item in items {
+                        match item {
+                            Value::String(text) => {
+                                push_new(&mut found.paths, uri_path(text).to_string())
+                            }
+                            other => scan_value(other, found),
+                        }
+                    }
+                }
+                other => scan_value(other, found),
+            }
+        } else {
+            scan_value(value, found);
+        }
+    }
+}
+
+fn scan_value(value: &Value, found: &mut UnknownFields) {
+    match value {
+        Value::Object(object) => scan_object(object, found),
+        Value::Array(items) => items.iter().for_each(|item| scan_value(item, found)),
+        _ => {}
+    }
+}
+
+/// `command`, `cmd`, `commands`, `script`, `shell_command`, `commandLine`, ...
+fn is_command_key(folded: &str) -> bool {
+    matches!(
+        folded,
+        "command"
+            | "commands"
+            | "cmd"
+            | "cmds"
+            | "script"
+            | "commandline"
+            | "shellcommand"
+            | "bash"
+    )
+}
+
+/// A key that names a file or directory: one of its words (split at `_`,
+/// `-` and case changes: `file_path`, `filePath`, `targetDir`) is `path`,
+/// `file`, `dir`, `directory`, `folder`, `cwd`, `workdir`, `uri`, `root`,
+/// `source`, `destination`, `target`, ...; a key with a word that says it
+/// holds contents or a pattern (`file_text`, `content`, `file_pattern`) is not.
+fn is_path_key(key: &str) -> bool {
+    const PATH_WORDS: &[&str] = &[
+        "path",
+        "paths",
+        "pathname",
+        "file",
+        "files",
+        "filename",
+        "filepath",
+        "filepaths",
+        "dir",
+        "dirs",
+        "dirname",
+        "dirpath",
+        "directory",
+        "directories",
+        "folder",
+        "folders",
+        "cwd",
+        "workdir",
+        "uri",
+        "uris",
+        "root",
+        "source",
+        "sources",
+        "src",
+        "destination",
+        "dest",
+        "target",
+    ];
+    const NOT_PATH_WORDS: &[&str] = &[
+        "content", "contents", "text", "pattern", "patterns", "glob", "regex", "type", "count",
+        "size", "line", "lines", "encoding", "mode",
+    ];
+    let words = key_words(key);
+    words.iter().any(|word| PATH_WORDS.contains(&word.as_str()))
+        && !words
+            .iter()
+            .any(|word| NOT_PATH_WORDS.contains(&word.as_str()))
+}
+
+/// `filePath` → `file`, `path`; `target_dir` → `target`, `dir`.
+fn key_words(key: &str) -> Vec<String> {
+    let mut words: Vec<String> = Vec::new();
+    let mut current = String::new();
+    let mut previous_lower = false;
+    for c in key.chars() {
+        let boundary = !c.is_ascii_alphanumeric() || (c.is_ascii_uppercase() && previous_lower);
+        if boundary && !current.is_empty() {
+            words.push(std::mem::take(&mut current));
+        }
+        if c.is_ascii_alphanumeric() {
+            current.push(c.to_ascii_lowercase());
+        }
+        previous_lower = c.is_ascii_lowercase() || c.is_ascii_digit();
+    }
+    if !current.is_empty() {
+        words.push(current);
+    }
+    words
+}
+
+/// `file:///x` is `/x`; other text is itself.
+fn uri_path(text: &str) -> &str {
+    text.strip_prefix("file://").unwrap_or(text)
 }
 
 fn string_array(value: &Value, field: &str) -> Result<Vec<String>, String> {
@@ -507,7 +1162,7 @@ mod tests {
             ("read", json!({"filePath": "/x/a.rs"}), r#"read Read Paths(["/x/a.rs"])"#),
             ("read_file", json!({"absolute_path": "/x"}), r#"read Read Paths(["/x"])"#),
             ("NotebookEdit", json!({"notebook_path": "n.ipynb"}), r#"edit Edit Paths(["n.ipynb"])"#),
-            ("Write", json!({"content": "x"}), "edit error: the input has no path (expected one of file_path, filePath, path, absolute_path, notebook_path)"),
+            ("Write", json!({"content": "x"}), "edit error: the input has no path (expected one of file_path, filePath, path, absolute_path, notebook_path, dir_path, target_file)"),
             ("LS", json!({}), r#"list List Paths(["."])"#),
             ("read_many_files", json!({"paths": ["a", "b"]}), r#"read Read Paths(["a", "b"])"#),
             (
@@ -530,6 +1185,39 @@ mod tests {
             ("TodoWrite", json!({"todos": []}), "todowrite Think None"),
             ("mcp__github__get_issue", json!({"number": 1}), "mcp__github__get_issue Other None"),
             ("frobnicate", json!({}), "frobnicate Other None"),
+            // Every path field any agent's tool reads is a subject.
+            ("edit", json!({"filePath": "/etc/passwd", "file_path": "src/ok.rs"}), r#"edit Edit Paths(["/etc/passwd", "src/ok.rs"])"#),
+            ("read_file", json!({"absolute_path": "/etc/shadow", "file_path": "a.rs"}), r#"read Read Paths(["/etc/shadow", "a.rs"])"#),
+            ("read_file", json!({"path": "a.rs", "file_path": "a.rs"}), r#"read Read Paths(["a.rs"])"#),
+            ("read_file", json!({"files": [{"path": "a.rs"}, {"path": "/etc/x", "line_ranges": []}]}), r#"read Read Paths(["a.rs", "/etc/x"])"#),
+            ("multiedit", json!({"filePath": "a.rs", "edits": [{"filePath": "/etc/x", "oldString": "a"}]}), r#"edit Edit Paths(["a.rs", "/etc/x"])"#),
+            ("read_many_files", json!({"paths": ["a"], "include": ["/etc/**"]}), r#"read Read Paths(["a", "/etc/**"])"#),
+            ("read_many_files", json!({"include": ["src/**"]}), r#"read Read Paths(["src/**"])"#),
+            ("read_many_files", json!({"exclude": ["x"]}), "read error: the input has no `paths`"),
+            ("list_directory", json!({"dir_path": "/etc"}), r#"list List Paths(["/etc"])"#),
+            ("edit_file", json!({"target_file": "src/a.rs", "code_edit": "x"}), r#"edit Edit Paths(["src/a.rs"])"#),
+            ("apply_patch", json!({"input": "*** Begin Patch\n*** Add File: a.rs\n*** End Patch", "path": "/etc/x"}), r#"edit Edit Paths(["a.rs", "/etc/x"])"#),
+            ("read", json!({"filePath": 5}), "read error: `filePath` must be a string"),
+            // Roo Code and the other agents' further tools.
+            ("execute_command", json!({"command": "rm -rf /", "cwd": "src"}), r#"bash Shell Shell(Text("rm -rf /"))"#),
+            ("write_to_file", json!({"path": "/etc/passwd", "content": "x"}), r#"edit Edit Paths(["/etc/passwd"])"#),
+            ("apply_diff", json!({"path": "a.rs", "diff": "x"}), r#"edit Edit Paths(["a.rs"])"#),
+            ("search_files", json!({"path": "src", "regex": "fn"}), r#"grep Search Search { pattern: "fn", path: Some("src") }"#),
+            ("list_files", json!({"path": "src", "recursive": true}), r#"list List Paths(["src"])"#),
+            ("new_task", json!({"mode": "code", "message": "x"}), r#"task Task Text("code")"#),
+            ("Agent", json!({"subagent_type": "explore", "prompt": "x"}), r#"task Task Text("explore")"#),
+            ("shell_command", json!({"command": "ls", "workdir": "src"}), r#"bash Shell Shell(Text("ls"))"#),
+            ("write_stdin", json!({"session_id": 1, "chars": "y"}), "write_stdin Execute None"),
+            // The command a shell tool runs, as the agent runs it.
+            ("exec_command", json!({"cmd": "ls", "shell": "python3"}), r#"bash Shell Shell(Argv(["python3", "-c", "ls"]))"#),
+            ("exec_command", json!({"cmd": "ls", "shell": "/bin/bash"}), r#"bash Shell Shell(Argv(["/bin/bash", "-lc", "ls"]))"#),
+            ("exec_command", json!({"cmd": "ls", "shell": "zsh", "login": false}), r#"bash Shell Shell(Argv(["zsh", "-c", "ls"]))"#),
+            ("exec_command", json!({"cmd": "ls", "shell": "dash"}), r#"bash Shell Shell(Argv(["dash", "-c", "ls"]))"#),
+            ("exec_command", json!({"cmd": "ls", "login": "yes"}), "bash error: `login` must be true or false"),
+            ("exec_command", json!({"cmd": "ls", "shell": 1}), "bash error: `shell` must be a string"),
+            ("shell", json!({"command": ["ls"], "shell": "bash"}), "bash error: `shell` is given with an argv `command`, which names its own program"),
+            ("exec_command", json!({"command": "ls", "cmd": "ls"}), r#"bash Shell Shell(Text("ls"))"#),
+            ("exec_command", json!({"command": "rm -rf src", "cmd": "ls"}), "bash error: `command` and `cmd` differ"),
         ];
         for (tool, input, expected) in cases {
             check(tool, input, expected);
@@ -598,5 +1286,183 @@ mod tests {
             registry.permissions_of_kind(Kind::Fetch),
             vec!["webfetch".to_string(), "websearch".to_string()]
         );
+    }
+
+    fn object(value: Value) -> Map<String, Value> {
+        match value {
+            Value::Object(map) => map,
+            _ => Map::new(),
+        }
+    }
+
+    /// Inputs that give one command or directory several ways are split, one
+    /// input per combination, each under the canonical name.
+    #[test]
+    fn variants_split_what_is_given_twice() {
+        let registry = Registry::default();
+        let cases = [
+            ("Bash", json!({"command": "ls"}), "none"),
+            ("Bash", json!({"command": "ls", "cmd": "ls"}), "none"),
+            ("Read", json!({"file_path": "a", "path": "b"}), "none"),
+            (
+                "exec_command",
+                json!({"command": "rm -rf src", "cmd": "ls", "shell": "bash"}),
+                r#"{"shell":"bash","command":"rm -rf src"} {"shell":"bash","command":"ls"}"#,
+            ),
+            (
+                "run_shell_command",
+                json!({"command": "ls", "directory": "src", "dir_path": "/etc"}),
+                r#"{"command":"ls","workdir":"src"} {"command":"ls","workdir":"/etc"}"#,
+            ),
+            ("web_fetch", json!({"prompt": "summarise this"}), "none"),
+            (
+                "web_fetch",
+                json!({"prompt": "compare https://a.example/x, and <http://B.example/y>."}),
+                r#"{"url":"https://a.example/x"} {"url":"http://B.example/y"}"#,
+            ),
+            (
+                "WebFetch",
+                json!({"url": "https://docs.rs/", "prompt": "also read https://evil.example/"}),
+                r#"{"url":"https://docs.rs/"} {"url":"https://evil.example/"}"#,
+            ),
+            (
+                "WebFetch",
+                json!({"url": "https://docs.rs/", "prompt": "summarise"}),
+                "none",
+            ),
+            (
+                "Grep",
+                json!({"pattern": "x", "path": "src", "dir_path": "/"}),
+                r#"{"pattern":"x","path":"src"} {"pattern":"x","path":"/"}"#,
+            ),
+        ];
+        for (tool, input, expected) in cases {
+            let spec = registry.lookup(tool);
+            let actual = match variants(&spec, &object(input)) {
+                Ok(None) => "none".to_string(),
+                Ok(Some(inputs)) => inputs
+                    .iter()
+                    .map(|input| serde_json::to_string(input).unwrap())
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                Err(err) => format!("error: {err}"),
+            };
+            assert_eq!(actual, expected, "{tool}");
+        }
+    }
+
+    /// The fields that make a shell call more than its command.
+    #[test]
+    fn fields_that_are_never_read_only() {
+        let registry = Registry::default();
+        let cases = [
+            ("Bash", json!({"command": "ls"}), ""),
+            (
+                "Bash",
+                json!({"command": "ls", "run_in_background": false}),
+                "",
+            ),
+            (
+                "Bash",
+                json!({"command": "ls", "run_in_background": true}),
+                "`run_in_background`",
+            ),
+            (
+                "Bash",
+                json!({"command": "ls", "run_in_background": "true"}),
+                "`run_in_background`",
+            ),
+            (
+                "Bash",
+                json!({"command": "ls", "run_in_background": 1}),
+                "`run_in_background`",
+            ),
+            (
+                "run_shell_command",
+                json!({"command": "ls", "is_background": true}),
+                "`is_background`",
+            ),
+            (
+                "execute_command",
+                json!({"command": "ls", "background": true}),
+                "`background`",
+            ),
+            ("exec_command", json!({"cmd": "cat", "tty": true}), "`tty`"),
+            (
+                "local_shell",
+                json!({"command": ["ls"], "env": {"PATH": "."}}),
+                "`env`",
+            ),
+            ("local_shell", json!({"command": ["ls"], "env": {}}), ""),
+            (
+                "local_shell",
+                json!({"command": ["ls"], "user": "root"}),
+                "`user`",
+            ),
+            // Only shell calls: a read's fields are its own.
+            (
+                "Read",
+                json!({"file_path": "a", "run_in_background": true}),
+                "",
+            ),
+        ];
+        for (tool, input, expected) in cases {
+            let spec = registry.lookup(tool);
+            let actual = not_read_only_field(&spec, &object(input)).unwrap_or_default();
+            assert!(
+                (expected.is_empty() && actual.is_empty())
+                    || (!expected.is_empty() && actual.contains(expected)),
+                "{tool}: {actual}"
+            );
+        }
+    }
+
+    /// Path-like and command-like fields of a tool toolgate does not know.
+    #[test]
+    fn unknown_tools_fields() {
+        let cases = [
+            (json!({"query": "x", "limit": 3}), "paths [] commands []"),
+            (
+                json!({"path": "/etc/passwd"}),
+                r#"paths ["/etc/passwd"] commands []"#,
+            ),
+            (
+                json!({"filePath": "a", "targetDir": "b", "file_name": "c"}),
+                r#"paths ["a", "b", "c"] commands []"#,
+            ),
+            (
+                json!({"args": {"source": "a", "destination": "../b"}}),
+                r#"paths ["a", "../b"] commands []"#,
+            ),
+            (
+                json!({"uri": "file:///etc/passwd"}),
+                r#"paths ["/etc/passwd"] commands []"#,
+            ),
+            (
+                json!({"files": ["a", "b"]}),
+                r#"paths ["a", "b"] commands []"#,
+            ),
+            (
+                json!({"file_text": "hello", "content": "x", "file_pattern": "*.rs", "profile": "p"}),
+                "paths [] commands []",
+            ),
+            (
+                json!({"command": "rm -rf /"}),
+                r#"paths [] commands [Text("rm -rf /")]"#,
+            ),
+            (
+                json!({"cmd": ["rm", "-rf", "/"]}),
+                r#"paths [] commands [Argv(["rm", "-rf", "/"])]"#,
+            ),
+            (
+                json!({"steps": [{"script": "make"}], "commands": ["a", "b"]}),
+                r#"paths [] commands [Text("make"), Text("a"), Text("b")]"#,
+            ),
+        ];
+        for (input, expected) in cases {
+            let found = unknown_fields(&object(input.clone()));
+            let actual = format!("paths {:?} commands {:?}", found.paths, found.commands);
+            assert_eq!(actual, expected, "{input}");
+        }
     }
 }

@@ -221,7 +221,7 @@ fn rules_and_sources() {
                 "external_directory": {"/tmp/*": "allow", "~/notes/*": "allow"},
                 "mcp__docs__*": "allow"
             },
-            "planModeAllowedTools": ["mcp__search__*"]
+            "planModeAllowedTools": ["mcp__search__query", "mcp__search__*"]
         })),
         &[json!({"webfetch": "deny", "edit": {"docs/**": "ask"}})],
     );
@@ -307,6 +307,8 @@ fn rules_and_sources() {
             "allow rule mcp__docs__*:*",
         ),
         (Plan, "mcp__search__query", json!({}), "allow mode"),
+        // A wildcard entry is ignored (with a warning): only named tools pass.
+        (Plan, "mcp__search__write", json!({}), "deny mode"),
         (ReadOnly, "mcp__search__query", json!({}), "deny mode"),
         // .env defaults
         (

@@ -75,6 +75,66 @@ const SPEC: &[(&str, &[(&str, Kind)])] = &[
             ("exit_plan_mode", Kind::ExitPlan),
         ],
     ),
+    // Tools added for issue 8 (policy.md's list gains them): each agent's
+    // further tools, and Roo Code's (Kilo Code and Cline share most names).
+    (
+        "Claude Code (further)",
+        &[
+            ("Agent", Kind::Task),
+            ("NotebookRead", Kind::Read),
+            ("AskUserQuestion", Kind::Think),
+            ("BashOutput", Kind::Think),
+            ("KillShell", Kind::Execute),
+            ("KillBash", Kind::Execute),
+            ("SlashCommand", Kind::Execute),
+        ],
+    ),
+    ("OpenCode (further)", &[("codesearch", Kind::Fetch)]),
+    (
+        "Codex (further)",
+        &[
+            ("shell_command", Kind::Shell),
+            ("write_stdin", Kind::Execute),
+            ("view_image", Kind::Read),
+            ("list_dir", Kind::List),
+            ("grep_files", Kind::Search),
+            ("update_plan", Kind::Think),
+        ],
+    ),
+    (
+        "Gemini CLI and qwen-code (further)",
+        &[
+            ("smart_edit", Kind::Edit),
+            ("web_search", Kind::Fetch),
+            ("write_todos", Kind::Think),
+            ("todo_write", Kind::Think),
+        ],
+    ),
+    (
+        "Roo Code, Kilo Code and Cline",
+        &[
+            ("read_file", Kind::Read),
+            ("write_to_file", Kind::Edit),
+            ("apply_diff", Kind::Edit),
+            ("insert_content", Kind::Edit),
+            ("search_and_replace", Kind::Edit),
+            ("replace_in_file", Kind::Edit),
+            ("edit_file", Kind::Edit),
+            ("generate_image", Kind::Edit),
+            ("execute_command", Kind::Shell),
+            ("search_files", Kind::Search),
+            ("codebase_search", Kind::Search),
+            ("list_files", Kind::List),
+            ("list_code_definition_names", Kind::List),
+            ("browser_action", Kind::Fetch),
+            ("new_task", Kind::Task),
+            ("run_slash_command", Kind::Execute),
+            ("ask_followup_question", Kind::Think),
+            ("update_todo_list", Kind::Think),
+            ("fetch_instructions", Kind::Think),
+            ("plan_mode_respond", Kind::Think),
+        ],
+    ),
 ];
 
 fn spec_names() -> impl Iterator<Item = (&'static str, Kind)> {
@@ -125,8 +185,11 @@ fn names_outside_the_table_are_unclassified() {
     for name in [
         "mcp__github__create_issue",
         "BASH",
-        "edit_file",
+        "edit_files",
         "Shell",
+        "agent",
+        "attempt_completion",
+        "use_mcp_tool",
         "",
     ] {
         let spec = registry.lookup(name);

@@ -2,7 +2,11 @@
 
 use std::fmt;
 
+use std::borrow::Cow;
+
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
+use serde_json::map::Entry;
 use serde_json::{Map, Value};
 
 use crate::{
@@ -38,33 +42,194 @@ impl fmt::Display for DecodeError {
 impl std::error::Error for DecodeError {}
 
 /// Every field any client frame may carry; each is checked by the frame that uses it.
-/// Unknown fields are ignored.
-#[derive(Deserialize)]
+/// Unknown fields are ignored, but no key may appear twice: not in the frame,
+/// not at any depth inside a value (`input`, `permissions`, ...). With a key
+/// given twice, which one counts depends on the reader (serde keeps the last,
+/// another parser the first), so the agent could run what was not judged.
+#[derive(Default)]
 struct Envelope {
-    #[serde(rename = "type")]
     kind: Option<Value>,
-    #[serde(rename = "sessionID")]
     session_id: Option<Value>,
-    #[serde(rename = "callID")]
     call_id: Option<Value>,
     tool: Option<Value>,
     input: Option<Value>,
-    #[serde(rename = "readOnlyHint")]
     read_only_hint: Option<Value>,
     cwd: Option<Value>,
-    #[serde(rename = "permissionID")]
     permission_id: Option<Value>,
-    #[serde(rename = "permission_id")]
     permission_id_alias: Option<Value>,
     response: Option<Value>,
     message: Option<Value>,
     mode: Option<Value>,
-    #[serde(rename = "parentID")]
     parent_id: Option<Value>,
     permissions: Option<Value>,
-    #[serde(rename = "grantID")]
     grant_id: Option<Value>,
     scope: Option<Value>,
+}
+
+impl<'de> Deserialize<'de> for Envelope {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Envelope, D::Error> {
+        deserializer.deserialize_map(EnvelopeVisitor)
+    }
+}
+
+struct EnvelopeVisitor;
+
+impl<'de> Visitor<'de> for EnvelopeVisitor {
+    type Value = Envelope;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a frame object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Envelope, A::Error> {
+        let mut envelope = Envelope::default();
+        // Unknown keys are rare: a short list is enough to see one repeated.
+        let mut unknown: Vec<String> = Vec::new();
+        while let Some(key) = map.next_key::<Key<'de>>()? {
+            let key = key.0;
+            let slot = match &*key {
+                "type" => &mut envelope.kind,
+                "sessionID" => &mut envelope.session_id,
+                "callID" => &mut envelope.call_id,
+                "tool" => &mut envelope.tool,
+                "input" => &mut envelope.input,
+                "readOnlyHint" => &mut envelope.read_only_hint,
+                "cwd" => &mut envelope.cwd,
+                "permissionID" => &mut envelope.permission_id,
+                "permission_id" => &mut envelope.permission_id_alias,
+                "response" => &mut envelope.response,
+                "message" => &mut envelope.message,
+                "mode" => &mut envelope.mode,
+                "parentID" => &mut envelope.parent_id,
+                "permissions" => &mut envelope.permissions,
+                "grantID" => &mut envelope.grant_id,
+                "scope" => &mut envelope.scope,
+                other => {
+                    if unknown.iter().any(|seen| seen == other) {
+                        return Err(de::Error::custom(format_args!("duplicate field `{other}`")));
+                    }
+                    unknown.push(other.to_string());
+                    map.next_value_seed(Strict { field: "the frame" })?;
+                    continue;
+                }
+            };
+            if slot.is_some() {
+                return Err(de::Error::custom(format_args!("duplicate field `{key}`")));
+            }
+            *slot = Some(map.next_value_seed(Strict { field: &key })?);
+        }
+        Ok(envelope)
+    }
+}
+
+/// A map key, borrowed from the line when it has no escapes.
+struct Key<'de>(Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Key<'de>, D::Error> {
+        struct KeyVisitor;
+        impl<'de> Visitor<'de> for KeyVisitor {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a key")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, key: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(key)))
+            }
+            fn visit_str<E: de::Error>(self, key: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(key.to_string())))
+            }
+            fn visit_string<E: de::Error>(self, key: String) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(key)))
+            }
+        }
+        deserializer.deserialize_str(KeyVisitor)
+    }
+}
+
+/// A JSON value like [`Value`]'s own, except that an object with a key given
+/// twice is an error naming the key and the frame field it is in.
+#[derive(Clone, Copy)]
+struct Strict<'f> {
+    field: &'f str,
+}
+
+impl Strict<'_> {
+    /// `` `input` `` for a frame field, `the frame` for the frame itself.
+    fn field_name(&self) -> Cow<'_, str> {
+        match self.field {
+            "the frame" => Cow::Borrowed("the frame"),
+            field => Cow::Owned(format!("`{field}`")),
+        }
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for Strict<'_> {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Strict<'_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E>(self, value: bool) -> Result<Value, E> {
+        Ok(Value::Bool(value))
+    }
+    fn visit_i64<E>(self, value: i64) -> Result<Value, E> {
+        Ok(Value::Number(value.into()))
+    }
+    fn visit_u64<E>(self, value: u64) -> Result<Value, E> {
+        Ok(Value::Number(value.into()))
+    }
+    fn visit_f64<E>(self, value: f64) -> Result<Value, E> {
+        Ok(serde_json::Number::from_f64(value).map_or(Value::Null, Value::Number))
+    }
+    fn visit_str<E>(self, value: &str) -> Result<Value, E> {
+        Ok(Value::String(value.to_string()))
+    }
+    fn visit_string<E>(self, value: String) -> Result<Value, E> {
+        Ok(Value::String(value))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(64));
+        while let Some(item) = seq.next_element_seed(self)? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut object = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            match object.entry(key) {
+                Entry::Vacant(slot) => {
+                    slot.insert(map.next_value_seed(self)?);
+                }
+                Entry::Occupied(slot) => {
+                    return Err(de::Error::custom(format_args!(
+                        "the key `{}` appears twice in {}",
+                        slot.key(),
+                        self.field_name()
+                    )))
+                }
+            }
+        }
+        Ok(Value::Object(object))
+    }
 }
 
 /// Decode one line (without its `\n`; a trailing `\r` is tolerated).
@@ -515,6 +680,48 @@ mod tests {
             (
                 r#"{"type":"tool_call","callID":"a","callID":"b","tool":"bash","input":{}}"#,
                 "err invalid_frame call=b tool_call=true :: the frame is ambiguous: duplicate field `callID` at line 1 column 41",
+            ),
+            // A key given twice, at any depth inside a value or in the frame itself,
+            // however it is spelled (escapes are decoded before keys are compared).
+            (
+                r#"{"type":"tool_call","callID":"c1","tool":"Bash","input":{"command":"rm -rf src","command":"ls"}}"#,
+                "err invalid_frame call=c1 tool_call=true :: the frame is ambiguous: the key `command` appears twice in `input` at line 1 column 89",
+            ),
+            (
+                r#"{"type":"tool_call","callID":"c1","tool":"Bash","input":{"comm\u0061nd":"rm -rf src","command":"ls"}}"#,
+                "err invalid_frame call=c1 tool_call=true :: the frame is ambiguous: the key `command` appears twice in `input` at line 1 column 94",
+            ),
+            (
+                r#"{"type":"tool_call","callID":"c1","tool":"MultiEdit","input":{"file_path":"a","edits":[{"old_string":"x","old_string":"y"}]}}"#,
+                "err invalid_frame call=c1 tool_call=true :: the frame is ambiguous: the key `old_string` appears twice in `input` at line 1 column 117",
+            ),
+            (
+                r#"{"type":"tool_call","callID":"c1","tool":"x","input":{"a":{"b":{"c":1,"c":2}}}}"#,
+                "err invalid_frame call=c1 tool_call=true :: the frame is ambiguous: the key `c` appears twice in `input` at line 1 column 73",
+            ),
+            (
+                r#"{"type":"tool_call","callID":"c1","tool":"x","input":{},"note":1,"note":2}"#,
+                "err invalid_frame call=c1 tool_call=true :: the frame is ambiguous: duplicate field `note` at line 1 column 71",
+            ),
+            (
+                r#"{"type":"tool_call","callID":"c1","tool":"x","input":{},"extra":{"k":1,"k":2}}"#,
+                "err invalid_frame call=c1 tool_call=true :: the frame is ambiguous: the key `k` appears twice in the frame at line 1 column 74",
+            ),
+            (
+                r#"{"type":"tool_call","callID":"c1","tool":"Bash","tool":"Read","input":{}}"#,
+                "err invalid_frame call=c1 tool_call=true :: the frame is ambiguous: duplicate field `tool` at line 1 column 54",
+            ),
+            (
+                r#"{"type":"tool_call","callID":"c1","tool":"Bash","input":{"command":"ls"},"inp\u0075t":{"command":"rm -rf /"}}"#,
+                "err invalid_frame call=c1 tool_call=true :: the frame is ambiguous: duplicate field `input` at line 1 column 85",
+            ),
+            (
+                r#"{"type":"session_start","sessionID":"k","permissions":{"filePatterns":["src/**"],"filePatterns":["**"]}}"#,
+                "err invalid_frame call=- tool_call=false :: the frame is ambiguous: the key `filePatterns` appears twice in `permissions` at line 1 column 95",
+            ),
+            (
+                r#"{"type":"tool_call","callID":"c1","tool":"Bash","input":{"a":[1,2.5,null,true,{"b":"c"}],"command":"ls"}}"#,
+                r#"ok {"type":"tool_call","sessionID":"main","callID":"c1","tool":"Bash","input":{"a":[1,2.5,null,true,{"b":"c"}],"command":"ls"}}"#,
             ),
             (
                 r#"{"type":"permission_response","permission_id":"per_1","response":"once"}"#,
