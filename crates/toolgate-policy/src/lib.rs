@@ -30,6 +30,7 @@
 //! ```
 #![deny(missing_docs)]
 
+mod batch;
 mod config;
 mod error;
 mod evaluate;
@@ -46,6 +47,7 @@ use std::path::PathBuf;
 
 use serde_json::{Map, Value};
 
+pub use batch::{is_batch, AskedCall, MAX_CALLS, MAX_DEPTH};
 pub use config::{
     parse_override, PolicyFile, Sources, DEFAULT_ALWAYS_AVAILABLE, DEFAULT_ASK_TIMEOUT_SECONDS,
 };
@@ -223,6 +225,11 @@ pub struct Question {
     pub always: Vec<String>,
     /// The grants an `always` answer records.
     pub grants: Vec<GrantSpec>,
+    /// What a `once` (or `always`) answer approves for this very call:
+    /// `(permission, subject)` pairs, passed back in [`Context::approvals`].
+    pub approve: Vec<(String, String)>,
+    /// For a batch: each call inside it that asks (empty otherwise).
+    pub calls: Vec<AskedCall>,
     /// The command, path or URL.
     pub title: String,
     /// For a plan approval: the plan text.
