@@ -31,18 +31,34 @@
 //!   `invalid`), naming the entry (`tool_calls[2]`);
 //! - an unknown tool inside is judged as if sent alone (an "other" tool);
 //! - a batch inside a batch is judged the same way, to [`MAX_DEPTH`] levels;
-//!   deeper ones deny the batch (`invalid`);
+//!   deeper ones deny the batch (`invalid`). OpenCode refuses a batch inside a
+//!   batch when it runs it, Zed allows them; no agent needs more than a few;
 //! - at most [`MAX_CALLS`] calls in all (nested ones included), more deny the
-//!   batch (`invalid`): OpenCode runs 25, Zed 32;
+//!   batch (`invalid`). OpenCode runs the first 25 (link-assistant/agent 10)
+//!   and fails the rest, Zed allows 32: every call an agent would run is
+//!   judged, and a frame cannot make the broker judge thousands;
+//! - the names above are batches whatever the policy's `tools` declares for
+//!   them: a declaration cannot turn a batch back into one opaque tool;
 //! - a plan approval (`exit_plan_mode`) inside a batch denies it (`invalid`):
 //!   approving a plan switches the session's mode and is asked on its own;
 //! - the batch tool itself passes the session's scope like any tool (a scope
 //!   with `allowedTools` must name it), and a `deny` rule for its own
 //!   permission (`batch: deny`) denies every batch; its `allow` and `ask` rules
 //!   change nothing, the calls inside decide;
-//! - the batch's `reason` names the entry that decided (`batch call
-//!   `tool_calls[1]` (`bash`): ...`), its `source` and `rule` are that call's
-//!   own, as it would get them alone.
+//! - the batch's `reason` names the entry that decided, by its place in the
+//!   input and its tool (`` batch call `tool_calls[1]` (`bash`): `` and that
+//!   call's own reason); when several ask, each asking call's phrase, joined
+//!   by `; `. Its `source` and `rule` are that call's own, as it would get them
+//!   alone (for a batch denied by its own rule or the scope, those);
+//! - the question's `permission` is the batch tool's permission (`batch`), its
+//!   `patterns`, `always` and grants the union of the asking calls', its
+//!   `title` their titles joined by `; `, and [`Question::calls`] lists each
+//!   asking call. A call that asks about a second permission after the first
+//!   is approved (a shell command leaving the project, then the command) asks
+//!   again, as it would alone;
+//! - the doom loop: the same batch a third time in a row counts as a third
+//!   time for each of its calls (the broker counts repeats of the batch as a
+//!   whole; identical calls inside one batch are not counted).
 
 use serde_json::{Map, Value};
 

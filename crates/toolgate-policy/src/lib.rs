@@ -4,6 +4,13 @@
 //! what made it: the mode, a rule (as written, with its origin), a grant or the
 //! user, and a human reason.
 //!
+//! Tools that call tools (OpenCode's `batch`, Codex's `multi_tool_use.parallel`,
+//! Claude Code's former `BatchTool`, Zed's `batch-tool`) are judged by the calls
+//! they carry, each as if sent alone; the batch gets the strictest answer and one
+//! question for the calls that ask ([`Question::calls`], [`Question::approve`]).
+//! The shapes and limits are in [`batch`]
+//! ([`is_batch`], [`MAX_CALLS`], [`MAX_DEPTH`]).
+//!
 //! The crate is pure: it does no I/O, reads no clock and no environment, and
 //! knows nothing of the wire protocol. The broker owns sessions, pending
 //! questions and time; it passes what a decision depends on in a [`Context`].
@@ -30,7 +37,7 @@
 //! ```
 #![deny(missing_docs)]
 
-mod batch;
+pub mod batch;
 mod config;
 mod error;
 mod evaluate;
