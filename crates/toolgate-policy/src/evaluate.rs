@@ -70,6 +70,10 @@ struct Outcome {
 impl Policy {
     /// Decide one call in the given session state.
     pub fn evaluate(&self, call: &Call<'_>, context: &Context<'_>) -> Evaluation {
+        // Tools that call tools are judged by their calls (batch.rs).
+        if crate::batch::is_batch(call.tool) {
+            return self.evaluate_batch(call, context);
+        }
         let spec = self.registry.lookup(call.tool);
         let invalid = |reason: String| Evaluation {
             action: Action::Deny,
@@ -914,11 +918,17 @@ fn combine(
                 always.clear();
                 grants.clear();
             }
+            let approve = patterns
+                .iter()
+                .map(|pattern| (asked_permission.clone(), pattern.clone()))
+                .collect();
             let question = Question {
                 permission: asked_permission,
                 patterns,
                 always,
                 grants,
+                approve,
+                calls: Vec::new(),
                 title,
                 plan: if is_plan {
                     plan.or(Some(String::new()))

@@ -4,6 +4,13 @@
 //! what made it: the mode, a rule (as written, with its origin), a grant or the
 //! user, and a human reason.
 //!
+//! Tools that call tools (OpenCode's `batch`, Codex's `multi_tool_use.parallel`,
+//! Claude Code's former `BatchTool`, Zed's `batch-tool`) are judged by the calls
+//! they carry, each as if sent alone; the batch gets the strictest answer and one
+//! question for the calls that ask ([`Question::calls`], [`Question::approve`]).
+//! The shapes and limits are in [`batch`]
+//! ([`is_batch`], [`MAX_CALLS`], [`MAX_DEPTH`]).
+//!
 //! The crate is pure: it does no I/O, reads no clock and no environment, and
 //! knows nothing of the wire protocol. The broker owns sessions, pending
 //! questions and time; it passes what a decision depends on in a [`Context`].
@@ -30,6 +37,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod batch;
 mod config;
 mod error;
 mod evaluate;
@@ -46,6 +54,7 @@ use std::path::PathBuf;
 
 use serde_json::{Map, Value};
 
+pub use batch::{is_batch, AskedCall, MAX_CALLS, MAX_DEPTH};
 pub use config::{
     parse_override, PolicyFile, Sources, DEFAULT_ALWAYS_AVAILABLE, DEFAULT_ASK_TIMEOUT_SECONDS,
 };
@@ -223,6 +232,11 @@ pub struct Question {
     pub always: Vec<String>,
     /// The grants an `always` answer records.
     pub grants: Vec<GrantSpec>,
+    /// What a `once` (or `always`) answer approves for this very call:
+    /// `(permission, subject)` pairs, passed back in [`Context::approvals`].
+    pub approve: Vec<(String, String)>,
+    /// For a batch: each call inside it that asks (empty otherwise).
+    pub calls: Vec<AskedCall>,
     /// The command, path or URL.
     pub title: String,
     /// For a plan approval: the plan text.

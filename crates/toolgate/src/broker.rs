@@ -795,11 +795,11 @@ impl Broker {
                 self.change_mode(&pending.session_id, mode, out);
             }
             wire::Reply::Once | wire::Reply::Always => {
-                for pattern in &pending.question.patterns {
-                    pending
-                        .approvals
-                        .push((pending.question.permission.clone(), pattern.clone()));
-                }
+                // What the question asked about, per permission (a batch asks
+                // about several).
+                pending
+                    .approvals
+                    .extend(pending.question.approve.iter().cloned());
                 let always = response.response == wire::Reply::Always;
                 pending.answered = Some(response.response);
                 if always {
@@ -1358,6 +1358,8 @@ fn placeholder_question() -> Question {
         patterns: Vec::new(),
         always: Vec::new(),
         grants: Vec::new(),
+        approve: Vec::new(),
+        calls: Vec::new(),
         title: String::new(),
         plan: None,
         reason: String::new(),

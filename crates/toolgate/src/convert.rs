@@ -75,6 +75,27 @@ pub fn request(
     if let Some(plan) = &question.plan {
         metadata.insert("plan".to_string(), Value::String(plan.clone()));
     }
+    if !question.calls.is_empty() {
+        // A batch: each call inside it that asks.
+        let calls = question.calls.iter().map(|asked| {
+            let strings = |list: &[String]| list.iter().cloned().map(Value::String).collect();
+            let mut call = Map::new();
+            call.insert("call".to_string(), Value::String(asked.call.clone()));
+            call.insert("tool".to_string(), Value::String(asked.tool.clone()));
+            call.insert(
+                "permission".to_string(),
+                Value::String(asked.permission.clone()),
+            );
+            call.insert(
+                "patterns".to_string(),
+                Value::Array(strings(&asked.patterns)),
+            );
+            call.insert("always".to_string(), Value::Array(strings(&asked.always)));
+            call.insert("reason".to_string(), Value::String(asked.reason.clone()));
+            Value::Object(call)
+        });
+        metadata.insert("calls".to_string(), Value::Array(calls.collect()));
+    }
     wire::PermissionRequest {
         timestamp,
         session_id: session_id.to_string(),
