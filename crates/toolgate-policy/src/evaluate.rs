@@ -445,6 +445,11 @@ impl Policy {
                         question.grants.push(grant.clone());
                     }
                 }
+                for approval in &more.approve {
+                    if !question.approve.contains(approval) {
+                        question.approve.push(approval.clone());
+                    }
+                }
                 if !question.title.split('\n').any(|line| line == more.title) {
                     question.title = format!("{}\n{}", question.title, more.title);
                 }
