@@ -396,7 +396,7 @@ fn config(rest: &[Word]) -> Result<(), Refusal> {
         "--system",
         "--local",
         "--worktree",
-        "--includes",
+        // not `--includes`: with `--file` it follows `include.path` anywhere
         "--no-includes",
         "--null",
         "--name-only",
@@ -472,11 +472,13 @@ fn config(rest: &[Word]) -> Result<(), Refusal> {
             match ch {
                 'l' => reads += 1,
                 'z' => {}
+                'f' if k + 1 == cluster.len() => i += 1,
+                // `-f/etc/x` would hide the file's path from the checks on
+                // paths outside the project, which see only whole words.
                 'f' => {
-                    if k + 1 == cluster.len() {
-                        i += 1;
-                    }
-                    break;
+                    return refuse(format!(
+                        "`git config {a}` names its file inside the option: give the file as its own argument"
+                    ))
                 }
                 'e' => return refuse(config_write("--edit")),
                 _ => {

@@ -96,14 +96,22 @@ fn git_never_uses_a_foreign_repository_in_plan_mode() {
     let _ = std::fs::remove_file(&marker);
     hostile_project(&root, &marker);
     std::os::unix::fs::symlink(root.join("vendor/evil.git"), root.join("docs")).unwrap();
+    // `deep/..` is the project root lexically, but `vendor/evil.git/refs` physically.
+    std::os::unix::fs::symlink(root.join("vendor/evil.git/refs/heads"), root.join("deep")).unwrap();
 
     // The fixture is a real threat: git run where the calls below point runs
     // the repository's programs.
     git(&root, &["-C", "vendor/evil.git", "diff", "HEAD~1", "HEAD"]);
-    assert!(marker.exists(), "diff.external of the committed bare repository did not run");
+    assert!(
+        marker.exists(),
+        "diff.external of the committed bare repository did not run"
+    );
     std::fs::remove_file(&marker).unwrap();
     git(&root.join("docs"), &["show", "HEAD"]);
-    assert!(marker.exists(), "textconv of the committed bare repository did not run");
+    assert!(
+        marker.exists(),
+        "textconv of the committed bare repository did not run"
+    );
     std::fs::remove_file(&marker).unwrap();
 
     let args: Vec<String> = vec![
@@ -115,18 +123,54 @@ fn git_never_uses_a_foreign_repository_in_plan_mode() {
     let mut broker = support::Broker::start(&root, &args, &[]);
     let evil = root.join("vendor/evil.git");
     let calls: Vec<(&str, Value, &str)> = vec![
-        ("own1", json!({"command": "git status && git log --oneline -3"}), "allow"),
-        ("own2", json!({"command": "git diff HEAD -- src && git show-ref --heads"}), "allow"),
+        (
+            "own1",
+            json!({"command": "git status && git log --oneline -3"}),
+            "allow",
+        ),
+        (
+            "own2",
+            json!({"command": "git diff HEAD -- src && git show-ref --heads"}),
+            "allow",
+        ),
         ("own3", json!({"command": "cd src && git log -1"}), "allow"),
-        ("bad1", json!({"command": "git -C vendor/evil.git show HEAD"}), "deny"),
-        ("bad2", json!({"command": "git -C vendor -C evil.git diff HEAD~1 HEAD"}), "deny"),
-        ("bad3", json!({"command": "cd vendor/evil.git && git show"}), "deny"),
-        ("bad4", json!({"command": "bash -c 'cd vendor/evil.git/refs; git log -p'"}), "deny"),
+        (
+            "bad1",
+            json!({"command": "git -C vendor/evil.git show HEAD"}),
+            "deny",
+        ),
+        (
+            "bad2",
+            json!({"command": "git -C vendor -C evil.git diff HEAD~1 HEAD"}),
+            "deny",
+        ),
+        (
+            "bad3",
+            json!({"command": "cd vendor/evil.git && git show"}),
+            "deny",
+        ),
+        (
+            "bad4",
+            json!({"command": "bash -c 'cd vendor/evil.git/refs; git log -p'"}),
+            "deny",
+        ),
         ("bad5", json!({"command": "git -C docs show HEAD"}), "deny"),
-        ("bad6", json!({"command": "cd docs && git show HEAD"}), "deny"),
-        ("bad7", json!({"command": "git -C src/../docs/refs/.. log -p"}), "deny"),
+        (
+            "bad6",
+            json!({"command": "cd docs && git show HEAD"}),
+            "deny",
+        ),
+        (
+            "bad7",
+            json!({"command": "git -C src/../docs/refs/.. log -p"}),
+            "deny",
+        ),
         ("bad8", json!({"command": "git -C missing status"}), "deny"),
-        ("bad9", json!({"command": "cd vendor/evil.git || cd ..; git show"}), "deny"),
+        (
+            "bad9",
+            json!({"command": "cd vendor/evil.git || cd ..; git show"}),
+            "deny",
+        ),
     ];
     for (id, input, _) in &calls {
         broker.send(
@@ -144,6 +188,11 @@ fn git_never_uses_a_foreign_repository_in_plan_mode() {
                 "input": {"command": "git log -1"}, "cwd": root.join("src")})
         .to_string(),
     );
+    broker.send(
+        &json!({"type": "tool_call", "callID": "cwd3", "tool": "Bash",
+                "input": {"command": "git show HEAD"}, "cwd": root.join("deep/..")})
+        .to_string(),
+    );
     let (_, lines, stderr) = broker.finish();
     let decisions: Vec<Value> = lines
         .iter()
@@ -158,18 +207,29 @@ fn git_never_uses_a_foreign_repository_in_plan_mode() {
             .clone()
     };
     let mut bad = Vec::new();
-    let expected = calls
-        .iter()
-        .map(|(id, _, want)| (*id, *want))
-        .chain([("cwd1", "deny"), ("cwd2", "allow")]);
+    let expected = calls.iter().map(|(id, _, want)| (*id, *want)).chain([
+        ("cwd1", "deny"),
+        ("cwd2", "allow"),
+        ("cwd3", "deny"),
+    ]);
     for (id, want) in expected {
         let d = decision(id);
         if d["decision"] != want {
             bad.push(format!("{id}: {d}"));
         } else if want == "deny"
             && !d["reason"].as_str().unwrap_or("").contains("project's own")
-            && !d["reason"].as_str().unwrap_or("").contains("cannot be known")
-            && !d["reason"].as_str().unwrap_or("").contains("outside the project root")
+            && !d["reason"]
+                .as_str()
+                .unwrap_or("")
+                .contains("cannot be known")
+            && !d["reason"]
+                .as_str()
+                .unwrap_or("")
+                .contains("outside the project root")
+            && !d["reason"]
+                .as_str()
+                .unwrap_or("")
+                .contains("given with `..`")
         {
             bad.push(format!("{id} denied for another reason: {d}"));
         }
