@@ -523,12 +523,19 @@ fn config_write(what: &str) -> String {
 fn signatures(sub: &str, rest: &[Word]) -> Result<(), Refusal> {
     for w in rest {
         let a = w.text.as_str();
-        if a.contains("%G") {
+        // `%G?`, and with the `+`, `-` or space modifiers: `%+GS`, `%-G?`, `% GK`.
+        let placeholder = a.match_indices('%').any(|(at, _)| {
+            let after = &a[at + 1..];
+            let after = after.strip_prefix(['+', '-', ' ']).unwrap_or(after);
+            after.starts_with('G')
+        });
+        if placeholder {
             return refuse(format!(
                 "a `%G` placeholder in a git format (`{a}`) runs gpg to verify signatures"
             ));
         }
-        if a.to_ascii_lowercase().contains("%(signature") {
+        let lower = a.to_ascii_lowercase();
+        if lower.contains("%(") && lower.contains("signature") {
             return refuse(format!(
                 "the `%(signature)` atom in a git format (`{a}`) runs gpg to verify signatures"
             ));
