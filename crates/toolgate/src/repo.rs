@@ -18,8 +18,15 @@
 //! `objects` or `commondir` entry are enough), so it never walks past one git
 //! would stop at. The answer is [`RepoFact::Own`] only when that directory is
 //! inside the project root (physically) and the repository found is the one
-//! found from the project root (or none is found from either). Anything it
-//! cannot read is [`RepoFact::Unknown`], which shell analysis refuses.
+//! found from the project root (or none is found from either); and the
+//! project's own repository must be a `.git` (of the root or of a parent, as
+//! in a monorepo), never a directory that is itself a repository, which is
+//! what a committed bare repository looks like. Anything it cannot read is
+//! [`RepoFact::Unknown`], which shell analysis refuses.
+//!
+//! Cost: from the project root itself (no `cd`, no `-C`, no `cwd`) three
+//! `stat`s; elsewhere the directory is resolved and each level up to the
+//! root is looked at. Nothing is remembered, so every answer is today's disk.
 //!
 //! Known limits: git also reads `GIT_DIR`, `GIT_CEILING_DIRECTORIES`,
 //! `GIT_DISCOVERY_ACROSS_FILESYSTEM` and `safe.bareRepository` from the
@@ -46,6 +53,21 @@ impl DiskRepos {
     }
 
     fn judge(&self, query: &RepoQuery) -> Result<RepoFact, String> {
+        let own = match self.own()? {
+            Own::Repository(dir) => Some(dir),
+            Own::None => None,
+            Own::Bare(dir) => {
+                return Ok(RepoFact::Other(format!(
+                    "the project's repository would be `{}`, a directory that is itself a repository rather than a `.git`",
+                    dir.display()
+                )))
+            }
+        };
+        // From the project root itself git finds the project's repository:
+        // the most common question needs no more looking.
+        if query.chdirs.is_empty() && query.dir == self.root {
+            return Ok(RepoFact::Own);
+        }
         let root = canonical(&self.root)?;
         let mut dir = canonical(&query.dir)?;
         for c in &query.chdirs {
@@ -69,19 +91,63 @@ impl DiskRepos {
                 dir.display()
             )));
         }
-        let own = discover(&root)?;
-        let used = discover(&dir)?;
-        if used == own {
-            return Ok(RepoFact::Own);
-        }
-        Ok(RepoFact::Other(match used {
-            Some(repo) if repo.file_name().is_some_and(|n| n == ".git") => {
-                format!("`{}` has its own `.git`", shown(&repo, &root))
+        // Walk up to the project root (whose answer is the project's own).
+        let mut at = dir;
+        while at != root {
+            if let Some(found) = at_level(&at)? {
+                if own.as_ref() == Some(&found.0) {
+                    return Ok(RepoFact::Own);
+                }
+                return Ok(RepoFact::Other(if found.1 {
+                    format!(
+                        "`{}` has its own `.git` (`{}`)",
+                        shown(&at, &root),
+                        shown(&found.0, &root)
+                    )
+                } else {
+                    format!("`{}` is a repository", shown(&found.0, &root))
+                }));
             }
-            Some(repo) => format!("`{}` is a repository", shown(&repo, &root)),
-            None => "no repository, where the project root has one".to_string(),
-        }))
+            if !at.pop() {
+                break;
+            }
+        }
+        Ok(RepoFact::Own)
     }
+
+    /// The repository git finds from the project root.
+    fn own(&self) -> Result<Own, String> {
+        // The usual case, `ROOT/.git`, without resolving the whole path.
+        if let Some((repo, dotgit)) = at_level(&self.root)? {
+            return Ok(if dotgit {
+                Own::Repository(repo)
+            } else {
+                Own::Bare(repo)
+            });
+        }
+        let mut at = canonical(&self.root)?;
+        while at.pop() {
+            if let Some((repo, dotgit)) = at_level(&at)? {
+                return Ok(if dotgit {
+                    Own::Repository(repo)
+                } else {
+                    Own::Bare(repo)
+                });
+            }
+        }
+        Ok(Own::None)
+    }
+}
+
+/// What git finds from the project root.
+enum Own {
+    /// A `.git` directory or `gitdir:` file (canonical repository path).
+    Repository(PathBuf),
+    /// No repository: git commands fail, and run nothing of a repository's.
+    None,
+    /// A directory that is itself a repository, as a committed bare
+    /// repository is: not trusted as the project's own.
+    Bare(PathBuf),
 }
 
 impl RepoOracle for DiskRepos {
@@ -118,34 +184,31 @@ fn looks_like_repository(path: &Path) -> Result<bool, String> {
     Ok(has(path, "HEAD")? && (has(path, "objects")? || has(path, "commondir")?))
 }
 
-/// The repository git discovers from `start` (canonical), or `None`.
-fn discover(start: &Path) -> Result<Option<PathBuf>, String> {
-    let mut dir = start.to_path_buf();
-    loop {
-        let dotgit = dir.join(".git");
-        match std::fs::metadata(&dotgit) {
-            Ok(m) if m.is_file() => return gitfile(&dir, &dotgit).map(Some),
-            Ok(m) if m.is_dir() => {
-                if looks_like_repository(&dotgit)? {
-                    return canonical(&dotgit).map(Some);
-                }
+/// The repository git takes at directory `dir`, if any: `dir/.git` (a
+/// directory that looks like a repository, or a `gitdir:` file), else `dir`
+/// itself when it looks like one. The flag says it came through `.git`.
+fn at_level(dir: &Path) -> Result<Option<(PathBuf, bool)>, String> {
+    let dotgit = dir.join(".git");
+    match std::fs::metadata(&dotgit) {
+        Ok(m) if m.is_file() => return gitfile(dir, &dotgit).map(|r| Some((r, true))),
+        Ok(m) if m.is_dir() => {
+            if looks_like_repository(&dotgit)? {
+                return canonical(&dotgit).map(|r| Some((r, true)));
             }
-            Ok(_) => {
-                return Err(format!(
-                    "`{}` is neither a file nor a directory",
-                    dotgit.display()
-                ))
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(format!("`{}` cannot be read: {e}", dotgit.display())),
         }
-        if looks_like_repository(&dir)? {
-            return Ok(Some(dir));
+        Ok(_) => {
+            return Err(format!(
+                "`{}` is neither a file nor a directory",
+                dotgit.display()
+            ))
         }
-        if !dir.pop() {
-            return Ok(None);
-        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("`{}` cannot be read: {e}", dotgit.display())),
     }
+    if looks_like_repository(dir)? {
+        return canonical(dir).map(|r| Some((r, false)));
+    }
+    Ok(None)
 }
 
 /// The repository a `.git` file (`gitdir: PATH`) names.
@@ -241,8 +304,8 @@ mod tests {
                 &["vendor", "evil.git"],
                 "other: `vendor/evil.git` is a repository",
             ),
-            ("sub/x", &[], "other: `sub/.git` has its own `.git`"),
-            ("wt", &[], "other: `vendor/evil.git` is a repository"),
+            ("sub/x", &[], "other: `sub` has its own `.git`"),
+            ("wt", &[], "(`vendor/evil.git`)"),
             // A symlink into the bare repository, and out of the project.
             ("src/link", &[], "other: `vendor/evil.git` is a repository"),
             (
@@ -276,6 +339,25 @@ mod tests {
         let oracle = DiskRepos::new(&root);
         assert_eq!(answer(&oracle, &root.join("src"), &[]), "own");
         assert!(answer(&oracle, &root, &["data/evil.git"]).starts_with("other: "));
+        // A project root that is itself a repository (a bare one committed
+        // as files, unpacked from an archive) is not trusted, even at the root.
+        let bare_root = base.join("bare-root");
+        bare(&bare_root);
+        fs::create_dir_all(bare_root.join("src")).unwrap();
+        let oracle = DiskRepos::new(&bare_root);
+        assert!(answer(&oracle, &bare_root, &[]).contains("itself a repository"));
+        assert!(answer(&oracle, &bare_root.join("src"), &[]).contains("itself a repository"));
+        // A project inside a larger repository (a monorepo) uses that one.
+        let mono = base.join("mono");
+        bare(&mono.join(".git"));
+        let pkg = mono.join("packages/app");
+        fs::create_dir_all(pkg.join("src")).unwrap();
+        bare(&pkg.join("vendor/x.git"));
+        let oracle = DiskRepos::new(&pkg);
+        assert_eq!(answer(&oracle, &pkg, &[]), "own");
+        assert_eq!(answer(&oracle, &pkg.join("src"), &[]), "own");
+        assert!(answer(&oracle, &pkg, &[".."]).contains("outside the project root"));
+        assert!(answer(&oracle, &pkg, &["vendor/x.git"]).contains("is a repository"));
         // A project root that does not exist: nothing can be known.
         let gone = DiskRepos::new(base.join("gone"));
         assert!(answer(&gone, &root, &[]).starts_with("unknown: "));
