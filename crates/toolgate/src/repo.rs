@@ -94,7 +94,9 @@ impl DiskRepos {
         // Walk up to the project root (whose answer is the project's own).
         let mut at = dir;
         while at != root {
-            if let Some(found) = at_level(&at)? {
+            if let Some(mut found) = at_level(&at)? {
+                found.0 = canonical(&found.0)?;
+                let own = own.as_deref().map(canonical).transpose()?;
                 if own.as_ref() == Some(&found.0) {
                     return Ok(RepoFact::Own);
                 }
@@ -141,7 +143,7 @@ impl DiskRepos {
 
 /// What git finds from the project root.
 enum Own {
-    /// A `.git` directory or `gitdir:` file (canonical repository path).
+    /// A `.git` directory or `gitdir:` file (the repository's path, unresolved).
     Repository(PathBuf),
     /// No repository: git commands fail, and run nothing of a repository's.
     None,
@@ -186,14 +188,15 @@ fn looks_like_repository(path: &Path) -> Result<bool, String> {
 
 /// The repository git takes at directory `dir`, if any: `dir/.git` (a
 /// directory that looks like a repository, or a `gitdir:` file), else `dir`
-/// itself when it looks like one. The flag says it came through `.git`.
+/// itself when it looks like one (the path as found, not resolved). The flag
+/// says it came through `.git`.
 fn at_level(dir: &Path) -> Result<Option<(PathBuf, bool)>, String> {
     let dotgit = dir.join(".git");
     match std::fs::metadata(&dotgit) {
         Ok(m) if m.is_file() => return gitfile(dir, &dotgit).map(|r| Some((r, true))),
         Ok(m) if m.is_dir() => {
             if looks_like_repository(&dotgit)? {
-                return canonical(&dotgit).map(|r| Some((r, true)));
+                return Ok(Some((dotgit, true)));
             }
         }
         Ok(_) => {
@@ -206,7 +209,7 @@ fn at_level(dir: &Path) -> Result<Option<(PathBuf, bool)>, String> {
         Err(e) => return Err(format!("`{}` cannot be read: {e}", dotgit.display())),
     }
     if looks_like_repository(dir)? {
-        return canonical(dir).map(|r| Some((r, false)));
+        return Ok(Some((dir.to_path_buf(), false)));
     }
     Ok(None)
 }
@@ -221,7 +224,7 @@ fn gitfile(dir: &Path, dotgit: &Path) -> Result<PathBuf, String> {
         return Err(format!("`{}` is not a `gitdir:` file", dotgit.display()));
     };
     let target = Path::new(target.trim_end());
-    canonical(&dir.join(target))
+    Ok(dir.join(target))
 }
 
 #[cfg(test)]
