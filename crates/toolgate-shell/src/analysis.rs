@@ -310,6 +310,6 @@ fn extra_matches(name: &str, args: &[Word], env: &Env<'_>, state: &State) -> boo
             && args
                 .iter()
                 .all(|a| a.expansion.is_none() && a.glob.is_none())
-            && (name != "git" || git::extra_check(&args[rest.len()..], env, state).is_ok())
+            && (name != "git" || git::extra_check(args, rest.len(), env, state).is_ok())
     })
 }

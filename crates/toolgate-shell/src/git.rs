@@ -28,6 +28,10 @@ const UNSAFE_LONG: &[&str] = &[
 const SAFE_LONG: &[&str] = &["--text"];
 
 fn refuse(reason: impl Into<String>) -> Result<(), Refusal> {
+    stop(reason)
+}
+
+fn stop<T>(reason: impl Into<String>) -> Result<T, Refusal> {
     Err(Refusal::new(reason))
 }
 
@@ -37,68 +41,7 @@ pub(crate) fn judge(args: &[Word], env: &Env<'_>, state: &State) -> Result<(), R
         return refuse("git is not read-only here: the repository's configuration is not trusted (trustGitConfig is false) and can make git run programs");
     }
     plain_args("git", args)?;
-    let mut chdirs: Vec<String> = Vec::new();
-    let mut i = 0;
-    while let Some(w) = args.get(i) {
-        let a = w.text.as_str();
-        if !a.starts_with('-') {
-            break;
-        }
-        match a {
-            "-C" => {
-                i += 1;
-                let Some(d) = args.get(i) else {
-                    return refuse("`git -C` without a directory");
-                };
-                if d.tilde {
-                    return refuse(format!(
-                        "`git -C {}` names a directory outside what can be checked lexically",
-                        d.text
-                    ));
-                }
-                if d.text.is_empty() {
-                    return refuse("`git -C ''` with an empty directory is not read-only");
-                }
-                chdirs.push(d.text.clone());
-            }
-            "--no-pager"
-            | "-P"
-            | "--no-replace-objects"
-            | "--literal-pathspecs"
-            | "--glob-pathspecs"
-            | "--noglob-pathspecs"
-            | "--icase-pathspecs"
-            | "--no-optional-locks"
-            | "--no-lazy-fetch"
-            | "--no-advice" => {}
-            "-p" | "--paginate" => return refuse(format!("`git {a}` runs the pager program")),
-            _ if a.starts_with("-c") => {
-                return refuse("`git -c` sets configuration that can make git run programs")
-            }
-            _ if a.starts_with("--config-env") => {
-                return refuse(
-                    "`git --config-env` sets configuration that can make git run programs",
-                )
-            }
-            _ if [
-                "--git-dir",
-                "--work-tree",
-                "--exec-path",
-                "--namespace",
-                "--super-prefix",
-            ]
-            .iter()
-            .any(|o| a.starts_with(o)) =>
-            {
-                let name = a.split('=').next().unwrap_or(a);
-                return refuse(format!(
-                    "`git {name}` points git at another repository or programs"
-                ));
-            }
-            _ => return refuse(format!("git option `{a}` is not known to be read-only")),
-        }
-        i += 1;
-    }
+    let (chdirs, i) = global_options(args)?;
     let dirs = git_dirs(state, &chdirs)?;
     for d in &dirs {
         inside_root(Some(d), env)?;
@@ -116,6 +59,72 @@ pub(crate) fn judge(args: &[Word], env: &Env<'_>, state: &State) -> Result<(), R
     signatures(&sub.text, rest)?;
     subcommand(&sub.text, rest)?;
     own_repository(state, &chdirs, env)
+}
+
+/// git's own options before the subcommand: the `-C` directories in order
+/// and the index of the subcommand, or the first option that is not safe.
+fn global_options(args: &[Word]) -> Result<(Vec<String>, usize), Refusal> {
+    let mut chdirs: Vec<String> = Vec::new();
+    let mut i = 0;
+    while let Some(w) = args.get(i) {
+        let a = w.text.as_str();
+        if !a.starts_with('-') {
+            break;
+        }
+        match a {
+            "-C" => {
+                i += 1;
+                let Some(d) = args.get(i) else {
+                    return stop("`git -C` without a directory");
+                };
+                if d.tilde {
+                    return stop(format!(
+                        "`git -C {}` names a directory outside what can be checked lexically",
+                        d.text
+                    ));
+                }
+                if d.text.is_empty() {
+                    return stop("`git -C ''` with an empty directory is not read-only");
+                }
+                chdirs.push(d.text.clone());
+            }
+            "--no-pager"
+            | "-P"
+            | "--no-replace-objects"
+            | "--literal-pathspecs"
+            | "--glob-pathspecs"
+            | "--noglob-pathspecs"
+            | "--icase-pathspecs"
+            | "--no-optional-locks"
+            | "--no-lazy-fetch"
+            | "--no-advice" => {}
+            "-p" | "--paginate" => return stop(format!("`git {a}` runs the pager program")),
+            _ if a.starts_with("-c") => {
+                return stop("`git -c` sets configuration that can make git run programs")
+            }
+            _ if a.starts_with("--config-env") => {
+                return stop("`git --config-env` sets configuration that can make git run programs")
+            }
+            _ if [
+                "--git-dir",
+                "--work-tree",
+                "--exec-path",
+                "--namespace",
+                "--super-prefix",
+            ]
+            .iter()
+            .any(|o| a.starts_with(o)) =>
+            {
+                let name = a.split('=').next().unwrap_or(a);
+                return stop(format!(
+                    "`git {name}` points git at another repository or programs"
+                ));
+            }
+            _ => return stop(format!("git option `{a}` is not known to be read-only")),
+        }
+        i += 1;
+    }
+    Ok((chdirs, i))
 }
 
 fn subcommand(sub: &str, rest: &[Word]) -> Result<(), Refusal> {
@@ -236,18 +245,28 @@ pub(crate) fn track_cd(state: &mut State, target: Option<&str>, physical: bool) 
     state.git_dirs = (next.len() <= MAX_DIRS).then_some(next);
 }
 
-/// The rest of a `planModeReadOnlyCommands` git entry still has to be safe.
-pub(crate) fn extra_check(rest: &[Word], env: &Env<'_>, state: &State) -> Result<(), Refusal> {
+/// A `planModeReadOnlyCommands` git entry (`prefix` words of `args` are the
+/// entry): git's own options, even inside the entry (`git -C x.git`), are
+/// judged as for any git command, and so are the repository it would use
+/// and the options after the entry.
+pub(crate) fn extra_check(
+    args: &[Word],
+    prefix: usize,
+    env: &Env<'_>,
+    state: &State,
+) -> Result<(), Refusal> {
     if !env.opts.trust_git_config {
         return refuse("git configuration is not trusted");
     }
-    plain_args("git", rest)?;
-    for d in git_dirs(state, &[])? {
+    plain_args("git", args)?;
+    let (chdirs, i) = global_options(args)?;
+    for d in git_dirs(state, &chdirs)? {
         inside_root(Some(&d), env)?;
     }
+    let rest = &args[i.max(prefix)..];
     unsafe_options("", rest)?;
     signatures("", rest)?;
-    own_repository(state, &[], env)
+    own_repository(state, &chdirs, env)
 }
 
 fn inside_root(dir: Option<&Path>, env: &Env<'_>) -> Result<(), Refusal> {

@@ -489,4 +489,46 @@ fn git_asks_which_repository() {
         }
     }
     assert!(bad.is_empty(), "{}", bad.join("\n"));
+
+    // planModeReadOnlyCommands git entries: git's own options inside the
+    // entry are judged too, and the repository is asked about.
+    let extras = Options {
+        extra_read_only: [
+            "git -C evil.git log",
+            "git lfs ls-files",
+            "git --git-dir=x.git log",
+        ]
+        .iter()
+        .map(|e| validate_read_only_extra(e).unwrap())
+        .collect(),
+        ..disk.clone()
+    };
+    for (input, ro, asked) in [
+        ("git lfs ls-files", true, vec![q("/work/proj", &[])]),
+        ("git lfs ls-files --output=x", false, vec![]),
+        // asked twice: as the entry, then as an ordinary git command
+        (
+            "git -C evil.git log",
+            false,
+            vec![
+                q("/work/proj", &["evil.git"]),
+                q("/work/proj", &["evil.git"]),
+            ],
+        ),
+        ("git --git-dir=x.git log", false, vec![]),
+        (
+            "cd evil.git && git lfs ls-files",
+            false,
+            vec![q("/work/proj", &[]), q("/work/proj/evil.git", &[])],
+        ),
+    ] {
+        let a = analyze(Script::Text(input), &extras);
+        let queries: Vec<RepoQuery> = a.repo_checks.iter().map(|(q, _)| q.clone()).collect();
+        assert_eq!(
+            (a.is_read_only(), queries),
+            (ro, asked),
+            "{input}: {:?}",
+            a.refusal
+        );
+    }
 }
