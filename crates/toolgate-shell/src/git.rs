@@ -196,22 +196,17 @@ fn own_repository(state: &State, chdirs: &[String], env: &Env<'_>) -> Result<(),
             chdirs: chdirs.to_vec(),
         };
         let fact = oracle.repository(&query);
-        env.repo_checks
-            .borrow_mut()
-            .push((query.clone(), fact.clone()));
-        match fact {
-            RepoFact::Own => {}
-            RepoFact::Other(why) => {
-                return refuse(format!(
-                    "git would use a repository that is not the project's own ({why}): its configuration can make git run programs"
-                ))
-            }
-            RepoFact::Unknown(why) => {
-                return refuse(format!(
-                    "which repository git would use cannot be known ({why})"
-                ))
-            }
-        }
+        let verdict = match &fact {
+            RepoFact::Own => Ok(()),
+            RepoFact::Other(why) => refuse(format!(
+                "git would use a repository that is not the project's own ({why}): its configuration can make git run programs"
+            )),
+            RepoFact::Unknown(why) => refuse(format!(
+                "which repository git would use cannot be known ({why})"
+            )),
+        };
+        env.repo_checks.borrow_mut().push((query, fact));
+        verdict?;
     }
     Ok(())
 }
