@@ -454,7 +454,12 @@ fn config(rest: &[Word]) -> Result<(), Refusal> {
     while let Some(w) = rest.get(i) {
         let a = w.text.as_str();
         i += 1;
-        if !a.starts_with('-') || a == "-" {
+        // Without a subcommand git stops reading options at the first other
+        // word: `git config core.pager -f less` sets core.pager to `-f`.
+        let legacy = positional
+            .first()
+            .is_some_and(|p| !matches!(*p, "get" | "list"));
+        if legacy || !a.starts_with('-') || a == "-" {
             positional.push(a);
             continue;
         }
@@ -509,8 +514,11 @@ fn config(rest: &[Word]) -> Result<(), Refusal> {
         Some(sub @ ("set" | "unset" | "rename-section" | "remove-section" | "edit")) => {
             return refuse(config_write(sub));
         }
+        // `--get NAME [VALUE-PATTERN]`, `--list`: every word after the
+        // action is a name or pattern.
         _ if reads == 1 => true,
-        // `git config section.key` reads one value (a name has a dot).
+        // `git config section.key` reads one value (a name has a dot); a
+        // second word would be the value to set.
         Some(name) if reads == 0 && positional.len() == 1 && name.contains('.') => true,
         _ => false,
     };
