@@ -313,6 +313,8 @@ impl Policy {
                 .and_then(|policy| policy.trust_git_config)
                 .unwrap_or(true),
             extra_read_only,
+            // Set by the binary, which can look at the disk.
+            repo_oracle: None,
         };
         let fetch_permissions = registry.permissions_of_kind(Kind::Fetch);
         let read_guards = rules

@@ -185,9 +185,19 @@ impl Policy {
                 let with_cwd;
                 let options = match call.cwd {
                     None => &self.shell,
-                    Some(_) => {
+                    Some(raw) => {
+                        // A `..` in the reported directory is resolved by the
+                        // kernel after symlinks: keep it for shell analysis,
+                        // which refuses git there rather than guess.
+                        let dotdot = Path::new(raw)
+                            .components()
+                            .any(|c| c == std::path::Component::ParentDir);
                         with_cwd = toolgate_shell::Options {
-                            cwd: Some(base.to_path_buf()),
+                            cwd: Some(if dotdot && !raw.starts_with('~') {
+                                self.project_root.join(raw)
+                            } else {
+                                base.to_path_buf()
+                            }),
                             ..self.shell.clone()
                         };
                         &with_cwd

@@ -105,9 +105,13 @@ pub struct Policy {
 }
 
 /// A bounded memo of shell analyses: agents run the same few commands again
-/// and again (`git status`, `ls`). Analysis is a pure function of the text and
-/// the policy's shell options, so remembering it changes no answer; the lock
-/// is never held while analysing.
+/// and again (`git status`, `ls`). Analysis is a pure function of the text,
+/// the policy's shell options and the answers of their repository oracle
+/// (which repository git would use: a fact of the disk that can change
+/// between calls). A remembered analysis is reused only after the oracle has
+/// been asked every question it asked and has answered the same, so
+/// remembering changes no answer; the lock is never held while analysing or
+/// asking.
 #[derive(Debug, Default)]
 pub struct ShellCache {
     entries: std::sync::Mutex<std::collections::HashMap<String, toolgate_shell::Analysis>>,
@@ -123,8 +127,17 @@ impl ShellCache {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
         };
-        if let Some(analysis) = lock().get(text) {
-            return analysis.clone();
+        let remembered = lock().get(text).cloned();
+        if let Some(analysis) = remembered {
+            let still_true = analysis.repo_checks.iter().all(|(query, fact)| {
+                options
+                    .repo_oracle
+                    .as_ref()
+                    .is_some_and(|oracle| &oracle.repository(query) == fact)
+            });
+            if still_true {
+                return analysis;
+            }
         }
         let analysis = toolgate_shell::analyze(toolgate_shell::Script::Text(text), options);
         // Long scripts are rare repeats and would make the memo large.

@@ -15,7 +15,7 @@ fn policy(file: Option<Value>, overrides: &[Value]) -> Policy {
             PolicyFile::parse(&value.to_string(), "policy.json").unwrap(),
         )
     });
-    Policy::build(Sources {
+    let mut policy = Policy::build(Sources {
         project_root: PathBuf::from("/work/project"),
         home: Some(PathBuf::from("/home/me")),
         file,
@@ -26,7 +26,10 @@ fn policy(file: Option<Value>, overrides: &[Value]) -> Policy {
         ..Sources::default()
     })
     .unwrap()
-    .0
+    .0;
+    // The corpus's disk: every directory uses the project's own repository.
+    policy.shell.repo_oracle = Some(std::sync::Arc::new(toolgate_shell::AssumeOwnRepository));
+    policy
 }
 
 /// Render an evaluation compactly: `allow mode`, `ask edit [a.rs] always [*]`, `deny rule bash:git push *`.
@@ -466,4 +469,62 @@ fn shell_words_meet_file_specific_read_rules() {
     for (policy, mode, command, expected) in cases {
         check(policy, *mode, "Bash", bash(command), expected);
     }
+}
+
+/// A disk whose answer the test changes between calls.
+#[derive(Debug, Default)]
+struct SwitchableDisk {
+    foreign: std::sync::atomic::AtomicBool,
+}
+
+impl toolgate_shell::RepoOracle for SwitchableDisk {
+    fn repository(&self, _query: &toolgate_shell::RepoQuery) -> toolgate_shell::RepoFact {
+        if self.foreign.load(std::sync::atomic::Ordering::SeqCst) {
+            toolgate_shell::RepoFact::Other("`evil.git` is a bare repository".to_string())
+        } else {
+            toolgate_shell::RepoFact::Own
+        }
+    }
+}
+
+#[test]
+fn git_verdicts_follow_the_disk_through_the_memo() {
+    let grants = Grants::default();
+    let mut no_oracle = policy(None, &[]);
+    no_oracle.shell.repo_oracle = None;
+    assert!(
+        render(
+            &no_oracle,
+            Mode::Plan,
+            "Bash",
+            json!({"command": "git status"}),
+            &grants,
+            1
+        )
+        .starts_with("deny mode"),
+        "without an oracle git is not read-only"
+    );
+
+    let disk = std::sync::Arc::new(SwitchableDisk::default());
+    let mut p = policy(None, &[]);
+    p.shell.repo_oracle = Some(disk.clone());
+    let plan = |p: &Policy| {
+        render(
+            p,
+            Mode::Plan,
+            "Bash",
+            json!({"command": "git status"}),
+            &grants,
+            1,
+        )
+    };
+    // The same text each time: the second and later answers come from the memo.
+    assert_eq!(plan(&p), "allow mode");
+    assert_eq!(plan(&p), "allow mode");
+    disk.foreign
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(plan(&p), "deny mode");
+    disk.foreign
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(plan(&p), "allow mode");
 }

@@ -60,6 +60,8 @@ fn policy() -> Policy {
     })
     .unwrap();
     assert_eq!(warnings, Vec::<String>::new());
+    let mut policy = policy;
+    policy.shell.repo_oracle = Some(std::sync::Arc::new(toolgate_shell::AssumeOwnRepository));
     policy
 }
 

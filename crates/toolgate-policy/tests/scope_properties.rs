@@ -89,12 +89,14 @@ const COMMANDS: &[&str] = &[
 ];
 
 fn policy() -> Policy {
-    Policy::build(Sources {
+    let mut policy = Policy::build(Sources {
         project_root: PathBuf::from("/work/project"),
         ..Sources::default()
     })
     .unwrap()
-    .0
+    .0;
+    policy.shell.repo_oracle = Some(std::sync::Arc::new(toolgate_shell::AssumeOwnRepository));
+    policy
 }
 
 fn subset(pool: &'static [&'static str]) -> impl Strategy<Value = Vec<String>> {

@@ -1,10 +1,14 @@
 //! Putting it together: parse a script (fast path or tree-sitter), judge
 //! each simple command in order, and derive its patterns.
 
+use std::cell::RefCell;
 use std::path::PathBuf;
 
 use crate::syntax::{join, Item, Word};
-use crate::{arity, git, lexer, opts, parse, table, wrappers, Options, Refusal, SimpleCommand};
+use crate::{
+    arity, git, lexer, opts, parse, table, wrappers, Options, Refusal, RepoFact, RepoQuery,
+    SimpleCommand,
+};
 
 /// Wrappers and `bash -c` scripts nested deeper than this are refused.
 pub(crate) const MAX_DEPTH: usize = 8;
@@ -20,6 +24,8 @@ pub(crate) struct Env<'o> {
     pub extras: Vec<&'o [String]>,
     /// Skip the fast path (for tests that compare both paths).
     pub tree_sitter_only: bool,
+    /// What the repository oracle answered, in order.
+    pub repo_checks: RefCell<Vec<(RepoQuery, RepoFact)>>,
 }
 
 impl<'o> Env<'o> {
@@ -35,6 +41,7 @@ impl<'o> Env<'o> {
             root: opts::normalize(&opts.project_root),
             extras,
             tree_sitter_only,
+            repo_checks: RefCell::new(Vec::new()),
         }
     }
 }
@@ -44,6 +51,11 @@ impl<'o> Env<'o> {
 pub(crate) struct State {
     /// The working directory, lexically; `None` once it cannot be known.
     pub cwd: Option<PathBuf>,
+    /// Every directory the shell may be in, lexically: a `cd` may fail, be
+    /// skipped (`||`, `&&`), or run in a subshell (a pipeline, `bash -c`), so
+    /// each one adds its target without removing where the shell was. `None`
+    /// once one cannot be known or there are too many. git must be safe in all.
+    pub git_dirs: Option<Vec<PathBuf>>,
 }
 
 impl State {
@@ -52,7 +64,10 @@ impl State {
             Some(c) => opts::normalize(&env.root.join(c)),
             None => env.root.clone(),
         };
-        State { cwd: Some(cwd) }
+        State {
+            git_dirs: Some(vec![cwd.clone()]),
+            cwd: Some(cwd),
+        }
     }
 }
 
@@ -317,6 +332,6 @@ fn extra_matches(name: &str, args: &[Word], env: &Env<'_>, state: &State) -> boo
             && args
                 .iter()
                 .all(|a| a.expansion.is_none() && a.glob.is_none())
-            && (name != "git" || git::extra_check(&args[rest.len()..], env, state).is_ok())
+            && (name != "git" || git::extra_check(args, rest.len(), env, state).is_ok())
     })
 }

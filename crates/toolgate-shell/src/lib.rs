@@ -19,9 +19,12 @@
 //! ```
 //! use toolgate_shell::{analyze, Options, Script};
 //!
-//! let a = analyze(Script::Text("ls -la && git status | head -n 5"), &Options::default());
+//! let a = analyze(Script::Text("ls -la && wc -l src/*.rs | head -n 5"), &Options::default());
 //! assert!(a.is_read_only());
 //! assert_eq!(a.commands.len(), 3);
+//! // git is read-only only once something has checked which repository it uses.
+//! let a = analyze(Script::Text("git status"), &Options::default());
+//! assert!(a.refusal.unwrap().reason.contains("project's own repository"));
 //!
 //! let a = analyze(Script::Text("find . -name '*.tmp' '-de'lete"), &Options::default());
 //! assert!(!a.is_read_only());
@@ -51,12 +54,27 @@
 //!   are also caught abbreviated (`sort --outp=x`).
 //! * `git` with `status log diff show branch blame grep ls-files ls-tree
 //!   rev-parse rev-list describe reflog shortlog cat-file for-each-ref
-//!   name-rev remote tag`, with `branch`, `tag`, `remote` and `reflog` only
-//!   listing; never with `-c`, `--config-env`, `--git-dir`, `--work-tree`,
-//!   `--exec-path`, `--namespace`, `--super-prefix`, `-p`, `--output`,
-//!   `--ext-diff`, `--textconv`, `--exec`, `-O`; only inside the project
-//!   root (`-C DIR` and earlier `cd`s are followed lexically) and only when
-//!   [`Options::trust_git_config`] is set.
+//!   name-rev remote tag merge-base stash worktree config show-ref
+//!   count-objects check-ignore cherry`, with `branch`, `tag`, `remote` and
+//!   `reflog` only listing (`remote get-url` reads), `stash` only `list` and
+//!   `show`, `worktree` only `list`, `config` only reading (`--get`,
+//!   `--get-all`, `--get-regexp`, `--get-urlmatch`, `--list`/`-l`, `get`,
+//!   `list`, or one `section.key`; every option known exactly); never with
+//!   `-c`, `--config-env`, `--git-dir`, `--work-tree`, `--exec-path`,
+//!   `--namespace`, `--super-prefix`, `-p`, `--output`, `--ext-diff`,
+//!   `--textconv`, `--exec`, `-O`; never checking signatures (gpg runs):
+//!   `--show-signature`, a `%G` placeholder in any argument (`%G?`, `%GS`,
+//!   ... in `--format`, `--pretty`, `format:`, `tformat:`), the
+//!   `%(signature)` atom, `verify-commit`, `verify-tag`, `tag -v`; only
+//!   inside the project root (`-C DIR` and earlier `cd`s are followed
+//!   lexically), only when [`Options::trust_git_config`] is set, and only
+//!   when the [`RepoOracle`] says the repository git would use is the
+//!   project's own, from every directory the shell may be in (a `cd` can
+//!   fail, be skipped or run in a pipeline's subshell, so it adds its target
+//!   and keeps where the shell was). Without an oracle git is never
+//!   read-only: a bare repository committed as files (`HEAD`, `config`,
+//!   `objects/`, `refs/`) or a nested `.git` has a `config` whose
+//!   `core.fsmonitor` or `diff.external` runs programs.
 //! * Declared extras ([`Options::extra_read_only`], checked by
 //!   [`validate_read_only_extra`]) add token prefixes.
 //!
@@ -158,6 +176,7 @@ mod table;
 mod wrappers;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use analysis::{analyze_text, Env, State};
 use syntax::{Item, Word};
@@ -174,6 +193,9 @@ pub struct Options {
     /// Extra read-only token prefixes (`planModeReadOnlyCommands`), each already
     /// accepted by [`validate_read_only_extra`].
     pub extra_read_only: Vec<Vec<String>>,
+    /// Which repository git would use in a directory (the binary looks at the
+    /// disk; this crate never does). Without one, git is never read-only.
+    pub repo_oracle: Option<Arc<dyn RepoOracle>>,
 }
 
 impl Default for Options {
@@ -183,7 +205,66 @@ impl Default for Options {
             cwd: None,
             trust_git_config: true,
             extra_read_only: Vec::new(),
+            repo_oracle: None,
         }
+    }
+}
+
+/// Where a git command would run: start in `dir` (the directory the shell is
+/// in, tracked lexically through `cd` as bash and dash do), then change
+/// directory physically through each `git -C` argument in order, as the kernel
+/// does (`-C link/..` leaves through the link's target).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RepoQuery {
+    /// The shell's working directory, absolute and lexically normalised.
+    pub dir: PathBuf,
+    /// The `git -C` arguments as written, in order.
+    pub chdirs: Vec<String>,
+}
+
+/// Which repository git would use for a [`RepoQuery`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum RepoFact {
+    /// The project's own repository (the one git finds from the project root),
+    /// or none at all when the project root has none either.
+    Own,
+    /// Another repository (a bare repository committed as files, a nested
+    /// `.git`, a directory outside the project): one human phrase saying which.
+    Other(String),
+    /// It could not be found out: one human phrase saying why.
+    Unknown(String),
+}
+
+/// Answers which repository git would use. Implemented by the binary, which
+/// looks at the disk (git's discovery: from the directory git runs in, walk
+/// up; at each directory a `.git` directory or `gitdir:` file, or the
+/// directory itself being a repository). Shell analysis asks it for every git
+/// command it would otherwise call read-only; the answers it got are listed
+/// in [`Analysis::repo_checks`], so a memo can ask again before it reuses one.
+pub trait RepoOracle: Send + Sync + std::fmt::Debug {
+    /// Which repository git would use when started as `query` says.
+    fn repository(&self, query: &RepoQuery) -> RepoFact;
+}
+
+/// An oracle that calls every directory inside the project root the
+/// project's own repository, without looking. For tests and benchmarks only:
+/// it is exactly the blindness the real oracle exists to remove.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AssumeOwnRepository;
+
+impl RepoOracle for AssumeOwnRepository {
+    fn repository(&self, _query: &RepoQuery) -> RepoFact {
+        RepoFact::Own
+    }
+}
+
+/// [`Options`] with a [`RepoOracle`] set, for tests and examples.
+#[doc(hidden)]
+pub fn with_oracle(options: Options, oracle: impl RepoOracle + 'static) -> Options {
+    Options {
+        repo_oracle: Some(Arc::new(oracle)),
+        ..options
     }
 }
 
@@ -237,6 +318,10 @@ pub struct Analysis {
     pub commands: Vec<SimpleCommand>,
     /// `None` when every simple command is read-only; otherwise the first reason.
     pub refusal: Option<Refusal>,
+    /// What the [`RepoOracle`] answered during the analysis, in order. The
+    /// verdict depends on these facts: a memo must ask again (and analyse
+    /// again when an answer changed) before it reuses the analysis.
+    pub repo_checks: Vec<(RepoQuery, RepoFact)>,
 }
 
 impl Analysis {
@@ -283,7 +368,11 @@ fn analyze_with(script: Script<'_>, options: &Options, tree_sitter_only: bool) -
     } else {
         commands.iter().find_map(|c| c.verdict.clone().err())
     };
-    Analysis { commands, refusal }
+    Analysis {
+        commands,
+        refusal,
+        repo_checks: env.repo_checks.into_inner(),
+    }
 }
 
 /// The script of an argv such as `["bash", "-lc", SCRIPT]`.

@@ -80,11 +80,58 @@ fn parse(file: &'static str, text: &str) -> Vec<Case> {
     out
 }
 
-/// The options the corpus is labelled for.
+/// The options the corpus is labelled for: project `/work/proj` with the
+/// repository layout of [`FakeRepos`].
 pub fn options() -> toolgate_shell::Options {
     toolgate_shell::Options {
         project_root: "/work/proj".into(),
+        repo_oracle: Some(std::sync::Arc::new(FakeRepos)),
         ..toolgate_shell::Options::default()
+    }
+}
+
+/// A made-up disk for the corpus, judged lexically (the real oracle, in the
+/// binary, follows symlinks): inside `/work/proj` every directory uses the
+/// project's own repository, except a directory named `*.git` (a bare
+/// repository committed as files) or `nested` (a directory with its own
+/// `.git`) and everything below them; `missing` does not exist.
+#[derive(Debug)]
+pub struct FakeRepos;
+
+impl toolgate_shell::RepoOracle for FakeRepos {
+    fn repository(&self, query: &toolgate_shell::RepoQuery) -> toolgate_shell::RepoFact {
+        use std::path::{Component, Path, PathBuf};
+        use toolgate_shell::RepoFact;
+        let mut dir = query.dir.clone();
+        for c in &query.chdirs {
+            dir = dir.join(c);
+        }
+        let mut norm = PathBuf::new();
+        for c in dir.components() {
+            match c {
+                Component::ParentDir => {
+                    norm.pop();
+                }
+                Component::CurDir => {}
+                other => norm.push(other),
+            }
+        }
+        if !norm.starts_with("/work/proj") {
+            return RepoFact::Other(format!("`{}` is outside the project", norm.display()));
+        }
+        for c in norm.components() {
+            let name = c.as_os_str().to_string_lossy();
+            if name.ends_with(".git") && Path::new(&*name) != Path::new("/work/proj") {
+                return RepoFact::Other(format!("`{name}` is a bare repository"));
+            }
+            if name == "nested" {
+                return RepoFact::Other("`nested/.git`".to_string());
+            }
+            if name == "missing" {
+                return RepoFact::Unknown(format!("`{}` does not exist", norm.display()));
+            }
+        }
+        RepoFact::Own
     }
 }
 

@@ -7,6 +7,7 @@ use toolgate_shell::{analyze, validate_read_only_extra, Analysis, Options, Scrip
 fn opts() -> Options {
     Options {
         project_root: "/work/proj".into(),
+        repo_oracle: Some(std::sync::Arc::new(toolgate_shell::AssumeOwnRepository)),
         ..Options::default()
     }
 }
@@ -322,7 +323,16 @@ fn git_trust_and_directories() {
         ("git -C /work/proj/a status", None, true),
         ("git -C /work/projx status", None, false),
         ("git -C /work/proj/../x status", None, false),
-        ("cd sub && git -C .. log", None, true),
+        // The `cd` may not have happened (it can fail, or run in a
+        // pipeline's subshell): git must be safe from where the shell was too.
+        ("cd sub && git -C .. log", None, false),
+        ("cd sub && git log", None, true),
+        ("cd /tmp || cd /work/proj; git log", None, false),
+        ("cd /tmp; cd /work/proj | true; git log", None, false),
+        ("cd - && git log", None, false),
+        ("cd && git log", None, false),
+        ("cd -P sub/.. && git log", None, false),
+        ("cd -P sub && git log", None, true),
         ("cd /elsewhere && git -C /work/proj log", None, true),
     ];
     let mut bad = Vec::new();
@@ -383,4 +393,148 @@ fn read_only_extras() {
     };
     assert!(!analyze(Script::Text("bash -c 'rm x'"), &sneaky).is_read_only());
     assert!(!analyze(Script::Text("rm x"), &sneaky).is_read_only());
+}
+
+/// A fake disk: `evil*` is another repository, `gone*` cannot be looked at.
+#[derive(Debug)]
+struct Disk;
+
+impl toolgate_shell::RepoOracle for Disk {
+    fn repository(&self, q: &toolgate_shell::RepoQuery) -> toolgate_shell::RepoFact {
+        let all = format!("{} {}", q.dir.display(), q.chdirs.join(" "));
+        if all.contains("evil") {
+            toolgate_shell::RepoFact::Other("`evil.git` is a bare repository".into())
+        } else if all.contains("gone") {
+            toolgate_shell::RepoFact::Unknown("`gone` does not exist".into())
+        } else {
+            toolgate_shell::RepoFact::Own
+        }
+    }
+}
+
+#[test]
+fn git_asks_which_repository() {
+    use toolgate_shell::RepoQuery;
+    let none = Options {
+        repo_oracle: None,
+        ..opts()
+    };
+    let a = analyze(Script::Text("git status"), &none);
+    assert!(
+        a.refusal.unwrap().reason.contains("own repository"),
+        "no oracle means unknown means refused"
+    );
+    let disk = toolgate_shell::with_oracle(opts(), Disk);
+    let q = |dir: &str, chdirs: &[&str]| RepoQuery {
+        dir: dir.into(),
+        chdirs: chdirs.iter().map(|c| c.to_string()).collect(),
+    };
+    // (command, cwd, refusal substring or "" for read-only, the questions asked)
+    let rows: Vec<(&str, Option<&str>, &str, Vec<RepoQuery>)> = vec![
+        ("git status", None, "", vec![q("/work/proj", &[])]),
+        ("ls", None, "", vec![]),
+        ("git commit -m x", None, "`git commit`", vec![]),
+        (
+            "git -C a -C ../b status",
+            Some("sub"),
+            "",
+            vec![q("/work/proj/sub", &["a", "../b"])],
+        ),
+        (
+            "git -C evil.git status",
+            None,
+            "not the project's own (`evil.git` is a bare repository)",
+            vec![q("/work/proj", &["evil.git"])],
+        ),
+        (
+            "cd evil.git && git log",
+            None,
+            "not the project's own",
+            vec![q("/work/proj", &[]), q("/work/proj/evil.git", &[])],
+        ),
+        (
+            "bash -c 'cd evil.git; git diff'",
+            None,
+            "not the project's own",
+            vec![q("/work/proj", &[]), q("/work/proj/evil.git", &[])],
+        ),
+        (
+            "git status",
+            Some("/work/proj/evil.git/refs"),
+            "not the project's own",
+            vec![q("/work/proj/evil.git/refs", &[])],
+        ),
+        (
+            "git log",
+            Some("gone"),
+            "cannot be known (`gone` does not exist)",
+            vec![q("/work/proj/gone", &[])],
+        ),
+        ("git log", Some("sub/../x"), "given with `..`", vec![]),
+        ("git log --show-signature", None, "runs gpg", vec![]),
+    ];
+    let mut bad = Vec::new();
+    for (input, cwd, want, asked) in rows {
+        let o = Options {
+            cwd: cwd.map(Into::into),
+            ..disk.clone()
+        };
+        let a = analyze(Script::Text(input), &o);
+        let got = a.refusal.as_ref().map_or("", |r| r.reason.as_str());
+        let ok = if want.is_empty() {
+            got.is_empty()
+        } else {
+            got.contains(want)
+        };
+        let queries: Vec<RepoQuery> = a.repo_checks.iter().map(|(q, _)| q.clone()).collect();
+        if !ok || queries != asked {
+            bad.push(format!("{input} (cwd {cwd:?}): {got:?}, asked {queries:?}"));
+        }
+        for (query, fact) in &a.repo_checks {
+            assert_eq!(fact, &toolgate_shell::RepoOracle::repository(&Disk, query));
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+
+    // planModeReadOnlyCommands git entries: git's own options inside the
+    // entry are judged too, and the repository is asked about.
+    let extras = Options {
+        extra_read_only: [
+            "git -C evil.git log",
+            "git lfs ls-files",
+            "git --git-dir=x.git log",
+        ]
+        .iter()
+        .map(|e| validate_read_only_extra(e).unwrap())
+        .collect(),
+        ..disk.clone()
+    };
+    for (input, ro, asked) in [
+        ("git lfs ls-files", true, vec![q("/work/proj", &[])]),
+        ("git lfs ls-files --output=x", false, vec![]),
+        // asked twice: as the entry, then as an ordinary git command
+        (
+            "git -C evil.git log",
+            false,
+            vec![
+                q("/work/proj", &["evil.git"]),
+                q("/work/proj", &["evil.git"]),
+            ],
+        ),
+        ("git --git-dir=x.git log", false, vec![]),
+        (
+            "cd evil.git && git lfs ls-files",
+            false,
+            vec![q("/work/proj", &[]), q("/work/proj/evil.git", &[])],
+        ),
+    ] {
+        let a = analyze(Script::Text(input), &extras);
+        let queries: Vec<RepoQuery> = a.repo_checks.iter().map(|(q, _)| q.clone()).collect();
+        assert_eq!(
+            (a.is_read_only(), queries),
+            (ro, asked),
+            "{input}: {:?}",
+            a.refusal
+        );
+    }
 }

@@ -11,6 +11,7 @@ use toolgate_shell::{analyze, analyze_tree_sitter_only, Options, Script};
 fn opts() -> Options {
     Options {
         project_root: "/work/proj".into(),
+        repo_oracle: Some(std::sync::Arc::new(toolgate_shell::AssumeOwnRepository)),
         ..Options::default()
     }
 }

@@ -8,6 +8,7 @@
 pub mod broker;
 pub mod clock;
 pub mod convert;
+pub mod repo;
 pub mod serve;
 pub mod setup;
 pub mod state;

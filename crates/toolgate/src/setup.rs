@@ -1,8 +1,12 @@
 //! Turning command-line flags, the environment and the policy file into a
-//! [`Policy`]. This is the only place that reads configuration from disk.
+//! [`Policy`]. This is the only place that reads configuration from disk
+//! (and where the policy gets [`DiskRepos`], which reads the disk to tell
+//! which repository a git command would use).
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+use crate::repo::DiskRepos;
 use toolgate_policy::{normalize, parse_override, Mode, Policy, PolicyError, PolicyFile, Sources};
 
 /// What the command line and environment say about the policy.
@@ -81,12 +85,15 @@ pub fn load(settings: &Settings) -> Result<(Policy, Vec<String>), PolicyError> {
             parse_override(text, "--permission")?,
         ));
     }
-    Policy::build(Sources {
+    let (mut policy, warnings) = Policy::build(Sources {
         project_root,
         home: settings.home.clone(),
         mode: settings.mode,
         file,
         overrides,
         ask_timeout_seconds: settings.ask_timeout,
-    })
+    })?;
+    // Shell analysis asks the disk which repository a git command would use.
+    policy.shell.repo_oracle = Some(Arc::new(DiskRepos::new(policy.project_root.clone())));
+    Ok((policy, warnings))
 }
