@@ -232,7 +232,10 @@ fn analyze_with(script: Script<'_>, options: &Options, tree_sitter_only: bool) -
         Script::Argv(argv) => {
             let words: Vec<Word> = argv.iter().map(|a| Word::literal(a)).collect();
             match shell_script(&words) {
-                Some(script) => analyze_text(script, &env, &mut state, 0),
+                Some((shell, script)) => {
+                    state.shell = shell;
+                    analyze_text(script, &env, &mut state, 0)
+                }
                 None if words.is_empty() => Vec::new(),
                 None => {
                     let item = Item {
@@ -252,8 +255,8 @@ fn analyze_with(script: Script<'_>, options: &Options, tree_sitter_only: bool) -
     Analysis { commands, refusal }
 }
 
-/// The script of an argv such as `["bash", "-lc", SCRIPT]`.
-fn shell_script(words: &[Word]) -> Option<&str> {
+/// The shell and script of an argv such as `["bash", "-lc", SCRIPT]`.
+fn shell_script(words: &[Word]) -> Option<(analysis::Shell, &str)> {
     let (first, args) = words.split_first()?;
     let name = analysis::program_name(first).ok()?;
     if !matches!(name, "bash" | "sh" | "zsh" | "dash") {
@@ -265,7 +268,7 @@ fn shell_script(words: &[Word]) -> Option<&str> {
             if wrappers::script_problem(name, script).is_some() {
                 return None;
             }
-            Some(script.text.as_str())
+            Some((analysis::Shell::named(name), script.text.as_str()))
         }
         _ => None,
     }
