@@ -630,12 +630,7 @@ impl<'s> Walker<'s> {
             .src
             .get(..node.start_byte())
             .and_then(|s| s.chars().next_back());
-        if before == Some('}') {
-            set_own(
-                own,
-                "a named descriptor `{NAME}` before a redirection assigns a shell variable",
-            );
-        }
+        let named_from = (before == Some('}')).then_some(out.len());
         match node.kind() {
             "file_redirect" => {
                 let mut fd = "";
@@ -722,6 +717,15 @@ impl<'s> Walker<'s> {
                     format!("redirection `{other}` cannot be proven read-only"),
                 );
                 self.generic(node, inh, depth + 1);
+            }
+        }
+        if let Some(from) = named_from {
+            let r = Refusal::new(
+                "a named descriptor `{NAME}` before a redirection assigns a shell variable",
+            );
+            set_own(own, r.reason.clone());
+            for redir in out.iter_mut().skip(from) {
+                redir.refusal = Some(r.clone());
             }
         }
     }
