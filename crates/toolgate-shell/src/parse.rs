@@ -1089,7 +1089,11 @@ pub(crate) fn judge_redirect(fd: &str, op: &str, dests: &[Word]) -> Redir {
         ))
     };
     let mut input = None;
-    let mut sh_differs = None;
+    // dash reads `>$'/dev/null'` as `>'$/dev/null'`.
+    let mut sh_differs = dests
+        .iter()
+        .find_map(|d| d.bash_only.as_deref())
+        .map(bash_only);
     let refusal = match op {
         // `12>x`: bash opens descriptor 12, /bin/sh passes `12` as an argument.
         _ if fd.len() > 1 => Some(Refusal::new(format!(
@@ -1113,7 +1117,7 @@ pub(crate) fn judge_redirect(fd: &str, op: &str, dests: &[Word]) -> Redir {
         ">" | ">>" | ">|" => (!devnull).then(|| write(op)),
         "&>" | "&>>" => {
             // dash: `cmd &` in the background, then `>file`.
-            sh_differs = Some(bash_only(&format!("the redirection `{op}`")));
+            sh_differs.get_or_insert_with(|| bash_only(&format!("the redirection `{op}`")));
             (!devnull).then(|| write(op))
         }
         ">&" if digits => {
@@ -1124,7 +1128,7 @@ pub(crate) fn judge_redirect(fd: &str, op: &str, dests: &[Word]) -> Redir {
             }
         }
         ">&" if dest.is_some() => {
-            sh_differs = Some(bash_only("the redirection `>&` to a file"));
+            sh_differs.get_or_insert_with(|| bash_only("the redirection `>&` to a file"));
             (!devnull).then(|| write(op))
         }
         // `1<&0` makes standard output a copy of standard input (a socket,
