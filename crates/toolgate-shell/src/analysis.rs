@@ -223,8 +223,20 @@ pub(crate) fn simple_command(
 ) -> SimpleCommand {
     let text = item.text();
     let mut inner = Vec::new();
+    // An `always` answer grants the literal text, not `PROGRAM *`, when a
+    // redirection reads outside the project or the syntax is bash-only.
+    let literal = item.bash_only().is_some()
+        || item
+            .redirects
+            .iter()
+            .filter_map(|r| r.input.as_deref())
+            .any(|p| input_problem(p, env, state).is_some());
     let verdict = verdict(item, env, state, depth, &mut inner);
-    let always = arity::always(item, &text);
+    let always = if literal {
+        text.clone()
+    } else {
+        arity::always(item, &text)
+    };
     SimpleCommand {
         text,
         inner,

@@ -87,3 +87,17 @@ fn nested_shells_switch_the_reading() {
         check_text(script, expected);
     }
 }
+
+#[test]
+fn always_is_literal_for_unsafe_inputs_and_bash_only_syntax() {
+    for (script, always) in [
+        ("cat f </dev/tcp/127.0.0.1/9", "cat f </dev/tcp/127.0.0.1/9"),
+        ("wc -l <../x", "wc -l <../x"),
+        ("grep x f &>/dev/null", "grep x f &>/dev/null"),
+        ("cut -d$'\\t' -f1 f", "cut -d\t -f1 f"),
+        ("wc -l <src/lib.rs", "wc *"),
+    ] {
+        let a = analyze(Script::Text(script), &common::options());
+        assert_eq!(a.commands[0].always, always, "{script}");
+    }
+}
