@@ -46,6 +46,30 @@ impl<'o> Env<'o> {
     }
 }
 
+/// Which shell will read a script.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Shell {
+    /// Known to be bash: `bash -c SCRIPT`, `["bash", "-lc", SCRIPT]`.
+    Bash,
+    /// The agent's shell, which may be bash, zsh or `/bin/sh` (dash, ash):
+    /// constructs that bash and `/bin/sh` read differently are refused.
+    Any,
+    /// A POSIX shell (`sh -c`, `dash -c`): as [`Shell::Any`], and brace
+    /// expansion is refused too.
+    Posix,
+}
+
+impl Shell {
+    /// The shell a program of this name is (for `NAME -c SCRIPT`).
+    pub(crate) fn named(name: &str) -> Shell {
+        match name {
+            "bash" => Shell::Bash,
+            "sh" | "dash" => Shell::Posix,
+            _ => Shell::Any,
+        }
+    }
+}
+
 /// What earlier commands of a script changed that later ones depend on.
 #[derive(Debug, Clone)]
 pub(crate) struct State {
@@ -56,6 +80,8 @@ pub(crate) struct State {
     /// each one adds its target without removing where the shell was. `None`
     /// once one cannot be known or there are too many. git must be safe in all.
     pub git_dirs: Option<Vec<PathBuf>>,
+    /// The shell reading the script.
+    pub shell: Shell,
 }
 
 impl State {
@@ -67,6 +93,7 @@ impl State {
         State {
             git_dirs: Some(vec![cwd.clone()]),
             cwd: Some(cwd),
+            shell: Shell::Any,
         }
     }
 }
@@ -90,17 +117,62 @@ pub(crate) fn analyze_text(
     } else {
         lexer::fast(src)
     };
-    let items = match fast {
+    let mut items = match fast {
         Some(items) => items,
         None => match parse::parse(src) {
             Ok(items) => items,
             Err(r) => return vec![unparseable(trimmed, r)],
         },
     };
+    locale_before_more(&mut items);
     items
         .iter()
         .map(|item| simple_command(item, env, state, depth))
         .collect()
+}
+
+/// Bash reads a script one line (complete command) at a time, decoding it
+/// in the locale of that moment: `LC_ALL=zh_CN.GBK` on one line makes the
+/// next line's multibyte characters swallow a `\`, `|` or `` ` ``. A locale
+/// variable set in the shell itself (a standalone assignment, or a prefix of
+/// a special builtin, which POSIX shells keep) is refused when any command
+/// follows it in the script (the same line included: fail closed).
+fn locale_before_more(items: &mut [Item]) {
+    let Some((_, init)) = items.split_last_mut() else {
+        return;
+    };
+    for item in init {
+        let stays = item.words.first().is_none_or(|w| {
+            matches!(
+                w.text.as_str(),
+                ":" | "."
+                    | "break"
+                    | "continue"
+                    | "eval"
+                    | "exec"
+                    | "exit"
+                    | "export"
+                    | "readonly"
+                    | "return"
+                    | "set"
+                    | "shift"
+                    | "times"
+                    | "trap"
+                    | "unset"
+            )
+        });
+        let locale = item
+            .assigns
+            .iter()
+            .find(|a| a.name == "LANG" || a.name.starts_with("LC_"));
+        if let (true, Some(a)) = (stays, locale) {
+            let r = Refusal::new(format!(
+                "locale assignment `{}=…` before more commands changes how they are parsed",
+                a.name
+            ));
+            item.construct.get_or_insert(r);
+        }
+    }
 }
 
 fn unparseable(text: &str, refusal: Refusal) -> SimpleCommand {
@@ -164,8 +236,20 @@ pub(crate) fn simple_command(
 ) -> SimpleCommand {
     let text = item.text();
     let mut inner = Vec::new();
+    // An `always` answer grants the literal text, not `PROGRAM *`, when a
+    // redirection reads outside the project or the syntax is bash-only.
+    let literal = item.bash_only().is_some()
+        || item
+            .redirects
+            .iter()
+            .filter_map(|r| r.input.as_deref())
+            .any(|p| input_problem(p, env, state).is_some());
     let verdict = verdict(item, env, state, depth, &mut inner);
-    let always = arity::always(item, &text);
+    let always = if literal {
+        text.clone()
+    } else {
+        arity::always(item, &text)
+    };
     SimpleCommand {
         text,
         inner,
@@ -187,6 +271,13 @@ fn verdict(
             .clone()
             .unwrap_or_else(|| Refusal::new("this construct cannot be proven read-only")));
     }
+    // Redirections are opened before the command runs (before a `cd` moves
+    // the directory), so their paths are judged first and reported last.
+    let input = item
+        .redirects
+        .iter()
+        .filter_map(|r| r.input.as_deref())
+        .find_map(|p| input_problem(p, env, state));
     if item.words.is_empty() {
         if item.assigns.is_empty() {
             let first = item.redirects.iter().find_map(|r| r.refusal.clone());
@@ -216,7 +307,57 @@ fn verdict(
     if let Some(c) = &item.construct {
         return Err(c.clone());
     }
+    if let Some(r) = input {
+        return Err(r);
+    }
+    if state.shell != Shell::Bash {
+        if let Some(r) = item.bash_only() {
+            return Err(r);
+        }
+    }
+    if state.shell == Shell::Posix {
+        if let Some(w) = item.brace() {
+            return Err(Refusal::new(format!(
+                "brace expansion in `{}` is bash-only syntax that /bin/sh reads differently",
+                w.text
+            )));
+        }
+    }
     Ok(())
+}
+
+/// An input redirection reads only a plain file inside the project: never
+/// a device (`/dev/tcp/HOST/PORT` is a socket to bash, `/dev/stdin` is
+/// another descriptor), `/proc` or `/sys`, nor anything outside the root.
+/// `/dev/null` is judged before (it never gets here).
+fn input_problem(path: &str, env: &Env<'_>, state: &State) -> Option<Refusal> {
+    let joined = if path.starts_with('/') {
+        PathBuf::from(path)
+    } else {
+        match &state.cwd {
+            Some(cwd) => cwd.join(path),
+            None => {
+                return Some(Refusal::new(format!(
+                    "input redirection `< {path}` after a `cd` to an unknown directory cannot be proven to read a project file"
+                )))
+            }
+        }
+    };
+    let full = opts::normalize(&joined);
+    let system = ["/dev", "/proc", "/sys"]
+        .iter()
+        .any(|d| full.starts_with(d) || path.starts_with(d));
+    if system {
+        return Some(Refusal::new(format!(
+            "input redirection `< {path}` reads a device or kernel file, not a project file"
+        )));
+    }
+    if !full.starts_with(&env.root) {
+        return Some(Refusal::new(format!(
+            "input redirection `< {path}` reads outside the project"
+        )));
+    }
+    None
 }
 
 /// The program a word names: its basename in a standard system directory,

@@ -134,6 +134,10 @@ impl WordBuilder {
 
     /// Decode an ANSI-C string `$'...'` (the whole source, with `$'` and `'`).
     pub(crate) fn ansi_c_source(&mut self, raw: &str) {
+        // dash reads `$'\'' …'` as `$`, `'\'` and more shell code.
+        self.word
+            .bash_only
+            .get_or_insert_with(|| "ANSI-C quoting `$'…'`".to_string());
         let Some(body) = raw.strip_prefix("$'").and_then(|s| s.strip_suffix('\'')) else {
             self.uncertain = Some(format!("ANSI-C string `{raw}`"));
             return;

@@ -13,7 +13,7 @@
 //! `&&`, `||`, `;`, `|` and newlines into simple commands, decodes quotes and
 //! escapes (`'-delete'`, `\-delete` and `"-de"lete` are all `-delete`), looks
 //! through wrappers (`sudo`, `env`, `timeout`, `time`, `nice`, `nohup`,
-//! `stdbuf`, `ionice`, `command`, `builtin`, `xargs`, `bash|sh|zsh -c`, up to
+//! `stdbuf`, `ionice`, `command`, `builtin`, `xargs`, `bash|sh|dash|zsh -c`, up to
 //! 8 levels) and judges each simple command against a read-only table.
 //!
 //! ```
@@ -85,11 +85,39 @@
 //! program name or in the arguments of a program whose flags matter,
 //! subshells, `{ }` groups, loops, `if`, `case`, function definitions,
 //! `eval`, `source`, background `&`, assignments and environment prefixes
-//! other than `LANG LC_* TZ NO_COLOR TERM COLUMNS`, line continuations glued
-//! inside a word, control characters, and every redirection except
-//! `>/dev/null`, `2>/dev/null`, `&>/dev/null`, `>>/dev/null`, `2>&1`,
-//! `1>&2`, input from a file and here-documents. Programs named by a path are
-//! judged by their basename only in `/bin`, `/usr/bin` and `/usr/local/bin`.
+//! other than `LANG LC_* TZ NO_COLOR TERM COLUMNS`, a `LANG`/`LC_*`
+//! assignment made in the shell itself (standalone, or before a special
+//! builtin) when any command follows it in the script (bash decodes each
+//! later line in the new locale), line continuations glued inside a word,
+//! control characters, and every redirection except `>/dev/null`,
+//! `2>/dev/null`, `>>/dev/null`, `2>&1`, `1>&2`, here-documents and input
+//! from a plain file inside the project.
+//!
+//! Input redirections (`<f`, `0<f`) read only a plain path that stays inside
+//! the project root once joined to the directory the command starts in
+//! (`cd`s are followed lexically), or exactly `/dev/null`: never `/dev/*`
+//! (bash makes `/dev/tcp/HOST/PORT` a socket), `/proc`, `/sys`, a path
+//! outside the project (`../x`, `/etc/passwd`), a word with an expansion
+//! (`<$HOME/x`, `<${_}/tcp/…`), a tilde (`<~sys/tcp/…`, `~sys` being `/dev`
+//! on Debian; `~root`, `~+`, `~-`) or a glob, nor a relative path after a
+//! `cd` to an unknown directory. Descriptor duplications with `<&` (`1<&0`
+//! makes standard output a copy of standard input), input redirections on
+//! descriptors 1 and 2, `>&N` other than `2>&1`/`1>&2`, descriptors above 9
+//! and named descriptors (`{NAME}>file`, `{NAME}<&0`, `{NAME}>&-`, which
+//! assign `NAME` in the shell) are refused.
+//!
+//! A script is read as bash, but the agent's shell may be bash, zsh or
+//! `/bin/sh` (dash, busybox ash), so syntax that `/bin/sh` reads differently
+//! is refused unless the script is known to run in bash (`bash -c SCRIPT`,
+//! `["bash", "-lc", SCRIPT]`): ANSI-C quoting `$'…'` (dash reads
+//! `$'\' ;touch x #'` as `$`, `'\'` and a second command), `$"…"`, `&>`
+//! and `&>>` (dash: background `&`, then a redirection), `>&file`, `|&`,
+//! here-strings `<<<`, `[[ … ]]` containing `<`, `>`, `&&`, `||` or
+//! parentheses (redirections and separators to dash) and `+=`. Scripts for
+//! `sh` and `dash` (`sh -c`, `["/bin/sh", "-c", S]`, through any wrapper) are
+//! also refused brace expansion; `ash`, `busybox` and other shells are not
+//! analysed. Programs named by a path are judged by their basename only in
+//! `/bin`, `/usr/bin` and `/usr/local/bin`.
 //!
 //! Among the wrappers, `env` stays read-only only with `-0`, `-v`, `--null`,
 //! `--debug` and harmless assignments: `env -i`, `env -`, `-u NAME`,
@@ -113,6 +141,9 @@
 //! assert_eq!(why("ls $(rm -rf /)").unwrap(), "command substitution `$(...)` cannot be proven read-only");
 //! assert_eq!(why("PATH=/tmp ls").unwrap(), "environment prefix `PATH=…` can change what runs");
 //! assert_eq!(why("git -c core.pager=evil log").unwrap(), "`git -c` sets configuration that can make git run programs");
+//! assert_eq!(why("cat f </dev/tcp/127.0.0.1/9").unwrap(), "input redirection `< /dev/tcp/127.0.0.1/9` reads a device or kernel file, not a project file");
+//! assert_eq!(why("sh -c \"echo \\$'\\\\' ;touch x #'\"").unwrap(), "ANSI-C quoting `$'…'` is bash-only syntax that /bin/sh reads differently");
+//! assert!(why("bash -c \"echo \\$'\\\\' ;touch x #'\"").is_none());
 //! assert_eq!(why("").unwrap(), "empty command");
 //! ```
 //!
@@ -151,8 +182,8 @@
 //! ```
 //!
 //! Codex-style argv works too: `["bash", "-lc", SCRIPT]` analyses the
-//! script; any other argv is one simple command whose words are taken as
-//! they are.
+//! script as bash (`["sh", "-c", SCRIPT]` as `/bin/sh`); any other argv is
+//! one simple command whose words are taken as they are.
 //!
 //! ```
 //! use toolgate_shell::{analyze, Options, Script};
@@ -271,7 +302,8 @@ pub fn with_oracle(options: Options, oracle: impl RepoOracle + 'static) -> Optio
 /// A shell command as the agent sent it.
 #[derive(Debug, Clone, Copy)]
 pub enum Script<'a> {
-    /// Shell source text, as `bash -c` would get it.
+    /// Shell source text, as the agent's shell would get it (`bash -c`,
+    /// `zsh -c` or `/bin/sh -c`: syntax they read differently is refused).
     Text(&'a str),
     /// An argv vector such as Codex's `["bash", "-lc", "ls"]` or `["ls", "-la"]`.
     Argv(&'a [String]),
@@ -351,7 +383,10 @@ fn analyze_with(script: Script<'_>, options: &Options, tree_sitter_only: bool) -
         Script::Argv(argv) => {
             let words: Vec<Word> = argv.iter().map(|a| Word::literal(a)).collect();
             match shell_script(&words) {
-                Some(script) => analyze_text(script, &env, &mut state, 0),
+                Some((shell, script)) => {
+                    state.shell = shell;
+                    analyze_text(script, &env, &mut state, 0)
+                }
                 None if words.is_empty() => Vec::new(),
                 None => {
                     let item = Item {
@@ -375,8 +410,8 @@ fn analyze_with(script: Script<'_>, options: &Options, tree_sitter_only: bool) -
     }
 }
 
-/// The script of an argv such as `["bash", "-lc", SCRIPT]`.
-fn shell_script(words: &[Word]) -> Option<&str> {
+/// The shell and script of an argv such as `["bash", "-lc", SCRIPT]`.
+fn shell_script(words: &[Word]) -> Option<(analysis::Shell, &str)> {
     let (first, args) = words.split_first()?;
     let name = analysis::program_name(first).ok()?;
     if !matches!(name, "bash" | "sh" | "zsh" | "dash") {
@@ -388,7 +423,7 @@ fn shell_script(words: &[Word]) -> Option<&str> {
             if wrappers::script_problem(name, script).is_some() {
                 return None;
             }
-            Some(script.text.as_str())
+            Some((analysis::Shell::named(name), script.text.as_str()))
         }
         _ => None,
     }

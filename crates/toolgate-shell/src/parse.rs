@@ -12,7 +12,7 @@ use std::cell::{Cell, RefCell};
 use tree_sitter::{Node, Parser, Tree};
 
 use crate::decode::WordBuilder;
-use crate::syntax::{Assign, Item, Redir, Word};
+use crate::syntax::{bash_only, Assign, Item, Redir, Word};
 use crate::Refusal;
 
 /// Syntactic nesting deeper than this is refused rather than walked.
@@ -275,6 +275,8 @@ impl<'s> Walker<'s> {
         let mut stack: Vec<Node<'_>> = children(node);
         stack.reverse();
         let mut prev_start = self.items.len();
+        // The statement after a `|&` (marked once it is walked).
+        let mut after_pipe_amp = false;
         while let Some(n) = stack.pop() {
             let kind = n.kind();
             if n.is_named() && matches!(kind, "list" | "pipeline") {
@@ -289,11 +291,20 @@ impl<'s> Walker<'s> {
                 }
                 prev_start = self.items.len();
                 self.stmt(n, inh, depth + 1);
+                if std::mem::take(&mut after_pipe_amp) {
+                    // dash: a syntax error; bash: `2>&1 |`.
+                    let r = bash_only("the pipe `|&`");
+                    for item in self.items.iter_mut().skip(prev_start) {
+                        item.bash_only.get_or_insert_with(|| r.clone());
+                    }
+                }
             } else if kind == "&" {
                 self.mark(
                     prev_start,
                     &Refusal::new("background `&` cannot be proven read-only"),
                 );
+            } else if kind == "|&" {
+                after_pipe_amp = true;
             }
             // Other anonymous tokens are operators (`&&`, `||`, `;`, `|`,
             // `|&`, newlines) or the brackets of the construct.
@@ -447,6 +458,28 @@ impl<'s> Walker<'s> {
                 if let Some(r) = redirs.iter().find_map(|r| r.refusal.clone()).or(own) {
                     self.mark(start.min(idx), &r);
                 }
+                let last = self.items.get_mut(start..).and_then(<[Item]>::last_mut);
+                match last {
+                    // Bash gives it to the last command (`cd /dev && cat
+                    // <tcp/h/p` reads `/dev/tcp/h/p`): judge it there.
+                    Some(last) if matches!(b.kind(), "list" | "pipeline") => {
+                        last.redirects.extend(redirs)
+                    }
+                    _ => {
+                        let unknown = redirs.iter().find_map(|r| {
+                            r.bash_only.clone().or_else(|| {
+                                r.input.as_ref().map(|p| {
+                                    Refusal::new(format!(
+                                        "input redirection `< {p}` of a compound command cannot be proven read-only"
+                                    ))
+                                })
+                            })
+                        });
+                        if let Some(r) = unknown {
+                            self.mark(start.min(idx), &r);
+                        }
+                    }
+                }
             }
             None => {
                 let item = Item {
@@ -540,6 +573,7 @@ impl<'s> Walker<'s> {
     ) -> Assign {
         let mut name = String::new();
         let mut value = Word::default();
+        let mut append = false;
         for (field, child) in children_with_fields(node) {
             match field {
                 Some("name") => {
@@ -563,6 +597,7 @@ impl<'s> Walker<'s> {
                 }
                 _ => {
                     let raw = self.raw(child);
+                    append |= !child.is_named() && raw == "+=";
                     if child.is_named() || !matches!(raw, "=" | "+=") {
                         set_own(
                             own,
@@ -571,6 +606,12 @@ impl<'s> Walker<'s> {
                     }
                 }
             }
+        }
+        if append {
+            // dash runs `NAME+=value` as a program.
+            value
+                .bash_only
+                .get_or_insert_with(|| "the append assignment `+=`".to_string());
         }
         Assign { name, value }
     }
@@ -583,6 +624,13 @@ impl<'s> Walker<'s> {
         inh: Option<&Refusal>,
         depth: usize,
     ) {
+        // `{NAME}>file`, `{NAME}<&0`, `{NAME}>&-`: bash stores the descriptor
+        // in the variable NAME of the current shell.
+        let before = self
+            .src
+            .get(..node.start_byte())
+            .and_then(|s| s.chars().next_back());
+        let named_from = (before == Some('}')).then_some(out.len());
         match node.kind() {
             "file_redirect" => {
                 let mut fd = "";
@@ -637,13 +685,21 @@ impl<'s> Walker<'s> {
                 }
                 out.push(Redir {
                     text,
-                    refusal: None,
+                    ..Redir::default()
                 });
             }
             "herestring_redirect" => {
                 let mut words = Vec::new();
                 for child in children(node) {
-                    if child.is_named() {
+                    if child.kind() == "file_descriptor" {
+                        set_own(
+                            own,
+                            format!(
+                                "a here-string on descriptor {} cannot be proven read-only",
+                                self.raw(child)
+                            ),
+                        );
+                    } else if child.is_named() {
                         words.push(self.word(child, own, inh, depth));
                     }
                 }
@@ -651,7 +707,8 @@ impl<'s> Walker<'s> {
                 text.push_str(&crate::syntax::join(&words));
                 out.push(Redir {
                     text,
-                    refusal: None,
+                    bash_only: Some(bash_only("the here-string `<<<`")),
+                    ..Redir::default()
                 });
             }
             other => {
@@ -660,6 +717,15 @@ impl<'s> Walker<'s> {
                     format!("redirection `{other}` cannot be proven read-only"),
                 );
                 self.generic(node, inh, depth + 1);
+            }
+        }
+        if let Some(from) = named_from {
+            let r = Refusal::new(
+                "a named descriptor `{NAME}` before a redirection assigns a shell variable",
+            );
+            set_own(own, r.reason.clone());
+            for redir in out.iter_mut().skip(from) {
+                redir.refusal = Some(r.clone());
             }
         }
     }
@@ -698,6 +764,11 @@ impl<'s> Walker<'s> {
             return Some("a here-document without its end cannot be proven read-only".to_string());
         };
         let raw_start = self.raw(start);
+        if raw_start.contains('$') {
+            return Some(
+                "a here-document delimiter with `$` cannot be proven read-only".to_string(),
+            );
+        }
         let quoted = raw_start.contains(['\'', '"', '\\']);
         let delimiter: String = raw_start
             .chars()
@@ -758,8 +829,15 @@ impl<'s> Walker<'s> {
         let mut own = None;
         let mut words = Vec::new();
         self.test_words(node, &mut words, &mut own, inh, depth);
+        // `/bin/sh` runs `[[` as a program: its `<`, `>`, `&&`, `||`, `(`
+        // and `)` become redirections, separators and subshells.
+        let raw = self.raw(node);
+        let bash_only = (raw.starts_with("[[")
+            && raw.contains(['<', '>', '&', '|', '(', ')', ';', '\n']))
+        .then(|| crate::syntax::bash_only("`[[ … ]]` with `<`, `>`, `&&`, `||` or parentheses"));
         let item = Item {
             words,
+            bash_only,
             ..Item::default()
         };
         self.place(idx, item, own, inh);
@@ -877,8 +955,17 @@ impl<'s> Walker<'s> {
                 if !contiguous(node) {
                     b.uncertain = Some(format!("string `{raw}`"));
                 }
-                for child in children(node) {
+                let kids = children(node);
+                let last = kids.len().saturating_sub(1);
+                for (i, child) in kids.into_iter().enumerate() {
                     if !child.is_named() {
+                        // The quotes around the string, and a `$` that starts
+                        // no expansion (`"a$"`, `"$'x'"`): bash keeps it.
+                        match self.raw(child) {
+                            "\"" if i == 0 || i == last => {}
+                            "$" => b.quoted('$'),
+                            other => b.uncertain = Some(format!("`{other}` in string `{raw}`")),
+                        }
                         continue;
                     }
                     if child.kind() == "string_content" {
@@ -969,7 +1056,9 @@ fn plain_expansion(node: Node<'_>) -> bool {
         && matches!(named[0].kind(), "variable_name" | "special_variable_name")
 }
 
-/// Judge one file redirection: only the safe forms pass.
+/// Judge one file redirection: only the safe forms pass. An input
+/// redirection from a plain path is returned with that path in `input`, to
+/// be held against the project once the working directory is known.
 pub(crate) fn judge_redirect(fd: &str, op: &str, dests: &[Word]) -> Redir {
     let dest = if dests.len() == 1 {
         dests.first()
@@ -999,14 +1088,37 @@ pub(crate) fn judge_redirect(fd: &str, op: &str, dests: &[Word]) -> Redir {
             "redirection `{shown}` is not one of the safe forms"
         ))
     };
+    let mut input = None;
+    // dash reads `>$'/dev/null'` as `>'$/dev/null'`.
+    let mut sh_differs = dests
+        .iter()
+        .find_map(|d| d.bash_only.as_deref())
+        .map(bash_only);
     let refusal = match op {
-        "<" if dest.is_some() => None,
-        ">" | ">>" | "&>" | "&>>" | ">|" => {
-            if devnull {
-                None
-            } else {
-                Some(write(op))
-            }
+        // `12>x`: bash opens descriptor 12, /bin/sh passes `12` as an argument.
+        _ if fd.len() > 1 => Some(Refusal::new(format!(
+            "redirection `{shown}` on a descriptor above 9 cannot be proven read-only"
+        ))),
+        "<" if matches!(fd, "1" | "2") => Some(Refusal::new(format!(
+            "input redirection `{shown}` points an output descriptor at a file"
+        ))),
+        "<" => match dest {
+            Some(d) => match input_word_problem(d, &shown) {
+                Some(r) => Some(r),
+                None => {
+                    if !devnull {
+                        input = Some(d.text.clone());
+                    }
+                    None
+                }
+            },
+            None => Some(not_safe()),
+        },
+        ">" | ">>" | ">|" => (!devnull).then(|| write(op)),
+        "&>" | "&>>" => {
+            // dash: `cmd &` in the background, then `>file`.
+            sh_differs.get_or_insert_with(|| bash_only(&format!("the redirection `{op}`")));
+            (!devnull).then(|| write(op))
         }
         ">&" if digits => {
             if matches!(fd, "" | "1" | "2") && matches!(dtext, "1" | "2") {
@@ -1015,13 +1127,44 @@ pub(crate) fn judge_redirect(fd: &str, op: &str, dests: &[Word]) -> Redir {
                 Some(not_safe())
             }
         }
-        ">&" if devnull => None,
-        ">&" if dest.is_some() => Some(write(op)),
-        "<&" if digits => None,
+        ">&" if dest.is_some() => {
+            sh_differs.get_or_insert_with(|| bash_only("the redirection `>&` to a file"));
+            (!devnull).then(|| write(op))
+        }
+        // `1<&0` makes standard output a copy of standard input (a socket,
+        // a device, ...); no duplication with `<&` is needed to read.
+        "<&" => Some(Refusal::new(format!(
+            "descriptor duplication `{shown}` can point output at an input"
+        ))),
         "<>" => Some(Refusal::new(format!(
             "read-write redirection `{shown}` can create a file"
         ))),
         _ => Some(not_safe()),
     };
-    Redir { text, refusal }
+    Redir {
+        text,
+        refusal,
+        input,
+        bash_only: sh_differs,
+    }
+}
+
+/// What makes an input redirection's target other than a plain file path:
+/// an expansion (`<$HOME/x`, `<${_}/tcp/…`), a tilde (`<~sys/tcp/…` is
+/// `/dev/tcp/…` on Debian) or a glob.
+fn input_word_problem(d: &Word, shown: &str) -> Option<Refusal> {
+    let why = if d.expansion.is_some() {
+        "uses an expansion"
+    } else if d.tilde {
+        "starts with `~` (a home directory)"
+    } else if d.glob.is_some() {
+        "uses a glob or brace"
+    } else if d.text.is_empty() {
+        "has an empty target"
+    } else {
+        return None;
+    };
+    Some(Refusal::new(format!(
+        "input redirection `{shown}` {why}, so the file it reads cannot be known"
+    )))
 }

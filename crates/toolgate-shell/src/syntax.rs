@@ -18,6 +18,9 @@ pub(crate) struct Word {
     pub glob: Option<char>,
     /// The word starts with an unquoted `~`.
     pub tilde: bool,
+    /// A bash-only spelling inside the word (`$'…'`) that `/bin/sh` reads
+    /// differently: the construct, for the refusal.
+    pub bash_only: Option<String>,
 }
 
 impl Word {
@@ -43,12 +46,18 @@ pub(crate) struct Assign {
 }
 
 /// One redirection, judged when it is parsed (its safety does not depend on the program).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub(crate) struct Redir {
     /// How it is shown in the command text, e.g. `2>/dev/null`.
     pub text: String,
     /// Why it is not one of the safe forms.
     pub refusal: Option<Refusal>,
+    /// For an input redirection from a plain path (`<file`): that path, which
+    /// must name a file inside the project (checked against the working
+    /// directory the command starts in).
+    pub input: Option<String>,
+    /// Why `/bin/sh` reads this redirection differently from bash (`&>`, `<<<`, ...).
+    pub bash_only: Option<Refusal>,
 }
 
 /// One simple command as parsed.
@@ -62,9 +71,38 @@ pub(crate) struct Item {
     pub construct: Option<Refusal>,
     /// Not a real command: a construct shown by its source (nothing else is judged).
     pub opaque: bool,
+    /// A bash-only construct around or in the command (`|&`, `[[ a > b ]]`,
+    /// `+=`): refused unless the script is known to run in bash.
+    pub bash_only: Option<Refusal>,
 }
 
 impl Item {
+    /// The first bash-only construct of the command, its words, assignments
+    /// or redirections: why `/bin/sh` could read it differently.
+    pub(crate) fn bash_only(&self) -> Option<Refusal> {
+        if let Some(r) = &self.bash_only {
+            return Some(r.clone());
+        }
+        let words = self
+            .words
+            .iter()
+            .chain(self.assigns.iter().map(|a| &a.value));
+        if let Some(c) = words.filter_map(|w| w.bash_only.as_deref()).next() {
+            return Some(bash_only(c));
+        }
+        self.redirects.iter().find_map(|r| r.bash_only.clone())
+    }
+
+    /// The first unquoted brace of a word, assignment value or redirection
+    /// target (bash expands `{a,b}`, `/bin/sh` does not).
+    pub(crate) fn brace(&self) -> Option<&Word> {
+        let words = self
+            .words
+            .iter()
+            .chain(self.assigns.iter().map(|a| &a.value));
+        words.into_iter().find(|w| w.glob == Some('{'))
+    }
+
     /// The words after quote removal joined by single spaces, with assignments
     /// first and redirections last.
     pub(crate) fn text(&self) -> String {
@@ -86,6 +124,13 @@ impl Item {
         }
         out
     }
+}
+
+/// The refusal for a bash-only construct where `/bin/sh` may read the script.
+pub(crate) fn bash_only(construct: &str) -> Refusal {
+    Refusal::new(format!(
+        "{construct} is bash-only syntax that /bin/sh reads differently"
+    ))
 }
 
 /// Join words' texts with single spaces.

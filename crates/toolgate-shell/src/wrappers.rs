@@ -2,7 +2,7 @@
 //! `xargs`, `bash -c`, ...). The inner command is found and judged; its
 //! text is recorded so rules can match it.
 
-use crate::analysis::{analyze_text, enter, program_name, too_deep, Env, State, MAX_DEPTH};
+use crate::analysis::{analyze_text, enter, program_name, too_deep, Env, Shell, State, MAX_DEPTH};
 use crate::opts::{long_matches, short_cluster, Arg, Short};
 use crate::syntax::{join, Word};
 use crate::table;
@@ -1247,6 +1247,7 @@ fn shell(
                 return Err(p);
             }
             let mut nested = state.clone();
+            nested.shell = Shell::named(name);
             let commands = analyze_text(&script.text, env, &mut nested, depth + 1);
             if commands.is_empty() {
                 return Err(refusal(format!("the script of `{name} -c` is empty")));
