@@ -22,14 +22,17 @@ fn policy() -> Policy {
         "batch-tool": "deny"
     }});
     let parsed = PolicyFile::parse(&file.to_string(), "policy.json").unwrap();
-    Policy::build(Sources {
+    let mut policy = Policy::build(Sources {
         project_root: PathBuf::from("/work/project"),
         home: Some(PathBuf::from("/home/me")),
         file: Some(("policy.json".to_string(), parsed)),
         ..Sources::default()
     })
     .unwrap()
-    .0
+    .0;
+    // git commands here run in the project's own repository.
+    policy.shell.repo_oracle = Some(std::sync::Arc::new(toolgate_shell::AssumeOwnRepository));
+    policy
 }
 
 fn evaluate(
