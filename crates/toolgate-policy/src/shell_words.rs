@@ -7,6 +7,42 @@
 //! location the shell decides at run time (`$X`, `~user`, `~+`) may be any
 //! path, inside the project or out; a glob may name any file it could match;
 //! a directory read recursively reaches every file under it.
+//!
+//! * **Roles.** Each argument gets a role from its program's model: data
+//!   (`echo`, `printf`, `tr`; grep's and rg's pattern, sed's script, jq's
+//!   filter, find's `-name`/`-path`/`-regex` values, cut/sort/paste
+//!   separators: never a path), a name (`ls`, `stat`, `du`, `cd`, find's start
+//!   points, a program run by path: it may leave the project, no content is
+//!   read), a file (`cat`, `head`, grep's files, sed's files and the `r`/`w`
+//!   files of its script), or a tree (`grep -r`, `rg` — the working directory
+//!   when no path is named —, `diff -r`, `find … -exec`, and every argument of
+//!   every other program). Options are parsed exactly for the programs whose
+//!   operands change meaning (grep, rg, sed, jq); an option that is not known
+//!   exactly, abbreviations included, makes every word a tree. grep and sed are
+//!   read both with GNU argument permutation and without (`POSIXLY_CORRECT`),
+//!   and what either reading takes for a file counts. For other programs a
+//!   flag gives its `=VALUE` and whatever follows its first letter
+//!   (`-f/etc/x`), and any word gives what follows `=` and `:`
+//!   (`if=/etc/x`, `HEAD:secrets/key`; the part after `:` only for read rules).
+//! * **Views.** The words come from the shell analysis ([`SimpleCommand::words`]);
+//!   the command a wrapper runs (`sudo`, `timeout 5`, `env -i`, `xargs`) is
+//!   modelled as its own program. Commands known only by their text (inside
+//!   `bash -c` or `eval`, or unparsable) have their words guessed at spaces,
+//!   and none of them is taken for data. `cd`/`pushd` add the directories they
+//!   may go to (`cd -`, `popd`, `cd $X`: unknown) to those words are resolved in.
+//! * **Places.** `~` and `~/x`, `$HOME` and `${HOME}` are the home directory;
+//!   `~user`, `~+`, `~-`, `~N` and every other expansion are anywhere. A glob
+//!   is read as each of its brace alternatives, and a segment that could match
+//!   `.` or `..` (`.*`, `.?`) as those too.
+//! * **Read rules.** A plain path meets the read rules as a `Read` of it would.
+//!   A glob meets every rule that asks or denies for particular files (not a
+//!   bare `*`, nor one a later `*` or the same pattern overrides) whose pattern
+//!   it could intersect: a walk over both patterns (shell `*` stays within a
+//!   segment, a rule's `*` does not) that never under-approximates. A tree also
+//!   meets every such rule that names a place in the tree (`secrets/**`,
+//!   `config/*.pem`, `**/keys/*`) with files under it; a rule for a file name at
+//!   any depth (`*.env`) is not reached through directories. A word that may be
+//!   anywhere meets the strictest such rule.
 
 use std::path::{Path, PathBuf};
 
