@@ -193,6 +193,14 @@ fn generic_word<'a>(word: Word<'a>, role: Role, out: &mut Vec<Arg<'a>>) {
     if text.is_empty() || text == "-" || text == "--" {
         return;
     }
+    if text.starts_with('-') && !text.contains('=') {
+        // A flag, or a file whose name starts with `-` (after `--`, or for a
+        // program without options): to read rules, the whole word too.
+        out.push(Arg {
+            external: false,
+            ..Arg::new(text, word.marks, role)
+        });
+    }
     if let Some(long) = text.strip_prefix("--") {
         if let Some((_, value)) = long.split_once('=') {
             out.push(Arg::new(value, word.marks.part(value), role));
@@ -267,7 +275,7 @@ const MODELS: &[ProgramModel] = &[
         &[
             "echo", "printf", "true", "false", ":", "seq", "sleep", "expr", "tr", "basename",
             "dirname", "which", "type", "uname", "id", "whoami", "nproc", "pwd", "printenv",
-            "hostname", "locale", "yes",
+            "locale", "yes",
         ],
         Model::Data,
     ),
@@ -458,7 +466,11 @@ fn plain<'a>(args: &[Word<'a>], model: &ProgramModel, role: Role, out: &mut Vec<
         let word = args[i];
         let text = word.text;
         i += 1;
-        if !options || !text.starts_with('-') || text == "-" {
+        if !options {
+            operand(word, role, out);
+            continue;
+        }
+        if !text.starts_with('-') || text == "-" {
             generic_word(word, role, out);
             continue;
         }
@@ -1796,6 +1808,8 @@ mod tests {
             ("cut -d / -f2 f", &[("f", File)]),
             ("sort -t/ -k2 f", &[("f", File)]),
             ("cat a -", &[("a", File)]),
+            ("cat -- -.env", &[("-.env", File)]),
+            ("cp -- -.env /tmp", &[("-.env", Tree), ("/tmp", Tree)]),
             ("diff -r a b", &[("a", Tree), ("b", Tree)]),
             ("diff -ru a b", &[("a", Tree), ("b", Tree)]),
             (

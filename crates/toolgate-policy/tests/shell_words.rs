@@ -103,6 +103,8 @@ fn shell_words_as_paths() {
             "deny read:secrets/**",
         ),
         (&guarded, Auto, "grep -f.env x", "deny read:*.env"),
+        (&guarded, Auto, "cat -- -.env", "deny read:*.env"),
+        (&guarded, Auto, "cp -- -.env /tmp", "deny read:*.env"),
         // A quoted glob character is a file name.
         (&guarded, Auto, "cat 'x.en?'", "allow"),
         (&guarded, Auto, "cat x.en\\?", "allow"),
