@@ -1539,6 +1539,34 @@ pub(crate) struct Guard<'p> {
     /// at any depth (`*.env`) is not reached through directories.
     anchored: bool,
     absolute: Vec<Vec<Tok>>,
+    /// Later rules `PREFIX*SUFFIX` (absolute), which decide every path they match.
+    overriding: Vec<(String, String)>,
+}
+
+impl Guard<'_> {
+    /// A later rule matches every string of `tokens` (so this rule decides none).
+    fn overridden_for(&self, tokens: &[Tok]) -> bool {
+        self.overriding
+            .iter()
+            .any(|(prefix, suffix)| contained(tokens, prefix, suffix))
+    }
+}
+
+/// Every string `tokens` match starts with `prefix` and ends with `suffix`
+/// (so matches `prefix*suffix`): the first and last tokens spell them and do
+/// not overlap.
+fn contained(tokens: &[Tok], prefix: &str, suffix: &str) -> bool {
+    let (p, s) = (prefix.chars().count(), suffix.chars().count());
+    p + s <= tokens.len()
+        && tokens
+            .iter()
+            .zip(prefix.chars())
+            .all(|(t, c)| *t == Tok::Lit(c))
+        && tokens
+            .iter()
+            .rev()
+            .zip(suffix.chars().rev())
+            .all(|(t, c)| *t == Tok::Lit(c))
 }
 
 /// The read rules that ask or deny for particular files and that no later
@@ -1559,13 +1587,35 @@ pub(crate) fn guards<'p>(rulesets: [&'p Ruleset; 2], root: &Path) -> Vec<Guard<'
             if !rule.permission.matches("read") || rule.action == Action::Allow || pattern == "*" {
                 continue;
             }
-            let overridden = rules[index + 1..].iter().any(|later| {
-                later.permission.matches("read")
-                    && (later.pattern.as_str() == "*" || later.pattern.as_str() == pattern)
-            });
-            if overridden {
+            let later: Vec<&Rule> = rules[index + 1..]
+                .iter()
+                .filter(|later| later.permission.matches("read"))
+                .collect();
+            if later
+                .iter()
+                .any(|later| later.pattern.as_str() == "*" || later.pattern.as_str() == pattern)
+            {
                 continue;
             }
+            // Later rules of the form `PREFIX*SUFFIX` decide every path they
+            // contain: a word inside one of them is past this rule.
+            let overriding = later
+                .iter()
+                .filter_map(|later| {
+                    let pattern = later.pattern.as_str();
+                    let (before, after) = pattern.split_once('*')?;
+                    let after = after.trim_start_matches('*');
+                    if after.contains(['*', '?']) || before.contains('?') {
+                        return None;
+                    }
+                    let before = if before.starts_with('/') {
+                        before.to_string()
+                    } else {
+                        format!("{prefix}{before}")
+                    };
+                    Some((before, after.to_string()))
+                })
+                .collect();
             let tokens = rule_tokens(pattern);
             let mut absolute = Vec::new();
             if !pattern.starts_with('/') {
@@ -1584,6 +1634,7 @@ pub(crate) fn guards<'p>(rulesets: [&'p Ruleset; 2], root: &Path) -> Vec<Guard<'
                 rule,
                 anchored,
                 absolute,
+                overriding,
             });
         }
     }
@@ -1634,7 +1685,10 @@ pub(crate) fn reached<'g, 'p>(
         }
     };
     for guard in guards {
-        if glob && guard.absolute.iter().any(|g| intersects(&file, g)) {
+        if glob
+            && !guard.overridden_for(&file)
+            && guard.absolute.iter().any(|g| intersects(&file, g))
+        {
             consider(guard, Reach::Glob);
         } else if role == Role::Tree && guard.anchored {
             let mut under = file.clone();
@@ -1642,7 +1696,8 @@ pub(crate) fn reached<'g, 'p>(
                 under.push(Tok::Lit('/'));
             }
             under.push(Tok::Any);
-            if guard.absolute.iter().any(|g| intersects(&under, g)) {
+            if !guard.overridden_for(&under) && guard.absolute.iter().any(|g| intersects(&under, g))
+            {
                 consider(guard, Reach::Directory);
             }
         }

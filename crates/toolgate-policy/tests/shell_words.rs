@@ -61,7 +61,43 @@ fn shell_words_as_paths() {
     let guarded = policy(Some(
         json!({"permission": {"read": {"*.env": "deny", "secrets/**": "deny"}}}),
     ));
+    // A later rule that contains the whole word decides it: `*.rs` allows every
+    // `src/*.rs`, so `*.env.*` (which could match `src/x.env.rs`) does not ask.
+    let sources_allowed = policy(Some(
+        json!({"permission": {"read": {"*.rs": "allow", "secrets/public/**": "allow"}}}),
+    ));
+    let public = policy(Some(
+        json!({"permission": {"read": {"secrets/**": "deny", "secrets/public/**": "allow"}}}),
+    ));
+    let keys = policy(Some(
+        json!({"permission": {"read": {"keys/*/secret*": "deny", "keys/public/*": "allow"}}}),
+    ));
     let cases: &[(&Policy, Mode, &str, &str)] = &[
+        (&default, ReadOnly, "wc -l src/*.rs", "deny read:*.env.*"),
+        (&sources_allowed, ReadOnly, "wc -l src/*.rs", "allow"),
+        (&sources_allowed, ReadOnly, "cat src/*", "deny read:*.env"),
+        (&public, Auto, "cat secrets/public/*", "allow"),
+        // The directory itself is under `secrets/**`.
+        (
+            &public,
+            Auto,
+            "tar cf x.tgz secrets/public",
+            "deny read:secrets/**",
+        ),
+        (&keys, Auto, "tar cf x.tgz keys/public", "allow"),
+        (&keys, Auto, "tar cf x.tgz keys", "deny read:keys/*/secret*"),
+        (
+            &public,
+            Auto,
+            "cat secrets/publi?/x",
+            "deny read:secrets/**",
+        ),
+        (
+            &public,
+            Auto,
+            "tar cf x.tgz secrets",
+            "deny read:secrets/**",
+        ),
         // Globs reach the files they could match (issue 8, item 12).
         (&guarded, ReadOnly, "cat .en?", "deny read:*.env"),
         (&guarded, ReadOnly, "head -c 999 .env*", "deny read:*.env"),
