@@ -19,8 +19,9 @@ use crate::paths::{normalize, RootedPath};
 use crate::rules::Rule;
 use crate::scope::{ScopeRefusal, ScopeTarget};
 use crate::shell_words::{
-    arguments, command_words, guessed_words, place, reached, redirect_target, stays_inside,
-    strictest, unmodelled, working_directories, Arg, Guard, Marks, Place, Reach, Role, Word,
+    arguments, command_words, guessed_words, names_a_place, place, reached, redirect_target,
+    stays_inside, strictest, unmodelled, working_directories, Arg, Guard, Marks, Place, Reach,
+    Role, Word,
 };
 use crate::tools::{extract, ShellInput, Subject};
 use crate::{Call, Context, Evaluation, Policy, Question, RuleRef, Source};
@@ -610,11 +611,12 @@ impl Policy {
                 rule.permission.matches("read")
                     && rule.action != Action::Allow
                     && rule.pattern.as_str() != "*"
-                    && !rule.pattern.as_str().starts_with('*')
+                    && names_a_place(rule.pattern.as_str())
             });
         let mut guards: Option<Vec<Guard<'_>>> = None;
         let mut outside: Vec<String> = Vec::new();
         let mut guarded: Vec<String> = Vec::new();
+        let mut reached_seen: Vec<String> = Vec::new();
         let mut checks = Vec::new();
         for arg in &args {
             let reads = arg.role >= Role::File && !self.read_guards.is_empty();
@@ -638,10 +640,10 @@ impl Policy {
                         outside.push(arg.text.to_string());
                         checks.push(anywhere_check(arg.text));
                     }
-                    if reads && !guarded.iter().any(|seen| seen == arg.text) {
+                    if reads && !reached_seen.iter().any(|seen| seen == arg.text) {
                         let guards = guards.get_or_insert_with(|| self.guards());
                         if let Some(guard) = strictest(guards) {
-                            guarded.push(arg.text.to_string());
+                            reached_seen.push(arg.text.to_string());
                             checks.push(reached_check(
                                 arg.text.to_string(),
                                 guard.rule,
@@ -661,10 +663,11 @@ impl Policy {
                             outside.push(rooted.subject.clone());
                             checks.push(external_argument_check(&rooted));
                         }
-                        if !reads || guarded.contains(&rooted.subject) {
+                        if !reads {
                             continue;
                         }
                         if !arg.marks.glob
+                            && !guarded.contains(&rooted.subject)
                             && self
                                 .read_guards
                                 .iter()
@@ -672,17 +675,19 @@ impl Policy {
                             && self.read_guard(&rooted.subject).is_some()
                         {
                             guarded.push(rooted.subject.clone());
-                            checks.push(read_argument_check(rooted.subject));
-                            continue;
+                            checks.push(read_argument_check(rooted.subject.clone()));
                         }
-                        if !(arg.marks.glob || arg.role == Role::Tree && anchored_guard) {
+                        // A glob, or a directory read recursively, may reach more.
+                        if !(arg.marks.glob || arg.role == Role::Tree && anchored_guard)
+                            || reached_seen.contains(&rooted.subject)
+                        {
                             continue;
                         }
                         let guards = guards.get_or_insert_with(|| self.guards());
                         if let Some((guard, reach)) =
                             reached(guards, &rooted.absolute, arg.marks.glob, arg.role)
                         {
-                            guarded.push(rooted.subject.clone());
+                            reached_seen.push(rooted.subject.clone());
                             checks.push(reached_check(rooted.subject, guard.rule, reach));
                         }
                     }

@@ -1628,8 +1628,7 @@ pub(crate) fn guards<'p>(rulesets: [&'p Ruleset; 2], root: &Path) -> Vec<Guard<'
             if matches!(tokens.first(), Some(Tok::Lit('/') | Tok::One | Tok::Any)) {
                 absolute.push(tokens.clone());
             }
-            let leading = pattern.trim_start_matches('*');
-            let anchored = !pattern.starts_with('*') || leading.contains('/');
+            let anchored = names_a_place(pattern);
             out.push(Guard {
                 rule,
                 anchored,
@@ -1639,6 +1638,13 @@ pub(crate) fn guards<'p>(rulesets: [&'p Ruleset; 2], root: &Path) -> Vec<Guard<'
         }
     }
     out
+}
+
+/// A read pattern that names a place in the tree (`secrets/**`,
+/// `config/*.pem`, `**/keys/*`), as opposed to a file name at any depth
+/// (`*.env`): only the former is reached through directories.
+pub(crate) fn names_a_place(pattern: &str) -> bool {
+    !pattern.starts_with('*') || pattern.trim_start_matches('*').contains('/')
 }
 
 /// How a word reaches a guard.

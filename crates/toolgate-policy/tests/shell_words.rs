@@ -72,7 +72,18 @@ fn shell_words_as_paths() {
     let keys = policy(Some(
         json!({"permission": {"read": {"keys/*/secret*": "deny", "keys/public/*": "allow"}}}),
     ));
+    let nested = policy(Some(json!({"permission": {"read": {"**/keys/*": "deny"}}})));
+    let vault = policy(Some(
+        json!({"permission": {"read": {"vault": "ask", "vault/**": "deny"}}}),
+    ));
     let cases: &[(&Policy, Mode, &str, &str)] = &[
+        // A pattern with a leading `**/` still names a place.
+        (&nested, Auto, "tar cf x.tgz src", "deny read:**/keys/*"),
+        (&nested, Auto, "rg TODO docs", "deny read:**/keys/*"),
+        // The directory itself asks; what is under it is denied: the stricter holds.
+        (&vault, Auto, "tar cf x.tgz vault", "deny read:vault/**"),
+        (&vault, Plan, "cat vault", "ask read [\"vault\"]"),
+        (&vault, Plan, "ls vault", "allow"),
         (&default, ReadOnly, "wc -l src/*.rs", "deny read:*.env.*"),
         (&sources_allowed, ReadOnly, "wc -l src/*.rs", "allow"),
         (&sources_allowed, ReadOnly, "cat src/*", "deny read:*.env"),
