@@ -40,8 +40,9 @@
 //!   it could intersect: a walk over both patterns (shell `*` stays within a
 //!   segment, a rule's `*` does not) that never under-approximates. A tree also
 //!   meets every such rule that names a place in the tree (`secrets/**`,
-//!   `config/*.pem`, `**/keys/*`) with files under it; a rule for a file name at
-//!   any depth (`*.env`) is not reached through directories. A word that may be
+//!   `config/*.pem`: it does not start with `*`) with files under it; a rule
+//!   that matches at any depth (`*.env`, `**/keys/*`) is not reached through
+//!   directories (every word could be a directory above such a file). A word that may be
 //!   anywhere meets the strictest such rule.
 
 use std::path::{Path, PathBuf};
@@ -1534,9 +1535,9 @@ pub(crate) fn intersects(a: &[Tok], b: &[Tok]) -> bool {
 #[derive(Debug)]
 pub(crate) struct Guard<'p> {
     pub rule: &'p Rule,
-    /// The pattern names a place in the tree (`secrets/**`, `config/*.pem`,
-    /// `**/keys/*`), so a directory read recursively can reach it; a file name
-    /// at any depth (`*.env`) is not reached through directories.
+    /// The pattern names a place in the tree (`secrets/**`, `config/*.pem`),
+    /// so a directory read recursively can reach it; a pattern that matches at
+    /// any depth (`*.env`, `**/keys/*`) is not reached through directories.
     anchored: bool,
     absolute: Vec<Vec<Tok>>,
     /// Later rules `PREFIX*SUFFIX` (absolute), which decide every path they match.
@@ -1641,10 +1642,11 @@ pub(crate) fn guards<'p>(rulesets: [&'p Ruleset; 2], root: &Path) -> Vec<Guard<'
 }
 
 /// A read pattern that names a place in the tree (`secrets/**`,
-/// `config/*.pem`, `**/keys/*`), as opposed to a file name at any depth
-/// (`*.env`): only the former is reached through directories.
+/// `config/*.pem`, `/home/me/.ssh/*`), as opposed to one that matches at any
+/// depth (`*.env`, `**/keys/*`): only the former is reached through
+/// directories, or every word of every command could be a directory above it.
 pub(crate) fn names_a_place(pattern: &str) -> bool {
-    !pattern.starts_with('*') || pattern.trim_start_matches('*').contains('/')
+    !pattern.starts_with('*')
 }
 
 /// How a word reaches a guard.
