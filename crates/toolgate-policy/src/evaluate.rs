@@ -541,7 +541,15 @@ impl Policy {
         let mut views: Vec<(Vec<Word<'_>>, bool)> = Vec::new();
         let mut redirects: Vec<&str> = Vec::new();
         for command in commands {
-            let Some(words) = command_words(command) else {
+            // A construct shown by its source (`$(< .env)` gives `< .env`) has
+            // one word that is not a program: it is known by its text only.
+            let words = command_words(command).filter(|words| {
+                words.first().is_some_and(|program| {
+                    !program.text.contains(char::is_whitespace)
+                        && !program.text.starts_with(['<', '>', '(', ')'])
+                })
+            });
+            let Some(words) = words else {
                 guessed_view(&command.text, &mut views, &mut redirects);
                 for inner in &command.inner {
                     guessed_view(inner, &mut views, &mut redirects);
@@ -576,7 +584,7 @@ impl Policy {
             }
             views.push((words[start..].to_vec(), true));
             for range in &command.redirects {
-                redirects.extend(command.text.get(range.clone()));
+                redirects.extend(command.text.get(range.clone()).and_then(redirect_target));
             }
         }
 
@@ -592,7 +600,7 @@ impl Policy {
                 unmodelled(words, &mut args);
             }
         }
-        for target in redirects.iter().filter_map(|r| redirect_target(r)) {
+        for target in redirects {
             args.push(Arg {
                 text: target,
                 marks: Marks::guessed(target),
@@ -718,13 +726,29 @@ fn guessed_view<'a>(
     redirects: &mut Vec<&'a str>,
 ) {
     let mut words = Vec::new();
+    // After an operator standing alone (`< .env`), the next word is its target.
+    let mut target_next = false;
     for word in guessed_words(text) {
-        let looks_redirected = word
+        let operator = word
             .text
             .trim_start_matches(|c: char| c.is_ascii_digit())
             .starts_with(['<', '>', '&']);
-        if looks_redirected {
+        if target_next {
+            target_next = false;
             redirects.push(word.text);
+        } else if operator {
+            match redirect_target(word.text) {
+                Some(target) => redirects.push(target),
+                // `<`, `2>>`, `&>` alone; not `<<`/`<<<` (data follows) or `2>&1`.
+                None => {
+                    target_next = word
+                        .text
+                        .trim_start_matches(|c: char| c.is_ascii_digit())
+                        .trim_start_matches(['<', '>', '&', '|'])
+                        .is_empty()
+                        && !word.text.contains("<<");
+                }
+            }
         } else {
             words.push(word);
         }

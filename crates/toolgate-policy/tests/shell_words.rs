@@ -218,6 +218,22 @@ fn shell_words_as_paths() {
         (&guarded, Auto, "cat \"$PWD/secrets/k\"", "deny read:*.env"),
         (&guarded, Auto, "cat $(echo .env)", "deny read:*.env"),
         (&guarded, Auto, "cat ${X:-.env}", "deny read:*.env"),
+        // `$(< FILE)` reads FILE.
+        (&guarded, Auto, "echo \"$(< .env)\"", "deny read:*.env"),
+        (&guarded, Auto, "echo $(<secret?/k)", "deny read:secrets/**"),
+        (&guarded, Auto, "cat <(cat secrets/k)", "deny read:*.env"),
+        (
+            &guarded,
+            Auto,
+            "bash -c 'cat < secrets/k'",
+            "deny read:secrets/**",
+        ),
+        (
+            &guarded,
+            Auto,
+            "bash -c 'cat 2> /tmp/x < secret?/k'",
+            "deny read:secrets/**",
+        ),
         (&guarded, Auto, "cd - && cat key", "deny read:*.env"),
         (&default, Auto, "cat \"$PWD/.env\"", "allow"),
         // `~user`, `~+`, `~-`, `$HOME` are paths outside the project, also as
