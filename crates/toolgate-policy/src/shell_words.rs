@@ -144,6 +144,11 @@ pub(crate) fn arguments<'a>(words: &[Word<'a>], out: &mut Vec<Arg<'a>>) {
             return;
         }
     };
+    if name == "xargs" {
+        // The command it runs gets paths from its input, found like `find . -exec`
+        // finds them: read as a tree from here.
+        out.push(Arg::new(".", Marks::default(), Role::Tree));
+    }
     if let Some(model) = MODELS.iter().find(|m| m.names.contains(&name)) {
         match model.kind {
             Model::Data => {}
