@@ -536,9 +536,10 @@ impl Policy {
     /// for those that may leave the project, `read` for those that may be files a
     /// read rule guards. See [`crate::shell_words`] for which words count.
     fn shell_word_checks(&self, commands: &[SimpleCommand], base: &Path) -> Vec<Check> {
-        // Each view is a command's words and whether they are exact (a
-        // command known by its text only has its words guessed).
-        let mut views: Vec<(Vec<Word<'_>>, bool)> = Vec::new();
+        // Each view is a run of one command's words and whether they are
+        // exact (a command known by its text only has its words guessed).
+        let mut owned: Vec<Vec<Word<'_>>> = Vec::new();
+        let mut views: Vec<(usize, std::ops::Range<usize>, bool)> = Vec::new();
         let mut redirects: Vec<&str> = Vec::new();
         for command in commands {
             // A construct shown by its source (`$(< .env)` gives `< .env`) has
@@ -550,9 +551,9 @@ impl Policy {
                 })
             });
             let Some(words) = words else {
-                guessed_view(&command.text, &mut views, &mut redirects);
+                guessed_view(&command.text, &mut owned, &mut views, &mut redirects);
                 for inner in &command.inner {
-                    guessed_view(inner, &mut views, &mut redirects);
+                    guessed_view(inner, &mut owned, &mut views, &mut redirects);
                 }
                 continue;
             };
@@ -561,6 +562,7 @@ impl Policy {
             // as arguments of an unknown one. The wrappers come first in `inner`,
             // outermost first; every other inner command (a `bash -c` script,
             // `eval`) is known by its text only, even when it reads like a tail.
+            let index = owned.len();
             let mut start = 0;
             let mut wrapped = true;
             for inner in &command.inner {
@@ -573,31 +575,49 @@ impl Policy {
                 wrapped = wrapped && is_wrapper(words[start].text);
                 match found {
                     Some(k) if wrapped && k > start => {
-                        views.push((words[start..k].to_vec(), true));
+                        views.push((index, start..k, true));
                         start = k;
                     }
                     _ => {
                         wrapped = false;
-                        guessed_view(inner, &mut views, &mut redirects);
+                        guessed_view(inner, &mut owned, &mut views, &mut redirects);
                     }
                 }
             }
-            views.push((words[start..].to_vec(), true));
+            views.push((index, start..words.len(), true));
+            owned.insert(index, words);
+            // Views pushed by `guessed_view` above point one past their place now.
+            for view in views.iter_mut().rev() {
+                if view.0 > index || (view.0 == index && !view.2) {
+                    view.0 += 1;
+                }
+            }
             for range in &command.redirects {
                 redirects.extend(command.text.get(range.clone()).and_then(redirect_target));
             }
         }
 
         let home = self.home.as_deref();
-        let bases = working_directories(views.iter().map(|(words, _)| &words[..]), base, home);
+        let view_words =
+            |(index, range, _): &(usize, std::ops::Range<usize>, bool)| -> &[Word<'_>] {
+                owned
+                    .get(*index)
+                    .and_then(|words| words.get(range.clone()))
+                    .unwrap_or(&[])
+            };
+        let changes_directory = views.iter().any(|view| {
+            view_words(view)
+                .first()
+                .is_some_and(|w| matches!(w.text, "cd" | "pushd" | "popd" | "chdir"))
+        });
         let mut args: Vec<Arg<'_>> = Vec::new();
-        for (words, exact) in &views {
-            if *exact {
-                arguments(words, &mut args);
+        for view in &views {
+            if view.2 {
+                arguments(view_words(view), &mut args);
             } else {
                 // Guessed words may be pieces of one quoted word: no program's
                 // model applies (a pattern it skips could be a file).
-                unmodelled(words, &mut args);
+                unmodelled(view_words(view), &mut args);
             }
         }
         for target in redirects {
@@ -608,8 +628,9 @@ impl Policy {
                 external: true,
             });
         }
+        let mut bases: Option<Vec<Option<PathBuf>>> = None;
 
-        let at_root = bases.len() == 1 && *base == *self.project_root;
+        let at_root = !changes_directory && *base == *self.project_root;
         let anchored_guard = self
             .rules
             .rules()
@@ -642,7 +663,10 @@ impl Policy {
                     continue;
                 }
             }
-            match place(arg.text, arg.marks, &bases, home) {
+            let bases = bases.get_or_insert_with(|| {
+                working_directories(views.iter().map(view_words), base, home)
+            });
+            match place(arg.text, arg.marks, bases, home) {
                 Place::Anywhere => {
                     if arg.external && !outside.iter().any(|seen| seen == arg.text) {
                         outside.push(arg.text.to_string());
@@ -722,7 +746,8 @@ fn tail<'a>(text: &'a str, words: &[Word<'a>]) -> Option<&'a str> {
 /// guessed; a word that starts like a redirection is one.
 fn guessed_view<'a>(
     text: &'a str,
-    views: &mut Vec<(Vec<Word<'a>>, bool)>,
+    owned: &mut Vec<Vec<Word<'a>>>,
+    views: &mut Vec<(usize, std::ops::Range<usize>, bool)>,
     redirects: &mut Vec<&'a str>,
 ) {
     let mut words = Vec::new();
@@ -753,7 +778,8 @@ fn guessed_view<'a>(
             words.push(word);
         }
     }
-    views.push((words, false));
+    views.push((owned.len(), 0..words.len(), false));
+    owned.push(words);
 }
 
 /// A program that runs the rest of its words as a command (the shell

@@ -647,6 +647,26 @@ fn parse<'a>(args: &[Word<'a>], spec: &Options, permute: bool) -> Option<Parsed<
     Some(parsed)
 }
 
+/// Whether reading `args` without GNU permutation can differ from reading
+/// them with it: some word that looks like an option comes after a word
+/// that does not (and not after `--`).
+fn posix_reading_differs(args: &[Word<'_>]) -> bool {
+    let mut operand_seen = false;
+    for word in args {
+        let text = word.text;
+        if text == "--" {
+            // Without permutation a `--` after an operand is itself an operand.
+            return operand_seen;
+        }
+        let option = text.starts_with('-') && text != "-";
+        if option && operand_seen {
+            return true;
+        }
+        operand_seen |= !option;
+    }
+    false
+}
+
 const GREP: Options = Options {
     flags: "EFGPiywxzsvVbnHhoqaIrRLlcTZUu",
     valued: "efmABCdD",
@@ -711,8 +731,13 @@ const GREP: Options = Options {
 /// are read recursively with `-r` (the working directory when none is named).
 fn grep<'a>(args: &[Word<'a>], out: &mut Vec<Arg<'a>>) {
     // Options after operands count unless POSIXLY_CORRECT is set: both readings.
-    let readings = [parse(args, &GREP, true), parse(args, &GREP, false)];
-    if readings.iter().any(Option::is_none) {
+    let readings = [
+        parse(args, &GREP, true),
+        posix_reading_differs(args)
+            .then(|| parse(args, &GREP, false))
+            .flatten(),
+    ];
+    if readings[0].is_none() || (posix_reading_differs(args) && readings[1].is_none()) {
         return generic(args, Role::Tree, out);
     }
     for parsed in readings.iter().flatten() {
@@ -951,8 +976,13 @@ const SED: Options = Options {
 /// sed: the first operand is the script unless `-e`/`-f` give one; the files
 /// a script reads or writes (`r`, `R`, `w`, `W`, and `e` commands) count.
 fn sed<'a>(args: &[Word<'a>], out: &mut Vec<Arg<'a>>) {
-    let readings = [parse(args, &SED, true), parse(args, &SED, false)];
-    if readings.iter().any(Option::is_none) {
+    let readings = [
+        parse(args, &SED, true),
+        posix_reading_differs(args)
+            .then(|| parse(args, &SED, false))
+            .flatten(),
+    ];
+    if readings[0].is_none() || (posix_reading_differs(args) && readings[1].is_none()) {
         return generic(args, Role::Tree, out);
     }
     for parsed in readings.iter().flatten() {
@@ -1845,6 +1875,7 @@ mod tests {
                 &[("/etc/x", Tree), ("p", Tree), ("f", Tree)],
             ),
             ("grep -- -e /etc/x", &[("/etc/x", File)]),
+            ("grep x -- -e", &[("--", File), ("-e", File)]),
             ("sed -n /start/,/end/p f", &[("f", File)]),
             ("sed -n -e /x/p f", &[("f", File)]),
             (
