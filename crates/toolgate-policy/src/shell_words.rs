@@ -149,7 +149,7 @@ pub(crate) fn arguments<'a>(words: &[Word<'a>], out: &mut Vec<Arg<'a>>) {
         // finds them: read as a tree from here.
         out.push(Arg::new(".", Marks::default(), Role::Tree));
     }
-    if let Some(model) = MODELS.iter().find(|m| m.names.contains(&name)) {
+    if let Some(model) = model_of(name) {
         match model.kind {
             Model::Data => {}
             Model::Plain(role) => plain(args, model, role, out),
@@ -452,6 +452,17 @@ const MODELS: &[ProgramModel] = &[
         Model::Plain(Role::File),
     ),
 ];
+
+/// The model of a program: first by the first byte, so most programs that
+/// have none (`git`, `npm`, `cargo`) are told apart without comparing names.
+fn model_of(name: &str) -> Option<&'static ProgramModel> {
+    let first = *name.as_bytes().first()?;
+    MODELS.iter().find(|m| {
+        m.names
+            .iter()
+            .any(|n| n.as_bytes().first() == Some(&first) && *n == name)
+    })
+}
 
 /// Generic options, minus the model's data options, around arguments of `role`.
 fn plain<'a>(args: &[Word<'a>], model: &ProgramModel, role: Role, out: &mut Vec<Arg<'a>>) {
