@@ -48,7 +48,7 @@ struct Check {
     /// A read rule a shell word was found to reach (through a glob, a
     /// directory read recursively or a run-time expansion): judged as if the
     /// rule matched the subject.
-    reached: Option<(Rule, Reach)>,
+    reached: Option<Box<(Rule, Reach)>>,
 }
 
 /// How a check's subject meets the session's scope.
@@ -351,7 +351,7 @@ impl Policy {
                 rule: None,
             },
         };
-        if let Some((rule, reach)) = &check.reached {
+        if let Some((rule, reach)) = check.reached.as_deref() {
             if rule.action > outcome.action {
                 outcome = rule_outcome(rule, &check.subject);
                 outcome.reason = format!("{} ({})", outcome.reason, reach.phrase());
@@ -505,7 +505,7 @@ fn read_argument_check(subject: String) -> Check {
 /// (and by any rule matching the word itself); `always` grants the word.
 fn reached_check(subject: String, rule: &Rule, reach: Reach) -> Check {
     Check {
-        reached: Some((rule.clone(), reach)),
+        reached: Some(Box::new((rule.clone(), reach))),
         ..read_argument_check(subject)
     }
 }
