@@ -47,6 +47,7 @@ mod paths;
 mod reminder;
 mod rules;
 mod scope;
+mod shell_words;
 mod tools;
 mod wildcard;
 

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use crate::syntax::{join, Item, Word};
 use crate::{
     arity, git, lexer, opts, parse, table, wrappers, Options, Refusal, RepoFact, RepoQuery,
-    SimpleCommand,
+    SimpleCommand, WordSpan,
 };
 
 /// Wrappers and `bash -c` scripts nested deeper than this are refused.
@@ -181,6 +181,8 @@ fn unparseable(text: &str, refusal: Refusal) -> SimpleCommand {
         inner: Vec::new(),
         verdict: Err(refusal),
         always: text.to_string(),
+        words: Vec::new(),
+        redirects: Vec::new(),
     }
 }
 
@@ -250,12 +252,46 @@ pub(crate) fn simple_command(
     } else {
         arity::always(item, &text)
     };
+    let (words, redirects) = spans(item);
     SimpleCommand {
         text,
         inner,
         verdict,
         always,
+        words,
+        redirects,
     }
+}
+
+/// Where the words and redirections of `item` lie in `item.text()`, which
+/// joins assignments, words and redirections with single spaces.
+fn spans(item: &Item) -> (Vec<WordSpan>, Vec<std::ops::Range<usize>>) {
+    let mut pos = 0;
+    let mut first = true;
+    let mut next = |len: usize| {
+        if !first {
+            pos += 1;
+        }
+        first = false;
+        let start = pos;
+        pos += len;
+        start..pos
+    };
+    for a in &item.assigns {
+        next(a.name.len() + 1 + a.value.text.len());
+    }
+    let words = item
+        .words
+        .iter()
+        .map(|w| WordSpan {
+            range: next(w.text.len()),
+            expansion: w.expansion.is_some(),
+            glob: w.glob.is_some(),
+            tilde: w.tilde,
+        })
+        .collect();
+    let redirects = item.redirects.iter().map(|r| next(r.text.len())).collect();
+    (words, redirects)
 }
 
 fn verdict(
@@ -475,4 +511,74 @@ fn extra_matches(name: &str, args: &[Word], env: &Env<'_>, state: &State) -> boo
                 .all(|a| a.expansion.is_none() && a.glob.is_none())
             && (name != "git" || git::extra_check(args, rest.len(), env, state).is_ok())
     })
+}
+
+#[cfg(test)]
+mod span_tests {
+    use crate::{analyze, Options, Script};
+
+    /// Each command's word and redirection spans cut its text into the words
+    /// and redirections as written, with the expansion marks of each word.
+    #[test]
+    fn spans_cut_the_text() {
+        // (script, [(word, expansion, glob, tilde)] of the first command, [redirection])
+        type Case<'a> = (&'a str, &'a [(&'a str, bool, bool, bool)], &'a [&'a str]);
+        let cases: &[Case<'_>] = &[
+            (
+                "cat a b",
+                &[
+                    ("cat", false, false, false),
+                    ("a", false, false, false),
+                    ("b", false, false, false),
+                ],
+                &[],
+            ),
+            (
+                "LANG=C grep -e 'a b' f 2>/dev/null <in",
+                &[
+                    ("grep", false, false, false),
+                    ("-e", false, false, false),
+                    ("a b", false, false, false),
+                    ("f", false, false, false),
+                ],
+                &["2>/dev/null", "<in"],
+            ),
+            (
+                "cat '*.env' .en? ~root/x '~x' \"$HOME\"/y {a,b}",
+                &[
+                    ("cat", false, false, false),
+                    ("*.env", false, false, false),
+                    (".en?", false, true, false),
+                    ("~root/x", false, false, true),
+                    ("~x", false, false, false),
+                    ("$HOME/y", true, false, false),
+                    ("{a,b}", false, true, false),
+                ],
+                &[],
+            ),
+            (
+                "A=1 B=2 ls >/dev/null",
+                &[("ls", false, false, false)],
+                &[">/dev/null"],
+            ),
+        ];
+        for (script, words, redirects) in cases {
+            for tree_sitter_only in [false, true] {
+                let analysis = if tree_sitter_only {
+                    crate::analyze_tree_sitter_only(Script::Text(script), &Options::default())
+                } else {
+                    analyze(Script::Text(script), &Options::default())
+                };
+                let c = &analysis.commands[0];
+                let got: Vec<(&str, bool, bool, bool)> = c
+                    .words
+                    .iter()
+                    .map(|w| (&c.text[w.range.clone()], w.expansion, w.glob, w.tilde))
+                    .collect();
+                assert_eq!(got, *words, "{script}");
+                let got: Vec<&str> = c.redirects.iter().map(|r| &c.text[r.clone()]).collect();
+                assert_eq!(got, *redirects, "{script}");
+            }
+        }
+    }
 }

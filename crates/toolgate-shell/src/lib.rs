@@ -341,6 +341,27 @@ pub struct SimpleCommand {
     /// or the literal `text` for destructive or code-running programs (and for
     /// commands with assignments, unsafe redirections or unprovable constructs).
     pub always: String,
+    /// Where each word (program first, after any prefix assignments) lies in
+    /// `text`, with what the shell would expand in it. Empty when the command
+    /// could not be parsed: then only `text` is known.
+    pub words: Vec<WordSpan>,
+    /// Where each redirection (`2>/dev/null`, `<in.txt`) lies in `text`.
+    pub redirects: Vec<std::ops::Range<usize>>,
+}
+
+/// One word of a [`SimpleCommand`]: its place in the command's `text` (after
+/// quote removal) and what the shell would expand in it, so a caller can tell
+/// a quoted `'*.env'` (a file of that name) from a glob, or `'~x'` from `~x`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WordSpan {
+    /// The byte range of the word in `text`.
+    pub range: std::ops::Range<usize>,
+    /// The word holds an expansion or substitution (`$X`, `${X}`, `$(…)`, `` `…` ``).
+    pub expansion: bool,
+    /// The word holds an unquoted glob (`*`, `?`, `[`) or brace expansion (`{a,b}`).
+    pub glob: bool,
+    /// The word starts with an unquoted `~`.
+    pub tilde: bool,
 }
 
 /// The analysis of a whole script.
