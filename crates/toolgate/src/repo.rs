@@ -207,7 +207,7 @@ impl DiskRepos {
                 shown(top, &self.root)
             ));
         }
-        let mut modules: Option<Option<PathBuf>> = None;
+        let mut modules: Option<Vec<PathBuf>> = None;
         for link in links.iter() {
             let rel = Path::new(std::ffi::OsStr::from_bytes(link));
             let plain = rel
@@ -248,15 +248,15 @@ impl DiskRepos {
                 ));
             }
             let target = canonical(&gitfile(&sub, &dotgit)?)?;
-            let modules = modules.get_or_insert_with(|| modules_dir(gitdir));
-            match modules {
-                Some(m) if target.starts_with(&*m) && target != *m => {}
-                _ => {
-                    return Ok(RepoFact::Other(format!(
-                        "`{name}` is a submodule with its own repository (`{name}/.git` points at `{}`, not into the project's `.git/modules`): git recurses into it",
-                        shown(&target, &self.root)
-                    )))
-                }
+            let modules = modules.get_or_insert_with(|| modules_dirs(gitdir));
+            if !modules
+                .iter()
+                .any(|m| target.starts_with(m) && target != *m)
+            {
+                return Ok(RepoFact::Other(format!(
+                    "`{name}` is a submodule with its own repository (`{name}/.git` points at `{}`, not into the project's `.git/modules`): git recurses into it",
+                    shown(&target, &self.root)
+                )));
             }
             match self.gitlinks(&sub, &target, depth + 1)? {
                 RepoFact::Own => {}
@@ -420,14 +420,19 @@ fn gitfile(dir: &Path, dotgit: &Path) -> Result<PathBuf, String> {
 }
 
 /// Where the submodules of the repository `gitdir` keep their
-/// repositories: `modules/` in its common directory (a linked worktree's
-/// `commondir` names it), resolved; `None` when there is none.
-fn modules_dir(gitdir: &Path) -> Option<PathBuf> {
-    let common = match std::fs::read_to_string(gitdir.join("commondir")) {
-        Ok(text) => gitdir.join(text.trim_end_matches(['\n', '\r'])),
-        Err(_) => gitdir.to_path_buf(),
-    };
-    std::fs::canonicalize(common.join("modules")).ok()
+/// repositories, resolved: `modules/` in it (`git rev-parse --git-path
+/// modules`, per worktree in a linked worktree) and in its common directory
+/// (which a linked worktree's `commondir` names), when they exist.
+fn modules_dirs(gitdir: &Path) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::canonicalize(gitdir.join("modules"))
+        .ok()
+        .into_iter()
+        .collect();
+    if let Ok(text) = std::fs::read_to_string(gitdir.join("commondir")) {
+        let common = gitdir.join(text.trim_end_matches(['\n', '\r']));
+        dirs.extend(std::fs::canonicalize(common.join("modules")).ok());
+    }
+    dirs
 }
 
 /// The paths of the gitlinks (mode 160000 entries, any stage) in the bytes
@@ -828,6 +833,30 @@ mod tests {
         assert_eq!(both(&oracle, &root), "own");
         git(&root, &["update-index", "--index-version", "4"]);
         assert_eq!(both(&oracle, &root), "own");
+        // A linked worktree of the project as the project root: its
+        // submodules live in `.git/worktrees/NAME/modules/`.
+        let wt = base.join("wt");
+        git(&root, &["worktree", "add", "-q", wt.to_str().unwrap()]);
+        git(
+            &wt,
+            &[
+                "-c",
+                "protocol.file.allow=always",
+                "submodule",
+                "update",
+                "--init",
+                "-q",
+            ],
+        );
+        assert!(fs::read_to_string(wt.join("lib/up/.git"))
+            .unwrap()
+            .contains("/worktrees/wt/modules/"));
+        fs::create_dir_all(wt.join("src")).unwrap();
+        let in_wt = DiskRepos::new(&wt);
+        assert_eq!(both(&in_wt, &wt), "own");
+        repo(&wt.join("sub"), &[]);
+        git(&wt, &["add", "sub"]);
+        assert_eq!(both(&in_wt, &wt), EMBEDDED);
         // A nested repository added inside the submodule: `git status` in
         // the project recurses into `lib/up`, which recurses into it.
         repo(&root.join("lib/up/inner"), &[]);
