@@ -30,10 +30,10 @@
 //! repository's `config`. A submodule checked out by git (`git clone
 //! --recurse-submodules`, `git submodule update`) has a `gitdir:` file into
 //! the superproject's `.git/modules/`, written locally by git: it is the
-//! project's own, and its own index is looked at the same way. A `.git`
-//! directory (what `git add` of a nested repository records, or what an
-//! archive carries) or a `gitdir:` file pointing anywhere else makes the
-//! answer [`RepoFact::Other`] for every git command in the project, not
+//! project's own (git run inside it too), and its own index is looked at
+//! the same way. A `.git` directory (what `git add` of a nested repository
+//! records, or what an archive carries) or a `gitdir:` file pointing
+//! anywhere else makes the answer [`RepoFact::Other`] for every git command in the project, not
 //! only the recursing ones: which commands recurse depends on options and
 //! on configuration (`submodule.recurse`, `diff.submodule`,
 //! `status.submoduleSummary`, `--recurse-submodules`). The index is parsed
@@ -156,6 +156,17 @@ impl DiskRepos {
                     // gives a `gitdir:` file: the directory holding it.
                     return self.gitlinks(&at, &found.0, 0);
                 }
+                // A submodule checked out by git: its repository is in the
+                // project's `.git/modules/`, with a `config` git wrote.
+                if let Some(own_dir) = own_dir.filter(|_| found.1) {
+                    let modules = modules_dirs(&own_dir);
+                    if modules
+                        .iter()
+                        .any(|m| found.0.starts_with(m) && found.0 != *m)
+                    {
+                        return self.gitlinks(&at, &found.0, 1);
+                    }
+                }
                 return Ok(RepoFact::Other(if found.1 {
                     format!(
                         "`{}` has its own `.git` (`{}`)",
@@ -238,7 +249,7 @@ impl DiskRepos {
             };
             if meta.is_dir() {
                 return Ok(RepoFact::Other(format!(
-                    "`{name}` is a submodule with its own repository (`{name}/.git` is a directory): git recurses into it"
+                    "`{name}` is a submodule with its own repository, a `.git` directory: git recurses into it"
                 )));
             }
             if !meta.is_file() {
@@ -254,7 +265,7 @@ impl DiskRepos {
                 .any(|m| target.starts_with(m) && target != *m)
             {
                 return Ok(RepoFact::Other(format!(
-                    "`{name}` is a submodule with its own repository (`{name}/.git` points at `{}`, not into the project's `.git/modules`): git recurses into it",
+                    "`{name}` is a submodule with its own repository, `{}`, outside the project's `.git/modules`: git recurses into it",
                     shown(&target, &self.root)
                 )));
             }
@@ -745,7 +756,7 @@ mod tests {
     }
 
     const EMBEDDED: &str =
-        "other: `sub` is a submodule with its own repository (`sub/.git` is a directory): git recurses into it";
+        "other: `sub` is a submodule with its own repository, a `.git` directory: git recurses into it";
 
     #[test]
     fn gitlinks_to_embedded_repositories_are_not_own() {
@@ -797,7 +808,9 @@ mod tests {
             fs::rename(root.join("sub/.git"), root.join("elsewhere.git")).unwrap();
             fs::write(root.join("sub/.git"), "gitdir: ../elsewhere.git\n").unwrap();
             assert!(
-                both(&oracle, &root).contains("(`sub/.git` points at `elsewhere.git`, not into the project's `.git/modules`): git recurses into it"),
+                both(&oracle, &root).contains(
+                    ", `elsewhere.git`, outside the project's `.git/modules`: git recurses into it"
+                ),
                 "v{version}"
             );
             // The index changes: the remembered reading is not used.
@@ -833,6 +846,15 @@ mod tests {
         assert_eq!(both(&oracle, &root), "own");
         git(&root, &["update-index", "--index-version", "4"]);
         assert_eq!(both(&oracle, &root), "own");
+        // git inside the submodule uses its repository in `.git/modules/`.
+        assert_eq!(answer(&oracle, &root.join("lib/up"), &[]), "own");
+        assert_eq!(answer(&oracle, &root, &["lib", "up"]), "own");
+        // A `gitdir:` file pointing elsewhere in the project is not.
+        fs::create_dir_all(root.join("lib/other")).unwrap();
+        fs::write(root.join("lib/other/.git"), "gitdir: ../../.git/modules\n").unwrap();
+        assert!(answer(&oracle, &root.join("lib/other"), &[])
+            .starts_with("other: `lib/other` has its own `.git`"));
+        fs::remove_dir_all(root.join("lib/other")).unwrap();
         // A linked worktree of the project as the project root: its
         // submodules live in `.git/worktrees/NAME/modules/`.
         let wt = base.join("wt");
@@ -861,9 +883,11 @@ mod tests {
         // the project recurses into `lib/up`, which recurses into it.
         repo(&root.join("lib/up/inner"), &[]);
         git(&root.join("lib/up"), &["add", "inner"]);
+        assert!(answer(&oracle, &root.join("lib/up"), &[])
+            .starts_with("other: `lib/up/inner` is a submodule"));
         assert_eq!(
             both(&oracle, &root),
-            "other: `lib/up/inner` is a submodule with its own repository (`lib/up/inner/.git` is a directory): git recurses into it"
+            "other: `lib/up/inner` is a submodule with its own repository, a `.git` directory: git recurses into it"
         );
         let _ = fs::remove_dir_all(&base);
     }

@@ -369,7 +369,7 @@ fn git_never_recurses_into_a_repository_the_project_brought() {
             if d["decision"] != want
                 || (want == "deny"
                     && !reason.contains(
-                        "`sub` is a submodule with its own repository (`sub/.git` is a directory): git recurses into it",
+                        "`sub` is a submodule with its own repository, a `.git` directory: git recurses into it",
                     ))
             {
                 bad.push(format!("{}: {id}: {d}", project.display()));
