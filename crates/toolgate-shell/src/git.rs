@@ -288,9 +288,29 @@ fn unsafe_options(sub: &str, rest: &[Word]) -> Result<(), Refusal> {
                 };
                 return refuse(format!("`git {sub} {u}` {what}").replace("  ", " "));
             }
+            submodule_format(sub, a)?;
         } else if sub == "grep" && a.starts_with('-') && a[1..].contains('O') {
             return refuse("`git grep -O` opens files in a pager program");
         }
+    }
+    Ok(())
+}
+
+/// `--submodule=diff` runs `git diff` inside every populated directory that
+/// is a gitlink in the commits compared, with that repository's `config`
+/// (`diff.external`, textconv): a nested repository the project's files
+/// brought, even one the index no longer lists (which the repository
+/// oracle cannot see). `log` and `short` stay in the project's repository.
+/// git takes no abbreviation of `--submodule=`: any prefix is refused too.
+fn submodule_format(sub: &str, arg: &str) -> Result<(), Refusal> {
+    let Some((name, value)) = arg.split_once('=') else {
+        return Ok(());
+    };
+    if name.len() > 4 && "--submodule".starts_with(name) && !matches!(value, "log" | "short") {
+        return refuse(
+            format!("`git {sub} {arg}` runs git in each submodule's own repository")
+                .replace("  ", " "),
+        );
     }
     Ok(())
 }

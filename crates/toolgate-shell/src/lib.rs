@@ -62,7 +62,8 @@
 //!   `list`, or one `section.key`; every option known exactly); never with
 //!   `-c`, `--config-env`, `--git-dir`, `--work-tree`, `--exec-path`,
 //!   `--namespace`, `--super-prefix`, `-p`, `--output`, `--ext-diff`,
-//!   `--textconv`, `--exec`, `-O`; never checking signatures (gpg runs):
+//!   `--textconv`, `--exec`, `-O`, `--submodule=diff` (runs git in each
+//!   submodule's own repository); never checking signatures (gpg runs):
 //!   `--show-signature`, a `%G` placeholder in any argument (`%G?`, `%GS`,
 //!   ... in `--format`, `--pretty`, `format:`, `tformat:`), the
 //!   `%(signature)` atom, `verify-commit`, `verify-tag`, `tag -v`; only
@@ -74,7 +75,9 @@
 //!   and keeps where the shell was). Without an oracle git is never
 //!   read-only: a bare repository committed as files (`HEAD`, `config`,
 //!   `objects/`, `refs/`) or a nested `.git` has a `config` whose
-//!   `core.fsmonitor` or `diff.external` runs programs.
+//!   `core.fsmonitor` or `diff.external` runs programs, and the oracle also
+//!   answers "not own" for the project's repository when git would recurse
+//!   into a submodule with a repository of its own (`git status` does).
 //! * Declared extras ([`Options::extra_read_only`], checked by
 //!   [`validate_read_only_extra`]) add token prefixes.
 //!

@@ -8,6 +8,7 @@ pub const FILES: &[(&str, &str)] = &[
     ("corpus/syntax.tsv", include_str!("corpus/syntax.tsv")),
     ("corpus/programs.tsv", include_str!("corpus/programs.tsv")),
     ("corpus/git.tsv", include_str!("corpus/git.tsv")),
+    ("corpus/gitlinks.tsv", include_str!("corpus/gitlinks.tsv")),
     ("corpus/oracle.tsv", include_str!("corpus/oracle.tsv")),
 ];
 

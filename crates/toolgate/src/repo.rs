@@ -24,9 +24,31 @@
 //! what a committed bare repository looks like. Anything it cannot read is
 //! [`RepoFact::Unknown`], which shell analysis refuses.
 //!
-//! Cost: from the project root itself (no `cd`, no `-C`, no `cwd`) three
-//! `stat`s; elsewhere the directory is resolved and each level up to the
-//! root is looked at. Nothing is remembered, so every answer is today's disk.
+//! Submodules: in the project's own repository `git status`, `git diff` and
+//! others recurse into every populated gitlink (a mode 160000 entry of the
+//! index whose directory has a `.git`), running git there with THAT
+//! repository's `config`. A submodule checked out by git (`git clone
+//! --recurse-submodules`, `git submodule update`) has a `gitdir:` file into
+//! the superproject's `.git/modules/`, written locally by git: it is the
+//! project's own (git run inside it too), and its own index is looked at
+//! the same way. A `.git` directory (what `git add` of a nested repository
+//! records, or what an archive carries) or a `gitdir:` file pointing
+//! anywhere else makes the answer [`RepoFact::Other`] for every git command in the project, not
+//! only the recursing ones: which commands recurse depends on options and
+//! on configuration (`submodule.recurse`, `diff.submodule`,
+//! `status.submoduleSummary`, `--recurse-submodules`). The index is parsed
+//! here (versions 2, 3 and 4, SHA-1 or SHA-256); one git would need more to
+//! read (a split index, a sparse index, any other required extension) is
+//! [`RepoFact::Unknown`]. A `.gitmodules` entry without a gitlink is not
+//! recursed into (checked with git 2.47, `submodule.recurse=true` too).
+//!
+//! Cost: from the project root itself (no `cd`, no `-C`, no `cwd`) four
+//! `stat`s (three for discovery, one for the index); elsewhere the
+//! directory is resolved and each level up to the root is looked at. The
+//! gitlinks of an index are remembered keyed on the index file's device,
+//! inode, size and times, so an unchanged index costs its `stat`; each
+//! gitlink then costs a `stat` of its `.git` (and reading a `gitdir:`
+//! file). Everything else is read again on every question.
 //!
 //! Known limits: git also reads `GIT_DIR`, `GIT_CEILING_DIRECTORIES`,
 //! `GIT_DISCOVERY_ACROSS_FILESYSTEM` and `safe.bareRepository` from the
@@ -35,8 +57,12 @@
 //! set outside toolgate. The disk is read when the call is judged: a
 //! repository planted between the decision and the run is not seen.
 
+use std::collections::HashMap;
 use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use toolgate_shell::{RepoFact, RepoOracle, RepoQuery};
 
@@ -44,17 +70,45 @@ use toolgate_shell::{RepoFact, RepoOracle, RepoQuery};
 #[derive(Debug, Clone)]
 pub struct DiskRepos {
     root: PathBuf,
+    /// The gitlinks of each index file read so far, keyed on the file's
+    /// identity, so that an unchanged index costs one `stat`. Shared by
+    /// clones; the broker asks from several threads.
+    indexes: Arc<Mutex<HashMap<PathBuf, (IndexKey, Gitlinks)>>>,
 }
+
+/// The paths of an index's gitlinks, or why the index cannot be read.
+type Gitlinks = Arc<Result<Vec<Vec<u8>>, String>>;
+
+/// What identifies one version of an index file: git writes a new index to
+/// `index.lock` and renames it over the old one, so a new index is a new
+/// inode, and an index changed in place changes its size or times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct IndexKey {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+/// How many index files are remembered (the project's and its submodules').
+const INDEXES_REMEMBERED: usize = 64;
+
+/// How deep submodules of submodules are followed before giving up.
+const SUBMODULE_DEPTH: usize = 8;
 
 impl DiskRepos {
     /// An oracle for the project at `root`.
     pub fn new(root: impl Into<PathBuf>) -> DiskRepos {
-        DiskRepos { root: root.into() }
+        DiskRepos {
+            root: root.into(),
+            indexes: Arc::default(),
+        }
     }
 
     fn judge(&self, query: &RepoQuery) -> Result<RepoFact, String> {
         let own = match self.own()? {
-            Own::Repository(dir) => Some(dir),
+            Own::Repository(dir, top) => Some((dir, top)),
             Own::None => None,
             Own::Bare(dir) => {
                 return Ok(RepoFact::Other(format!(
@@ -66,7 +120,7 @@ impl DiskRepos {
         // From the project root itself git finds the project's repository:
         // the most common question needs no more looking.
         if query.chdirs.is_empty() && query.dir == self.root {
-            return Ok(RepoFact::Own);
+            return self.own_gitlinks(own.as_ref());
         }
         let root = canonical(&self.root)?;
         let mut dir = canonical(&query.dir)?;
@@ -96,9 +150,22 @@ impl DiskRepos {
         while at != root {
             if let Some(mut found) = at_level(&at)? {
                 found.0 = canonical(&found.0)?;
-                let own = own.as_deref().map(canonical).transpose()?;
-                if own.as_ref() == Some(&found.0) {
-                    return Ok(RepoFact::Own);
+                let own_dir = own.as_ref().map(|o| canonical(&o.0)).transpose()?;
+                if own_dir.as_ref() == Some(&found.0) {
+                    // The project's repository with the work tree git
+                    // gives a `gitdir:` file: the directory holding it.
+                    return self.gitlinks(&at, &found.0, 0);
+                }
+                // A submodule checked out by git: its repository is in the
+                // project's `.git/modules/`, with a `config` git wrote.
+                if let Some(own_dir) = own_dir.filter(|_| found.1) {
+                    let modules = modules_dirs(&own_dir);
+                    if modules
+                        .iter()
+                        .any(|m| found.0.starts_with(m) && found.0 != *m)
+                    {
+                        return self.gitlinks(&at, &found.0, 1);
+                    }
                 }
                 return Ok(RepoFact::Other(if found.1 {
                     format!(
@@ -114,7 +181,142 @@ impl DiskRepos {
                 break;
             }
         }
+        self.own_gitlinks(own.as_ref())
+    }
+
+    /// [`DiskRepos::gitlinks`] for the project's own repository, if any.
+    fn own_gitlinks(&self, own: Option<&(PathBuf, PathBuf)>) -> Result<RepoFact, String> {
+        match own {
+            Some((dir, top)) => self.gitlinks(top, dir, 0),
+            None => Ok(RepoFact::Own),
+        }
+    }
+
+    /// Does git, working in the repository `gitdir` with the work tree
+    /// `top`, stay in repositories the project owns? `git status`, `git
+    /// diff` and others recurse into every populated submodule (a gitlink,
+    /// mode 160000, in the index whose directory has a `.git`), running git
+    /// there with that repository's `config` (`core.fsmonitor`,
+    /// `core.hooksPath`, `diff.external`, ...). A submodule checked out by
+    /// git has a `gitdir:` file into the superproject's `.git/modules/`,
+    /// which git wrote locally; its own submodules are looked at the same
+    /// way. A `.git` directory (what `git add` of a nested repository
+    /// records) or a `gitdir:` file pointing elsewhere is a repository the
+    /// project's files brought.
+    fn gitlinks(&self, top: &Path, gitdir: &Path, depth: usize) -> Result<RepoFact, String> {
+        let parsed = self.index_gitlinks(&gitdir.join("index"))?;
+        let links = match &*parsed {
+            Ok(links) => links,
+            Err(why) => return Err(why.clone()),
+        };
+        if links.is_empty() {
+            return Ok(RepoFact::Own);
+        }
+        if depth >= SUBMODULE_DEPTH {
+            return Err(format!(
+                "submodules are nested more than {SUBMODULE_DEPTH} deep (`{}`)",
+                shown(top, &self.root)
+            ));
+        }
+        let mut modules: Option<Vec<PathBuf>> = None;
+        for link in links.iter() {
+            let rel = Path::new(std::ffi::OsStr::from_bytes(link));
+            let plain = rel
+                .components()
+                .all(|c| matches!(c, std::path::Component::Normal(_)));
+            if !plain || rel.as_os_str().is_empty() {
+                return Err(format!(
+                    "the index of `{}` has a gitlink with an unusual path `{}`",
+                    gitdir.display(),
+                    rel.display()
+                ));
+            }
+            let sub = top.join(rel);
+            let dotgit = sub.join(".git");
+            let name = shown(&sub, &self.root);
+            let meta = match std::fs::metadata(&dotgit) {
+                Ok(m) => m,
+                // Not populated: git does not go in.
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                    ) =>
+                {
+                    continue
+                }
+                Err(e) => return Err(format!("`{}` cannot be read: {e}", dotgit.display())),
+            };
+            if meta.is_dir() {
+                return Ok(RepoFact::Other(format!(
+                    "`{name}` is a submodule with its own repository, a `.git` directory: git recurses into it"
+                )));
+            }
+            if !meta.is_file() {
+                return Err(format!(
+                    "`{}` is neither a file nor a directory",
+                    dotgit.display()
+                ));
+            }
+            let target = canonical(&gitfile(&sub, &dotgit)?)?;
+            let modules = modules.get_or_insert_with(|| modules_dirs(gitdir));
+            if !modules
+                .iter()
+                .any(|m| target.starts_with(m) && target != *m)
+            {
+                return Ok(RepoFact::Other(format!(
+                    "`{name}` is a submodule with its own repository, `{}`, outside the project's `.git/modules`: git recurses into it",
+                    shown(&target, &self.root)
+                )));
+            }
+            match self.gitlinks(&sub, &target, depth + 1)? {
+                RepoFact::Own => {}
+                other => return Ok(other),
+            }
+        }
         Ok(RepoFact::Own)
+    }
+
+    /// The gitlinks of the index file `index` (none when there is no
+    /// index), read again only when the file changed.
+    fn index_gitlinks(&self, index: &Path) -> Result<Gitlinks, String> {
+        let meta = match std::fs::metadata(index) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(Arc::new(Ok(Vec::new())))
+            }
+            Err(e) => return Err(format!("`{}` cannot be read: {e}", index.display())),
+        };
+        let key = IndexKey {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.size(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
+        };
+        // A thread that panicked holding the lock left a whole map: use it.
+        {
+            let map = self.indexes.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some((k, links)) = map.get(index) {
+                if *k == key {
+                    return Ok(links.clone());
+                }
+            }
+        }
+        let mut data = Vec::new();
+        std::fs::File::open(index)
+            .and_then(|f| f.take(meta.size()).read_to_end(&mut data))
+            .map_err(|e| format!("`{}` cannot be read: {e}", index.display()))?;
+        let links = Arc::new(
+            parse_index(&data)
+                .map_err(|why| format!("the index `{}` cannot be read: {why}", index.display())),
+        );
+        let mut map = self.indexes.lock().unwrap_or_else(|e| e.into_inner());
+        if map.len() >= INDEXES_REMEMBERED {
+            map.clear();
+        }
+        map.insert(index.to_path_buf(), (key, links.clone()));
+        Ok(links)
     }
 
     /// The repository git finds from the project root.
@@ -122,7 +324,7 @@ impl DiskRepos {
         // The usual case, `ROOT/.git`, without resolving the whole path.
         if let Some((repo, dotgit)) = at_level(&self.root)? {
             return Ok(if dotgit {
-                Own::Repository(repo)
+                Own::Repository(repo, self.root.clone())
             } else {
                 Own::Bare(repo)
             });
@@ -131,7 +333,7 @@ impl DiskRepos {
         while at.pop() {
             if let Some((repo, dotgit)) = at_level(&at)? {
                 return Ok(if dotgit {
-                    Own::Repository(repo)
+                    Own::Repository(repo, at)
                 } else {
                     Own::Bare(repo)
                 });
@@ -143,8 +345,9 @@ impl DiskRepos {
 
 /// What git finds from the project root.
 enum Own {
-    /// A `.git` directory or `gitdir:` file (the repository's path, unresolved).
-    Repository(PathBuf),
+    /// A `.git` directory or `gitdir:` file (the repository's path,
+    /// unresolved), and the work tree: the directory holding that `.git`.
+    Repository(PathBuf, PathBuf),
     /// No repository: git commands fail, and run nothing of a repository's.
     None,
     /// A directory that is itself a repository, as a committed bare
@@ -225,6 +428,151 @@ fn gitfile(dir: &Path, dotgit: &Path) -> Result<PathBuf, String> {
     };
     let target = Path::new(target.trim_end());
     Ok(dir.join(target))
+}
+
+/// Where the submodules of the repository `gitdir` keep their
+/// repositories, resolved: `modules/` in it (`git rev-parse --git-path
+/// modules`, per worktree in a linked worktree) and in its common directory
+/// (which a linked worktree's `commondir` names), when they exist.
+fn modules_dirs(gitdir: &Path) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::canonicalize(gitdir.join("modules"))
+        .ok()
+        .into_iter()
+        .collect();
+    if let Ok(text) = std::fs::read_to_string(gitdir.join("commondir")) {
+        let common = gitdir.join(text.trim_end_matches(['\n', '\r']));
+        dirs.extend(std::fs::canonicalize(common.join("modules")).ok());
+    }
+    dirs
+}
+
+/// The paths of the gitlinks (mode 160000 entries, any stage) in the bytes
+/// of an index file: versions 2, 3 and 4 (prefix-compressed paths), with
+/// SHA-1 or SHA-256 object names (whichever reading accounts for every byte
+/// of the file). An index git would need something else to read (a split
+/// index's `link`, a sparse index's `sdir`, any other required extension)
+/// is an error: its gitlinks cannot be known from this file alone.
+fn parse_index(data: &[u8]) -> Result<Vec<Vec<u8>>, String> {
+    if data.len() < 12 || &data[..4] != b"DIRC" {
+        return Err("not a git index".to_string());
+    }
+    let version = be32(data, 4).unwrap_or(0);
+    if !(2..=4).contains(&version) {
+        return Err(format!("index version {version} is not known"));
+    }
+    let mut readings = [20, 32]
+        .into_iter()
+        .filter_map(|hash| parse_entries(data, version, hash));
+    let reading = match (readings.next(), readings.next()) {
+        (Some(one), None) => one,
+        (Some(one), Some(two)) if one == two => one,
+        (Some(_), Some(_)) => return Err("its object name length is ambiguous".to_string()),
+        (None, _) => return Err("its entries are malformed".to_string()),
+    };
+    match reading {
+        (links, None) => Ok(links),
+        (_, Some(why)) => Err(why),
+    }
+}
+
+fn be32(data: &[u8], at: usize) -> Option<u32> {
+    let b = data.get(at..at.checked_add(4)?)?;
+    Some(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+/// One reading of an index with `hash`-byte object names: the gitlinks and
+/// what git would need that this reading does not have, or `None` when the
+/// bytes do not add up (entries, then extensions, then a `hash`-byte
+/// checksum, exactly).
+#[allow(clippy::type_complexity)]
+fn parse_entries(data: &[u8], version: u32, hash: usize) -> Option<(Vec<Vec<u8>>, Option<String>)> {
+    let end = data.len().checked_sub(hash)?;
+    let count = be32(data, 8)?;
+    let mut at = 12usize;
+    let mut links = Vec::new();
+    let mut path: Vec<u8> = Vec::new();
+    for _ in 0..count {
+        // ctime, mtime (8 each), dev, ino, mode, uid, gid, size (4 each).
+        let mode = be32(data, at + 24)?;
+        let flags_at = at.checked_add(40 + hash)?;
+        let flags = u16::from_be_bytes(data.get(flags_at..flags_at + 2)?.try_into().ok()?);
+        let mut name_at = flags_at + 2;
+        if flags & 0x4000 != 0 {
+            if version < 3 {
+                return None;
+            }
+            name_at += 2;
+        }
+        if version == 4 {
+            // The path is the previous one less N bytes, plus this suffix.
+            let (strip, after) = varint(data, name_at)?;
+            let strip = usize::try_from(strip).ok()?;
+            let keep = path.len().checked_sub(strip)?;
+            path.truncate(keep);
+            let len = data.get(after..end)?.iter().position(|&b| b == 0)?;
+            path.extend_from_slice(&data[after..after + len]);
+            at = after + len + 1;
+        } else {
+            let len = data.get(name_at..end)?.iter().position(|&b| b == 0)?;
+            let short = usize::from(flags & 0xfff);
+            if short != 0xfff && short != len {
+                return None;
+            }
+            path.clear();
+            path.extend_from_slice(&data[name_at..name_at + len]);
+            // Entries are padded with 1 to 8 NULs to a multiple of 8 bytes.
+            let size = (name_at - at + len + 8) & !7;
+            if data.get(name_at + len..at + size)?.iter().any(|&b| b != 0) {
+                return None;
+            }
+            at += size;
+        }
+        if at > end {
+            return None;
+        }
+        if mode & 0o170000 == 0o160000 {
+            links.push(path.clone());
+        }
+    }
+    // Extensions: a 4-byte signature and a 4-byte size each. One whose
+    // signature does not start with `A`..`Z` is one git must understand.
+    let mut unreadable = None;
+    while at < end {
+        let sig = data.get(at..at + 4)?;
+        let size = usize::try_from(be32(data, at + 4)?).ok()?;
+        at = at.checked_add(8)?.checked_add(size)?;
+        if at > end {
+            return None;
+        }
+        if unreadable.is_none() && !sig[0].is_ascii_uppercase() {
+            unreadable = Some(match sig {
+                b"link" => "it is a split index (`core.splitIndex`)".to_string(),
+                b"sdir" => "it is a sparse index (`index.sparse`)".to_string(),
+                _ => format!(
+                    "it has the index extension `{}`",
+                    String::from_utf8_lossy(sig)
+                ),
+            });
+        }
+    }
+    (at == end).then_some((links, unreadable))
+}
+
+/// git's offset varint (varint.c) at `at`: the value and where it ends.
+fn varint(data: &[u8], mut at: usize) -> Option<(u64, usize)> {
+    let mut c = *data.get(at)?;
+    at += 1;
+    let mut val = u64::from(c & 127);
+    while c & 128 != 0 {
+        val = val.checked_add(1)?;
+        if val >> 57 != 0 {
+            return None;
+        }
+        c = *data.get(at)?;
+        at += 1;
+        val = (val << 7) + u64::from(c & 127);
+    }
+    Some((val, at))
 }
 
 #[cfg(test)]
@@ -364,6 +712,222 @@ mod tests {
         // A project root that does not exist: nothing can be known.
         let gone = DiskRepos::new(base.join("gone"));
         assert!(answer(&gone, &root, &[]).starts_with("unknown: "));
+        let _ = fs::remove_dir_all(&base);
+    }
+
+    /// Runs real git in `dir` (no user or system configuration).
+    fn git(dir: &Path, args: &[&str]) {
+        let out = std::process::Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
+            .output()
+            .expect("git runs");
+        assert!(
+            out.status.success(),
+            "git {args:?} in {}: {}",
+            dir.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// A repository at `dir` with one commit of `f`.
+    fn repo(dir: &Path, extra: &[&str]) {
+        fs::create_dir_all(dir).unwrap();
+        let mut init = vec!["init", "-q", "-b", "main"];
+        init.extend(extra);
+        git(dir, &init);
+        fs::write(dir.join("f"), "x\n").unwrap();
+        git(dir, &["add", "f"]);
+        git(dir, &["commit", "-q", "-m", "c"]);
+    }
+
+    /// The answer from the root and from a subdirectory, which must agree.
+    fn both(oracle: &DiskRepos, root: &Path) -> String {
+        let at_root = answer(oracle, root, &[]);
+        let in_src = answer(oracle, &root.join("src"), &[]);
+        assert_eq!(at_root, in_src, "root and src/ disagree");
+        at_root
+    }
+
+    const EMBEDDED: &str =
+        "other: `sub` is a submodule with its own repository, a `.git` directory: git recurses into it";
+
+    #[test]
+    fn gitlinks_to_embedded_repositories_are_not_own() {
+        for version in ["2", "3", "4"] {
+            let base = scratch(&format!("gitlinks-v{version}"));
+            let root = base.join("proj");
+            repo(&root, &[]);
+            fs::create_dir_all(root.join("src")).unwrap();
+            let oracle = DiskRepos::new(&root);
+            git(&root, &["update-index", "--index-version", version]);
+            assert_eq!(
+                both(&oracle, &root),
+                "own",
+                "v{version}: a clean repository"
+            );
+            // Many entries, so that v4's prefix compression is exercised.
+            for n in 0..40 {
+                fs::write(root.join(format!("src/file-{n:02}.rs")), "\n").unwrap();
+            }
+            git(&root, &["add", "src"]);
+            // What `git add` of a nested repository records: a gitlink
+            // whose directory keeps its own `.git` directory.
+            repo(&root.join("sub"), &[]);
+            git(&root, &["add", "sub"]);
+            if version == "3" {
+                // An intent-to-add entry has extended flags.
+                fs::write(root.join("src/zz-later.rs"), "\n").unwrap();
+                git(&root, &["add", "-N", "src/zz-later.rs"]);
+            }
+            git(&root, &["update-index", "--index-version", version]);
+            let data = fs::read(root.join(".git/index")).unwrap();
+            assert_eq!(be32(&data, 4), Some(version.parse().unwrap()));
+            assert_eq!(both(&oracle, &root), EMBEDDED, "v{version}");
+            assert!(answer(&oracle, &root, &["src"]).starts_with("other: `sub` is a submodule"));
+            // Not populated: git does not go in.
+            fs::rename(root.join("sub"), base.join("away")).unwrap();
+            assert_eq!(both(&oracle, &root), "own", "v{version}: not populated");
+            fs::create_dir(root.join("sub")).unwrap();
+            assert_eq!(
+                both(&oracle, &root),
+                "own",
+                "v{version}: an empty directory"
+            );
+            fs::remove_dir(root.join("sub")).unwrap();
+            fs::rename(base.join("away"), root.join("sub")).unwrap();
+            assert_eq!(both(&oracle, &root), EMBEDDED);
+            // A `gitdir:` file pointing at a repository of the project's
+            // files is the same.
+            fs::rename(root.join("sub/.git"), root.join("elsewhere.git")).unwrap();
+            fs::write(root.join("sub/.git"), "gitdir: ../elsewhere.git\n").unwrap();
+            assert!(
+                both(&oracle, &root).contains(
+                    ", `elsewhere.git`, outside the project's `.git/modules`: git recurses into it"
+                ),
+                "v{version}"
+            );
+            // The index changes: the remembered reading is not used.
+            git(&root, &["rm", "-q", "--cached", "sub"]);
+            assert_eq!(both(&oracle, &root), "own", "v{version}: gitlink removed");
+            let _ = fs::remove_dir_all(&base);
+        }
+    }
+
+    #[test]
+    fn normal_submodules_are_own_and_looked_into() {
+        let base = scratch("submodules");
+        let upstream = base.join("upstream");
+        repo(&upstream, &[]);
+        let root = base.join("proj");
+        repo(&root, &[]);
+        fs::create_dir_all(root.join("src")).unwrap();
+        let url = upstream.display().to_string();
+        git(
+            &root,
+            &[
+                "-c",
+                "protocol.file.allow=always",
+                "submodule",
+                "add",
+                "-q",
+                &url,
+                "lib/up",
+            ],
+        );
+        git(&root, &["commit", "-q", "-m", "sub"]);
+        let oracle = DiskRepos::new(&root);
+        assert_eq!(both(&oracle, &root), "own");
+        git(&root, &["update-index", "--index-version", "4"]);
+        assert_eq!(both(&oracle, &root), "own");
+        // git inside the submodule uses its repository in `.git/modules/`.
+        assert_eq!(answer(&oracle, &root.join("lib/up"), &[]), "own");
+        assert_eq!(answer(&oracle, &root, &["lib", "up"]), "own");
+        // A `gitdir:` file pointing elsewhere in the project is not.
+        fs::create_dir_all(root.join("lib/other")).unwrap();
+        fs::write(root.join("lib/other/.git"), "gitdir: ../../.git/modules\n").unwrap();
+        assert!(answer(&oracle, &root.join("lib/other"), &[])
+            .starts_with("other: `lib/other` has its own `.git`"));
+        fs::remove_dir_all(root.join("lib/other")).unwrap();
+        // A linked worktree of the project as the project root: its
+        // submodules live in `.git/worktrees/NAME/modules/`.
+        let wt = base.join("wt");
+        git(&root, &["worktree", "add", "-q", wt.to_str().unwrap()]);
+        git(
+            &wt,
+            &[
+                "-c",
+                "protocol.file.allow=always",
+                "submodule",
+                "update",
+                "--init",
+                "-q",
+            ],
+        );
+        assert!(fs::read_to_string(wt.join("lib/up/.git"))
+            .unwrap()
+            .contains("/worktrees/wt/modules/"));
+        fs::create_dir_all(wt.join("src")).unwrap();
+        let in_wt = DiskRepos::new(&wt);
+        assert_eq!(both(&in_wt, &wt), "own");
+        repo(&wt.join("sub"), &[]);
+        git(&wt, &["add", "sub"]);
+        assert_eq!(both(&in_wt, &wt), EMBEDDED);
+        // A nested repository added inside the submodule: `git status` in
+        // the project recurses into `lib/up`, which recurses into it.
+        repo(&root.join("lib/up/inner"), &[]);
+        git(&root.join("lib/up"), &["add", "inner"]);
+        assert!(answer(&oracle, &root.join("lib/up"), &[])
+            .starts_with("other: `lib/up/inner` is a submodule"));
+        assert_eq!(
+            both(&oracle, &root),
+            "other: `lib/up/inner` is a submodule with its own repository, a `.git` directory: git recurses into it"
+        );
+        let _ = fs::remove_dir_all(&base);
+    }
+
+    #[test]
+    fn indexes_that_cannot_be_read_are_unknown() {
+        let base = scratch("unreadable");
+        let root = base.join("proj");
+        repo(&root, &[]);
+        fs::create_dir_all(root.join("src")).unwrap();
+        let oracle = DiskRepos::new(&root);
+        git(&root, &["update-index", "--split-index"]);
+        assert!(both(&oracle, &root).starts_with("unknown: the index "));
+        assert!(both(&oracle, &root).contains("split index"));
+        git(&root, &["update-index", "--no-split-index"]);
+        assert_eq!(both(&oracle, &root), "own");
+        let index = root.join(".git/index");
+        let good = fs::read(&index).unwrap();
+        for (what, bytes) in [
+            ("truncated", good[..good.len() - 3].to_vec()),
+            ("garbage", b"DIRC\0\0\0\x02\0\0\0\x09garbage".to_vec()),
+            ("version 5", [&b"DIRC\0\0\0\x05"[..], &good[8..]].concat()),
+        ] {
+            fs::write(&index, bytes).unwrap();
+            assert!(
+                both(&oracle, &root).starts_with("unknown: the index "),
+                "{what}"
+            );
+        }
+        fs::write(&index, &good).unwrap();
+        assert_eq!(both(&oracle, &root), "own");
+        // SHA-256 object names.
+        let sha = base.join("sha256");
+        repo(&sha, &["--object-format=sha256"]);
+        fs::create_dir_all(sha.join("src")).unwrap();
+        let oracle = DiskRepos::new(&sha);
+        assert_eq!(both(&oracle, &sha), "own");
+        repo(&sha.join("sub"), &["--object-format=sha256"]);
+        git(&sha, &["add", "sub"]);
+        assert_eq!(both(&oracle, &sha), EMBEDDED);
         let _ = fs::remove_dir_all(&base);
     }
 }

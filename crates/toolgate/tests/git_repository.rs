@@ -5,7 +5,10 @@
 //! `diff.external` and a `textconv` driver. The test first shows with real
 //! git that the fixture is a real threat (a marker file appears), then that
 //! plan mode denies every way of pointing git at it and still allows git in
-//! the project's own repository.
+//! the project's own repository. The same for a nested repository recorded
+//! as a gitlink (`git add sub`): plain `git status` in the project recurses
+//! into it and runs its `core.fsmonitor`, so plan mode denies git there,
+//! and still allows it beside a submodule checked out by git.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may panic
 
 mod support;
@@ -237,4 +240,143 @@ fn git_never_uses_a_foreign_repository_in_plan_mode() {
     assert!(bad.is_empty(), "{}", bad.join("\n"));
     assert!(!marker.exists(), "judging ran something");
     let _ = std::fs::remove_dir_all(&root);
+}
+
+/// A repository at `dir` with one commit, whose `config` runs
+/// `core.fsmonitor` (writing `marker`) whenever git works in it.
+fn fsmonitor_repo(dir: &Path, marker: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    git(dir, &["init", "-q", "-b", "main"]);
+    std::fs::write(dir.join("f"), "x\n").unwrap();
+    git(dir, &["add", "f"]);
+    git(dir, &["commit", "-q", "-m", "c"]);
+    // git appends arguments: `false` swallows them.
+    let hook = format!("touch {}; false", marker.display());
+    git(dir, &["config", "core.fsmonitor", &hook]);
+}
+
+/// `git status`, `git diff` and the other git commands in plan mode, in the
+/// project's own repository, and from `src`: the decisions, by call.
+fn plan_decisions(root: &Path) -> Vec<(String, Value)> {
+    let args: Vec<String> = vec![
+        "--mode".into(),
+        "plan".into(),
+        "--project-root".into(),
+        root.to_string_lossy().into_owned(),
+    ];
+    let mut broker = support::Broker::start(root, &args, &[]);
+    let commands = [
+        "git status",
+        "git diff",
+        "git log --oneline -1",
+        "git ls-files",
+    ];
+    for (n, command) in commands.iter().enumerate() {
+        broker.send(
+            &json!({"type": "tool_call", "callID": format!("root{n}"), "tool": "Bash",
+                    "input": {"command": command}})
+            .to_string(),
+        );
+        broker.send(
+            &json!({"type": "tool_call", "callID": format!("src{n}"), "tool": "Bash",
+                    "input": {"command": command}, "cwd": root.join("src")})
+            .to_string(),
+        );
+    }
+    let (_, lines, stderr) = broker.finish();
+    let decisions: Vec<(String, Value)> = lines
+        .iter()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|f| f["type"] == "decision")
+        .map(|d| (d["callID"].as_str().unwrap_or("").to_string(), d))
+        .collect();
+    assert_eq!(decisions.len(), 2 * commands.len(), "stderr: {stderr}");
+    decisions
+}
+
+#[test]
+fn git_never_recurses_into_a_repository_the_project_brought() {
+    if Command::new("git").arg("--version").output().is_err() {
+        eprintln!("git is not installed: nothing to check");
+        return;
+    }
+    let base = support::project_dir("git-gitlinks");
+    let marker = base.join("PWNED");
+    std::fs::create_dir_all(&base).unwrap();
+
+    // 1. A nested repository added with `git add sub`: a gitlink whose
+    // directory holds its own `.git` directory, with a hostile config.
+    let embedded = base.join("embedded");
+    std::fs::create_dir_all(embedded.join("src")).unwrap();
+    git(&embedded, &["init", "-q", "-b", "main"]);
+    std::fs::write(embedded.join("src/lib.rs"), "\n").unwrap();
+    fsmonitor_repo(&embedded.join("sub"), &marker);
+    git(&embedded, &["add", "src", "sub"]);
+    git(&embedded, &["commit", "-q", "-m", "project"]);
+    let _ = std::fs::remove_file(&marker);
+    // The threat is real: plain `git status` in the project's own
+    // repository runs the nested repository's fsmonitor.
+    git(&embedded, &["status"]);
+    assert!(
+        marker.exists(),
+        "git status did not recurse into the embedded repository"
+    );
+    std::fs::remove_file(&marker).unwrap();
+
+    // 2. The same upstream as a submodule checked out by git: its
+    // repository lives in `.git/modules/`, with a config git wrote.
+    let upstream = base.join("upstream");
+    fsmonitor_repo(&upstream, &marker);
+    let normal = base.join("normal");
+    std::fs::create_dir_all(normal.join("src")).unwrap();
+    git(&normal, &["init", "-q", "-b", "main"]);
+    std::fs::write(normal.join("src/lib.rs"), "\n").unwrap();
+    git(&normal, &["add", "src"]);
+    let url = upstream.display().to_string();
+    git(
+        &normal,
+        &[
+            "-c",
+            "protocol.file.allow=always",
+            "submodule",
+            "add",
+            "-q",
+            &url,
+            "lib/up",
+        ],
+    );
+    git(&normal, &["commit", "-q", "-m", "project"]);
+    assert!(normal.join("lib/up/.git").is_file(), "not a gitdir: file");
+    let _ = std::fs::remove_file(&marker);
+    git(&normal, &["status"]);
+    assert!(
+        !marker.exists(),
+        "a submodule checked out by git ran its upstream's config"
+    );
+
+    // 3. A clean repository.
+    let clean = base.join("clean");
+    std::fs::create_dir_all(clean.join("src")).unwrap();
+    git(&clean, &["init", "-q", "-b", "main"]);
+    std::fs::write(clean.join("src/lib.rs"), "\n").unwrap();
+    git(&clean, &["add", "src"]);
+    git(&clean, &["commit", "-q", "-m", "project"]);
+
+    let mut bad = Vec::new();
+    for (project, want) in [(&embedded, "deny"), (&normal, "allow"), (&clean, "allow")] {
+        for (id, d) in plan_decisions(project) {
+            let reason = d["reason"].as_str().unwrap_or("");
+            if d["decision"] != want
+                || (want == "deny"
+                    && !reason.contains(
+                        "`sub` is a submodule with its own repository, a `.git` directory: git recurses into it",
+                    ))
+            {
+                bad.push(format!("{}: {id}: {d}", project.display()));
+            }
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+    assert!(!marker.exists(), "judging ran something");
+    let _ = std::fs::remove_dir_all(&base);
 }
