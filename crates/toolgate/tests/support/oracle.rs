@@ -1126,6 +1126,50 @@ const FOLLOWERS: &[&str] = &[
     "grep x README.md",
 ];
 
+/// Whole commands where the bash and POSIX readings differ, or that reach another
+/// user's home, another repository or an emptied environment.
+const SPECIAL: &[&str] = &[
+    "echo $'\\' ;touch pwned #'",
+    "echo $'\\'' ;touch pwned #'",
+    "sh -c \"echo \\$'\\\\' ;touch pwned #'\"",
+    "dash -c \"echo \\$'\\\\' ;touch pwned #'\"",
+    "/bin/sh -c \"echo \\$'\\\\' ;touch pwned #'\"",
+    "echo $\"x\" ;touch pwned #\"",
+    "echo ~sys >/dev/null; cat README.md <${_}/tcp/127.0.0.1/9 1<&0",
+    "cat README.md <~sys/tcp/127.0.0.1/9 1<&0",
+    "LC_ALL=zh_CN.GBK\necho '\u{20ac}\\';touch x #'",
+    "LANG=C\nls",
+    "git -C evil.git status",
+    "git -C evil.git diff",
+    "git -C ./evil.git/ log -1",
+    "git --git-dir=evil.git status",
+    "git -C sub status",
+    "git -C hooked status",
+    "git -C evil.git/refs status",
+    "env -i bash -c tree",
+    "env -u PATH bash -c tree",
+    "env --ignore-environment bash -c 'rg x'",
+    "env -i sh -c tree",
+    "true {PATH}<README.md; ls",
+    "true {PATH}>&-; ls",
+    "printf %n PATH; ls",
+    "printf -- %n PATH; ls",
+    "printf '%*n' 1 PATH; ls",
+    "printf %b%n '' PATH; ls",
+    "date 0101000030",
+    "date -- 0101000030",
+    "date 01010000",
+    "git log --show-signature -1",
+    "git log --format=%G? -1",
+    "git verify-commit HEAD",
+    "cat .en?",
+    "head -c 999 .env*",
+    "cat secret?/key",
+    "ls ~root",
+    "cat ~+/README.md",
+    "cat $HOME/.gitconfig",
+];
+
 /// Directories a `cd DIR &&` prefix or the call's `cwd` may name.
 const DIRS: &[&str] = &[
     "",
@@ -1217,7 +1261,11 @@ impl Rng {
 
 /// One generated candidate.
 pub fn generate(rng: &mut Rng) -> Candidate {
-    let mut cmd = simple(rng);
+    let mut cmd = if rng.chance(8) {
+        rng.pick(SPECIAL).to_string()
+    } else {
+        simple(rng)
+    };
     if rng.chance(25) {
         cmd = format!("{cmd} {}", rng.pick(REDIRECTIONS));
     }
@@ -1367,6 +1415,9 @@ pub struct Tally {
     pub executions: BTreeMap<&'static str, usize>,
     pub timeouts: usize,
     pub violations: Vec<String>,
+    /// How often each kind of violation was seen (the first violation of an
+    /// execution, up to its first parenthesis).
+    pub kinds: BTreeMap<String, usize>,
 }
 
 impl Tally {
@@ -1400,6 +1451,34 @@ impl Tally {
     }
 }
 
+impl Tally {
+    /// Add another tally to this one.
+    pub fn add(&mut self, more: Tally) {
+        self.candidates += more.candidates;
+        self.allowed += more.allowed;
+        self.refused += more.refused;
+        self.skipped += more.skipped;
+        self.timeouts += more.timeouts;
+        for (k, v) in more.executions {
+            *self.executions.entry(k).or_default() += v;
+        }
+        for (k, v) in more.kinds {
+            *self.kinds.entry(k).or_default() += v;
+        }
+        self.violations.extend(more.violations);
+    }
+
+    /// The kinds of violation, most frequent first.
+    pub fn kinds_report(&self) -> String {
+        let mut kinds: Vec<(&String, &usize)> = self.kinds.iter().collect();
+        kinds.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        kinds
+            .iter()
+            .map(|(k, v)| format!("  {v:6}  {k}\n"))
+            .collect()
+    }
+}
+
 /// Execute every allowed candidate under each of its runners, adding to `tally`.
 pub fn run_allowed(world: &mut World, allowed: &[Candidate], tally: &mut Tally) {
     for c in allowed {
@@ -1425,6 +1504,12 @@ pub fn run_allowed(world: &mut World, allowed: &[Candidate], tally: &mut Tally) 
                 }
                 println!("VIOLATION {msg}");
                 tally.violations.push(msg);
+                let kind = outcome.violations[0]
+                    .split(" (")
+                    .next()
+                    .unwrap_or_default()
+                    .to_string();
+                *tally.kinds.entry(kind).or_default() += 1;
             }
         }
     }
