@@ -526,7 +526,7 @@ impl World {
         let trace = std::env::var_os("ORACLE_TRACE").is_some();
         let ran = started.elapsed();
         self.executions += 1;
-        let now = snapshot(&self.world, self.executions % 50 == 0);
+        let now = snapshot(&self.world, self.executions.is_multiple_of(50));
         outcome
             .violations
             .extend(diff(&self.world, &self.baseline, &now));

@@ -60,11 +60,11 @@ if [ "$sandbox" = full ]; then
     for p in /proc/[0-9]*; do
         [ "$p" = /proc/1 ] && continue
         [ -r "$p/stat" ] || continue
-        read -r stat <"$p/stat" 2>/dev/null || continue
+        read -r stat 2>/dev/null <"$p/stat" || continue
         state=${stat##*) }
         state=${state%% *}
         [ "$state" = Z ] && continue
-        read -r comm <"$p/comm" 2>/dev/null
+        read -r comm 2>/dev/null <"$p/comm" || comm="exited meanwhile"
         echo "violation: a process outlived the command: ${p#/proc/} ($comm)" >>"$report"
     done
 fi
