@@ -265,6 +265,10 @@ impl World {
             .env("PATH", "/usr/local/bin:/usr/bin:/bin")
             .env("HOME", self.work.join("nohome"))
             .env("LANG", "C.UTF-8")
+            .env(
+                "ORACLE_GITLINKS",
+                std::env::var("ORACLE_GITLINKS").unwrap_or_default(),
+            )
             .stdin(Stdio::null())
             .output()
             .unwrap();
@@ -1267,7 +1271,12 @@ pub fn generate(rng: &mut Rng) -> Candidate {
         simple(rng)
     };
     if rng.chance(25) {
-        cmd = format!("{cmd} {}", rng.pick(REDIRECTIONS));
+        let redirection = rng.pick(REDIRECTIONS);
+        cmd = match cmd.split_once(' ') {
+            // Also in the middle: `ls &>/dev/null x` is `ls &` then `>/dev/null x` in dash.
+            Some((program, rest)) if rng.chance(30) => format!("{program} {redirection} {rest}"),
+            _ => format!("{cmd} {redirection}"),
+        };
     }
     if rng.chance(20) {
         let w = rng.pick(WRAPPERS);
