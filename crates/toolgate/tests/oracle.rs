@@ -156,6 +156,19 @@ fn harness_reports_writers() {
             outcome.violations
         ));
     }
+    // The path the broker's answers take: a wrongly allowed writer is counted.
+    let mut tally = Tally::default();
+    oracle::run_allowed(
+        &mut world,
+        &[Candidate::text("ls; touch wrongly-allowed")],
+        &mut tally,
+    );
+    if tally.violations.len() != 2 || tally.executed() != 2 {
+        failures.push(format!(
+            "run_allowed missed a wrongly allowed writer: {:?}",
+            tally.violations
+        ));
+    }
     // Reading, in the project's own repository and elsewhere, changes nothing.
     for command in [
         "ls -la",

@@ -1504,6 +1504,7 @@ pub fn run_allowed(world: &mut World, allowed: &[Candidate], tally: &mut Tally) 
             *tally.executions.entry(runner.name()).or_default() += 1;
             if outcome.timed_out {
                 tally.timeouts += 1;
+                println!("timeout: {} under {}", c.describe(), runner.name());
             }
             if !outcome.violations.is_empty() {
                 let mut msg = format!("{} under {}:", c.describe(), runner.name());
