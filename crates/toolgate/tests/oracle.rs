@@ -203,8 +203,8 @@ fn harness_reports_writers() {
 }
 
 /// The slice run by every `cargo test`: every corpus line of the area files
-/// (`corpus/*.tsv`), every sixth line of corpus.tsv, and ORACLE_SLICE generated
-/// commands.
+/// (`corpus/*.tsv`), every sixth line of corpus.tsv, the mechanisms in the
+/// grammar's special list, and ORACLE_SLICE generated commands.
 #[test]
 fn fast_slice() {
     let seed = env_number("ORACLE_SEED", 8);
@@ -218,6 +218,7 @@ fn fast_slice() {
         .filter(|(i, c)| !c.origin.starts_with("corpus.tsv") || i % 6 == (seed % 6) as usize)
         .map(|(_, c)| c)
         .collect();
+    candidates.extend(oracle::special());
     candidates.extend(oracle::generated(seed, count));
     let tally = run(&mut world, candidates);
     println!("violations by kind:\n{}", tally.kinds_report());
@@ -242,7 +243,9 @@ fn long_run() {
     let mut world = World::build(&oracle::work_dir("long"), sandbox);
     world.timeout = std::time::Duration::from_secs(5);
     let started = std::time::Instant::now();
-    let mut tally = run(&mut world, oracle::corpus_candidates());
+    let mut candidates = oracle::corpus_candidates();
+    candidates.extend(oracle::special());
+    let mut tally = run(&mut world, candidates);
     println!("corpus done: {}", tally.line(seed, sandbox));
     let mut rng = oracle::Rng::new(seed);
     let mut seen = std::collections::BTreeSet::new();

@@ -1136,7 +1136,7 @@ const FOLLOWERS: &[&str] = &[
 
 /// Whole commands where the bash and POSIX readings differ, or that reach another
 /// user's home, another repository or an emptied environment.
-const SPECIAL: &[&str] = &[
+pub const SPECIAL: &[&str] = &[
     "echo $'\\' ;touch pwned #'",
     "echo $'\\'' ;touch pwned #'",
     "sh -c \"echo \\$'\\\\' ;touch pwned #'\"",
@@ -1334,6 +1334,17 @@ fn split_plain(cmd: &str) -> Vec<String> {
 
 fn single_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+/// The special commands as they are, each once (with no `cwd`).
+pub fn special() -> Vec<Candidate> {
+    SPECIAL
+        .iter()
+        .map(|s| Candidate {
+            origin: "special".to_string(),
+            ..Candidate::text(s)
+        })
+        .collect()
 }
 
 /// `count` distinct generated candidates from `seed`.
