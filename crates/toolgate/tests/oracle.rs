@@ -169,7 +169,18 @@ fn harness_reports_writers() {
             tally.violations
         ));
     }
-    // Reading, in the project's own repository and elsewhere, changes nothing.
+    // Reading a guarded file is seen (by its access time).
+    for (command, file) in [
+        ("cat .en?", ".env"),
+        ("head -c 5 secret?/key", "secrets/key"),
+    ] {
+        let outcome = world.execute(&Candidate::text(command), Runner::Dash);
+        if !outcome.guarded_reads.iter().any(|r| r.ends_with(file)) {
+            failures.push(format!("{command:?}: guarded read not seen: {outcome:?}"));
+        }
+    }
+    // Reading, in the project's own repository and elsewhere, changes nothing
+    // (`git grep` and `rg` read guarded files: reported as guarded reads, not failed).
     for command in [
         "ls -la",
         "cat .env secrets/key",
@@ -185,7 +196,10 @@ fn harness_reports_writers() {
     ] {
         for runner in [Runner::Bash, Runner::Dash] {
             let outcome = world.execute(&Candidate::text(command), runner);
-            if !outcome.violations.is_empty() || outcome.timed_out {
+            if !outcome.violations.is_empty()
+                || outcome.timed_out
+                || (command.starts_with("cat .env") && outcome.guarded_reads.is_empty())
+            {
                 failures.push(format!(
                     "read-only {command:?} under {}: {:?} (timed out: {})",
                     runner.name(),

@@ -190,7 +190,25 @@ struct Entry {
     nlink: u64,
     mtime: (i64, i64),
     ctime: (i64, i64),
+    /// Access time of a guarded file (`.env`, `secrets/`): a read moves it (relatime,
+    /// and the world's files have old times). Not compared by [`same`].
+    atime: Option<(i64, i64)>,
     digest: u64,
+}
+
+/// Files the broker guards by default or by the oracle's policy (`read` asks for
+/// `*.env`, `*.env.*` except `*.env.example`; `secrets/**` is denied): reading them
+/// in plan mode is not allowed without a question.
+fn guarded(path: &Path) -> bool {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let env = (name.ends_with(".env") || name.contains(".env.")) && !name.ends_with(".env.example");
+    let secret = path
+        .parent()
+        .is_some_and(|p| p.file_name().is_some_and(|n| n == "secrets"));
+    env || secret
 }
 
 type Snapshot = BTreeMap<PathBuf, Entry>;
@@ -226,6 +244,8 @@ pub struct Outcome {
     pub stdout: String,
     pub stderr: String,
     pub notes: Vec<String>,
+    /// Guarded files the command read (not a change, but not allowed without asking).
+    pub guarded_reads: Vec<String>,
 }
 
 impl World {
@@ -321,6 +341,21 @@ impl World {
             .output()
             .unwrap();
         assert!(out.status.success(), "git status in the fresh copy failed");
+        // Guarded files get an old access time again (a copy keeps the template's, which
+        // the copy itself moved), so that the next read moves it.
+        let guarded_files: Vec<PathBuf> = snapshot(&self.world, false)
+            .into_iter()
+            .filter(|(_, e)| e.atime.is_some())
+            .map(|(p, _)| p)
+            .collect();
+        if !guarded_files.is_empty() {
+            let ok = Command::new("touch")
+                .args(["-a", "-h", "-d", "2020-01-01 00:00:00"])
+                .args(&guarded_files)
+                .status()
+                .unwrap();
+            assert!(ok.success(), "touch -a on the guarded files failed");
+        }
         let ran = std::fs::read_dir(&self.markers).unwrap().count();
         assert_eq!(ran, 0, "a planted program ran while the world was restored");
         self.baseline = snapshot(&self.world, true);
@@ -332,7 +367,10 @@ impl World {
         let changed: Vec<&PathBuf> = self
             .baseline
             .iter()
-            .filter(|(p, b)| now.get(*p).is_none_or(|a| !same(a, b)))
+            .filter(|(p, b)| {
+                now.get(*p)
+                    .is_none_or(|a| !same(a, b) || a.atime != b.atime)
+            })
             .map(|(p, _)| p)
             .collect();
         let created: Vec<&PathBuf> = now
@@ -538,8 +576,9 @@ impl World {
         outcome
             .violations
             .extend(diff(&self.world, &self.baseline, &now));
+        outcome.guarded_reads = guarded_reads(&self.world, &self.baseline, &now);
         let checked = started.elapsed();
-        if !outcome.violations.is_empty() {
+        if !outcome.violations.is_empty() || !outcome.guarded_reads.is_empty() {
             self.rebuilds += 1;
             self.repair(&now);
         }
@@ -608,7 +647,7 @@ fn snapshot(root: &Path, content: bool) -> Snapshot {
             }
             ('d', 0)
         } else if ft.is_file() {
-            let digest = if content {
+            let digest = if content && !guarded(&path) {
                 hash_bytes(&std::fs::read(&path).unwrap_or_default())
             } else {
                 0
@@ -617,6 +656,7 @@ fn snapshot(root: &Path, content: bool) -> Snapshot {
         } else {
             ('o', 0)
         };
+        let atime = (kind == 'f' && guarded(&path)).then(|| (meta.atime(), meta.atime_nsec()));
         out.insert(
             path,
             Entry {
@@ -629,6 +669,7 @@ fn snapshot(root: &Path, content: bool) -> Snapshot {
                 nlink: meta.nlink(),
                 mtime: (meta.mtime(), meta.mtime_nsec()),
                 ctime: (meta.ctime(), meta.ctime_nsec()),
+                atime,
                 digest,
             },
         );
@@ -656,6 +697,19 @@ fn hash_bytes(bytes: &[u8]) -> u64 {
     let mut h = DefaultHasher::new();
     h.write(bytes);
     h.finish()
+}
+
+/// Guarded files whose access time moved: something read them.
+fn guarded_reads(root: &Path, before: &Snapshot, after: &Snapshot) -> Vec<String> {
+    before
+        .iter()
+        .filter(|(p, b)| b.atime.is_some() && after.get(*p).is_some_and(|a| a.atime != b.atime))
+        .map(|(p, _)| {
+            p.strip_prefix(root)
+                .map(|r| r.display().to_string())
+                .unwrap_or_else(|_| p.display().to_string())
+        })
+        .collect()
 }
 
 /// What differs between two snapshots, one line per file.
@@ -1378,6 +1432,8 @@ pub fn ask_broker(world: &World, candidates: &[Candidate]) -> (Vec<Candidate>, u
                 "deny".into(),
                 "--project-root".into(),
                 world.proj.display().to_string(),
+                "--permission".into(),
+                r#"{"read":{"secrets/**":"deny"}}"#.into(),
             ],
             &[("HOME".into(), world.proj.join("home").display().to_string())],
         );
@@ -1442,6 +1498,9 @@ pub struct Tally {
     /// How often each kind of violation was seen (the first violation of an
     /// execution, up to its first parenthesis).
     pub kinds: BTreeMap<String, usize>,
+    /// Executions that read a guarded file (reported, not failed: recursive searches
+    /// such as `grep -r x .` read `.env` by design today).
+    pub guarded_reads: Vec<String>,
 }
 
 impl Tally {
@@ -1457,7 +1516,7 @@ impl Tally {
             .map(|(k, v)| format!("{k} {v}"))
             .collect();
         format!(
-            "oracle (seed {seed}): {} executions ({}) of {} allowed commands; broker allowed {} and refused {} of {} candidates; {} timeouts; {} skipped; {} violations; sandbox: {}",
+            "oracle (seed {seed}): {} executions ({}) of {} allowed commands; broker allowed {} and refused {} of {} candidates; {} timeouts; {} skipped; {} violations; {} guarded reads; sandbox: {}",
             self.executed(),
             per.join(", "),
             self.allowed - self.skipped,
@@ -1467,6 +1526,7 @@ impl Tally {
             self.timeouts,
             self.skipped,
             self.violations.len(),
+            self.guarded_reads.len(),
             match sandbox {
                 Sandbox::Full => "user+network+mount+pid+uts namespaces (unshare -rnmpfu)",
                 Sandbox::None => "NONE (unshare not permitted; network-like commands skipped)",
@@ -1490,6 +1550,7 @@ impl Tally {
             *self.kinds.entry(k).or_default() += v;
         }
         self.violations.extend(more.violations);
+        self.guarded_reads.extend(more.guarded_reads);
     }
 
     /// The kinds of violation, most frequent first.
@@ -1513,6 +1574,16 @@ pub fn run_allowed(world: &mut World, allowed: &[Candidate], tally: &mut Tally) 
         for &runner in c.runners() {
             let outcome = world.execute(c, runner);
             *tally.executions.entry(runner.name()).or_default() += 1;
+            if !outcome.guarded_reads.is_empty() {
+                let msg = format!(
+                    "{} under {}: {}",
+                    c.describe(),
+                    runner.name(),
+                    outcome.guarded_reads.join(", ")
+                );
+                println!("GUARDED READ {msg}");
+                tally.guarded_reads.push(msg);
+            }
             if outcome.timed_out {
                 tally.timeouts += 1;
                 println!("timeout: {} under {}", c.describe(), runner.name());

@@ -168,6 +168,11 @@ find "$P" "$W/neighbour" -exec touch -h -d '2020-01-01 00:00:00' {} +
 printf 'home/\ntmp/\n' >.gitignore
 touch -d '2020-01-01 00:00:00' .gitignore
 git init -q --template= .
+# The project's own settings: the index ignores ctime and inode numbers, so the
+# oracle can copy the project and reset access times (to see reads of guarded files)
+# without every later `git status` rewriting the index.
+git config core.trustctime false
+git config core.checkStat minimal
 if [ "${ORACLE_GITLINKS:-0}" = 1 ]; then
     # sub/ and hooked/ become gitlinks: then `git status` and `git diff` at the root
     # look into them (submodule status) and run their fsmonitor and hooks.
