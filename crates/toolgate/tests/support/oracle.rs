@@ -539,7 +539,9 @@ impl World {
                 outcome.notes.push(n.to_string());
             }
         }
-        if !outcome.timed_out && !report_text.contains("status: ") {
+        let cut_short =
+            outcome.timed_out || outcome.notes.iter().any(|n| n == "output limit reached");
+        if !cut_short && !report_text.contains("status: ") {
             outcome
                 .violations
                 .push("the wrapper did not finish (killed by the command?)".into());
