@@ -1,0 +1,311 @@
+//! The execution oracle: every shell command the real `toolgate` binary allows in plan
+//! mode is run, under `bash -c` and `dash -c` (argv forms directly), in a hostile
+//! project, and the test fails if anything but stdout and stderr changed
+//! (`support/oracle.rs` has the harness, `support/oracle_world.sh` the project).
+//!
+//! - `harness_reports_writers`: the harness itself can fail: known writers, planted
+//!   programs, network use and left-over processes run through the same execution
+//!   path (as if the broker had wrongly allowed them) are reported.
+//! - `fast_slice`: a deterministic slice (part of the corpus plus generated
+//!   commands) in every `cargo test`.
+//! - `long_run` (ignored): `scripts/oracle [COUNT] [SEED]`: the whole corpus plus
+//!   generated commands until COUNT executions.
+//!
+//! Environment: `ORACLE_SEED` (default 8), `ORACLE_COUNT` (executions of the long
+//! run, default 20000), `ORACLE_SLICE` (generated candidates of the fast slice,
+//! default 200), `ORACLE_NO_SANDBOX=1` (try the fallback without namespaces),
+//! `ORACLE_TRACE=1` (time each execution).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::print_stdout
+)] // tests may panic and report
+
+#[path = "support/oracle.rs"]
+mod oracle;
+mod support;
+
+use oracle::{Candidate, Form, Runner, Sandbox, Tally, World};
+
+fn env_number(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Commands a broker must never allow, run through the execution path: each must be
+/// reported with the expected violation (so a wrong `allow` cannot go unseen).
+#[test]
+fn harness_reports_writers() {
+    let sandbox = oracle::detect_sandbox();
+    oracle::say_sandbox(sandbox);
+    let mut world = World::build(&oracle::work_dir("selftest"), sandbox);
+    let both = &[Runner::Bash, Runner::Dash][..];
+    let bash = &[Runner::Bash][..];
+    // (runners, command, cwd, a substring of one reported violation)
+    let mut cases: Vec<(&[Runner], &str, Option<&str>, &str)> = vec![
+        (both, "touch new.txt", None, "created proj/new.txt"),
+        (
+            both,
+            "echo x >>README.md",
+            None,
+            "modified proj/README.md (content",
+        ),
+        (both, "rm .env", None, "removed proj/.env"),
+        (both, "chmod 600 README.md", None, "(mode"),
+        (both, "touch -d 2001-01-01 README.md", None, "mtime"),
+        (
+            both,
+            "cp -p README.md R && mv R README.md",
+            None,
+            "inode (replaced)",
+        ),
+        (both, "echo x >../neighbour/y", None, "created neighbour/y"),
+        (
+            both,
+            "echo x >home/.bashrc",
+            None,
+            "created proj/home/.bashrc",
+        ),
+        (both, "mkdir d", Some("src"), "created proj/src/d"),
+        (both, "PATH=0 ls", None, "planted program ran: planted-0-ls"),
+        (
+            both,
+            "PATH=11:$PATH; ls",
+            None,
+            "planted program ran: planted-11-ls",
+        ),
+        (both, "env -i bash -c tree", None, "planted-root-tree"),
+        (bash, "printf %n PATH; ls", None, "planted-0-ls"),
+        (bash, "true {PATH}<README.md; tree", None, "planted-1"),
+        (both, "cd evil.git && git status", None, "fsmonitor-evil"),
+        (both, "git status", Some("evil.git"), "fsmonitor-evil"),
+        (both, "git -C evil.git diff", None, "diffext-evil"),
+        (both, "cd sub && git diff", None, "diffext-sub"),
+        (both, "git -C sub status", None, "fsmonitor-sub"),
+        (both, "git status", Some("hooked"), "hook-hooked"),
+        (both, "HOME=0 git status", None, "fsmonitor-home0"),
+        (both, "HOME=11 git diff", None, "diffext-home0"),
+        (both, "HOME=$PWD/0 git st", None, "alias-home0"),
+        (both, "git lg", None, "alias-home"),
+    ];
+    // Only inside the namespaces: scratch directories on their own tmpfs, a pid
+    // namespace to see left-over processes, no right to set the clock or reach a network.
+    if sandbox == Sandbox::Full {
+        cases.extend([
+            (
+                both,
+                "echo x >/tmp/oracle-x",
+                None,
+                "created outside the project: /tmp/oracle-x",
+            ),
+            (
+                both,
+                "mkdir /dev/shm/d",
+                None,
+                "created outside the project: /dev/shm/d",
+            ),
+            (both, "sleep 5 &", None, "outlived"),
+            (both, "date 0101000030", None, "refused an operation"),
+            (
+                bash,
+                "cat README.md <~sys/tcp/127.0.0.1/9 1<&0",
+                None,
+                "network",
+            ),
+            (bash, "echo x >/dev/udp/127.0.0.1/9", None, "network"),
+            (both, "hostname pwned", None, "host name changed"),
+        ]);
+    }
+    let mut failures = Vec::new();
+    for (runners, command, cwd, expected) in &cases {
+        for &runner in *runners {
+            let c = Candidate {
+                cwd: cwd.map(str::to_string),
+                ..Candidate::text(command)
+            };
+            let outcome = world.execute(&c, runner);
+            if !outcome.violations.iter().any(|v| v.contains(expected)) {
+                failures.push(format!(
+                    "{command:?} under {}: expected a violation containing {expected:?}, got {:?} (stderr {:?})",
+                    runner.name(),
+                    outcome.violations,
+                    outcome.stderr
+                ));
+            }
+        }
+    }
+    let argv = Candidate {
+        form: Form::Argv(
+            ["env", "-i", "bash", "-c", "tree"]
+                .map(String::from)
+                .to_vec(),
+        ),
+        ..Candidate::text("")
+    };
+    let outcome = world.execute(&argv, Runner::Argv);
+    if !outcome
+        .violations
+        .iter()
+        .any(|v| v.contains("planted-root-tree"))
+    {
+        failures.push(format!(
+            "argv env -i bash -c tree: got {:?}",
+            outcome.violations
+        ));
+    }
+    // The path the broker's answers take: a wrongly allowed writer is counted.
+    let mut tally = Tally::default();
+    oracle::run_allowed(
+        &mut world,
+        &[Candidate::text("ls; touch wrongly-allowed")],
+        &mut tally,
+    );
+    if tally.violations.len() != 2 || tally.executed() != 2 {
+        failures.push(format!(
+            "run_allowed missed a wrongly allowed writer: {:?}",
+            tally.violations
+        ));
+    }
+    // Reading a guarded file is seen (by its access time).
+    for (command, file) in [
+        ("cat .en?", ".env"),
+        ("head -c 5 secret?/key", "secrets/key"),
+    ] {
+        let outcome = world.execute(&Candidate::text(command), Runner::Dash);
+        if !outcome.guarded_reads.iter().any(|r| r.ends_with(file)) {
+            failures.push(format!("{command:?}: guarded read not seen: {outcome:?}"));
+        }
+    }
+    // Reading, in the project's own repository and elsewhere, changes nothing
+    // (`git grep` and `rg` read guarded files: reported as guarded reads, not failed).
+    for command in [
+        "ls -la",
+        "cat .env secrets/key",
+        "git status",
+        "git log -p -2",
+        "git diff",
+        "git show HEAD~1",
+        "git grep TODO",
+        "git blame src/main.rs",
+        "rg -n TODO",
+        "find . -name '*.rs'",
+        "cat README.md </dev/null >/dev/null 2>&1",
+    ] {
+        for runner in [Runner::Bash, Runner::Dash] {
+            let outcome = world.execute(&Candidate::text(command), runner);
+            if !outcome.violations.is_empty()
+                || outcome.timed_out
+                || (command.starts_with("cat .env") && outcome.guarded_reads.is_empty())
+            {
+                failures.push(format!(
+                    "read-only {command:?} under {}: {:?} (timed out: {})",
+                    runner.name(),
+                    outcome.violations,
+                    outcome.timed_out
+                ));
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "the harness missed:\n{}",
+        failures.join("\n")
+    );
+}
+
+/// The slice run by every `cargo test`: every corpus line of the area files
+/// (`corpus/*.tsv`), every sixth line of corpus.tsv, the mechanisms in the
+/// grammar's special list, and ORACLE_SLICE generated commands.
+#[test]
+fn fast_slice() {
+    let seed = env_number("ORACLE_SEED", 8);
+    let count = env_number("ORACLE_SLICE", 200) as usize;
+    let sandbox = oracle::detect_sandbox();
+    oracle::say_sandbox(sandbox);
+    let mut world = World::build(&oracle::work_dir("slice"), sandbox);
+    let mut candidates: Vec<Candidate> = oracle::corpus_candidates()
+        .into_iter()
+        .enumerate()
+        .filter(|(i, c)| !c.origin.starts_with("corpus.tsv") || i % 6 == (seed % 6) as usize)
+        .map(|(_, c)| c)
+        .collect();
+    candidates.extend(oracle::special());
+    candidates.extend(oracle::generated(seed, count));
+    let tally = run(&mut world, candidates);
+    println!("violations by kind:\n{}", tally.kinds_report());
+    println!("{}", tally.line(seed, sandbox));
+    assert!(
+        tally.violations.is_empty(),
+        "commands toolgate allows in plan mode changed something:\n{}\n{}",
+        tally.violations.join("\n"),
+        tally.line(seed, sandbox)
+    );
+}
+
+/// The long run (`scripts/oracle [COUNT] [SEED]`): the whole corpus, then generated
+/// commands until ORACLE_COUNT executions.
+#[test]
+#[ignore = "long: run with scripts/oracle"]
+fn long_run() {
+    let seed = env_number("ORACLE_SEED", 8);
+    let target = env_number("ORACLE_COUNT", 20_000) as usize;
+    let sandbox = oracle::detect_sandbox();
+    oracle::say_sandbox(sandbox);
+    let mut world = World::build(&oracle::work_dir("long"), sandbox);
+    world.timeout = std::time::Duration::from_secs(5);
+    let started = std::time::Instant::now();
+    let mut candidates = oracle::corpus_candidates();
+    candidates.extend(oracle::special());
+    let mut tally = run(&mut world, candidates);
+    println!("corpus done: {}", tally.line(seed, sandbox));
+    let mut rng = oracle::Rng::new(seed);
+    let mut seen = std::collections::BTreeSet::new();
+    while tally.executed() < target {
+        let mut batch = Vec::new();
+        let mut tries = 0;
+        while batch.len() < 400 && tries < 100_000 {
+            tries += 1;
+            let c = oracle::generate(&mut rng);
+            if seen.insert((c.form.clone(), c.cwd.clone())) {
+                batch.push(c);
+            }
+        }
+        assert!(!batch.is_empty(), "the grammar has no new commands left");
+        tally.add(run(&mut world, batch));
+        println!(
+            "... {} executions, {} violations, {:.0} s",
+            tally.executed(),
+            tally.violations.len(),
+            started.elapsed().as_secs_f64()
+        );
+    }
+    println!("violations by kind:\n{}", tally.kinds_report());
+    println!("{}", tally.line(seed, sandbox));
+    println!(
+        "time: {:.0} s; world repaired {} times",
+        started.elapsed().as_secs_f64(),
+        world.rebuilds
+    );
+    assert!(
+        tally.violations.is_empty(),
+        "commands toolgate allows in plan mode changed something:\n{}\n{}",
+        tally.violations.join("\n"),
+        tally.line(seed, sandbox)
+    );
+}
+
+/// Ask the broker about `candidates` and execute what it allows.
+fn run(world: &mut World, candidates: Vec<Candidate>) -> Tally {
+    let (allowed, refused) = oracle::ask_broker(world, &candidates);
+    let mut tally = Tally {
+        candidates: candidates.len(),
+        allowed: allowed.len(),
+        refused,
+        ..Tally::default()
+    };
+    oracle::run_allowed(world, &allowed, &mut tally);
+    tally
+}
