@@ -530,6 +530,24 @@ impl Policy {
                 }
             }
         }
+        // A program named by an expansion (`"$RM" -rf x`, `$(which rm) x`) could be
+        // any program: every deny or ask rule of the permission may match it.
+        if matches!(check.scope, Some(TargetKind::Command)) {
+            if let Some(text) = std::iter::once(&check.subject)
+                .chain(&check.inner)
+                .find(|text| unknown_program(text))
+            {
+                if let Some(rule) = self.strictest_rule_of(&check.permission) {
+                    if rule.action > outcome.action {
+                        outcome = rule_outcome(rule, text);
+                        outcome.reason = format!(
+                            "{} (its program is named by an expansion, so the rule may match it)",
+                            outcome.reason
+                        );
+                    }
+                }
+            }
+        }
         if outcome.action != Action::Ask {
             return outcome;
         }
@@ -599,6 +617,20 @@ impl Policy {
 
     /// The deciding rule for a permission and subject: the last match of the
     /// defaults and policy file, and of the overrides; the stricter when both match.
+    /// The strictest deny or ask rule written for `permission` (the last one
+    /// written among the strictest), whatever its pattern.
+    fn strictest_rule_of(&self, permission: &str) -> Option<&Rule> {
+        self.rules
+            .rules()
+            .iter()
+            .chain(self.overrides.rules())
+            .filter(|rule| rule.action > Action::Allow && rule.permission.matches(permission))
+            .fold(None, |best: Option<&Rule>, rule| match best {
+                Some(best) if best.action > rule.action => Some(best),
+                _ => Some(rule),
+            })
+    }
+
     fn rule_for(&self, permission: &str, subject: &str) -> Option<&Rule> {
         let base = self.rules.last_match(permission, subject);
         let over = self.overrides.last_match(permission, subject);
@@ -993,6 +1025,32 @@ fn external_argument_check(path: &RootedPath) -> Check {
     check
 }
 
+/// Is the program of a simple command's text (words joined by spaces,
+/// expansions as written) decided only when it runs? So it is when the
+/// program word is an expansion, when `eval` is given one, and when a
+/// shell's `-c` script starts with one (`sh -c "$X"`: the first word after
+/// `-c` is the script's program).
+fn unknown_program(text: &str) -> bool {
+    let expanded = |word: &str| word.contains(['$', '`']);
+    let mut words = text.split(' ');
+    let Some(program) = words.next() else {
+        return false;
+    };
+    if expanded(program) {
+        return true;
+    }
+    match program.rsplit('/').next().unwrap_or(program) {
+        "eval" => words.any(expanded),
+        "sh" | "bash" | "dash" | "zsh" | "ksh" | "mksh" | "ash" | "busybox" => {
+            let mut words = words.skip_while(|word| {
+                !(word.starts_with('-') && !word.starts_with("--") && word.contains('c'))
+            });
+            words.next().is_some() && words.next().is_some_and(expanded)
+        }
+        _ => false,
+    }
+}
+
 fn rule_outcome(rule: &Rule, subject: &str) -> Outcome {
     let verb = match rule.action {
         Action::Allow => "allows",
@@ -1202,5 +1260,30 @@ fn combine(
 fn push_unique(list: &mut Vec<String>, item: &str) {
     if !list.iter().any(|existing| existing == item) {
         list.push(item.to_string());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn programs_named_by_an_expansion() {
+        let cases: &[(&str, bool)] = &[
+            ("$RM -rf build", true),
+            ("$(which rm) -rf x", true),
+            ("`which rm` x", true),
+            ("${RM:-rm} x", true),
+            ("eval $CMD", true),
+            ("sh -c $X", true),
+            ("/bin/bash -lc $X y", true),
+            ("bash -c echo $HOME", false),
+            ("sh -c rm $X", false),
+            ("rm $X", false),
+            ("ls $HOME", false),
+            ("eval ls", false),
+            ("echo $X", false),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(super::unknown_program(text), *expected, "{text}");
+        }
     }
 }
