@@ -860,6 +860,10 @@ impl Policy {
                 }
                 Place::Paths(paths) => {
                     for path in paths {
+                        // Outside the project or not is a matter of the word's
+                        // fixed head: a glob's matches only replace its glob
+                        // segments by names (never `.` or `..`), so the glob
+                        // itself is judged, one question however many it matches.
                         let rooted = RootedPath::new(path, &self.project_root);
                         if arg.external
                             && rooted.external
@@ -872,35 +876,70 @@ impl Policy {
                         if !reads {
                             continue;
                         }
-                        if !arg.marks.glob
-                            && !guarded.contains(&rooted.subject)
-                            && self
-                                .read_guards
-                                .iter()
-                                .any(|guard| guard.matches(&rooted.subject))
-                            && self.read_guard(&rooted.subject).is_some()
-                        {
-                            guarded.push(rooted.subject.clone());
-                            checks.push(read_argument_check(rooted.subject.clone()));
-                        }
-                        // A glob, or a directory read recursively, may reach more.
-                        if !(arg.marks.glob || arg.role == Role::Tree && anchored_guard)
-                            || reached_seen.contains(&rooted.subject)
-                        {
-                            continue;
-                        }
-                        let guards = guards.get_or_insert_with(|| self.guards());
-                        if let Some((guard, reach)) =
-                            reached(guards, &rooted.absolute, arg.marks.glob, arg.role)
-                        {
-                            reached_seen.push(rooted.subject.clone());
-                            checks.push(reached_check(rooted.subject, guard.rule, reach));
+                        for (path, glob) in self.expand_globs(rooted.absolute, arg.marks.glob) {
+                            let rooted = RootedPath::new(path, &self.project_root);
+                            if !glob
+                                && !guarded.contains(&rooted.subject)
+                                && self
+                                    .read_guards
+                                    .iter()
+                                    .any(|guard| guard.matches(&rooted.subject))
+                                && self.read_guard(&rooted.subject).is_some()
+                            {
+                                guarded.push(rooted.subject.clone());
+                                checks.push(read_argument_check(rooted.subject.clone()));
+                            }
+                            // A glob, or a directory read recursively, may reach more.
+                            if !(glob || arg.role == Role::Tree && anchored_guard)
+                                || reached_seen.contains(&rooted.subject)
+                            {
+                                continue;
+                            }
+                            let guards = guards.get_or_insert_with(|| self.guards());
+                            if let Some((guard, reach)) =
+                                reached(guards, &rooted.absolute, glob, arg.role)
+                            {
+                                reached_seen.push(rooted.subject.clone());
+                                checks.push(reached_check(rooted.subject, guard.rule, reach));
+                            }
                         }
                     }
                 }
             }
         }
         checks
+    }
+
+    /// The paths a word's readings name, each with whether it is still a
+    /// glob: with a [`crate::GlobOracle`], a glob reading becomes the real
+    /// files it matches on the disk (literal paths), or its own literal text
+    /// when it matches none (the shell passes the word as written); when the
+    /// oracle cannot tell, or without one, it stays a glob, judged by every
+    /// guarded file it could match.
+    fn expand_globs(&self, path: PathBuf, glob: bool) -> Vec<(PathBuf, bool)> {
+        let oracle = match &self.glob_oracle {
+            Some(oracle) if glob => oracle,
+            _ => return vec![(path, glob)],
+        };
+        if !crate::has_glob_chars(&path.to_string_lossy()) {
+            // A reading whose only glob was a `.*` taken as `.` or `..`.
+            return vec![(path, false)];
+        }
+        match oracle.expand(&path) {
+            crate::GlobExpansion::Matches(matches) if matches.is_empty() => vec![(path, false)],
+            crate::GlobExpansion::Matches(matches) => {
+                let mut out: Vec<(PathBuf, bool)> = Vec::with_capacity(matches.len());
+                for found in matches {
+                    // The oracle's paths are judged lexically, like every word.
+                    let found = crate::normalize(&found.to_string_lossy(), &path, None);
+                    if !out.iter().any(|(seen, _)| *seen == found) {
+                        out.push((found, false));
+                    }
+                }
+                out
+            }
+            crate::GlobExpansion::Unknown => vec![(path, true)],
+        }
     }
 
     fn guards(&self) -> Vec<Guard<'_>> {
