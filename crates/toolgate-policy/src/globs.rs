@@ -188,6 +188,7 @@ pub fn segment_matches(segment: &str, name: &str) -> Option<bool> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may panic
     use super::*;
 
     #[test]

@@ -166,6 +166,7 @@ fn walk(dir: &Path, visited: &mut usize, out: &mut Vec<PathBuf>) -> Result<(), U
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may panic
     use super::*;
 
     /// A scratch directory, removed when dropped.
