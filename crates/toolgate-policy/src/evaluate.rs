@@ -235,7 +235,10 @@ impl Policy {
                 }
                 // Paths the words name: outside the project (`external_directory`),
                 // or files the user guards with read rules (`.env` asks by default).
-                checks.extend(self.shell_word_checks(&analysis.commands, &base));
+                // Globs are expanded on the disk only when no command of the script
+                // can change it first (`touch src/x.env.rs; cat src/*.rs`).
+                let disk_settled = analysis.is_read_only();
+                checks.extend(self.shell_word_checks(&analysis.commands, &base, disk_settled));
                 for command in analysis.commands {
                     let read_only = command.verdict.is_ok() && held.is_none();
                     let action = mode_answer(mode, spec.kind, read_only, false);
@@ -709,7 +712,12 @@ impl Policy {
     /// The checks for the paths the words of a script name: `external_directory`
     /// for those that may leave the project, `read` for those that may be files a
     /// read rule guards. See [`crate::shell_words`] for which words count.
-    fn shell_word_checks(&self, commands: &[SimpleCommand], base: &Path) -> Vec<Check> {
+    fn shell_word_checks(
+        &self,
+        commands: &[SimpleCommand],
+        base: &Path,
+        disk_settled: bool,
+    ) -> Vec<Check> {
         // Each view is a run of one command's words and whether they are
         // exact (a command known by its text only has its words guessed).
         let mut owned: Vec<Vec<Word<'_>>> = Vec::new();
@@ -876,7 +884,9 @@ impl Policy {
                         if !reads {
                             continue;
                         }
-                        for (path, glob) in self.expand_globs(rooted.absolute, arg.marks.glob) {
+                        for (path, glob) in
+                            self.expand_globs(rooted.absolute, arg.marks.glob, disk_settled)
+                        {
                             let rooted = RootedPath::new(path, &self.project_root);
                             if !glob
                                 && !guarded.contains(&rooted.subject)
@@ -915,10 +925,11 @@ impl Policy {
     /// files it matches on the disk (literal paths), or its own literal text
     /// when it matches none (the shell passes the word as written); when the
     /// oracle cannot tell, or without one, it stays a glob, judged by every
-    /// guarded file it could match.
-    fn expand_globs(&self, path: PathBuf, glob: bool) -> Vec<(PathBuf, bool)> {
+    /// guarded file it could match. Only when `disk_settled`: no command of
+    /// the script can create or rename a file before the glob is expanded.
+    fn expand_globs(&self, path: PathBuf, glob: bool, disk_settled: bool) -> Vec<(PathBuf, bool)> {
         let oracle = match &self.glob_oracle {
-            Some(oracle) if glob => oracle,
+            Some(oracle) if glob && disk_settled => oracle,
             _ => return vec![(path, glob)],
         };
         if !crate::has_glob_chars(&path.to_string_lossy()) {

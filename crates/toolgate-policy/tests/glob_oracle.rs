@@ -115,6 +115,10 @@ fn globs_judged_by_their_matches() {
     let with_secrets: &[&str] = &["src/a.rs", "secrets/key", "locked/k.rs"];
     let guarded = Some(json!({"permission": {"read": {"secrets/**": "deny"}}}));
     let none = policy(None, None);
+    let env_deny = policy(
+        Some(json!({"permission": {"read": {"*.env.*": "deny"}}})),
+        Some(plain),
+    );
     let disk = policy(None, Some(plain));
     let env_rs = policy(None, Some(with_env_rs));
     let empty = policy(None, Some(&[]));
@@ -137,7 +141,7 @@ fn globs_judged_by_their_matches() {
         (&disk, ReadOnly, "head -n 5 src/[ab].rs README.*", "allow"),
         (&disk, ReadOnly, "cat src/{a,b}.r?", "allow"),
         // A glob in a redirection: refused by the shell classifier.
-        (&disk, ReadOnly, "cat < src/*.rs", "deny"),
+        (&disk, ReadOnly, "cat < src/*.rs", "deny read:*.env.*"),
         (&disk, Ask, "wc -l src/*.rs", "allow"),
         // A real match that a rule guards gets the rule's answer.
         (&disk, ReadOnly, "cat .en?", "deny read:*.env"),
@@ -190,6 +194,28 @@ fn globs_judged_by_their_matches() {
         ),
         // Not a read (names only): the disk is not asked.
         (&disk, ReadOnly, "ls .env*", "allow"),
+        // A script that can change the disk before the glob is expanded:
+        // every guarded file the glob could match, as without an oracle.
+        (&env_deny, Auto, "wc -l src/*.rs", "allow"),
+        (
+            &env_deny,
+            Auto,
+            "touch src/y.rs; wc -l src/*.rs",
+            "deny read:*.env.*",
+        ),
+        (
+            &env_deny,
+            Auto,
+            "touch src/x.env.rs; wc -l src/*.rs",
+            "deny read:*.env.*",
+        ),
+        (
+            &env_deny,
+            Auto,
+            "cargo build && cat crates/*/Cargo.toml",
+            "deny read:*.env.*",
+        ),
+        (&env_deny, Auto, "cargo build && cat src/a.rs", "allow"),
         // Quoted: a file name, never expanded.
         (&disk, ReadOnly, "cat 'src/*.rs'", "allow"),
     ];
