@@ -938,17 +938,16 @@ impl Policy {
         }
         match oracle.expand(&path) {
             crate::GlobExpansion::Matches(matches) if matches.is_empty() => vec![(path, false)],
-            crate::GlobExpansion::Matches(matches) => {
-                let mut out: Vec<(PathBuf, bool)> = Vec::with_capacity(matches.len());
-                for found in matches {
-                    // The oracle's paths are judged lexically, like every word.
-                    let found = crate::normalize(&found.to_string_lossy(), &path, None);
-                    if !out.iter().any(|(seen, _)| *seen == found) {
-                        out.push((found, false));
-                    }
-                }
-                out
-            }
+            // The oracle's paths are judged lexically, like every word.
+            crate::GlobExpansion::Matches(matches) => matches
+                .into_iter()
+                .map(|found| {
+                    (
+                        crate::normalize(&found.to_string_lossy(), &path, None),
+                        false,
+                    )
+                })
+                .collect(),
             crate::GlobExpansion::Unknown => vec![(path, true)],
         }
     }

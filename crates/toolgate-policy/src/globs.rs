@@ -133,39 +133,72 @@ fn segment_tokens(segment: &str) -> Option<Vec<SegTok>> {
     Some(out)
 }
 
-fn tokens_match(tokens: &[SegTok], name: &[char]) -> bool {
-    // Positions in `tokens` reachable after each prefix of `name`.
-    let mut states = vec![false; tokens.len() + 1];
-    states[0] = true;
-    let close = |states: &mut Vec<bool>| {
-        for k in 0..tokens.len() {
-            if states[k] && tokens[k] == SegTok::Star {
-                states[k + 1] = true;
-            }
+/// One glob token matches one character, case either way (`nocaseglob`):
+/// a superset of both readings.
+fn token_matches(token: &SegTok, c: char) -> bool {
+    let same = |a: char, b: char| a == b || a.to_lowercase().eq(b.to_lowercase());
+    match token {
+        SegTok::Star | SegTok::One => true,
+        SegTok::Lit(l) => same(*l, c),
+        SegTok::Class {
+            chars,
+            negated,
+            any,
+        } => {
+            *any || (chars.contains(&c) != *negated)
+                || (chars.iter().any(|&k| same(k, c)) != *negated)
         }
-    };
-    close(&mut states);
-    for &c in name {
-        let mut next = vec![false; tokens.len() + 1];
-        for k in 0..tokens.len() {
-            if !states[k] {
-                continue;
-            }
-            match &tokens[k] {
-                SegTok::Star => next[k] = true,
-                SegTok::One => next[k + 1] = true,
-                SegTok::Lit(l) => next[k + 1] |= *l == c,
-                SegTok::Class {
-                    chars,
-                    negated,
-                    any,
-                } => next[k + 1] |= *any || chars.contains(&c) != *negated,
-            }
-        }
-        states = next;
-        close(&mut states);
     }
-    states[tokens.len()]
+}
+
+/// Glob matching with one backtracking point (the last `*`): every other
+/// token matches exactly one character, so this is exact and linear-ish,
+/// and it allocates nothing.
+fn tokens_match(tokens: &[SegTok], name: &[char]) -> bool {
+    let (mut t, mut n) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while n < name.len() {
+        match tokens.get(t) {
+            Some(SegTok::Star) => {
+                star = Some((t, n));
+                t += 1;
+            }
+            Some(token) if token_matches(token, name[n]) => {
+                t += 1;
+                n += 1;
+            }
+            _ => match star {
+                Some((st, sn)) => {
+                    t = st + 1;
+                    n = sn + 1;
+                    star = Some((st, sn + 1));
+                }
+                None => return false,
+            },
+        }
+    }
+    tokens[t..].iter().all(|token| *token == SegTok::Star)
+}
+
+/// One path segment of a glob, parsed once, matched against many names.
+#[derive(Debug, Clone)]
+pub struct SegmentPattern {
+    tokens: Vec<SegTok>,
+}
+
+impl SegmentPattern {
+    /// `None`: syntax not followed (an unterminated bracket).
+    pub fn new(segment: &str) -> Option<SegmentPattern> {
+        Some(SegmentPattern {
+            tokens: segment_tokens(segment)?,
+        })
+    }
+
+    /// Whether the file `name` could match; see [`segment_matches`].
+    pub fn matches(&self, name: &str) -> bool {
+        let chars: Vec<char> = name.chars().collect();
+        tokens_match(&self.tokens, &chars)
+    }
 }
 
 /// Whether a file `name` could match the glob `segment` (one path segment:
@@ -176,14 +209,7 @@ fn tokens_match(tokens: &[SegTok], name: &[char]) -> bool {
 /// the locale's collation). `None`: syntax not followed (an unterminated
 /// bracket).
 pub fn segment_matches(segment: &str, name: &str) -> Option<bool> {
-    let tokens = segment_tokens(segment)?;
-    let chars: Vec<char> = name.chars().collect();
-    if tokens_match(&tokens, &chars) {
-        return Some(true);
-    }
-    let lower = segment_tokens(&segment.to_lowercase())?;
-    let name: Vec<char> = name.to_lowercase().chars().collect();
-    Some(tokens_match(&lower, &name))
+    Some(SegmentPattern::new(segment)?.matches(name))
 }
 
 #[cfg(test)]
@@ -215,6 +241,15 @@ mod tests {
             ("a*b*c", "abxbyc", Some(true)),
             ("a*b*c", "acb", Some(false)),
             ("**", "anything", Some(true)),
+            ("*a", "aaa", Some(true)),
+            ("*?x", "ax", Some(true)),
+            ("*?x", "x", Some(false)),
+            ("a*", "a", Some(true)),
+            ("*.env.*", "x.env.rs", Some(true)),
+            ("*.env.*", "x.env", Some(false)),
+            ("[Ab]*", "ax", Some(true)),
+            ("", "", Some(true)),
+            ("", "a", Some(false)),
         ];
         for (segment, name, expected) in table {
             assert_eq!(

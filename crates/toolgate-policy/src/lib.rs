@@ -61,7 +61,9 @@ pub use config::{
     parse_override, PolicyFile, Sources, DEFAULT_ALWAYS_AVAILABLE, DEFAULT_ASK_TIMEOUT_SECONDS,
 };
 pub use error::PolicyError;
-pub use globs::{has_glob_chars, segment_matches, unsupported_glob, GlobExpansion, GlobOracle};
+pub use globs::{
+    has_glob_chars, segment_matches, unsupported_glob, GlobExpansion, GlobOracle, SegmentPattern,
+};
 pub use grants::{Grant, GrantPattern, GrantSpec, Grants};
 pub use mode::{mode_answer, Action, Kind, Mode, UnknownMode};
 pub use paths::{normalize, RootedPath};

@@ -36,7 +36,7 @@ use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
 use toolgate_policy::{
-    has_glob_chars, segment_matches, unsupported_glob, GlobExpansion, GlobOracle,
+    has_glob_chars, unsupported_glob, GlobExpansion, GlobOracle, SegmentPattern,
 };
 
 /// Expands globs on the real disk; see the module documentation.
@@ -94,11 +94,11 @@ fn expand(pattern: &Path) -> Result<Vec<PathBuf>, Unknown> {
                     next.push(dir.clone());
                     walk(&dir, &mut visited, &mut next)?;
                 } else {
-                    list(&dir, &mut visited, |path, name| {
-                        if segment_matches(segment, name).ok_or(Unknown)? {
-                            next.push(path);
+                    let pattern = SegmentPattern::new(segment).ok_or(Unknown)?;
+                    list(&dir, &mut visited, |name| {
+                        if pattern.matches(name) {
+                            next.push(dir.join(name));
                         }
-                        Ok(())
                     })?;
                 }
                 if next.len() > DiskGlobs::MAX_MATCHES {
@@ -108,8 +108,9 @@ fn expand(pattern: &Path) -> Result<Vec<PathBuf>, Unknown> {
         }
         current = next;
     }
-    current.sort();
-    current.dedup();
+    // By bytes: comparing paths by components is several times slower.
+    current.sort_unstable_by(|a, b| a.as_os_str().cmp(b.as_os_str()));
+    current.dedup_by(|a, b| a.as_os_str() == b.as_os_str());
     Ok(current)
 }
 
@@ -118,13 +119,9 @@ fn absent(err: &std::io::Error) -> bool {
     matches!(err.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory)
 }
 
-/// Calls `each` with every entry of `dir` (nothing when `dir` is absent or
-/// not a directory).
-fn list(
-    dir: &Path,
-    visited: &mut usize,
-    mut each: impl FnMut(PathBuf, &str) -> Result<(), Unknown>,
-) -> Result<(), Unknown> {
+/// Calls `each` with the name of every entry of `dir` (nothing when `dir` is
+/// absent or not a directory).
+fn list(dir: &Path, visited: &mut usize, mut each: impl FnMut(&str)) -> Result<(), Unknown> {
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(err) if absent(&err) => return Ok(()),
@@ -137,8 +134,7 @@ fn list(
             return Err(Unknown);
         }
         let name = entry.file_name();
-        let name = name.to_str().ok_or(Unknown)?;
-        each(dir.join(name), name)?;
+        each(name.to_str().ok_or(Unknown)?);
     }
     Ok(())
 }
@@ -147,10 +143,7 @@ fn list(
 /// the visit budget, which also ends symlink loops).
 fn walk(dir: &Path, visited: &mut usize, out: &mut Vec<PathBuf>) -> Result<(), Unknown> {
     let mut below = Vec::new();
-    list(dir, visited, |path, _| {
-        below.push(path);
-        Ok(())
-    })?;
+    list(dir, visited, |name| below.push(dir.join(name)))?;
     for path in below {
         let is_dir = std::fs::metadata(&path).is_ok_and(|meta| meta.is_dir());
         out.push(path.clone());
@@ -223,7 +216,7 @@ mod tests {
         let expected = match expected {
             Some(names) => {
                 let mut paths: Vec<PathBuf> = names.iter().map(|n| root.join(n)).collect();
-                paths.sort();
+                paths.sort_by(|a, b| a.as_os_str().cmp(b.as_os_str()));
                 GlobExpansion::Matches(paths)
             }
             None => GlobExpansion::Unknown,
