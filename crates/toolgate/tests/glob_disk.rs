@@ -46,7 +46,13 @@ fn decisions(root: &std::path::Path, mode: &str, calls: &[(&str, &str)]) -> Vec<
 #[test]
 fn globs_are_judged_by_their_matches_on_the_disk() {
     let root = support::project_dir("glob-disk");
-    for file in ["src/a.rs", "src/b.rs", ".env", "crates/one/Cargo.toml"] {
+    for file in [
+        "src/a.rs",
+        "src/b.rs",
+        ".env",
+        "crates/one/Cargo.toml",
+        "sub/.env",
+    ] {
         let path = root.join(file);
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(path, "x\n").unwrap();
