@@ -333,6 +333,8 @@ impl Policy {
                 fetch_permissions,
                 read_guards,
                 shell_cache: crate::ShellCache::default(),
+                // Set by the binary, which can look at the disk.
+                glob_oracle: None,
                 default_mode: mode,
                 project_root: sources.project_root,
                 home: sources.home,

@@ -235,7 +235,10 @@ impl Policy {
                 }
                 // Paths the words name: outside the project (`external_directory`),
                 // or files the user guards with read rules (`.env` asks by default).
-                checks.extend(self.shell_word_checks(&analysis.commands, &base));
+                // Globs are expanded on the disk only when no command of the script
+                // can change it first (`touch src/x.env.rs; cat src/*.rs`).
+                let disk_settled = analysis.is_read_only();
+                checks.extend(self.shell_word_checks(&analysis.commands, &base, disk_settled));
                 for command in analysis.commands {
                     let read_only = command.verdict.is_ok() && held.is_none();
                     let action = mode_answer(mode, spec.kind, read_only, false);
@@ -741,7 +744,12 @@ impl Policy {
     /// The checks for the paths the words of a script name: `external_directory`
     /// for those that may leave the project, `read` for those that may be files a
     /// read rule guards. See [`crate::shell_words`] for which words count.
-    fn shell_word_checks(&self, commands: &[SimpleCommand], base: &Path) -> Vec<Check> {
+    fn shell_word_checks(
+        &self,
+        commands: &[SimpleCommand],
+        base: &Path,
+        disk_settled: bool,
+    ) -> Vec<Check> {
         // Each view is a run of one command's words and whether they are
         // exact (a command known by its text only has its words guessed).
         let mut owned: Vec<Vec<Word<'_>>> = Vec::new();
@@ -892,6 +900,10 @@ impl Policy {
                 }
                 Place::Paths(paths) => {
                     for path in paths {
+                        // Outside the project or not is a matter of the word's
+                        // fixed head: a glob's matches only replace its glob
+                        // segments by names (never `.` or `..`), so the glob
+                        // itself is judged, one question however many it matches.
                         let rooted = RootedPath::new(path, &self.project_root);
                         if arg.external
                             && rooted.external
@@ -904,35 +916,72 @@ impl Policy {
                         if !reads {
                             continue;
                         }
-                        if !arg.marks.glob
-                            && !guarded.contains(&rooted.subject)
-                            && self
-                                .read_guards
-                                .iter()
-                                .any(|guard| guard.matches(&rooted.subject))
-                            && self.read_guard(&rooted.subject).is_some()
+                        for (path, glob) in
+                            self.expand_globs(rooted.absolute, arg.marks.glob, disk_settled)
                         {
-                            guarded.push(rooted.subject.clone());
-                            checks.push(read_argument_check(rooted.subject.clone()));
-                        }
-                        // A glob, or a directory read recursively, may reach more.
-                        if !(arg.marks.glob || arg.role == Role::Tree && anchored_guard)
-                            || reached_seen.contains(&rooted.subject)
-                        {
-                            continue;
-                        }
-                        let guards = guards.get_or_insert_with(|| self.guards());
-                        if let Some((guard, reach)) =
-                            reached(guards, &rooted.absolute, arg.marks.glob, arg.role)
-                        {
-                            reached_seen.push(rooted.subject.clone());
-                            checks.push(reached_check(rooted.subject, guard.rule, reach));
+                            let rooted = RootedPath::new(path, &self.project_root);
+                            if !glob
+                                && !guarded.contains(&rooted.subject)
+                                && self
+                                    .read_guards
+                                    .iter()
+                                    .any(|guard| guard.matches(&rooted.subject))
+                                && self.read_guard(&rooted.subject).is_some()
+                            {
+                                guarded.push(rooted.subject.clone());
+                                checks.push(read_argument_check(rooted.subject.clone()));
+                            }
+                            // A glob, or a directory read recursively, may reach more.
+                            if !(glob || arg.role == Role::Tree && anchored_guard)
+                                || reached_seen.contains(&rooted.subject)
+                            {
+                                continue;
+                            }
+                            let guards = guards.get_or_insert_with(|| self.guards());
+                            if let Some((guard, reach)) =
+                                reached(guards, &rooted.absolute, glob, arg.role)
+                            {
+                                reached_seen.push(rooted.subject.clone());
+                                checks.push(reached_check(rooted.subject, guard.rule, reach));
+                            }
                         }
                     }
                 }
             }
         }
         checks
+    }
+
+    /// The paths a word's readings name, each with whether it is still a
+    /// glob: with a [`crate::GlobOracle`], a glob reading becomes the real
+    /// files it matches on the disk (literal paths), or its own literal text
+    /// when it matches none (the shell passes the word as written); when the
+    /// oracle cannot tell, or without one, it stays a glob, judged by every
+    /// guarded file it could match. Only when `disk_settled`: no command of
+    /// the script can create or rename a file before the glob is expanded.
+    fn expand_globs(&self, path: PathBuf, glob: bool, disk_settled: bool) -> Vec<(PathBuf, bool)> {
+        let oracle = match &self.glob_oracle {
+            Some(oracle) if glob && disk_settled => oracle,
+            _ => return vec![(path, glob)],
+        };
+        if !crate::has_glob_chars(&path.to_string_lossy()) {
+            // A reading whose only glob was a `.*` taken as `.` or `..`.
+            return vec![(path, false)];
+        }
+        match oracle.expand(&path) {
+            crate::GlobExpansion::Matches(matches) if matches.is_empty() => vec![(path, false)],
+            // The oracle's paths are judged lexically, like every word.
+            crate::GlobExpansion::Matches(matches) => matches
+                .into_iter()
+                .map(|found| {
+                    (
+                        crate::normalize(&found.to_string_lossy(), &path, None),
+                        false,
+                    )
+                })
+                .collect(),
+            crate::GlobExpansion::Unknown => vec![(path, true)],
+        }
     }
 
     fn guards(&self) -> Vec<Guard<'_>> {

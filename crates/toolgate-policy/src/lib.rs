@@ -41,6 +41,7 @@ pub mod batch;
 mod config;
 mod error;
 mod evaluate;
+mod globs;
 mod grants;
 mod mode;
 mod paths;
@@ -60,6 +61,9 @@ pub use config::{
     parse_override, PolicyFile, Sources, DEFAULT_ALWAYS_AVAILABLE, DEFAULT_ASK_TIMEOUT_SECONDS,
 };
 pub use error::PolicyError;
+pub use globs::{
+    has_glob_chars, segment_matches, unsupported_glob, GlobExpansion, GlobOracle, SegmentPattern,
+};
 pub use grants::{Grant, GrantPattern, GrantSpec, Grants};
 pub use mode::{mode_answer, Action, Kind, Mode, UnknownMode};
 pub use paths::{normalize, RootedPath};
@@ -103,6 +107,11 @@ pub struct Policy {
     /// words of shell commands that match one are checked against the read
     /// rules too.
     pub read_guards: Vec<Wildcard>,
+    /// Expands shell globs on the disk (set by the binary; `None` in the pure
+    /// default and tests): a glob word is then judged by its real matches, or
+    /// as its literal text when it matches nothing, instead of by every guarded
+    /// file it could match.
+    pub glob_oracle: Option<std::sync::Arc<dyn GlobOracle>>,
 }
 
 /// A bounded memo of shell analyses: agents run the same few commands again

@@ -44,6 +44,18 @@
 //!   that matches at any depth (`*.env`, `**/keys/*`) is not reached through
 //!   directories (every word could be a directory above such a file). A word that may be
 //!   anywhere meets the strictest such rule.
+//! * **Globs on the disk.** With a [`crate::GlobOracle`] (the binary installs
+//!   one that reads the disk), each glob reading of a word that is read is
+//!   first expanded as the shell would (over-approximating `dotglob`,
+//!   `globstar` and `nocaseglob`): its matches are judged as the literal paths
+//!   they are, and a glob that matches nothing as its own literal text (the
+//!   shell passes it unchanged: `cat src/x.env.*` meets `*.env.*` either way).
+//!   Only when the oracle cannot tell (unreadable directory, too many entries,
+//!   quotes or extglob in the word) or there is none does the glob-vs-glob
+//!   test above decide. Whether the word leaves the project is judged on the
+//!   glob itself (its matches share its fixed head), one question however
+//!   many files it matches. Words that are only names (`ls`, `stat`) never
+//!   make the disk be read.
 
 use std::path::{Path, PathBuf};
 

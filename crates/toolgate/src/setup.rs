@@ -95,5 +95,7 @@ pub fn load(settings: &Settings) -> Result<(Policy, Vec<String>), PolicyError> {
     })?;
     // Shell analysis asks the disk which repository a git command would use.
     policy.shell.repo_oracle = Some(Arc::new(DiskRepos::new(policy.project_root.clone())));
+    // Shell globs are judged by what they match on the disk.
+    policy.glob_oracle = Some(Arc::new(crate::globs::DiskGlobs));
     Ok((policy, warnings))
 }

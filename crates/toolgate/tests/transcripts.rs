@@ -9,6 +9,8 @@
 //!   and empty at the start, a sibling of the project directory) and `$ROOT`
 //!   for the project root;
 //! - `# policy: {...}`: written to `toolgate.json` in the project root;
+//! - `# file: PATH`: an empty file (and its directories) in the project root,
+//!   for what the broker finds on the disk (globs are expanded there);
 //! - `# env: NAME=VALUE`: an environment variable;
 //! - `# exit: 2`: the exit code every run must end with (default 0);
 //! - `# stderr: text`: a piece of stderr (of any run; `$ROOT`, `$STATE` substituted);
@@ -173,6 +175,10 @@ fn run_input(name: &str, input: &str) -> (String, Vec<String>) {
             args.extend(words.iter().map(|word| paths(word)));
         } else if let Some(rest) = line.strip_prefix("# policy:") {
             std::fs::write(root.join("toolgate.json"), rest.trim()).unwrap();
+        } else if let Some(rest) = line.strip_prefix("# file:") {
+            let path = root.join(rest.trim());
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, "").unwrap();
         } else if let Some(rest) = line.strip_prefix("# env:") {
             let (key, value) = rest.trim().split_once('=').expect("NAME=VALUE");
             env.push((key.to_string(), value.to_string()));

@@ -1,0 +1,335 @@
+//! Shell globs expanded on the disk, for the policy's
+//! [`toolgate_policy::GlobOracle`]: a word like `src/*.rs` is judged by the
+//! files it really matches (`src/a.rs`, `src/b.rs`) instead of by every
+//! guarded file it could match (`src/x.env.rs` under the built-in
+//! `*.env.*` guard).
+//!
+//! [`DiskGlobs`] expands the way bash and dash do when the command runs, made
+//! larger wherever the user's shell options could make the shell find more:
+//!
+//! - each segment with `*`, `?` or `[...]` (`[!...]`, `[^...]`) is matched
+//!   against the names in its directory; a literal segment is joined as is,
+//!   and a match's last segment, when literal, must exist (`lstat`);
+//! - a leading dot is matched like any other character (`shopt -s dotglob`
+//!   may be set in a `.bashrc` a login shell reads), case either way
+//!   (`nocaseglob`), a bracket with a range or a class as any character;
+//! - a segment that is exactly `**` matches any number of directories
+//!   (`globstar`) as well as one name;
+//! - `.` and `..` are never listed: the policy adds them for segments such as
+//!   `.*` itself (old bash, dash).
+//!
+//! The answer is [`GlobExpansion::Unknown`] (the policy then keeps its
+//! glob-vs-glob over-approximation) when a directory cannot be read for any
+//! reason but its absence, a name is not UTF-8, more than
+//! [`DiskGlobs::MAX_VISITED`] entries would be visited or
+//! [`DiskGlobs::MAX_MATCHES`] paths matched, or the pattern holds syntax this
+//! does not follow (quotes, backslashes, extglob groups, an unterminated
+//! bracket).
+//!
+//! The disk is read when the call is judged. In plan mode nothing can create
+//! a file between the decision and the run; in other modes a file created in
+//! between (by another process) is not seen, as with the repository probe.
+//! Symlinks are followed like the shell follows them; matches are judged by
+//! their lexical path, like every other word.
+
+use std::io::ErrorKind;
+use std::path::{Path, PathBuf};
+
+use toolgate_policy::{
+    has_glob_chars, unsupported_glob, GlobExpansion, GlobOracle, SegmentPattern,
+};
+
+/// Expands globs on the real disk; see the module documentation.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct DiskGlobs;
+
+impl DiskGlobs {
+    /// The most directory entries one expansion reads.
+    pub const MAX_VISITED: usize = 10_000;
+    /// The most paths one expansion returns.
+    pub const MAX_MATCHES: usize = 1_000;
+}
+
+/// Too much, or not readable: the policy keeps its over-approximation.
+struct Unknown;
+
+impl GlobOracle for DiskGlobs {
+    fn expand(&self, pattern: &Path) -> GlobExpansion {
+        match expand(pattern) {
+            Ok(matches) => GlobExpansion::Matches(matches),
+            Err(Unknown) => GlobExpansion::Unknown,
+        }
+    }
+}
+
+fn expand(pattern: &Path) -> Result<Vec<PathBuf>, Unknown> {
+    let text = pattern.to_str().ok_or(Unknown)?;
+    if !text.starts_with('/') || unsupported_glob(text) {
+        return Err(Unknown);
+    }
+    let segments: Vec<&str> = text.split('/').filter(|s| !s.is_empty()).collect();
+    let mut visited = 0usize;
+    let mut current = vec![PathBuf::from("/")];
+    for (index, segment) in segments.iter().enumerate() {
+        let last = index + 1 == segments.len();
+        let mut next = Vec::new();
+        if !has_glob_chars(segment) {
+            for dir in current {
+                let path = dir.join(segment);
+                if last {
+                    match std::fs::symlink_metadata(&path) {
+                        Ok(_) => next.push(path),
+                        Err(err) if absent(&err) => {}
+                        Err(_) => return Err(Unknown),
+                    }
+                } else {
+                    next.push(path);
+                }
+            }
+        } else {
+            let recursive = *segment == "**";
+            for dir in current {
+                if recursive {
+                    // `globstar`: this directory and every name below it.
+                    next.push(dir.clone());
+                    walk(&dir, &mut visited, &mut next)?;
+                } else {
+                    let pattern = SegmentPattern::new(segment).ok_or(Unknown)?;
+                    list(&dir, &mut visited, |name| {
+                        if pattern.matches(name) {
+                            next.push(dir.join(name));
+                        }
+                    })?;
+                }
+                if next.len() > DiskGlobs::MAX_MATCHES {
+                    return Err(Unknown);
+                }
+            }
+        }
+        current = next;
+    }
+    // By bytes: comparing paths by components is several times slower.
+    current.sort_unstable_by(|a, b| a.as_os_str().cmp(b.as_os_str()));
+    current.dedup_by(|a, b| a.as_os_str() == b.as_os_str());
+    Ok(current)
+}
+
+/// Absent: the shell finds nothing there.
+fn absent(err: &std::io::Error) -> bool {
+    matches!(err.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory)
+}
+
+/// Calls `each` with the name of every entry of `dir` (nothing when `dir` is
+/// absent or not a directory).
+fn list(dir: &Path, visited: &mut usize, mut each: impl FnMut(&str)) -> Result<(), Unknown> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(err) if absent(&err) => return Ok(()),
+        Err(_) => return Err(Unknown),
+    };
+    for entry in entries {
+        let entry = entry.map_err(|_| Unknown)?;
+        *visited += 1;
+        if *visited > DiskGlobs::MAX_VISITED {
+            return Err(Unknown);
+        }
+        let name = entry.file_name();
+        each(name.to_str().ok_or(Unknown)?);
+    }
+    Ok(())
+}
+
+/// Every path below `dir` (directories followed through symlinks, bounded by
+/// the visit budget, which also ends symlink loops).
+fn walk(dir: &Path, visited: &mut usize, out: &mut Vec<PathBuf>) -> Result<(), Unknown> {
+    let mut below = Vec::new();
+    list(dir, visited, |name| below.push(dir.join(name)))?;
+    for path in below {
+        let is_dir = std::fs::metadata(&path).is_ok_and(|meta| meta.is_dir());
+        out.push(path.clone());
+        if out.len() > DiskGlobs::MAX_MATCHES {
+            return Err(Unknown);
+        }
+        if is_dir {
+            walk(&path, visited, out)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may panic
+    use super::*;
+
+    /// A scratch directory, removed when dropped.
+    struct Scratch(PathBuf);
+
+    impl Scratch {
+        fn new(name: &str) -> Scratch {
+            let dir =
+                std::env::temp_dir().join(format!("toolgate-globs-{}-{name}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            Scratch(dir)
+        }
+
+        fn path(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn tree(name: &str) -> Scratch {
+        let dir = Scratch::new(name);
+        let root = dir.path();
+        for file in [
+            "src/a.rs",
+            "src/b.rs",
+            "src/x.env.rs",
+            "src/sub/c.rs",
+            "src/sub/deep/d.rs",
+            ".env",
+            ".envrc",
+            "README.md",
+            "crates/one/Cargo.toml",
+            "crates/two/Cargo.toml",
+            "crates/three/src/lib.rs",
+            "lit*eral",
+        ] {
+            let path = root.join(file);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, "x").unwrap();
+        }
+        std::fs::create_dir_all(root.join(".hidden")).unwrap();
+        std::fs::write(root.join(".hidden/k.rs"), "x").unwrap();
+        dir
+    }
+
+    fn check(root: &Path, pattern: &str, expected: Option<&[&str]>) {
+        let got = DiskGlobs.expand(&root.join(pattern));
+        let expected = match expected {
+            Some(names) => {
+                let mut paths: Vec<PathBuf> = names.iter().map(|n| root.join(n)).collect();
+                paths.sort_by(|a, b| a.as_os_str().cmp(b.as_os_str()));
+                GlobExpansion::Matches(paths)
+            }
+            None => GlobExpansion::Unknown,
+        };
+        assert_eq!(got, expected, "{pattern}");
+    }
+
+    #[test]
+    fn expansions() {
+        let dir = tree("expansions");
+        let root = dir.path();
+        let table: &[(&str, Option<&[&str]>)] = &[
+            ("src/*.rs", Some(&["src/a.rs", "src/b.rs", "src/x.env.rs"])),
+            ("src/[ab].rs", Some(&["src/a.rs", "src/b.rs"])),
+            ("src/[!ab].rs", Some(&[])),
+            ("src/[^a].rs", Some(&["src/b.rs"])),
+            ("src/?.rs", Some(&["src/a.rs", "src/b.rs"])),
+            (
+                "crates/*/Cargo.toml",
+                Some(&["crates/one/Cargo.toml", "crates/two/Cargo.toml"]),
+            ),
+            // dotglob is over-approximated: `*` and `?` also reach dotfiles.
+            (".en?", Some(&[".env"])),
+            (".env*", Some(&[".env", ".envrc"])),
+            ("*env", Some(&[".env"])),
+            ("*/k.rs", Some(&[".hidden/k.rs"])),
+            // nocaseglob is over-approximated.
+            ("READ*.MD", Some(&["README.md"])),
+            // globstar is over-approximated: `**` also descends.
+            (
+                "src/**/*.rs",
+                Some(&[
+                    "src/a.rs",
+                    "src/b.rs",
+                    "src/x.env.rs",
+                    "src/sub/c.rs",
+                    "src/sub/deep/d.rs",
+                ]),
+            ),
+            (
+                "src/sub/**",
+                Some(&[
+                    "src/sub",
+                    "src/sub/c.rs",
+                    "src/sub/deep",
+                    "src/sub/deep/d.rs",
+                ]),
+            ),
+            // Nothing matches: the shell passes the word as written.
+            ("src/*.py", Some(&[])),
+            ("missing/*.rs", Some(&[])),
+            ("src/a.rs/*", Some(&[])),
+            ("lit[*]eral", Some(&["lit*eral"])),
+            // Syntax not followed: unknown.
+            ("src/[ab.rs", None),
+            ("src/@(a).rs", None),
+            ("src/\\*.rs", None),
+            ("'src'/*.rs", None),
+        ];
+        for (pattern, expected) in table {
+            check(root, pattern, *expected);
+        }
+    }
+
+    #[test]
+    fn unreadable_directory_is_unknown() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tree("unreadable");
+        let locked = dir.path().join("locked");
+        std::fs::create_dir(&locked).unwrap();
+        std::fs::write(locked.join("k.rs"), "x").unwrap();
+        std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o000)).unwrap();
+        // root reads every directory anyway: nothing to check then.
+        let readable = std::fs::read_dir(&locked).is_ok();
+        if !readable {
+            check(dir.path(), "locked/*.rs", None);
+            check(dir.path(), "*/*.rs", None);
+        }
+        std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o755)).unwrap();
+        check(dir.path(), "locked/*.rs", Some(&["locked/k.rs"]));
+        // Unreadable even for root: a symlink to itself (ELOOP).
+        std::os::unix::fs::symlink("selfloop", dir.path().join("selfloop")).unwrap();
+        check(dir.path(), "selfloop/*.rs", None);
+        check(dir.path(), "*/*.rs", None);
+        check(dir.path(), "selfloop/k.rs/*", None);
+    }
+
+    #[test]
+    fn too_many_entries_is_unknown() {
+        let dir = Scratch::new("many");
+        let many = dir.path().join("many");
+        std::fs::create_dir(&many).unwrap();
+        for i in 0..=DiskGlobs::MAX_VISITED {
+            std::fs::write(many.join(format!("f{i}")), "").unwrap();
+        }
+        check(dir.path(), "many/*.rs", None);
+        // A literal path into it lists nothing.
+        check(dir.path(), "many/f7", Some(&["many/f7"]));
+        // Too many matches, under the visit budget.
+        let some = dir.path().join("some");
+        std::fs::create_dir(&some).unwrap();
+        for i in 0..=DiskGlobs::MAX_MATCHES {
+            std::fs::write(some.join(format!("f{i}")), "").unwrap();
+        }
+        check(dir.path(), "some/f*", None);
+        check(dir.path(), "some/f1000?", Some(&[]));
+    }
+
+    #[test]
+    fn symlink_loops_end() {
+        let dir = Scratch::new("loop");
+        std::fs::create_dir(dir.path().join("d")).unwrap();
+        std::os::unix::fs::symlink("..", dir.path().join("d/up")).unwrap();
+        check(dir.path(), "d/**/x", None);
+    }
+}
