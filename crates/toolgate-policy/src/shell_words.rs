@@ -156,12 +156,14 @@ pub(crate) fn arguments<'a>(words: &[Word<'a>], out: &mut Vec<Arg<'a>>) {
             return;
         }
     };
-    if name == "xargs" {
-        // The command it runs gets paths from its input, found like `find . -exec`
-        // finds them: read as a tree from here.
+    if name == "xargs" || reads_here_recursively(name, args) {
+        // `xargs`: the command it runs gets paths from its input, found like
+        // `find . -exec` finds them. `git grep`: searches the working tree
+        // from here. Either way, read as a tree from here.
         out.push(Arg::new(".", Marks::default(), Role::Tree));
     }
     if let Some(model) = model_of(name) {
+        let before = out.len();
         match model.kind {
             Model::Data => {}
             Model::Plain(role) => plain(args, model, role, out),
@@ -171,9 +173,47 @@ pub(crate) fn arguments<'a>(words: &[Word<'a>], out: &mut Vec<Arg<'a>>) {
             Model::Jq => jq(args, out),
             Model::Find => find(args, out),
         }
+        if matches!(
+            model.kind,
+            Model::Grep | Model::Ripgrep | Model::Sed | Model::Jq
+        ) {
+            shifted_data(args, before, out);
+        }
         return;
     }
     generic(args, Role::Tree, out);
+}
+
+/// A word the shell may turn into several words (an unquoted glob or
+/// expansion) in a place the program reads as data (grep's pattern, sed's
+/// script, jq's filter) can push file names into the places after it
+/// (`grep -i .env*` searches `.env.production` for `.env`): such a word is
+/// also a file or directory that may be read.
+fn shifted_data<'a>(args: &[Word<'a>], before: usize, out: &mut Vec<Arg<'a>>) {
+    for word in args {
+        if !(word.marks.glob || word.marks.expansion) {
+            continue;
+        }
+        let seen = out[before..]
+            .iter()
+            .any(|arg| std::ptr::eq(arg.text.as_ptr(), word.text.as_ptr()));
+        if !seen {
+            // A shifted word may land where the program reads a tree (rg's
+            // paths, `grep -r`): read it as one.
+            out.push(Arg::new(word.text, word.marks, Role::Tree));
+        }
+    }
+}
+
+/// Programs that read the working directory recursively without naming it:
+/// `git grep` (the work tree; `grep` anywhere among git's words, so
+/// `git -C dir grep` too), `ag` and `ack`.
+fn reads_here_recursively(name: &str, args: &[Word<'_>]) -> bool {
+    match name {
+        "git" => args.iter().any(|w| w.text == "grep"),
+        "ag" | "ack" => true,
+        _ => false,
+    }
 }
 
 /// The path arguments of a command whose words are guessed from its text:
@@ -184,6 +224,14 @@ pub(crate) fn unmodelled<'a>(words: &[Word<'a>], out: &mut Vec<Arg<'a>>) {
     };
     if program_name(program.text).is_none() || program.marks != Marks::default() {
         out.push(Arg::new(program.text, program.marks, Role::Name));
+    }
+    // Searches that read the working directory when given no path (`rg x`).
+    let searches_here = program_name(program.text).is_some_and(|name| {
+        matches!(name, "rg" | "grep" | "egrep" | "fgrep" | "ag" | "ack")
+            || reads_here_recursively(name, args)
+    });
+    if searches_here {
+        out.push(Arg::new(".", Marks::default(), Role::Tree));
     }
     generic(args, Role::Tree, out);
 }
@@ -1031,7 +1079,8 @@ fn sed<'a>(args: &[Word<'a>], out: &mut Vec<Arg<'a>>) {
 
 /// The files a sed script may name: after every `r R w W e` letter, the rest
 /// of its line (whole, and word by word). Over-approximate: `s/error/x/` gives
-/// `ror/x/` too, which names nothing a rule guards.
+/// `ror/x/` too, which names nothing a rule guards. The parts are marked as the
+/// script word is: sed expands nothing, so `$` in `/^$/p` is no expansion.
 fn sed_script_files<'a>(script: Word<'a>, out: &mut Vec<Arg<'a>>) {
     for line in script.text.split('\n') {
         for (at, c) in line.char_indices() {
@@ -1042,12 +1091,14 @@ fn sed_script_files<'a>(script: Word<'a>, out: &mut Vec<Arg<'a>>) {
             if rest.is_empty() {
                 continue;
             }
-            out.push(Arg::new(rest, Marks::guessed(rest), Role::File));
+            // The script is one word the shell already expanded: its parts
+            // carry what the whole word carried (`/^$/` is no expansion).
+            out.push(Arg::new(rest, script.marks.part(rest), Role::File));
             for part in rest
                 .split_whitespace()
                 .filter(|part| part.len() < rest.len())
             {
-                out.push(Arg::new(part, Marks::guessed(part), Role::File));
+                out.push(Arg::new(part, script.marks.part(part), Role::File));
             }
         }
     }
@@ -1866,7 +1917,13 @@ mod tests {
             ("rg /x", &[(".", Tree)]),
             ("rg --files /etc", &[("/etc", Tree)]),
             ("rg -g*.rs TODO", &[(".", Tree)]),
-            ("rg --glob /x/** TODO src", &[("src", Tree)]),
+            // Quoted, a --glob value is data; unquoted, the shell expands it
+            // first and its words may shift into rg's paths.
+            ("rg --glob '/x/**' TODO src", &[("src", Tree)]),
+            (
+                "rg --glob /x/** TODO src",
+                &[("src", Tree), ("/x/**", Tree)],
+            ),
             ("rg -f /etc/pats src", &[("/etc/pats", File), ("src", Tree)]),
             // An option rg is not known to take: every word may be a path.
             ("rg --unknown /x src", &[("/x", Tree), ("src", Tree)]),

@@ -77,6 +77,31 @@ fn shell_words_as_paths() {
         json!({"permission": {"read": {"vault": "ask", "vault/**": "deny"}}}),
     ));
     let cases: &[(&Policy, Mode, &str, &str)] = &[
+        // A glob or expansion where grep, sed or jq read data can become
+        // several words, pushing file names into file places.
+        (&guarded, ReadOnly, "grep -i .env*", "deny read:*.env"),
+        (&guarded, Auto, "grep -i .env* src/a.rs", "deny read:*.env"),
+        (&guarded, Auto, "rg -e secret? src", "deny read:secrets/**"),
+        (&guarded, Auto, "jq . secrets/*", "deny read:secrets/**"),
+        (&guarded, Plan, "grep -i '.env*' src/a.rs", "allow"),
+        // `git grep` and searches without a path read the working tree.
+        (&guarded, Auto, "git grep -n TODO", "deny read:secrets/**"),
+        (&guarded, Auto, "git -C src grep x", "deny read:secrets/**"),
+        (&guarded, Auto, "bash -c 'rg x'", "deny read:secrets/**"),
+        (
+            &guarded,
+            Auto,
+            "bash -c 'git grep -e x'",
+            "deny read:secrets/**",
+        ),
+        (&guarded, Auto, "git log -3", "allow"),
+        // A sed script is one word: `$` in `/^$/` is not an expansion.
+        (
+            &default,
+            Plan,
+            "sed -n '/^\\[package\\]/,/^$/p' Cargo.toml",
+            "allow",
+        ),
         // A pattern that matches at any depth is not reached through
         // directories (or `git log --oneline` would be a directory above one);
         // globs and files still reach it.
@@ -304,18 +329,8 @@ fn shell_words_as_paths() {
             "grep -f~root/x y",
             "ask external_directory [\"~root/x\"]",
         ),
-        (
-            &default,
-            Plan,
-            "cat <~root/x",
-            "ask external_directory [\"~root/x\"]",
-        ),
-        (
-            &default,
-            Plan,
-            "cat f <~sys/tcp/127.0.0.1/9",
-            "ask external_directory [\"~sys/tcp/127.0.0.1/9\"]",
-        ),
+        (&default, Plan, "cat <~root/x", "deny"),
+        (&default, Plan, "cat f <~sys/tcp/127.0.0.1/9", "deny"),
         (
             &default,
             Plan,
