@@ -328,10 +328,11 @@ impl World {
 
     /// Refresh the project's index and take the snapshot. A copied file has a new
     /// inode and ctime, so the index is refreshed here (otherwise the next `git
-    /// status` would rewrite it).
+    /// status` would rewrite it). The harness's own git never looks into
+    /// submodules: with `ORACLE_GITLINKS=1` that would run their planted hooks.
     fn settle(&mut self) {
         let out = Command::new("git")
-            .args(["status", "--porcelain"])
+            .args(["status", "--porcelain", "--ignore-submodules=all"])
             .current_dir(&self.proj)
             .env_clear()
             .env("PATH", "/usr/local/bin:/usr/bin:/bin")
