@@ -1614,10 +1614,25 @@ pub fn run_allowed(world: &mut World, allowed: &[Candidate], tally: &mut Tally) 
     }
 }
 
-/// A work directory for one test under cargo's target tmp (not /tmp: that is
-/// replaced by an empty tmpfs inside the sandbox).
+/// A work directory for one test under cargo's target tmp, unless that lies
+/// under `/tmp`, `/var/tmp` or `/dev/shm` (a checkout in /tmp): those are
+/// replaced by empty tmpfs mounts inside the sandbox, so the work directory
+/// goes under `$HOME/.cache/toolgate-oracle` then.
 pub fn work_dir(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("oracle-{}-{name}", std::process::id()))
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let resolved = std::fs::canonicalize(target).unwrap_or_else(|_| target.to_path_buf());
+    let scratch = ["/tmp", "/var/tmp", "/dev/shm"]
+        .iter()
+        .any(|d| resolved.starts_with(d));
+    let base = match std::env::var_os("HOME") {
+        Some(home) if scratch => {
+            let base = Path::new(&home).join(".cache").join("toolgate-oracle");
+            std::fs::create_dir_all(&base).unwrap();
+            base
+        }
+        _ => target.to_path_buf(),
+    };
+    base.join(format!("oracle-{}-{name}", std::process::id()))
 }
 
 /// Print once which sandbox is used.
