@@ -1628,6 +1628,18 @@ pub fn work_dir(name: &str) -> PathBuf {
         Some(home) if scratch => {
             let base = Path::new(&home).join(".cache").join("toolgate-oracle");
             std::fs::create_dir_all(&base).unwrap();
+            // Work directories are kept after a run for inspection; outside
+            // the target directory, those of runs that have ended are removed.
+            for entry in std::fs::read_dir(&base).into_iter().flatten().flatten() {
+                let file_name = entry.file_name();
+                let name = file_name.to_string_lossy();
+                let pid = name
+                    .strip_prefix("oracle-")
+                    .and_then(|rest| rest.split('-').next());
+                if pid.is_some_and(|pid| !Path::new("/proc").join(pid).exists()) {
+                    let _ = std::fs::remove_dir_all(entry.path());
+                }
+            }
             base
         }
         _ => target.to_path_buf(),
