@@ -62,7 +62,8 @@ use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use toolgate_shell::{RepoFact, RepoOracle, RepoQuery};
 
@@ -74,6 +75,25 @@ pub struct DiskRepos {
     /// identity, so that an unchanged index costs one `stat`. Shared by
     /// clones; the broker asks from several threads.
     indexes: Arc<Mutex<HashMap<PathBuf, (IndexKey, Gitlinks)>>>,
+    /// With [`DiskRepos::per_batch`]: the answers given while the current
+    /// batch of input lines is decided (see [`next_batch`]).
+    answers: Option<Arc<Mutex<Answers>>>,
+}
+
+/// Answers remembered for one batch: the batch number and the answers.
+type Answers = (u64, HashMap<(PathBuf, Vec<String>), RepoFact>);
+
+/// The batch of input lines being decided, counted by the transport.
+static BATCH: AtomicU64 = AtomicU64::new(0);
+
+/// A new batch of input lines is about to be decided: answers remembered by a
+/// [`DiskRepos::per_batch`] oracle are forgotten. Within one batch nothing the
+/// broker allowed has run yet (its decisions are written together when the
+/// batch ends), so the disk can only change as it could between any decision
+/// and its run; remembering the answer for that long adds no window, and
+/// spares the `stat`s of asking again for every git command of the batch.
+pub fn next_batch() {
+    BATCH.fetch_add(1, Ordering::Relaxed);
 }
 
 /// The paths of an index's gitlinks, or why the index cannot be read.
@@ -103,6 +123,16 @@ impl DiskRepos {
         DiskRepos {
             root: root.into(),
             indexes: Arc::default(),
+            answers: None,
+        }
+    }
+
+    /// The same oracle, remembering its answers until the transport starts
+    /// the next batch of input lines ([`next_batch`]).
+    pub fn per_batch(self) -> DiskRepos {
+        DiskRepos {
+            answers: Some(Arc::default()),
+            ..self
         }
     }
 
@@ -357,7 +387,27 @@ enum Own {
 
 impl RepoOracle for DiskRepos {
     fn repository(&self, query: &RepoQuery) -> RepoFact {
-        self.judge(query).unwrap_or_else(RepoFact::Unknown)
+        let Some(answers) = &self.answers else {
+            return self.judge(query).unwrap_or_else(RepoFact::Unknown);
+        };
+        let lock = || answers.lock().unwrap_or_else(PoisonError::into_inner);
+        let batch = BATCH.load(Ordering::Relaxed);
+        let key = (query.dir.clone(), query.chdirs.clone());
+        {
+            let mut answers = lock();
+            if answers.0 != batch {
+                *answers = (batch, HashMap::new());
+            }
+            if let Some(fact) = answers.1.get(&key) {
+                return fact.clone();
+            }
+        }
+        let fact = self.judge(query).unwrap_or_else(RepoFact::Unknown);
+        let mut answers = lock();
+        if answers.0 == batch {
+            answers.1.insert(key, fact.clone());
+        }
+        fact
     }
 }
 
@@ -610,6 +660,25 @@ mod tests {
             RepoFact::Other(why) => format!("other: {why}"),
             RepoFact::Unknown(why) => format!("unknown: {why}"),
         }
+    }
+
+    /// A per-batch oracle answers from memory within a batch and reads the
+    /// disk again in the next one; a plain oracle always reads the disk.
+    #[test]
+    fn per_batch_answers_last_one_batch() {
+        let root = scratch("per-batch").join("proj");
+        bare(&root.join(".git"));
+        fs::create_dir_all(root.join("sub")).unwrap();
+        let remembering = DiskRepos::new(&root).per_batch();
+        let plain = DiskRepos::new(&root);
+        next_batch();
+        assert_eq!(answer(&remembering, &root.join("sub"), &[]), "own");
+        bare(&root.join("sub/.git"));
+        // Same batch: nothing decided in it has run yet, the answer stands.
+        assert_eq!(answer(&remembering, &root.join("sub"), &[]), "own");
+        assert!(answer(&plain, &root.join("sub"), &[]).starts_with("other"));
+        next_batch();
+        assert!(answer(&remembering, &root.join("sub"), &[]).starts_with("other"));
     }
 
     #[test]

@@ -140,6 +140,8 @@ where
                 }
             }
             let mut shared = lock(&state);
+            // What the disk said about repositories holds for this batch only.
+            crate::repo::next_batch();
             let deadline_before = shared.broker.next_deadline();
             for line in batch.drain(..) {
                 number += 1;

@@ -94,7 +94,9 @@ pub fn load(settings: &Settings) -> Result<(Policy, Vec<String>), PolicyError> {
         ask_timeout_seconds: settings.ask_timeout,
     })?;
     // Shell analysis asks the disk which repository a git command would use.
-    policy.shell.repo_oracle = Some(Arc::new(DiskRepos::new(policy.project_root.clone())));
+    policy.shell.repo_oracle = Some(Arc::new(
+        DiskRepos::new(policy.project_root.clone()).per_batch(),
+    ));
     // Shell globs are judged by what they match on the disk.
     policy.glob_oracle = Some(Arc::new(crate::globs::DiskGlobs));
     Ok((policy, warnings))
