@@ -268,14 +268,7 @@ impl Policy {
             Action::Ask => {
                 let mut question = Question {
                     permission: permission.clone(),
-                    patterns: Vec::new(),
-                    always: Vec::new(),
-                    grants: Vec::new(),
-                    approve: Vec::new(),
-                    calls: Vec::new(),
-                    title: String::new(),
-                    plan: None,
-                    reason: String::new(),
+                    ..Question::default()
                 };
                 let mut titles: Vec<String> = Vec::new();
                 let mut reasons: Vec<String> = Vec::new();

@@ -245,7 +245,7 @@ pub struct RuleRef {
 }
 
 /// A question to put to the user.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Question {
     /// The permission asked about (`bash`, `edit`, `external_directory`, ...).
     pub permission: String,

@@ -721,6 +721,19 @@ fn parse<'a>(args: &[Word<'a>], spec: &Options, permute: bool) -> Option<Parsed<
 /// Whether reading `args` without GNU permutation can differ from reading
 /// them with it: some word that looks like an option comes after a word
 /// that does not (and not after `--`).
+/// The options and operands as GNU getopt reads them (options may follow
+/// operands) and, where that differs, as POSIX does (`POSIXLY_CORRECT`: the
+/// first operand ends the options). `None` when either reading fails.
+fn readings<'a>(args: &[Word<'a>], spec: &Options) -> Option<[Option<Parsed<'a>>; 2]> {
+    let gnu = parse(args, spec, true)?;
+    let posix = if posix_reading_differs(args) {
+        Some(parse(args, spec, false)?)
+    } else {
+        None
+    };
+    Some([Some(gnu), posix])
+}
+
 fn posix_reading_differs(args: &[Word<'_>]) -> bool {
     let mut operand_seen = false;
     for word in args {
@@ -802,15 +815,9 @@ const GREP: Options = Options {
 /// are read recursively with `-r` (the working directory when none is named).
 fn grep<'a>(args: &[Word<'a>], out: &mut Vec<Arg<'a>>) {
     // Options after operands count unless POSIXLY_CORRECT is set: both readings.
-    let readings = [
-        parse(args, &GREP, true),
-        posix_reading_differs(args)
-            .then(|| parse(args, &GREP, false))
-            .flatten(),
-    ];
-    if readings[0].is_none() || (posix_reading_differs(args) && readings[1].is_none()) {
+    let Some(readings) = readings(args, &GREP) else {
         return generic(args, Role::Tree, out);
-    }
+    };
     for parsed in readings.iter().flatten() {
         let recursive = parsed.has(&["r", "R", "recursive", "dereference-recursive"])
             || parsed
@@ -1047,15 +1054,9 @@ const SED: Options = Options {
 /// sed: the first operand is the script unless `-e`/`-f` give one; the files
 /// a script reads or writes (`r`, `R`, `w`, `W`, and `e` commands) count.
 fn sed<'a>(args: &[Word<'a>], out: &mut Vec<Arg<'a>>) {
-    let readings = [
-        parse(args, &SED, true),
-        posix_reading_differs(args)
-            .then(|| parse(args, &SED, false))
-            .flatten(),
-    ];
-    if readings[0].is_none() || (posix_reading_differs(args) && readings[1].is_none()) {
+    let Some(readings) = readings(args, &SED) else {
         return generic(args, Role::Tree, out);
-    }
+    };
     for parsed in readings.iter().flatten() {
         for value in parsed.values(&["f", "file"]) {
             generic_word(value, Role::File, out);

@@ -6,16 +6,14 @@
 //! One line per case: (policy, files on the disk, mode, command, expected).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may panic
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use common::{render, ROOT};
 use serde_json::{json, Value};
-use toolgate_policy::{
-    segment_matches, Action, Call, Context, GlobExpansion, GlobOracle, Grants, Mode, Policy,
-    PolicyFile, Sources,
-};
-
-const ROOT: &str = "/work/project";
+use toolgate_policy::{segment_matches, GlobExpansion, GlobOracle, Mode, Policy};
 
 /// A disk holding `files` (relative to the root; their directories exist
 /// too). Patterns under `locked/` cannot be read.
@@ -54,51 +52,11 @@ impl GlobOracle for FakeDisk {
 }
 
 fn policy(file: Option<Value>, disk: Option<&[&str]>) -> Policy {
-    let file = file.map(|value| {
-        (
-            "policy.json".to_string(),
-            PolicyFile::parse(&value.to_string(), "policy.json").unwrap(),
-        )
-    });
-    let mut policy = Policy::build(Sources {
-        project_root: PathBuf::from(ROOT),
-        home: Some(PathBuf::from("/home/me")),
-        file,
-        ..Sources::default()
-    })
-    .unwrap()
-    .0;
+    let mut policy = common::policy(file);
     policy.glob_oracle = disk.map(|files| {
         Arc::new(FakeDisk(files.iter().map(|f| f.to_string()).collect())) as Arc<dyn GlobOracle>
     });
     policy
-}
-
-fn render(policy: &Policy, mode: Mode, command: &str) -> String {
-    let input = json!({ "command": command });
-    let input = input.as_object().unwrap();
-    let grants = Grants::default();
-    let evaluation = policy.evaluate(
-        &Call {
-            tool: "Bash",
-            input,
-            cwd: None,
-        },
-        &Context::new(mode, &grants),
-    );
-    match evaluation.action {
-        Action::Ask => {
-            let question = evaluation.question.unwrap();
-            format!("ask {} {:?}", question.permission, question.patterns)
-        }
-        action => {
-            let rule = evaluation
-                .rule
-                .map(|rule| format!(" {}:{}", rule.permission, rule.pattern))
-                .unwrap_or_default();
-            format!("{}{rule}", action.as_str())
-        }
-    }
 }
 
 #[test]

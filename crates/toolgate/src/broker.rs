@@ -616,7 +616,7 @@ impl Broker {
             approvals: Vec::new(),
             answered: None,
             granted: None,
-            question: placeholder_question(),
+            question: Question::default(),
             deadline: None,
         };
         self.settle(pending, evaluation, mode, out);
@@ -1350,20 +1350,6 @@ fn stored_spec(stored: &StoredGrant) -> Option<GrantSpec> {
         permission: stored.permission.clone(),
         pattern: GrantPattern::from_parts(&stored.pattern, stored.literal)?,
     })
-}
-
-fn placeholder_question() -> Question {
-    Question {
-        permission: String::new(),
-        patterns: Vec::new(),
-        always: Vec::new(),
-        grants: Vec::new(),
-        approve: Vec::new(),
-        calls: Vec::new(),
-        title: String::new(),
-        plan: None,
-        reason: String::new(),
-    }
 }
 
 /// A mode name or alias; an unknown one gets an `invalid_mode` error.
