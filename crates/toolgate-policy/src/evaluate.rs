@@ -294,6 +294,16 @@ impl Policy {
                     };
                     checks.push(simple(rooted.subject, always, Some(target)));
                 }
+                // Entries that are globs (Gemini's `read_many_files` `paths` and
+                // `include`) read what they match: as a shell's `cat` would.
+                if matches!(spec.kind, Kind::Read | Kind::List) {
+                    let globs: Vec<&str> = paths
+                        .iter()
+                        .map(String::as_str)
+                        .filter(|path| path.contains(['*', '?', '[', '{']))
+                        .collect();
+                    checks.extend(self.read_guard_checks("cat", &[], &globs, &base));
+                }
                 title = shown.join(", ");
             }
             Subject::Search { pattern, path } => {
@@ -324,6 +334,24 @@ impl Policy {
                     pattern.clone(),
                     GrantPattern::prefixed("", "*"),
                     None,
+                ));
+                // A search reads the files it looks in (`pattern: "."` prints
+                // them): the directory, or the files its `glob`/`include` filter
+                // picks under it, meet the read rules as `rg` in a shell would.
+                let searched = path.clone().unwrap_or_else(|| ".".to_string());
+                let mut filters: Vec<String> = Vec::new();
+                for field in ["glob", "include"] {
+                    if let Some(filter) = call.input.get(field).and_then(serde_json::Value::as_str)
+                    {
+                        filters.push(format!("{}/**/{filter}", searched.trim_end_matches('/')));
+                    }
+                }
+                let filters: Vec<&str> = filters.iter().map(String::as_str).collect();
+                checks.extend(self.read_guard_checks(
+                    "rg -e x",
+                    &[searched.as_str()],
+                    &filters,
+                    &base,
                 ));
             }
             Subject::Text(text) if spec.kind == Kind::ExitPlan => {
@@ -744,6 +772,44 @@ impl Policy {
     /// The checks for the paths the words of a script name: `external_directory`
     /// for those that may leave the project, `read` for those that may be files a
     /// read rule guards. See [`crate::shell_words`] for which words count.
+    /// The read-rule checks a tool's reads get when they are written as
+    /// `COMMAND -- PATHS GLOBS` in a shell: the same judgement as a shell
+    /// command's words (globs, directories read recursively, guarded files).
+    /// `paths` are literal; `globs` keep their glob characters. External paths
+    /// are left to the caller, which checks each subject itself.
+    fn read_guard_checks(
+        &self,
+        command: &str,
+        paths: &[&str],
+        globs: &[&str],
+        base: &Path,
+    ) -> Vec<Check> {
+        if self.read_guards.is_empty() || (paths.is_empty() && globs.is_empty()) {
+            return Vec::new();
+        }
+        let mut script = format!("{command} --");
+        let words = paths
+            .iter()
+            .map(|path| (*path, false))
+            .chain(globs.iter().map(|glob| (*glob, true)));
+        for (word, glob) in words {
+            script.push(' ');
+            if !shell_quote(word, glob, &mut script) {
+                // A word no shell line can carry (a newline, NUL): fail closed.
+                let guards = self.guards();
+                return strictest(&guards)
+                    .map(|guard| reached_check(word.to_string(), guard.rule, Reach::Anywhere))
+                    .into_iter()
+                    .collect();
+            }
+        }
+        let analysis = toolgate_shell::analyze(toolgate_shell::Script::Text(&script), &self.shell);
+        self.shell_word_checks(&analysis.commands, base, true)
+            .into_iter()
+            .filter(|check| check.permission != "external_directory")
+            .collect()
+    }
+
     fn shell_word_checks(
         &self,
         commands: &[SimpleCommand],
@@ -1072,6 +1138,28 @@ fn external_argument_check(path: &RootedPath) -> Check {
         check.always = GrantPattern::exact(&path.subject);
     }
     check
+}
+
+/// Append `word` to a shell line as one literal word, its glob characters
+/// (`* ? [ ] { } , ! ^`) left to the shell when `glob`. False for a word no
+/// line can hold (a newline or NUL).
+fn shell_quote(word: &str, glob: bool, out: &mut String) -> bool {
+    if word.contains(['\n', '\0']) {
+        return false;
+    }
+    for c in word.chars() {
+        if (glob && "*?[]{},!^".contains(c)) || c.is_ascii_alphanumeric() || "/._-+@%=:".contains(c)
+        {
+            out.push(c);
+        } else if c == '\'' {
+            out.push_str("\\'");
+        } else {
+            out.push('\'');
+            out.push(c);
+            out.push('\'');
+        }
+    }
+    true
 }
 
 /// Is the program of a simple command's text (words joined by spaces,
