@@ -213,16 +213,18 @@ fn own_repository(state: &State, chdirs: &[String], env: &Env<'_>) -> Result<(),
 
 /// A `cd` to `target` (`None`: no operand, i.e. `$HOME`): every directory the
 /// shell may be in stays possible, and each one's target is added.
-pub(crate) fn track_cd(state: &mut State, target: Option<&str>, physical: bool) {
+pub(crate) fn track_cd(state: &mut State, target: Option<&str>) {
     let Some(t) = target.filter(|t| *t != "-") else {
         state.git_dirs = None;
         return;
     };
     let p = Path::new(t);
-    // `cd -P x/..` resolves `x` first: not lexical.
-    if physical
-        && p.components()
-            .any(|c| matches!(c, std::path::Component::ParentDir))
+    // `..` is followed from `$PWD`, which is physical after a `cd -P` (and
+    // when the shell starts somewhere its inherited `PWD` does not name):
+    // through a symlink it leaves for the link target's parent, which only the
+    // disk knows. So after `cd` climbs, git's directory is unknown.
+    if p.components()
+        .any(|c| matches!(c, std::path::Component::ParentDir))
     {
         state.git_dirs = None;
         return;

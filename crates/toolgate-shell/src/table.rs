@@ -510,7 +510,6 @@ fn hostname(args: &[Word]) -> Result<(), Refusal> {
 /// `cd DIR` is read-only, but it moves later commands: track where to, lexically.
 fn cd(args: &[Word], state: &mut State) {
     let mut target = None;
-    let mut physical = false;
     for a in args {
         if !a.is_plain() {
             state.cwd = None;
@@ -518,10 +517,7 @@ fn cd(args: &[Word], state: &mut State) {
             return;
         }
         match a.text.as_str() {
-            "-L" | "-P" | "-e" | "-@" | "--" | "-LP" | "-PL" | "-Pe" => {
-                physical |= a.text.contains('P');
-                continue;
-            }
+            "-L" | "-P" | "-e" | "-@" | "--" | "-LP" | "-PL" | "-Pe" => continue,
             t if t.starts_with('-') && t != "-" => {
                 state.cwd = None;
                 state.git_dirs = None;
@@ -533,7 +529,7 @@ fn cd(args: &[Word], state: &mut State) {
             }
         }
     }
-    git::track_cd(state, target, physical);
+    git::track_cd(state, target);
     state.cwd = match target {
         None | Some("-") => None,
         Some(t) => state.cwd.as_ref().map(|c| opts::normalize(&c.join(t))),
