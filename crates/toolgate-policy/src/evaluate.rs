@@ -51,6 +51,10 @@ struct Check {
     /// directory read recursively or a run-time expansion): judged as if the
     /// rule matched the subject.
     reached: Option<Box<(Rule, Reach)>>,
+    /// A shell command whose program the analysis cannot name (an expansion,
+    /// a command it could not parse, a shell whose script it did not read):
+    /// every deny or ask rule of the permission may match it.
+    runs_unknown: bool,
 }
 
 /// How a check's subject meets the session's scope.
@@ -161,6 +165,7 @@ impl Policy {
                 grant_permissions: GrantTo::Own,
                 scope: None,
                 reached: None,
+                runs_unknown: false,
             });
         }
         if call.cwd.is_some() {
@@ -187,6 +192,7 @@ impl Policy {
                 },
                 scope,
                 reached: None,
+                runs_unknown: false,
             }
         };
 
@@ -257,6 +263,7 @@ impl Policy {
                         }
                         _ => GrantPattern::exact(&command.always),
                     };
+                    let runs_unknown = runs_unknown(&command);
                     checks.push(Check {
                         permission: spec.permission.clone(),
                         subject: command.text,
@@ -268,6 +275,7 @@ impl Policy {
                         grant_permissions: GrantTo::Own,
                         scope: Some(TargetKind::Command),
                         reached: None,
+                        runs_unknown,
                     });
                 }
             }
@@ -561,21 +569,17 @@ impl Policy {
                 }
             }
         }
-        // A program named by an expansion (`"$RM" -rf x`, `$(which rm) x`) could be
-        // any program: every deny or ask rule of the permission may match it.
-        if matches!(check.scope, Some(TargetKind::Command)) {
-            if let Some(text) = std::iter::once(&check.subject)
-                .chain(&check.inner)
-                .find(|text| unknown_program(text))
-            {
-                if let Some(rule) = self.strictest_rule_of(&check.permission) {
-                    if rule.action > outcome.action {
-                        outcome = rule_outcome(rule, text);
-                        outcome.reason = format!(
-                            "{} (its program is named by an expansion, so the rule may match it)",
-                            outcome.reason
-                        );
-                    }
+        // A command whose program the analysis cannot name (`"$RM" -rf x`,
+        // `coproc rm x`, `echo 'rm x' | sh`) could run any program: every deny or
+        // ask rule of the permission may match it.
+        if check.runs_unknown {
+            if let Some(rule) = self.strictest_rule_of(&check.permission) {
+                if rule.action > outcome.action {
+                    outcome = rule_outcome(rule, &check.subject);
+                    outcome.reason = format!(
+                        "{} (what it runs cannot be known, so the rule may match it)",
+                        outcome.reason
+                    );
                 }
             }
         }
@@ -705,6 +709,7 @@ fn external_check(path: &RootedPath, is_directory: bool) -> Check {
         grant_permissions: GrantTo::Own,
         scope: None,
         reached: None,
+        runs_unknown: false,
     }
 }
 
@@ -734,6 +739,7 @@ fn read_argument_check(subject: String) -> Check {
         grant_permissions: GrantTo::Own,
         scope: None,
         reached: None,
+        runs_unknown: false,
     }
 }
 
@@ -743,6 +749,7 @@ fn read_argument_check(subject: String) -> Check {
 fn reached_check(subject: String, rule: &Rule, reach: Reach) -> Check {
     Check {
         reached: Some(Box::new((rule.clone(), reach))),
+        runs_unknown: false,
         ..read_argument_check(subject)
     }
 }
@@ -1160,6 +1167,42 @@ fn shell_quote(word: &str, glob: bool, out: &mut String) -> bool {
         }
     }
     true
+}
+
+/// Does a simple command run something its analysis cannot name? So it does
+/// when it could not be parsed into words, when its program (or an inner
+/// command's) is decided at run time ([`unknown_program`]), when it hands
+/// text to the shell to run later or as code (`coproc`, `trap`, `alias`,
+/// `hash`, `source`), and when it runs a shell whose script was not read
+/// (from its input, a file, or behind options the analysis does not know).
+fn runs_unknown(command: &SimpleCommand) -> bool {
+    const SHELLS: &[&str] = &["sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "busybox"];
+    let program_of = |text: &str| {
+        let first = text.split(' ').next().unwrap_or("");
+        first.rsplit('/').next().unwrap_or(first).to_string()
+    };
+    if command.words.is_empty() {
+        return true;
+    }
+    let texts = || std::iter::once(&command.text).chain(&command.inner);
+    if texts().any(|text| {
+        unknown_program(text)
+            || matches!(
+                program_of(text).as_str(),
+                "coproc" | "trap" | "alias" | "hash" | "source" | "." | "enable" | "bind"
+            )
+            || program_of(text).contains(['{', '}', '\\', '*', '?', '['])
+    }) {
+        return true;
+    }
+    // A shell runs what its analysed script holds: the inner commands after
+    // it (wrappers come first, outermost first). Without one after the last
+    // shell, that shell's script was not read.
+    let is_shell = |text: &String| SHELLS.contains(&program_of(text).as_str());
+    let all: Vec<&String> = texts().collect();
+    all.iter()
+        .rposition(|text| is_shell(text))
+        .is_some_and(|last| all[last + 1..].is_empty())
 }
 
 /// Is the program of a simple command's text (words joined by spaces,
