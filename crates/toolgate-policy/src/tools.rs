@@ -232,6 +232,8 @@ const ROO_CODE: &[Builtin] = &[
     ("edit_file", "edit", Kind::Edit, SubjectField::Path),
     ("generate_image", "edit", Kind::Edit, SubjectField::Path),
     ("execute_command", "bash", Kind::Shell, SubjectField::Shell),
+    // Zed's shell tool (also what its `batch-tool` carries).
+    ("terminal", "bash", Kind::Shell, SubjectField::Shell),
     ("search_files", "grep", Kind::Search, SubjectField::Search),
     (
         "codebase_search",
@@ -780,7 +782,8 @@ pub fn not_read_only_field(spec: &ToolSpec, input: &Map<String, Value>) -> Optio
     }
     let set = |field: &str| match input.get(field) {
         None | Some(Value::Null) | Some(Value::Bool(false)) => false,
-        Some(Value::String(text)) => !text.is_empty() && text != "false",
+        // Any text but "" counts: `"false"` is true to a loose test.
+        Some(Value::String(text)) => !text.is_empty(),
         Some(Value::Object(map)) => !map.is_empty(),
         Some(Value::Array(items)) => !items.is_empty(),
         Some(_) => true,
@@ -976,18 +979,54 @@ fn scan_object(object: &Map<String, Value>, found: &mut UnknownFields) {
                 }
                 other => scan_value(other, found),
             }
-        } else {
+        } else if !(value.is_string() && is_content_key(&folded)) {
             scan_value(value, found);
         }
     }
 }
 
+/// Keys whose text is data, never a path to check (`file_text`, `content`).
+fn is_content_key(folded: &str) -> bool {
+    matches!(
+        folded,
+        "content"
+            | "contents"
+            | "filetext"
+            | "text"
+            | "body"
+            | "message"
+            | "description"
+            | "newstring"
+            | "oldstring"
+            | "pattern"
+            | "query"
+            | "prompt"
+            | "diff"
+            | "patch"
+    )
+}
+
+/// Any other string that reads as a path (`/etc/passwd`, `~/.bashrc`,
+/// `../x`, `./x`) is one, whatever its key (`to`, `dst`, `output`).
 fn scan_value(value: &Value, found: &mut UnknownFields) {
     match value {
         Value::Object(object) => scan_object(object, found),
         Value::Array(items) => items.iter().for_each(|item| scan_value(item, found)),
+        Value::String(text) if looks_like_path(text) => {
+            push_new(&mut found.paths, uri_path(text).to_string())
+        }
         _ => {}
     }
+}
+
+fn looks_like_path(text: &str) -> bool {
+    !text.contains('\n')
+        && (text.starts_with(['/', '~'])
+            || text.starts_with("./")
+            || text.starts_with("file://")
+            || text == ".."
+            || text.starts_with("../")
+            || text.contains("/../"))
 }
 
 /// `command`, `cmd`, `commands`, `script`, `shell_command`, `commandLine`, ...
@@ -1002,6 +1041,10 @@ fn is_command_key(folded: &str) -> bool {
             | "commandline"
             | "shellcommand"
             | "bash"
+            // What a tool types into a running process (Codex `write_stdin`).
+            | "chars"
+            | "keys"
+            | "stdin"
     )
 }
 

@@ -122,6 +122,7 @@ const SPEC: &[(&str, &[(&str, Kind)])] = &[
             ("edit_file", Kind::Edit),
             ("generate_image", Kind::Edit),
             ("execute_command", Kind::Shell),
+            ("terminal", Kind::Shell), // Zed
             ("search_files", Kind::Search),
             ("codebase_search", Kind::Search),
             ("list_files", Kind::List),

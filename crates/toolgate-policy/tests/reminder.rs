@@ -206,9 +206,9 @@ fn the_reminder_places_every_tool_where_the_gate_puts_it() {
             }
         }
     }
-    // Every built-in name, the eight shell tools twice, five extras (one of them
+    // Every built-in name, the nine shell tools twice, five extras (one of them
     // with and without a path); in five modes.
-    assert_eq!(checked, (Registry::builtin_names().count() + 8 + 5 + 1) * 5);
+    assert_eq!(checked, (Registry::builtin_names().count() + 9 + 5 + 1) * 5);
 }
 
 #[test]
