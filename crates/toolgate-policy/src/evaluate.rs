@@ -794,6 +794,25 @@ impl Policy {
         if self.read_guards.is_empty() || (paths.is_empty() && globs.is_empty()) {
             return Vec::new();
         }
+        // The common search (`src`, `.`, no filter) reaches a guard only when it
+        // is a guarded file itself or a guard names a place in the tree: the
+        // shell's own judgement would find nothing else, so it is not asked.
+        let plain = |path: &&str| {
+            !path.starts_with('/')
+                && path.split('/').all(|segment| segment != "..")
+                && path
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "/._-".contains(c))
+        };
+        if globs.is_empty()
+            && paths.iter().all(plain)
+            && !paths
+                .iter()
+                .any(|path| self.read_guards.iter().any(|guard| guard.matches(path)))
+            && !self.anchored_read_guard()
+        {
+            return Vec::new();
+        }
         let mut script = format!("{command} --");
         let words = paths
             .iter()
@@ -815,6 +834,21 @@ impl Policy {
             .into_iter()
             .filter(|check| check.permission != "external_directory")
             .collect()
+    }
+
+    /// Is there a deny or ask read rule that names a place in the tree
+    /// (`secrets/**`), which a directory read recursively can reach?
+    fn anchored_read_guard(&self) -> bool {
+        self.rules
+            .rules()
+            .iter()
+            .chain(self.overrides.rules())
+            .any(|rule| {
+                rule.permission.matches("read")
+                    && rule.action != Action::Allow
+                    && rule.pattern.as_str() != "*"
+                    && names_a_place(rule.pattern.as_str())
+            })
     }
 
     fn shell_word_checks(
@@ -918,17 +952,7 @@ impl Policy {
         let mut bases: Option<Vec<Option<PathBuf>>> = None;
 
         let at_root = !changes_directory && *base == *self.project_root;
-        let anchored_guard = self
-            .rules
-            .rules()
-            .iter()
-            .chain(self.overrides.rules())
-            .any(|rule| {
-                rule.permission.matches("read")
-                    && rule.action != Action::Allow
-                    && rule.pattern.as_str() != "*"
-                    && names_a_place(rule.pattern.as_str())
-            });
+        let anchored_guard = self.anchored_read_guard();
         let mut guards: Option<Vec<Guard<'_>>> = None;
         let mut outside: Vec<String> = Vec::new();
         let mut guarded: Vec<String> = Vec::new();
