@@ -4,7 +4,7 @@
 //! One broker can therefore serve stdio, a socket or a replay alike.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
@@ -17,7 +17,9 @@ use toolgate_protocol::{ClientFrame, DecodeError, ErrorCode, ServerFrame};
 
 use crate::clock::{Clock, IdSource};
 use crate::convert;
-use crate::state::{Snapshot, Store, StoredGrant, StoredSession};
+use crate::state::{
+    session_fingerprint, Snapshot, Store, StoredClosed, StoredGrant, StoredSession,
+};
 
 /// What to do when the answer is "ask".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,6 +43,13 @@ pub struct BrokerConfig {
 /// from `unknown_permission`.
 const RESOLVED_MEMORY: usize = 1 << 16;
 
+/// How many ancestors a session may have: a `session_start` that would make
+/// a chain deeper is refused (and shuts the session, like every refused start).
+pub const MAX_DEPTH: usize = 64;
+
+/// How many forgotten idle sessions keep their repeat count (doom loop).
+const IDLE_REPEATS_KEPT: usize = 1 << 16;
+
 struct Session {
     /// The mode the session itself is in. Its effective mode is the strictest
     /// of this and every ancestor's (see [`Broker::effective_mode`]).
@@ -51,7 +60,9 @@ struct Session {
     rules: Option<ScopeRules>,
     /// Its own narrowing after every ancestor's.
     scope: Scope,
-    /// Started by `session_start` or given a mode: kept in the state directory.
+    /// Started by `session_start` or given a mode: kept in the state
+    /// directory. A session that is not, and has no grants, pending calls or
+    /// children, is forgotten once its call is decided (see [`Broker::forget_idle`]).
     explicit: bool,
     /// Started by `session_start` (or restored with a parent or a scope):
     /// a second start is refused.
@@ -61,6 +72,8 @@ struct Session {
     last_call: Option<(u64, u32)>,
     /// callID of every pending call → its permission id.
     live: HashMap<String, String>,
+    /// The sessions it started (whose `parent` it is), in id order.
+    children: BTreeSet<String>,
 }
 
 struct Pending {
@@ -103,10 +116,12 @@ pub struct Broker {
     project_grant_owners: HashMap<String, String>,
     /// Where the state survives restarts, when it does.
     store: Option<Box<dyn Store>>,
-    /// Sessions that ended or whose `session_start` was refused, and why:
-    /// their calls are denied rather than run in a fresh unscoped session.
-    closed: HashMap<String, Closed>,
-    closed_order: VecDeque<String>,
+    /// Sessions that ended or whose `session_start` was refused, and why, by
+    /// the fingerprint of their id (never forgotten): their calls are denied
+    /// rather than run in a fresh unscoped session.
+    closed: HashMap<u64, Closed>,
+    /// The repeat counts of forgotten idle sessions.
+    idle_repeats: RepeatMemory,
 }
 
 impl Broker {
@@ -133,7 +148,7 @@ impl Broker {
             project_grant_owners: HashMap::new(),
             store: None,
             closed: HashMap::new(),
-            closed_order: VecDeque::new(),
+            idle_repeats: RepeatMemory::default(),
         }
     }
 
@@ -188,10 +203,39 @@ impl Broker {
                 }
             }
         }
-        for id in &snapshot.ended_sessions {
-            if !self.sessions.contains_key(id) {
-                self.close(id, Closed::Ended);
-            }
+        for stored in &snapshot.closed {
+            let fingerprint = u64::from_str_radix(&stored.fingerprint, 16)
+                .ok()
+                .filter(|_| stored.fingerprint.len() == 16);
+            let Some(fingerprint) = fingerprint else {
+                warnings.push(format!(
+                    "the stored closed session `{}` has an unusable fingerprint and was dropped",
+                    stored.fingerprint
+                ));
+                continue;
+            };
+            let why = match stored.why.as_str() {
+                "refused" => Closed::Refused,
+                "ended" => Closed::Ended,
+                other => {
+                    warnings.push(format!(
+                        "the stored closed session `{}` has an unknown reason `{other}`; it is kept as ended",
+                        stored.fingerprint
+                    ));
+                    Closed::Ended
+                }
+            };
+            self.closed.insert(fingerprint, why);
+        }
+        // A session both stored and closed (a hand-edited file) stays closed.
+        let shut: Vec<String> = self
+            .sessions
+            .keys()
+            .filter(|id| self.closed.contains_key(&session_fingerprint(id)))
+            .cloned()
+            .collect();
+        for id in shut {
+            self.remove_session(&id);
         }
         self.store = Some(store);
         warnings
@@ -224,8 +268,9 @@ impl Broker {
         session.parent = stored.parent_id.clone();
         session.rules = rules;
         session.scope = scope;
-        session.explicit = true;
-        session.started = session.parent.is_some() || session.rules.is_some();
+        session.explicit = !stored.implicit;
+        // Files of earlier builds do not say; only a start sets a parent or a scope.
+        session.started = stored.started || session.parent.is_some() || session.rules.is_some();
         for grant in &stored.grants {
             match stored_spec(grant) {
                 Some(spec) => {
@@ -237,11 +282,17 @@ impl Broker {
                 )),
             }
         }
+        if let Some(parent) = session.parent.clone() {
+            if let Some(parent) = self.sessions.get_mut(&parent) {
+                parent.children.insert(stored.session_id.clone());
+            }
+        }
         self.sessions.insert(stored.session_id.clone(), session);
     }
 
-    /// What the state directory keeps: project grants and every session that
-    /// was started, given a mode or granted something.
+    /// What the state directory keeps: project grants, every session that
+    /// was started, given a mode, granted something or is the parent of one
+    /// of those, and every closed session.
     fn snapshot(&self) -> Snapshot {
         let stored_grant = |grant: &toolgate_policy::Grant, session_id: &str| StoredGrant {
             grant_id: grant.id.clone(),
@@ -253,7 +304,9 @@ impl Broker {
         let mut sessions: Vec<StoredSession> = self
             .sessions
             .iter()
-            .filter(|(_, session)| session.explicit || !session.grants.is_empty())
+            .filter(|(_, session)| {
+                session.explicit || !session.grants.is_empty() || !session.children.is_empty()
+            })
             .map(|(id, session)| StoredSession {
                 session_id: id.clone(),
                 parent_id: session.parent.clone(),
@@ -264,6 +317,8 @@ impl Broker {
                     .iter()
                     .map(|grant| stored_grant(grant, id))
                     .collect(),
+                started: session.started,
+                implicit: !session.explicit,
             })
             .collect();
         sessions.sort_by(|a, b| a.session_id.cmp(&b.session_id));
@@ -283,19 +338,21 @@ impl Broker {
                 })
                 .collect(),
             sessions,
-            ended_sessions: {
-                let mut ended: Vec<String> = Vec::new();
-                let mut seen: HashSet<&str> = HashSet::new();
-                for id in self.closed_order.iter().rev() {
-                    if ended.len() == crate::state::CLOSED_KEPT {
-                        break;
-                    }
-                    if self.closed.get(id) == Some(&Closed::Ended) && seen.insert(id) {
-                        ended.push(id.clone());
-                    }
-                }
-                ended.reverse();
-                ended
+            closed: {
+                let mut closed: Vec<(u64, Closed)> =
+                    self.closed.iter().map(|(fp, why)| (*fp, *why)).collect();
+                closed.sort_unstable_by_key(|(fp, _)| *fp);
+                closed
+                    .into_iter()
+                    .map(|(fingerprint, why)| StoredClosed {
+                        fingerprint: format!("{fingerprint:016x}"),
+                        why: match why {
+                            Closed::Ended => "ended",
+                            Closed::Refused => "refused",
+                        }
+                        .to_string(),
+                    })
+                    .collect()
             },
         }
     }
@@ -333,16 +390,64 @@ impl Broker {
         toolgate_policy::reminder_in(&self.policy, mode, scope, self.config.on_ask == OnAsk::Deny)
     }
 
-    /// Remember that a session may not run calls (bounded like `resolved`).
+    /// Remember that a session may not run calls (for good: only the
+    /// fingerprint of its id is kept).
     fn close(&mut self, session_id: &str, why: Closed) {
-        if self.closed.insert(session_id.to_string(), why).is_none() {
-            self.closed_order.push_back(session_id.to_string());
-            if self.closed_order.len() > RESOLVED_MEMORY {
-                if let Some(old) = self.closed_order.pop_front() {
-                    self.closed.remove(&old);
-                }
+        self.closed.insert(session_fingerprint(session_id), why);
+    }
+
+    /// Why a session may not run calls, if it was closed.
+    fn closed_why(&self, session_id: &str) -> Option<Closed> {
+        self.closed.get(&session_fingerprint(session_id)).copied()
+    }
+
+    /// A session entry, created in the default mode (with the repeat count it
+    /// had when it was forgotten) when there is none.
+    fn session_entry(&mut self, session_id: &str) -> &mut Session {
+        let default_mode = self.policy.default_mode;
+        let idle_repeats = &mut self.idle_repeats;
+        self.sessions
+            .entry(session_id.to_string())
+            .or_insert_with(|| {
+                let mut session = new_session(default_mode);
+                session.last_call = idle_repeats.take(session_fingerprint(session_id));
+                session
+            })
+    }
+
+    /// Forget a session that holds nothing an answer depends on: never
+    /// started nor given a mode, no grants, no pending calls, no children.
+    /// Such a session answers exactly like one never seen, but for its
+    /// repeat count, which is kept in a bounded memory.
+    fn forget_idle(&mut self, session_id: &str) {
+        let idle = self.sessions.get(session_id).is_some_and(|session| {
+            !session.explicit
+                && session.parent.is_none()
+                && session.rules.is_none()
+                && session.grants.is_empty()
+                && session.live.is_empty()
+                && session.children.is_empty()
+        });
+        if !idle {
+            return;
+        }
+        if let Some(session) = self.sessions.remove(session_id) {
+            if let Some(last_call) = session.last_call {
+                self.idle_repeats
+                    .put(session_fingerprint(session_id), last_call);
             }
         }
+    }
+
+    /// Remove a session's entry and unlink it from its parent.
+    fn remove_session(&mut self, session_id: &str) -> Option<Session> {
+        let session = self.sessions.remove(session_id)?;
+        if let Some(parent) = &session.parent {
+            if let Some(parent) = self.sessions.get_mut(parent) {
+                parent.children.remove(session_id);
+            }
+        }
+        Some(session)
     }
 
     /// The mode a session's calls are judged in: the strictest of its own and
@@ -367,24 +472,36 @@ impl Broker {
         mode
     }
 
-    /// A session and its descendants, parents before children.
+    /// A session and its descendants, parents before children (breadth
+    /// first, each one's children in id order).
     fn subtree(&self, session_id: &str) -> Vec<String> {
         let mut ids = vec![session_id.to_string()];
         let mut next = 0;
         while next < ids.len() {
-            let mut children: Vec<String> = self
-                .sessions
-                .iter()
-                .filter(|(id, session)| {
-                    session.parent.as_deref() == Some(ids[next].as_str()) && !ids.contains(id)
-                })
-                .map(|(id, _)| id.clone())
-                .collect();
-            children.sort();
-            ids.extend(children);
+            if let Some(session) = self.sessions.get(&ids[next]) {
+                ids.extend(session.children.iter().cloned());
+            }
             next += 1;
         }
         ids
+    }
+
+    /// How many generations a session's subtree holds below it (0 for a leaf).
+    fn height(&self, session_id: &str) -> usize {
+        let mut level: Vec<&str> = vec![session_id];
+        let mut height = 0;
+        loop {
+            let below: Vec<&str> = level
+                .iter()
+                .filter_map(|id| self.sessions.get(*id))
+                .flat_map(|session| session.children.iter().map(String::as_str))
+                .collect();
+            if below.is_empty() || height > self.sessions.len() {
+                return height;
+            }
+            height += 1;
+            level = below;
+        }
     }
 
     /// The `ready` frame.
@@ -471,11 +588,24 @@ impl Broker {
     pub fn handle(&mut self, frame: ClientFrame, number: u64, out: &mut Vec<ServerFrame>) {
         match frame {
             ClientFrame::ToolCall(call) => self.tool_call(call, number, out),
-            ClientFrame::PermissionResponse(response) => self.response(response, number, out),
+            ClientFrame::PermissionResponse(response) => {
+                let session = self
+                    .pending
+                    .get(&response.permission_id)
+                    .map(|pending| pending.session_id.clone());
+                self.response(response, number, out);
+                if let Some(session) = session {
+                    self.forget_idle(&session);
+                }
+            }
             ClientFrame::SetMode(set) => self.set_mode(set, number, out),
             ClientFrame::SessionStart(start) => self.session_start(start, number, out),
             ClientFrame::SessionEnd(end) => self.session_end(&end.session_id, number, out),
-            ClientFrame::Cancel(cancel) => self.cancel(cancel, number, out),
+            ClientFrame::Cancel(cancel) => {
+                let session = cancel.session_id.clone();
+                self.cancel(cancel, number, out);
+                self.forget_idle(&session);
+            }
             ClientFrame::GetReminder(session) => {
                 let mode = self.effective_mode(&session.session_id);
                 out.push(ServerFrame::Reminder(wire::Reminder {
@@ -547,7 +677,14 @@ impl Broker {
                 "nobody answered the question within {}",
                 duration_text(self.config.ask_timeout_ms)
             );
+            let session = self
+                .pending
+                .get(&id)
+                .map(|pending| pending.session_id.clone());
             self.end_ask(&id, wire::Source::Timeout, reason, out);
+            if let Some(session) = session {
+                self.forget_idle(&session);
+            }
         }
     }
 
@@ -559,9 +696,8 @@ impl Broker {
             out.push(duplicate(&call.call_id, &call.session_id, number));
             return;
         }
-        let default_mode = self.policy.default_mode;
         if !self.sessions.contains_key(&call.session_id) {
-            if let Some(why) = self.closed.get(&call.session_id) {
+            if let Some(why) = self.closed_why(&call.session_id) {
                 let why = why.text(&call.session_id);
                 out.push(ServerFrame::Decision(wire::Decision {
                     session_id: call.session_id.clone(),
@@ -577,8 +713,7 @@ impl Broker {
                 }));
                 return;
             }
-            self.sessions
-                .insert(call.session_id.clone(), new_session(default_mode));
+            self.session_entry(&call.session_id);
         }
         let mode = self.effective_mode(&call.session_id);
         let Some(session) = self.sessions.get_mut(&call.session_id) else {
@@ -619,7 +754,9 @@ impl Broker {
             question: Question::default(),
             deadline: None,
         };
+        let session_id = pending.session_id.clone();
         self.settle(pending, evaluation, mode, out);
+        self.forget_idle(&session_id);
     }
 
     /// Act on an evaluation: decide the call, or ask (registering it as pending).
@@ -656,10 +793,7 @@ impl Broker {
                     &question,
                 )));
                 pending.question = question;
-                let default_mode = self.policy.default_mode;
-                self.sessions
-                    .entry(pending.session_id.clone())
-                    .or_insert_with(|| new_session(default_mode))
+                self.session_entry(&pending.session_id)
                     .live
                     .insert(pending.call_id.clone(), permission_id.clone());
                 self.pending.insert(permission_id, pending);
@@ -835,24 +969,22 @@ impl Broker {
         question: &Question,
         scope: wire::GrantScope,
     ) -> Result<(), String> {
-        let default_mode = self.policy.default_mode;
-        let ids = &mut self.ids;
+        let ids: Vec<String> = question
+            .grants
+            .iter()
+            .map(|_| self.ids.grant_id())
+            .collect();
         match scope {
             wire::GrantScope::Project => {
-                for spec in &question.grants {
-                    let id = ids.grant_id();
+                for (id, spec) in ids.into_iter().zip(&question.grants) {
                     if self.project_grants.add(id.clone(), spec) {
                         self.project_grant_owners.insert(id, session_id.to_string());
                     }
                 }
             }
             wire::GrantScope::Session => {
-                let session = self
-                    .sessions
-                    .entry(session_id.to_string())
-                    .or_insert_with(|| new_session(default_mode));
-                for spec in &question.grants {
-                    let id = ids.grant_id();
+                let session = self.session_entry(session_id);
+                for (id, spec) in ids.into_iter().zip(&question.grants) {
                     session.grants.add(id, spec);
                 }
             }
@@ -921,7 +1053,7 @@ impl Broker {
             return;
         };
         if !self.sessions.contains_key(&set.session_id) {
-            if let Some(why) = self.closed.get(&set.session_id) {
+            if let Some(why) = self.closed_why(&set.session_id) {
                 let why = why.text(&set.session_id);
                 out.push(error(
                     ErrorCode::UnknownSession,
@@ -939,11 +1071,7 @@ impl Broker {
     /// effective mode changes get `mode_changed` (the session always does) and
     /// have their pending calls judged again.
     fn change_mode(&mut self, session_id: &str, mode: Mode, out: &mut Vec<ServerFrame>) {
-        let default_mode = self.policy.default_mode;
-        if !self.sessions.contains_key(session_id) {
-            self.sessions
-                .insert(session_id.to_string(), new_session(default_mode));
-        }
+        self.session_entry(session_id);
         let affected = self.subtree(session_id);
         let before: Vec<Mode> = affected.iter().map(|id| self.effective_mode(id)).collect();
         if let Some(session) = self.sessions.get_mut(session_id) {
@@ -981,25 +1109,21 @@ impl Broker {
         number: u64,
         out: &mut Vec<ServerFrame>,
     ) {
+        let id = start.session_id.clone();
         let requested = match start.mode.as_deref() {
             None => None,
             Some(name) => match parse_mode(name, number, out) {
                 Some(mode) => Some(mode),
                 None => {
-                    let id = &start.session_id;
-                    if !self.sessions.contains_key(id) {
-                        self.close(id, Closed::Refused);
-                    }
+                    self.shut_refused(&id, out);
                     return;
                 }
             },
         };
-        let id = start.session_id;
+        // Every refused start shuts the session, whether or not it ran before.
         let refuse = |broker: &mut Broker, message: String, out: &mut Vec<ServerFrame>| {
-            if !broker.sessions.contains_key(&id) {
-                broker.close(&id, Closed::Refused);
-            }
             out.push(error(ErrorCode::InvalidFrame, message, None, Some(number)));
+            broker.shut_refused(&id, out);
         };
         if let Some(existing) = self.sessions.get(&id) {
             if existing.started {
@@ -1023,7 +1147,7 @@ impl Broker {
         }
         if let Some(parent) = &start.parent_id {
             if !self.sessions.contains_key(parent) {
-                if let Some(why) = self.closed.get(parent) {
+                if let Some(why) = self.closed_why(parent) {
                     let message = format!(
                         "{}; the session `{id}` was not started under it",
                         why.text(parent)
@@ -1032,9 +1156,19 @@ impl Broker {
                     return;
                 }
             }
-            if self.ancestors(parent).contains(&id) {
+            let ancestors = self.ancestors(parent);
+            if ancestors.contains(&id) {
                 let message = format!(
                     "the session `{parent}` descends from `{id}`, so it cannot be its parent"
+                );
+                refuse(self, message, out);
+                return;
+            }
+            // The deepest session of the new subtree: `id` or a session it started.
+            let depth = ancestors.len() + 1 + self.height(&id);
+            if depth > MAX_DEPTH {
+                let message = format!(
+                    "starting `{id}` under `{parent}` would give a session {depth} ancestors, more than the limit of {MAX_DEPTH}; the session `{id}` was not started"
                 );
                 refuse(self, message, out);
                 return;
@@ -1059,10 +1193,7 @@ impl Broker {
         // A parent that was never seen is the implicit session a tool call
         // would have created: the default mode and no scope.
         if let Some(parent) = &start.parent_id {
-            if !self.sessions.contains_key(parent) {
-                self.sessions
-                    .insert(parent.clone(), new_session(default_mode));
-            }
+            self.session_entry(parent);
         }
         let parent_mode = start.parent_id.as_deref().map(|p| self.effective_mode(p));
         let parent_scope = self.scope_of(start.parent_id.as_deref());
@@ -1074,22 +1205,34 @@ impl Broker {
             scope.effective(|tool| self.policy.registry.lookup(tool).permission.clone()),
             &self.policy.always_available,
         );
-        // A session that already runs (implicitly) keeps its mode unless told otherwise.
+        // A session that was given a mode keeps it unless told otherwise; one
+        // that only made calls never chose one, and starts like a new one.
         let own_mode = requested
-            .or(self.sessions.get(&id).map(|session| session.mode))
+            .or(self
+                .sessions
+                .get(&id)
+                .filter(|session| session.explicit)
+                .map(|session| session.mode))
             .or(parent_mode)
             .unwrap_or(default_mode);
-        self.closed.remove(&id);
-        let session = self
-            .sessions
-            .entry(id.clone())
-            .or_insert_with(|| new_session(own_mode));
+        self.closed.remove(&session_fingerprint(&id));
+        let session = self.session_entry(&id);
         session.mode = own_mode;
-        session.parent = start.parent_id.clone();
+        let previous_parent = std::mem::replace(&mut session.parent, start.parent_id.clone());
         session.rules = rules;
         session.scope = scope;
         session.explicit = true;
         session.started = true;
+        if let Some(previous) = previous_parent {
+            if let Some(previous) = self.sessions.get_mut(&previous) {
+                previous.children.remove(&id);
+            }
+        }
+        if let Some(parent) = &start.parent_id {
+            if let Some(parent) = self.sessions.get_mut(parent) {
+                parent.children.insert(id.clone());
+            }
+        }
         let mode = self.effective_mode(&id);
         // A failed save is logged; the session runs in memory either way.
         let _ = self.persist();
@@ -1123,33 +1266,69 @@ impl Broker {
         }
     }
 
-    /// A session's ancestors, its parent first (bounded, for a hand-edited
-    /// state file with a cycle).
+    /// After a refused `session_start`: a running session ends with its
+    /// descendants (as `session_end` ends them), and the id is closed as
+    /// refused until a start for it succeeds.
+    fn shut_refused(&mut self, session_id: &str, out: &mut Vec<ServerFrame>) {
+        if self.sessions.contains_key(session_id) {
+            self.end_subtree(session_id, out);
+        }
+        self.close(session_id, Closed::Refused);
+        // A failed save is logged; the session is shut in memory either way.
+        let _ = self.persist();
+    }
+
+    /// A session's ancestors, its parent first (bounded, in case of a bug:
+    /// the parent links never form a cycle).
     fn ancestors(&self, session_id: &str) -> Vec<String> {
         let mut chain: Vec<String> = Vec::new();
-        let mut current = self.sessions.get(session_id).and_then(|s| s.parent.clone());
+        let mut current = self
+            .sessions
+            .get(session_id)
+            .and_then(|s| s.parent.as_deref());
         while let Some(parent) = current {
-            if chain.contains(&parent) || chain.len() > self.sessions.len() {
+            if chain.len() > self.sessions.len() {
                 break;
             }
-            current = self.sessions.get(&parent).and_then(|s| s.parent.clone());
-            chain.push(parent);
+            chain.push(parent.to_string());
+            current = self.sessions.get(parent).and_then(|s| s.parent.as_deref());
         }
         chain
     }
 
     /// End a session and, first, every session it started: their pending
-    /// calls are denied and each gets `session_ended`.
+    /// calls are denied and each gets `session_ended`. Ending a session that
+    /// is not running (never seen, or idle and forgotten) closes its id and
+    /// reports `session_ended` with nothing denied.
     fn session_end(&mut self, session_id: &str, number: u64, out: &mut Vec<ServerFrame>) {
         if !self.sessions.contains_key(session_id) {
-            out.push(error(
-                ErrorCode::UnknownSession,
-                format!("no session has the id `{session_id}`"),
-                None,
-                Some(number),
-            ));
-            return;
+            if self.closed_why(session_id).is_some() {
+                out.push(error(
+                    ErrorCode::UnknownSession,
+                    format!("no session has the id `{session_id}`"),
+                    None,
+                    Some(number),
+                ));
+                return;
+            }
+            self.close(session_id, Closed::Ended);
+            out.push(ServerFrame::SessionEnded(wire::SessionEnded {
+                session_id: session_id.to_string(),
+                denied: 0,
+            }));
+        } else {
+            self.end_subtree(session_id, out);
         }
+        // A failed save is logged; the sessions are gone from memory either way.
+        let _ = self.persist();
+    }
+
+    /// End a running session and its descendants, deepest first, and close them.
+    fn end_subtree(&mut self, session_id: &str, out: &mut Vec<ServerFrame>) {
+        let parent = self
+            .sessions
+            .get(session_id)
+            .and_then(|session| session.parent.clone());
         for ended in self.subtree(session_id).into_iter().rev() {
             let ids = self.pending_of(&ended);
             let denied = ids.len() as u64;
@@ -1161,15 +1340,17 @@ impl Broker {
             for id in ids {
                 self.end_ask(&id, wire::Source::Shutdown, reason.clone(), out);
             }
-            self.sessions.remove(&ended);
+            self.remove_session(&ended);
             self.close(&ended, Closed::Ended);
             out.push(ServerFrame::SessionEnded(wire::SessionEnded {
                 session_id: ended,
                 denied,
             }));
         }
-        // A failed save is logged; the sessions are gone from memory either way.
-        let _ = self.persist();
+        // An implicit parent left with nothing to hold is forgotten.
+        if let Some(parent) = parent {
+            self.forget_idle(&parent);
+        }
     }
 
     fn cancel(&mut self, cancel: wire::Cancel, number: u64, out: &mut Vec<ServerFrame>) {
@@ -1315,6 +1496,51 @@ fn new_session(mode: Mode) -> Session {
         grants: Grants::default(),
         last_call: None,
         live: HashMap::new(),
+        children: BTreeSet::new(),
+    }
+}
+
+/// The repeat counts (tool and input hash, count) of forgotten idle
+/// sessions by the fingerprint of their id; beyond [`IDLE_REPEATS_KEPT`] the
+/// longest forgotten is dropped, and that session's next call counts from 1.
+#[derive(Default)]
+struct RepeatMemory {
+    /// Fingerprint → (last call, when it was put).
+    counts: HashMap<u64, ((u64, u32), u64)>,
+    /// (when, fingerprint), oldest first; entries whose time no longer
+    /// matches `counts` are stale.
+    order: VecDeque<(u64, u64)>,
+    clock: u64,
+}
+
+impl RepeatMemory {
+    fn put(&mut self, fingerprint: u64, last_call: (u64, u32)) {
+        self.clock += 1;
+        self.counts.insert(fingerprint, (last_call, self.clock));
+        self.order.push_back((self.clock, fingerprint));
+        while self.counts.len() > IDLE_REPEATS_KEPT {
+            let Some((when, oldest)) = self.order.pop_front() else {
+                break;
+            };
+            if self
+                .counts
+                .get(&oldest)
+                .is_some_and(|(_, put)| *put == when)
+            {
+                self.counts.remove(&oldest);
+            }
+        }
+        if self.order.len() > 2 * IDLE_REPEATS_KEPT {
+            let counts = &self.counts;
+            self.order
+                .retain(|(when, fp)| counts.get(fp).is_some_and(|(_, put)| put == when));
+        }
+    }
+
+    fn take(&mut self, fingerprint: u64) -> Option<(u64, u32)> {
+        self.counts
+            .remove(&fingerprint)
+            .map(|(last_call, _)| last_call)
     }
 }
 

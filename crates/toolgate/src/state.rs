@@ -50,18 +50,32 @@ pub struct Snapshot {
     pub project_grants: Vec<StoredGrant>,
     /// The sessions, sorted by `sessionID` when saved.
     pub sessions: Vec<StoredSession>,
-    /// Sessions that ended, most recent last (at most [`CLOSED_KEPT`]): their
-    /// calls stay denied after a restart until they are started again.
-    #[serde(
-        rename = "endedSessions",
-        default,
-        skip_serializing_if = "Vec::is_empty"
-    )]
-    pub ended_sessions: Vec<String>,
+    /// Every session that ended or whose `session_start` was refused, by
+    /// fingerprint (see [`session_fingerprint`]), sorted: their calls stay
+    /// denied after a restart until they are started again. Files written
+    /// before this field held `endedSessions` (a list of ids);
+    /// [`parse_snapshot`] converts it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub closed: Vec<StoredClosed>,
 }
 
-/// How many ended sessions a state file remembers.
-pub const CLOSED_KEPT: usize = 1024;
+/// A session that may not run calls, as stored: the fingerprint of its id
+/// and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredClosed {
+    /// [`session_fingerprint`] of the session id: 16 lowercase hex digits.
+    pub fingerprint: String,
+    /// `ended` or `refused`.
+    pub why: String,
+}
+
+/// The fingerprint that stands for a closed session id: the 64-bit FNV-1a
+/// hash of its UTF-8 bytes. Two ids with the same fingerprint are one for
+/// the closed list, so a collision can only make a session that never ended
+/// look ended (its calls denied), never the reverse.
+pub fn session_fingerprint(session_id: &str) -> u64 {
+    fnv1a(session_id.as_bytes())
+}
 
 /// One grant as stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -97,6 +111,14 @@ pub struct StoredSession {
     pub permissions: Option<ScopeSpec>,
     /// The session's own grants.
     pub grants: Vec<StoredGrant>,
+    /// Started by `session_start`: a second start is refused. Files written
+    /// before this field guess it (a session with a parent or a scope was started).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub started: bool,
+    /// Stored only because it carries grants or is the parent of a stored
+    /// session: it never chose a mode (it was neither started nor given one).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub implicit: bool,
 }
 
 impl Snapshot {
@@ -107,7 +129,7 @@ impl Snapshot {
             project_root: root_string(project_root),
             project_grants: Vec::new(),
             sessions: Vec::new(),
-            ended_sessions: Vec::new(),
+            closed: Vec::new(),
         }
     }
 }
@@ -349,8 +371,20 @@ pub fn parse_snapshot(text: &str) -> Result<Snapshot, String> {
         Some(other) => return Err(format!("version {other}, expected {VERSION}")),
         None => return Err(format!("no version, expected {VERSION}")),
     }
-    let snapshot: Snapshot =
+    // Files of earlier builds list ended sessions by id.
+    let legacy_ended: Vec<String> = match value.get("endedSessions") {
+        None => Vec::new(),
+        Some(ended) => serde_json::from_value(ended.clone())
+            .map_err(|err| format!("not a state file: endedSessions: {err}"))?,
+    };
+    let mut snapshot: Snapshot =
         serde_json::from_value(value).map_err(|err| format!("not a state file: {err}"))?;
+    for id in legacy_ended {
+        snapshot.closed.push(StoredClosed {
+            fingerprint: format!("{:016x}", session_fingerprint(&id)),
+            why: "ended".to_string(),
+        });
+    }
     let grants = snapshot
         .project_grants
         .iter()

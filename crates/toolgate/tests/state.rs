@@ -5,8 +5,9 @@
 use std::path::{Path, PathBuf};
 
 use toolgate::state::{
-    list_grants, parse_snapshot, revoke_grants, state_file, write_snapshot, FileStore, GrantScope,
-    MemoryStore, Snapshot, Store, StoredGrant, StoredSession, VERSION,
+    list_grants, parse_snapshot, revoke_grants, session_fingerprint, state_file, write_snapshot,
+    FileStore, GrantScope, MemoryStore, Snapshot, Store, StoredClosed, StoredGrant, StoredSession,
+    VERSION,
 };
 use toolgate_protocol::ScopeSpec;
 
@@ -54,6 +55,8 @@ fn sample(root: &str) -> Snapshot {
                     ..ScopeSpec::default()
                 }),
                 grants: vec![grant("grant_w1", "read", ".env", 4, "worker")],
+                started: true,
+                implicit: false,
             },
             StoredSession {
                 session_id: "main".to_string(),
@@ -64,9 +67,14 @@ fn sample(root: &str) -> Snapshot {
                     grant("grant_m1", "edit", "*", 0, "main"),
                     grant("grant_m2", "bash", "rm -rf *", 8, "main"),
                 ],
+                started: false,
+                implicit: false,
             },
         ],
-        ended_sessions: vec!["old-worker".to_string()],
+        closed: vec![StoredClosed {
+            fingerprint: format!("{:016x}", session_fingerprint("old-worker")),
+            why: "ended".to_string(),
+        }],
     }
 }
 
