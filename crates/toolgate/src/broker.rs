@@ -119,7 +119,7 @@ pub struct Broker {
     /// Sessions that ended or whose `session_start` was refused, and why, by
     /// the fingerprint of their id (never forgotten): their calls are denied
     /// rather than run in a fresh unscoped session.
-    closed: HashMap<u64, Closed>,
+    closed: ClosedSet,
     /// The repeat counts of forgotten idle sessions.
     idle_repeats: RepeatMemory,
 }
@@ -147,7 +147,7 @@ impl Broker {
             project_grants: Grants::default(),
             project_grant_owners: HashMap::new(),
             store: None,
-            closed: HashMap::new(),
+            closed: ClosedSet::default(),
             idle_repeats: RepeatMemory::default(),
         }
     }
@@ -231,7 +231,7 @@ impl Broker {
         let shut: Vec<String> = self
             .sessions
             .keys()
-            .filter(|id| self.closed.contains_key(&session_fingerprint(id)))
+            .filter(|id| self.closed.get(session_fingerprint(id)).is_some())
             .cloned()
             .collect();
         for id in shut {
@@ -339,8 +339,7 @@ impl Broker {
                 .collect(),
             sessions,
             closed: {
-                let mut closed: Vec<(u64, Closed)> =
-                    self.closed.iter().map(|(fp, why)| (*fp, *why)).collect();
+                let mut closed: Vec<(u64, Closed)> = self.closed.iter().collect();
                 closed.sort_unstable_by_key(|(fp, _)| *fp);
                 closed
                     .into_iter()
@@ -398,7 +397,7 @@ impl Broker {
 
     /// Why a session may not run calls, if it was closed.
     fn closed_why(&self, session_id: &str) -> Option<Closed> {
-        self.closed.get(&session_fingerprint(session_id)).copied()
+        self.closed.get(session_fingerprint(session_id))
     }
 
     /// A session entry, created in the default mode (with the repeat count it
@@ -548,7 +547,24 @@ impl Broker {
         }
         match toolgate_protocol::decode(line) {
             Ok(frame) => self.handle(frame, number, out),
-            Err(err) => self.reject_line(err, number, out),
+            Err(err) => {
+                self.reject_line(err, number, out);
+                self.shut_unreadable_start(line, out);
+            }
+        }
+    }
+
+    /// A `session_start` refused because it could not be decoded shuts its
+    /// session too, when the line is JSON naming the session.
+    fn shut_unreadable_start(&mut self, line: &[u8], out: &mut Vec<ServerFrame>) {
+        let Ok(Value::Object(frame)) = serde_json::from_slice::<Value>(line) else {
+            return;
+        };
+        if frame.get("type").and_then(Value::as_str) != Some("session_start") {
+            return;
+        }
+        if let Some(id) = frame.get("sessionID").and_then(Value::as_str) {
+            self.shut_refused(id, out);
         }
     }
 
@@ -1215,7 +1231,7 @@ impl Broker {
                 .map(|session| session.mode))
             .or(parent_mode)
             .unwrap_or(default_mode);
-        self.closed.remove(&session_fingerprint(&id));
+        self.closed.remove(session_fingerprint(&id));
         let session = self.session_entry(&id);
         session.mode = own_mode;
         let previous_parent = std::mem::replace(&mut session.parent, start.parent_id.clone());
@@ -1541,6 +1557,45 @@ impl RepeatMemory {
         self.counts
             .remove(&fingerprint)
             .map(|(last_call, _)| last_call)
+    }
+}
+
+/// The fingerprints of closed sessions: one set per reason, 8 bytes (and
+/// the hash table's overhead) per session.
+#[derive(Default)]
+struct ClosedSet {
+    ended: HashSet<u64>,
+    refused: HashSet<u64>,
+}
+
+impl ClosedSet {
+    fn insert(&mut self, fingerprint: u64, why: Closed) {
+        let (into, from) = match why {
+            Closed::Ended => (&mut self.ended, &mut self.refused),
+            Closed::Refused => (&mut self.refused, &mut self.ended),
+        };
+        from.remove(&fingerprint);
+        into.insert(fingerprint);
+    }
+
+    fn get(&self, fingerprint: u64) -> Option<Closed> {
+        if self.refused.contains(&fingerprint) {
+            Some(Closed::Refused)
+        } else if self.ended.contains(&fingerprint) {
+            Some(Closed::Ended)
+        } else {
+            None
+        }
+    }
+
+    fn remove(&mut self, fingerprint: u64) {
+        self.ended.remove(&fingerprint);
+        self.refused.remove(&fingerprint);
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (u64, Closed)> + '_ {
+        let ended = self.ended.iter().map(|fp| (*fp, Closed::Ended));
+        ended.chain(self.refused.iter().map(|fp| (*fp, Closed::Refused)))
     }
 }
 
