@@ -1096,16 +1096,34 @@ impl Broker {
         }
         // A failed save is logged; the mode applies in memory either way.
         let _ = self.persist();
+        // Sessions with the same mode and the same scope layers (children
+        // that added none) get the same reminder: it is written once.
+        let mut reminders: HashMap<(Mode, Vec<usize>), String> = HashMap::new();
         for (id, previous) in affected.iter().zip(before) {
             let now = self.effective_mode(id);
             if id != session_id && now == previous {
                 continue;
             }
+            let layers: Vec<usize> = self
+                .sessions
+                .get(id)
+                .map(|session| {
+                    session
+                        .scope
+                        .layers()
+                        .map(|layer| layer as *const ScopeLayer as usize)
+                        .collect()
+                })
+                .unwrap_or_default();
+            let reminder = reminders
+                .entry((now, layers))
+                .or_insert_with(|| self.reminder(id, now))
+                .clone();
             out.push(ServerFrame::ModeChanged(wire::ModeChanged {
                 session_id: id.clone(),
                 mode: now.as_str().to_string(),
                 previous: previous.as_str().to_string(),
-                reminder: Some(self.reminder(id, now)),
+                reminder: Some(reminder),
             }));
             if previous != now {
                 self.revisit_session(id, &format!("the session's mode changed to {now}"), out);
