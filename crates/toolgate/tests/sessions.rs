@@ -33,17 +33,47 @@ fn decisions(lines: &[String]) -> BTreeMap<String, String> {
     out
 }
 
-/// Run `frames` in one broker started with `args`; returns every output line.
+/// Run `frames` in one broker started with `args` in `root`; returns every
+/// output line (read to the end, so none is missed however slow the machine).
 fn run(root: &Path, args: &[String], frames: &[String]) -> Vec<String> {
-    let mut broker = support::Broker::start(root, args, &[]);
+    use std::io::{Read, Write};
+    use std::process::{Command, Stdio};
+
+    let mut child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(args)
+        .current_dir(root)
+        .env_remove("TOOLGATE_PERMISSION")
+        .env("RUST_LOG", "warn")
+        .env("HOME", "/home/tester")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     let mut text = String::new();
     for frame in frames {
         writeln!(text, "{frame}").unwrap();
     }
-    broker.send_raw(text.as_bytes());
-    let (status, lines, stderr) = broker.finish();
+    let mut stdin = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || stdin.write_all(text.as_bytes()).unwrap());
+    let mut stderr = child.stderr.take().unwrap();
+    let errors = std::thread::spawn(move || {
+        let mut text = String::new();
+        stderr.read_to_string(&mut text).unwrap();
+        text
+    });
+    let mut output = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut output)
+        .unwrap();
+    writer.join().unwrap();
+    let status = child.wait().unwrap();
+    let stderr = errors.join().unwrap();
     assert!(status.success(), "{stderr}");
-    lines
+    output.lines().map(str::to_string).collect()
 }
 
 #[test]
