@@ -15,6 +15,11 @@
 //!   clean; every problem becomes a warning for the caller to print.
 //! - One broker per project root and state directory at a time: nothing locks
 //!   the file, and the last save wins.
+//! - Sessions are kept when they were started, given a mode, hold grants or
+//!   are the parent of a kept session (an implicit parent is marked
+//!   `implicit`), with whether they were `started`. Every session that ended or
+//!   whose start was refused is kept, without a count bound, as the
+//!   fingerprint of its id ([`session_fingerprint`]) in `closed`.
 //!
 //! [`list_grants`] and [`revoke_grants`] serve `toolgate grants list|revoke`,
 //! which work on the files while no broker holds them.
