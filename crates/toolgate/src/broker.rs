@@ -17,7 +17,9 @@ use toolgate_protocol::{ClientFrame, DecodeError, ErrorCode, ServerFrame};
 
 use crate::clock::{Clock, IdSource};
 use crate::convert;
-use crate::state::{Snapshot, Store, StoredGrant, StoredSession};
+use crate::state::{
+    fingerprint, Change, Snapshot, Store, StoredClosed, StoredGrant, StoredSession,
+};
 
 /// What to do when the answer is "ask".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,7 +107,7 @@ pub struct Broker {
     store: Option<Box<dyn Store>>,
     /// Sessions that ended or whose `session_start` was refused, and why:
     /// their calls are denied rather than run in a fresh unscoped session.
-    closed: HashMap<String, Closed>,
+    closed: ClosedMap,
     closed_order: VecDeque<String>,
 }
 
@@ -132,7 +134,7 @@ impl Broker {
             project_grants: Grants::default(),
             project_grant_owners: HashMap::new(),
             store: None,
-            closed: HashMap::new(),
+            closed: ClosedMap::default(),
             closed_order: VecDeque::new(),
         }
     }
@@ -193,7 +195,28 @@ impl Broker {
                 self.close(id, Closed::Ended);
             }
         }
+        let live: HashSet<String> = self.sessions.keys().map(|id| fingerprint(id)).collect();
+        for stored in &snapshot.closed {
+            if !live.contains(&stored.fingerprint) {
+                // Any other reason still shuts the session.
+                let why = match stored.why.as_str() {
+                    "refused" => Closed::Refused,
+                    _ => Closed::Ended,
+                };
+                self.closed
+                    .insert_fingerprint(stored.fingerprint.clone(), why);
+            }
+        }
         self.store = Some(store);
+        if !warnings.is_empty() {
+            // What was repaired is stored as the broker holds it.
+            let snapshot = self.snapshot();
+            if let Some(store) = self.store.as_mut() {
+                if let Err(err) = store.save(&snapshot) {
+                    tracing::warn!("the repaired state could not be saved: {err}");
+                }
+            }
+        }
         warnings
     }
 
@@ -243,28 +266,11 @@ impl Broker {
     /// What the state directory keeps: project grants and every session that
     /// was started, given a mode or granted something.
     fn snapshot(&self) -> Snapshot {
-        let stored_grant = |grant: &toolgate_policy::Grant, session_id: &str| StoredGrant {
-            grant_id: grant.id.clone(),
-            permission: grant.permission.clone(),
-            pattern: grant.pattern.as_str().to_string(),
-            literal: grant.pattern.literal_len(),
-            session_id: session_id.to_string(),
-        };
         let mut sessions: Vec<StoredSession> = self
             .sessions
             .iter()
             .filter(|(_, session)| session.explicit || !session.grants.is_empty())
-            .map(|(id, session)| StoredSession {
-                session_id: id.clone(),
-                parent_id: session.parent.clone(),
-                mode: session.mode.as_str().to_string(),
-                permissions: session.rules.as_ref().map(convert::scope_spec),
-                grants: session
-                    .grants
-                    .iter()
-                    .map(|grant| stored_grant(grant, id))
-                    .collect(),
-            })
+            .map(|(id, session)| stored_session(id, session))
             .collect();
         sessions.sort_by(|a, b| a.session_id.cmp(&b.session_id));
         Snapshot {
@@ -283,34 +289,30 @@ impl Broker {
                 })
                 .collect(),
             sessions,
-            ended_sessions: {
-                let mut ended: Vec<String> = Vec::new();
-                let mut seen: HashSet<&str> = HashSet::new();
-                for id in self.closed_order.iter().rev() {
-                    if ended.len() == crate::state::CLOSED_KEPT {
-                        break;
-                    }
-                    if self.closed.get(id) == Some(&Closed::Ended) && seen.insert(id) {
-                        ended.push(id.clone());
-                    }
-                }
-                ended.reverse();
-                ended
-            },
+            ended_sessions: Vec::new(),
+            closed: self.closed.stored(),
         }
     }
 
-    /// Write the state, when there is a state directory. A failure is logged
-    /// and returned; the broker carries on with its state in memory.
-    fn persist(&mut self) -> Result<(), String> {
-        if self.store.is_none() {
-            return Ok(());
+    /// The change that stores a session as it is now: the whole session
+    /// when the state directory keeps it (started, given a mode or granted
+    /// something), else its removal.
+    fn stored_change(&self, session_id: &str) -> Change {
+        match self.sessions.get(session_id) {
+            Some(session) if session.explicit || !session.grants.is_empty() => {
+                Change::Session(stored_session(session_id, session))
+            }
+            _ => Change::RemoveSession(session_id.to_string()),
         }
-        let snapshot = self.snapshot();
+    }
+
+    /// Record `changes` durably, when there is a state directory. A failure
+    /// is logged and returned; the broker carries on with its state in memory.
+    fn persist(&mut self, changes: &[Change]) -> Result<(), String> {
         let Some(store) = self.store.as_mut() else {
             return Ok(());
         };
-        store.save(&snapshot).inspect_err(|err| {
+        store.record(changes).inspect_err(|err| {
             tracing::warn!("the state could not be saved: {err}");
         })
     }
@@ -335,7 +337,7 @@ impl Broker {
 
     /// Remember that a session may not run calls (bounded like `resolved`).
     fn close(&mut self, session_id: &str, why: Closed) {
-        if self.closed.insert(session_id.to_string(), why).is_none() {
+        if self.closed.insert(session_id, why).is_none() {
             self.closed_order.push_back(session_id.to_string());
             if self.closed_order.len() > RESOLVED_MEMORY {
                 if let Some(old) = self.closed_order.pop_front() {
@@ -491,15 +493,18 @@ impl Broker {
                 let id = &revoke.grant_id;
                 let removed = if self.project_grants.remove(id).is_some() {
                     self.project_grant_owners.remove(id);
-                    true
+                    Some(Change::RemoveProjectGrant(id.clone()))
                 } else {
                     self.sessions
-                        .values_mut()
-                        .any(|session| session.grants.remove(id).is_some())
+                        .iter_mut()
+                        .find_map(|(holder, session)| {
+                            session.grants.remove(id).map(|_| holder.clone())
+                        })
+                        .map(|holder| self.stored_change(&holder))
                 };
-                if removed {
+                if let Some(change) = removed {
                     // A failed save is logged; the grant is gone from memory either way.
-                    let _ = self.persist();
+                    let _ = self.persist(&[change]);
                     out.push(self.grants_frame(None));
                 } else {
                     out.push(error(
@@ -837,11 +842,13 @@ impl Broker {
     ) -> Result<(), String> {
         let default_mode = self.policy.default_mode;
         let ids = &mut self.ids;
+        let mut changes = Vec::new();
         match scope {
             wire::GrantScope::Project => {
                 for spec in &question.grants {
                     let id = ids.grant_id();
                     if self.project_grants.add(id.clone(), spec) {
+                        changes.push(Change::ProjectGrant(spec_grant(&id, spec, session_id)));
                         self.project_grant_owners.insert(id, session_id.to_string());
                     }
                 }
@@ -851,13 +858,20 @@ impl Broker {
                     .sessions
                     .entry(session_id.to_string())
                     .or_insert_with(|| new_session(default_mode));
+                // A session already stored gets just its new grants.
+                let stored = session.explicit || !session.grants.is_empty();
                 for spec in &question.grants {
                     let id = ids.grant_id();
-                    session.grants.add(id, spec);
+                    if session.grants.add(id.clone(), spec) && stored {
+                        changes.push(Change::SessionGrant(spec_grant(&id, spec, session_id)));
+                    }
+                }
+                if !stored {
+                    changes.push(self.stored_change(session_id));
                 }
             }
         }
-        self.persist()
+        self.persist(&changes)
     }
 
     /// Evaluate a pending call again (after `once`/`always`, a mode change or new
@@ -951,7 +965,7 @@ impl Broker {
             session.explicit = true;
         }
         // A failed save is logged; the mode applies in memory either way.
-        let _ = self.persist();
+        let _ = self.persist(&[self.stored_change(session_id)]);
         for (id, previous) in affected.iter().zip(before) {
             let now = self.effective_mode(id);
             if id != session_id && now == previous {
@@ -1092,7 +1106,7 @@ impl Broker {
         session.started = true;
         let mode = self.effective_mode(&id);
         // A failed save is logged; the session runs in memory either way.
-        let _ = self.persist();
+        let _ = self.persist(&[self.stored_change(&id)]);
         out.push(ServerFrame::SessionStarted(wire::SessionStarted {
             session_id: id.clone(),
             parent_id: start.parent_id,
@@ -1150,6 +1164,7 @@ impl Broker {
             ));
             return;
         }
+        let mut changes = Vec::new();
         for ended in self.subtree(session_id).into_iter().rev() {
             let ids = self.pending_of(&ended);
             let denied = ids.len() as u64;
@@ -1163,13 +1178,18 @@ impl Broker {
             }
             self.sessions.remove(&ended);
             self.close(&ended, Closed::Ended);
+            changes.push(Change::RemoveSession(ended.clone()));
+            changes.push(Change::Closed(StoredClosed {
+                fingerprint: fingerprint(&ended),
+                why: Closed::Ended.as_str().to_string(),
+            }));
             out.push(ServerFrame::SessionEnded(wire::SessionEnded {
                 session_id: ended,
                 denied,
             }));
         }
         // A failed save is logged; the sessions are gone from memory either way.
-        let _ = self.persist();
+        let _ = self.persist(&changes);
     }
 
     fn cancel(&mut self, cancel: wire::Cancel, number: u64, out: &mut Vec<ServerFrame>) {
@@ -1328,11 +1348,101 @@ enum Closed {
 }
 
 impl Closed {
+    /// As stored (`StoredClosed::why`).
+    fn as_str(self) -> &'static str {
+        match self {
+            Closed::Ended => "ended",
+            Closed::Refused => "refused",
+        }
+    }
+
     fn text(self, session_id: &str) -> String {
         match self {
             Closed::Ended => format!("the session `{session_id}` has ended"),
             Closed::Refused => format!("the session_start for `{session_id}` was refused"),
         }
+    }
+}
+
+/// Shut sessions by the fingerprint of their id (as the state directory
+/// keeps them), with the order they were shut in.
+#[derive(Default)]
+struct ClosedMap {
+    map: HashMap<String, (u64, Closed)>,
+    next: u64,
+}
+
+impl ClosedMap {
+    fn get(&self, session_id: &str) -> Option<&Closed> {
+        self.map.get(&fingerprint(session_id)).map(|(_, why)| why)
+    }
+
+    fn remove(&mut self, session_id: &str) -> Option<Closed> {
+        self.map
+            .remove(&fingerprint(session_id))
+            .map(|(_, why)| why)
+    }
+
+    fn insert(&mut self, session_id: &str, why: Closed) -> Option<Closed> {
+        self.insert_fingerprint(fingerprint(session_id), why)
+    }
+
+    fn insert_fingerprint(&mut self, print: String, why: Closed) -> Option<Closed> {
+        self.next += 1;
+        self.map.insert(print, (self.next, why)).map(|(_, why)| why)
+    }
+
+    /// Oldest first.
+    fn stored(&self) -> Vec<StoredClosed> {
+        let mut entries: Vec<(&u64, &String, &Closed)> = self
+            .map
+            .iter()
+            .map(|(print, (order, why))| (order, print, why))
+            .collect();
+        entries.sort_unstable_by_key(|(order, _, _)| **order);
+        entries
+            .into_iter()
+            .map(|(_, print, why)| StoredClosed {
+                fingerprint: print.clone(),
+                why: why.as_str().to_string(),
+            })
+            .collect()
+    }
+}
+
+/// A session as the state directory keeps it.
+fn stored_session(session_id: &str, session: &Session) -> StoredSession {
+    StoredSession {
+        session_id: session_id.to_string(),
+        parent_id: session.parent.clone(),
+        mode: session.mode.as_str().to_string(),
+        permissions: session.rules.as_ref().map(convert::scope_spec),
+        grants: session
+            .grants
+            .iter()
+            .map(|grant| stored_grant(grant, session_id))
+            .collect(),
+    }
+}
+
+fn stored_grant(grant: &toolgate_policy::Grant, session_id: &str) -> StoredGrant {
+    StoredGrant {
+        grant_id: grant.id.clone(),
+        permission: grant.permission.clone(),
+        pattern: grant.pattern.as_str().to_string(),
+        literal: grant.pattern.literal_len(),
+        session_id: session_id.to_string(),
+    }
+}
+
+/// A grant just made from `spec`, as stored.
+fn spec_grant(id: &str, spec: &GrantSpec, session_id: &str) -> StoredGrant {
+    StoredGrant {
+        grant_id: id.to_string(),
+        permission: spec.permission.clone(),
+        pattern: spec.pattern.as_str().to_string(),
+        literal: spec.pattern.literal_len(),
+        session_id: session_id.to_string(),
     }
 }
 

@@ -180,6 +180,7 @@ fn unusable_stored_state_is_repaired_strictly() {
             project_grants: Vec::new(),
             sessions,
             ended_sessions: Vec::new(),
+            closed: Vec::new(),
         };
         let warnings = broker
             .restore(Box::new(MemoryStore::new()), snapshot)
@@ -215,6 +216,7 @@ fn an_unusable_stored_grant_is_dropped_with_a_warning() {
         }],
         sessions: Vec::new(),
         ended_sessions: Vec::new(),
+        closed: Vec::new(),
     };
     let warnings = broker.restore(Box::new(MemoryStore::new()), snapshot);
     assert_eq!(

@@ -67,6 +67,7 @@ fn sample(root: &str) -> Snapshot {
             },
         ],
         ended_sessions: vec!["old-worker".to_string()],
+        closed: Vec::new(),
     }
 }
 
