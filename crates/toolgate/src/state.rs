@@ -1,23 +1,46 @@
-//! The state that survives a restart (`--state-dir DIR`): one JSON file per
-//! project root, holding the grants and the sessions that carry them.
+//! The state that survives a restart (`--state-dir DIR`): per project root,
+//! a snapshot file and a journal of the changes made since.
 //!
-//! - The file for a project is `DIR/project-<16 hex digits>.json`, the digits
-//!   being the 64-bit FNV-1a hash of the project root's path ([`state_file`]).
-//!   The file also records `projectRoot`; a file whose `projectRoot` differs
-//!   (a hash collision, or a copied file) is never used for another project:
-//!   the store warns and moves on to `project-<hash>-2.json`, `-3`, ...
-//! - Saving is atomic: the JSON is written to a temporary file in the same
-//!   directory, synced, renamed over the state file, and the directory is
-//!   synced. A crash leaves either the old file or the new one, never half.
-//! - Opening never fails. A file that cannot be read, is not JSON, has another
-//!   `version` or does not fit together is renamed aside to
-//!   `<file>.corrupt-<wall ms>` (nothing is deleted) and the broker starts
-//!   clean; every problem becomes a warning for the caller to print.
-//! - One broker per project root and state directory at a time: nothing locks
-//!   the file, and the last save wins.
+//! - The snapshot for a project is `DIR/project-<16 hex digits>.json`, the
+//!   digits being the 64-bit FNV-1a hash of the project root's path
+//!   ([`state_file`]). It records `projectRoot`; a file whose `projectRoot`
+//!   differs (a hash collision, or a copied file) is never used for another
+//!   project: the store warns and moves on to `project-<hash>-2.json`, `-3`, ...
+//! - Beside it, `project-<hash>.journal` ([`journal_file`]): one JSON line per
+//!   [`Change`]. Its first line, `{"journalGeneration":N}`, names the snapshot
+//!   it follows: the snapshot's `journalGeneration` field. A journal of
+//!   another generation (or beside a snapshot that names none) is stale and
+//!   ignored.
+//! - A change ([`Store::record`]) is one `write` of its lines to the journal,
+//!   then `fdatasync`, before the broker reports it: its cost is the size of
+//!   the change, not of the state.
+//! - Compaction: when the journal outgrows twice the snapshot and
+//!   [`COMPACT_FLOOR`] (1 MiB; [`COMPACT_FLOOR_ENV`] changes it, for tests),
+//!   the whole state is written as a new snapshot under generation N+1, then
+//!   a new journal holding only its header. Each file is replaced atomically
+//!   (written to a temporary file in the same directory, synced, renamed
+//!   over, directory synced). A crash between the two leaves the new
+//!   snapshot and a stale journal: nothing is lost or applied twice. The
+//!   first change after a start that found no usable journal compacts too.
+//! - Loading reads the snapshot and replays the journal. A last line without
+//!   its newline is a write that was never confirmed (so never reported): it
+//!   is ignored with a warning, and the next change starts a new journal
+//!   rather than append after it. Any other line that is not a change makes
+//!   the state unusable (fail closed: nothing after a bad record can be
+//!   trusted to be complete, and a lost revocation or session end must not
+//!   come back as a grant or an open session).
+//! - Opening never fails. A snapshot or journal that cannot be read, is not
+//!   JSON, has another `version` or does not fit together is renamed aside to
+//!   `<file>.corrupt-<wall ms>` (both files; nothing is deleted) and the
+//!   broker starts clean; every problem becomes a warning for the caller to
+//!   print. A journal with no snapshot beside it is moved aside the same way.
+//! - One broker per project root and state directory at a time: the broker
+//!   holds `<file>.lock` (an advisory lock); a second one reads the state but
+//!   keeps its changes in memory.
 //!
 //! [`list_grants`] and [`revoke_grants`] serve `toolgate grants list|revoke`,
-//! which work on the files while no broker holds them.
+//! which read the snapshot and the journal, and work while no broker holds
+//! the files (a revocation writes a snapshot that names no journal).
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{File, OpenOptions};
@@ -204,6 +227,7 @@ impl Materialised {
         match change {
             Change::Session(session) => {
                 self.closed.remove(&fingerprint(&session.session_id));
+                self.ended_sessions.retain(|id| *id != session.session_id);
                 self.sessions.insert(session.session_id.clone(), session);
             }
             Change::RemoveSession(id) => {
@@ -1141,10 +1165,12 @@ pub struct Revoked {
 }
 
 /// Remove the grants with these ids from whichever state files in `dir` hold
-/// them, saving each changed file with [`write_snapshot`]. Ids that no file
-/// holds are reported in [`Revoked::unknown`]; the others are still removed.
-/// A broker running for one of these projects keeps its own copy and writes
-/// it back at its next save: revoke there with the `revoke_grant` frame.
+/// them (in the snapshot or in its journal). Each changed project is written
+/// whole with [`write_snapshot`], which names no journal generation, so the
+/// old journal no longer applies from the rename on; it is then removed. Ids
+/// that no file holds are reported in [`Revoked::unknown`]; the others are
+/// still removed. A file held by a running broker is refused: revoke there
+/// with the `revoke_grant` frame.
 pub fn revoke_grants(dir: &Path, ids: &[String]) -> Result<Revoked, String> {
     let mut revoked = Revoked::default();
     let files = project_files(dir, &mut revoked.warnings)?;
