@@ -11,7 +11,7 @@
 //!   it follows: the snapshot's `journalGeneration` field. A journal of
 //!   another generation (or beside a snapshot that names none) is stale and
 //!   ignored.
-//! - A change ([`Store::record`]) is one `write` of its lines to the journal,
+//! - A change ([`Store::record`]) is one `write` of its line to the journal,
 //!   then `fdatasync`, before the broker reports it: its cost is the size of
 //!   the change, not of the state.
 //! - Compaction: when the journal outgrows twice the snapshot and
@@ -559,13 +559,19 @@ impl Store for FileStore {
         if changes.is_empty() {
             return Ok(());
         }
-        let mut bytes = Vec::new();
+        // One line per call, so that its changes are applied together or,
+        // when the line is torn, not at all: one change as an object,
+        // several as an array.
+        let encoded = match changes {
+            [change] => serde_json::to_vec(change),
+            _ => serde_json::to_vec(changes),
+        };
+        let mut bytes = match encoded {
+            Ok(bytes) => bytes,
+            Err(err) => return Err(format!("cannot encode a change: {err}")),
+        };
+        bytes.push(b'\n');
         for change in changes {
-            if let Err(err) = serde_json::to_writer(&mut bytes, change) {
-                self.dirty = true;
-                return Err(format!("cannot encode a change: {err}"));
-            }
-            bytes.push(b'\n');
             self.state.apply(change.clone());
         }
         let limit = self.snapshot_len.saturating_mul(2).max(self.compact_floor);
@@ -852,19 +858,23 @@ fn replay(journal: &Path, bytes: &[u8], loaded: &mut LoadedState) -> Result<(), 
             continue;
         }
         let number = index + 2;
-        let change: Change = serde_json::from_slice(line).map_err(|err| {
-            format!(
-                "its journal {} is corrupt at line {number}: {err}",
-                journal.display()
-            )
-        })?;
-        check_change(&change).map_err(|reason| {
+        let corrupt = |reason: String| {
             format!(
                 "its journal {} is corrupt at line {number}: {reason}",
                 journal.display()
             )
-        })?;
-        state.apply(change);
+        };
+        let changes: Vec<Change> = if line.first() == Some(&b'[') {
+            serde_json::from_slice(line).map_err(|err| corrupt(err.to_string()))?
+        } else {
+            vec![serde_json::from_slice(line).map_err(|err| corrupt(err.to_string()))?]
+        };
+        for change in &changes {
+            check_change(change).map_err(corrupt)?;
+        }
+        for change in changes {
+            state.apply(change);
+        }
     }
     loaded.snapshot = state.snapshot();
     loaded.journal_len = complete_len as u64;
