@@ -306,15 +306,40 @@ impl Broker {
         }
     }
 
-    /// Record `changes` durably, when there is a state directory. A failure
-    /// is logged and returned; the broker carries on with its state in memory.
+    /// Stage `changes` in the state directory, when there is one: they are
+    /// durable once [`Broker::commit`] returned, which the transport calls
+    /// before it writes the frames that report them. A failure is logged and
+    /// returned; the broker carries on with its state in memory.
     fn persist(&mut self, changes: &[Change]) -> Result<(), String> {
+        let Some(store) = self.store.as_mut() else {
+            return Ok(());
+        };
+        store.stage(changes).inspect_err(|err| {
+            tracing::warn!("the state could not be saved: {err}");
+        })
+    }
+
+    /// Record `changes` durably now (with whatever was staged): for changes
+    /// whose frames say whether saving them failed.
+    fn persist_now(&mut self, changes: &[Change]) -> Result<(), String> {
         let Some(store) = self.store.as_mut() else {
             return Ok(());
         };
         store.record(changes).inspect_err(|err| {
             tracing::warn!("the state could not be saved: {err}");
         })
+    }
+
+    /// Make every staged change durable (one sync for a batch of frames).
+    /// Call it before writing the frames `handle_line` produced: they may
+    /// report those changes. A failure is logged.
+    pub fn commit(&mut self) {
+        let Some(store) = self.store.as_mut() else {
+            return;
+        };
+        if let Err(err) = store.commit() {
+            tracing::warn!("the state could not be saved: {err}");
+        }
     }
 
     /// The scope of a session (none when there is no such session).
@@ -871,7 +896,7 @@ impl Broker {
                 }
             }
         }
-        self.persist(&changes)
+        self.persist_now(&changes)
     }
 
     /// Evaluate a pending call again (after `once`/`always`, a mode change or new

@@ -277,6 +277,17 @@ pub trait Store: Send {
     /// Make `changes` durable, in order, before returning (the broker reports
     /// a change only after this returned). The error names what failed.
     fn record(&mut self, changes: &[Change]) -> Result<(), String>;
+    /// Record `changes` without waiting for the disk: they are durable once
+    /// [`Store::commit`] (or a later [`Store::record`]) returned. For changes
+    /// whose frames the transport writes only after committing (group
+    /// commit: one sync for a batch of frames). By default, [`Store::record`].
+    fn stage(&mut self, changes: &[Change]) -> Result<(), String> {
+        self.record(changes)
+    }
+    /// Make every staged change durable. The error names what failed.
+    fn commit(&mut self) -> Result<(), String> {
+        Ok(())
+    }
     /// Replace the whole stored state with `snapshot`. The error names what failed.
     fn save(&mut self, snapshot: &Snapshot) -> Result<(), String>;
 }
@@ -307,6 +318,8 @@ pub struct FileStore {
     highest: u64,
     /// The journal, open at its end, when records may be appended to it.
     journal: Option<File>,
+    /// Records were written to the journal but not synced yet.
+    unsynced: bool,
     journal_len: u64,
     snapshot_len: u64,
     /// The files may lack a change (a failed write, a stale or torn journal):
@@ -387,6 +400,7 @@ impl FileStore {
             generation: loaded.and_then(|loaded| loaded.generation),
             highest: loaded.map_or(0, |loaded| loaded.highest),
             journal: None,
+            unsynced: false,
             journal_len: loaded.map_or(0, |loaded| loaded.journal_len),
             snapshot_len: loaded.map_or(0, |loaded| loaded.snapshot_len),
             // A missing snapshot, or a journal that cannot take appends:
@@ -497,6 +511,8 @@ impl FileStore {
         snapshot.version = VERSION;
         snapshot.project_root.clone_from(&self.project_root);
         self.journal = None;
+        // Whatever was staged is in the new snapshot, synced.
+        self.unsynced = false;
         let generation = self.highest + 1;
         let written = write_state(&self.path, &self.journal_path, &snapshot, generation);
         match written {
@@ -525,15 +541,15 @@ impl FileStore {
         }
     }
 
-    /// Append records and sync them.
+    /// Append records (not synced yet).
     fn append(&mut self, bytes: &[u8]) -> Result<(), String> {
         let Some(journal) = self.journal.as_mut() else {
             return self.compact();
         };
-        let written = journal.write_all(bytes).and_then(|()| journal.sync_data());
-        match written {
+        match journal.write_all(bytes) {
             Ok(()) => {
                 self.journal_len += bytes.len() as u64;
+                self.unsynced = true;
                 Ok(())
             }
             Err(err) => {
@@ -550,11 +566,36 @@ impl FileStore {
 }
 
 impl Store for FileStore {
-    /// Appends one line per change to the journal in one write and syncs it
-    /// (fdatasync). When the journal has outgrown twice the snapshot and the
-    /// compaction floor, or when the files may lack a change, the whole state
-    /// is written as a new snapshot instead and a new journal started.
+    /// [`FileStore::stage`], then [`FileStore::commit`].
     fn record(&mut self, changes: &[Change]) -> Result<(), String> {
+        self.stage(changes)?;
+        self.commit()
+    }
+
+    /// Syncs the journal (fdatasync) when records were appended since the
+    /// last sync. On failure the next change compacts (the records may or
+    /// may not be on disk).
+    fn commit(&mut self) -> Result<(), String> {
+        if !self.unsynced {
+            return Ok(());
+        }
+        self.unsynced = false;
+        let Some(journal) = self.journal.as_mut() else {
+            return Ok(());
+        };
+        journal.sync_data().map_err(|err| {
+            self.journal = None;
+            self.dirty = true;
+            format!("cannot sync {}: {err}", self.journal_path.display())
+        })
+    }
+
+    /// Appends one line (the changes) to the journal in one write, not
+    /// synced until [`FileStore::commit`]. When the journal has outgrown
+    /// twice the snapshot and the compaction floor, or when the files may
+    /// lack a change, the whole state is written as a new snapshot instead
+    /// and a new journal started (synced at once).
+    fn stage(&mut self, changes: &[Change]) -> Result<(), String> {
         self.writable()?;
         if changes.is_empty() {
             return Ok(());
