@@ -224,3 +224,84 @@ fn an_unusable_stored_grant_is_dropped_with_a_warning() {
         vec!["the stored project grant `grant_x` is unusable and was dropped".to_string()]
     );
 }
+
+/// A store and an output that log, in one list, what reaches them.
+#[derive(Clone, Default)]
+struct Log(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+impl Log {
+    fn push(&self, entry: String) {
+        self.0.lock().unwrap().push(entry);
+    }
+}
+
+impl toolgate::state::Store for Log {
+    fn record(&mut self, changes: &[toolgate::state::Change]) -> Result<(), String> {
+        self.push(format!("record {}", changes.len()));
+        Ok(())
+    }
+    fn stage(&mut self, changes: &[toolgate::state::Change]) -> Result<(), String> {
+        self.push(format!("stage {}", changes.len()));
+        Ok(())
+    }
+    fn commit(&mut self) -> Result<(), String> {
+        self.push("commit".to_string());
+        Ok(())
+    }
+    fn save(&mut self, _: &Snapshot) -> Result<(), String> {
+        self.push("save".to_string());
+        Ok(())
+    }
+}
+
+impl std::io::Write for Log {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        for line in String::from_utf8_lossy(bytes).lines() {
+            let frame: Value = serde_json::from_str(line).unwrap();
+            self.push(format!("out {}", frame["type"].as_str().unwrap()));
+        }
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The transport syncs staged changes before it writes the frames that
+/// report them (one sync for a batch), and grants are recorded at once.
+#[test]
+fn staged_changes_are_committed_before_their_frames_are_written() {
+    let log = Log::default();
+    let mut broker = broker();
+    broker.restore(Box::new(log.clone()), Snapshot::default());
+    let input = [
+        r#"{"type":"session_start","sessionID":"a","mode":"plan"}"#,
+        r#"{"type":"session_start","sessionID":"b","mode":"plan"}"#,
+        r#"{"type":"set_mode","sessionID":"a","mode":"ask"}"#,
+        r#"{"type":"session_end","sessionID":"b"}"#,
+    ]
+    .join("\n")
+        + "\n";
+    toolgate::serve::run(input.as_bytes(), log.clone(), broker, 1 << 20).unwrap();
+    let entries = log.0.lock().unwrap().clone();
+    let first_out = |kind: &str| {
+        entries
+            .iter()
+            .position(|entry| entry == &format!("out {kind}"))
+            .unwrap_or_else(|| panic!("no {kind} in {entries:?}"))
+    };
+    let last_stage = entries
+        .iter()
+        .rposition(|e| e.starts_with("stage"))
+        .unwrap();
+    let commit_after = entries[last_stage..]
+        .iter()
+        .position(|e| e == "commit")
+        .map(|offset| last_stage + offset)
+        .unwrap_or_else(|| panic!("nothing committed after the last stage: {entries:?}"));
+    for kind in ["session_started", "mode_changed", "session_ended"] {
+        assert!(commit_after < first_out(kind), "{kind}: {entries:?}");
+    }
+    // session_end stages its removal and the shutting together.
+    assert!(entries.contains(&"stage 2".to_string()), "{entries:?}");
+}
