@@ -11,9 +11,14 @@
 //!   it follows: the snapshot's `journalGeneration` field. A journal of
 //!   another generation (or beside a snapshot that names none) is stale and
 //!   ignored.
-//! - A change ([`Store::record`]) is one `write` of its line to the journal,
-//!   then `fdatasync`, before the broker reports it: its cost is the size of
-//!   the change, not of the state.
+//! - A change is one `write` of its line to the journal: its cost is the
+//!   size of the change, not of the state. Changes that frames only report
+//!   (a session started or ended, a mode set, a grant revoked) are staged
+//!   ([`Store::stage`]) and synced together (`fdatasync`) by
+//!   [`Store::commit`], which the transport calls before it writes a batch
+//!   of frames: one sync per batch of input lines. Grants are synced at once
+//!   ([`Store::record`]), since their decision says whether saving failed.
+//!   Either way nothing is reported before it is on disk.
 //! - Compaction: when the journal outgrows twice the snapshot and
 //!   [`COMPACT_FLOOR`] (1 MiB; [`COMPACT_FLOOR_ENV`] changes it, for tests),
 //!   the whole state is written as a new snapshot under generation N+1, then
