@@ -79,8 +79,10 @@ pub struct Snapshot {
     pub project_grants: Vec<StoredGrant>,
     /// The sessions, sorted by `sessionID` when saved.
     pub sessions: Vec<StoredSession>,
-    /// Sessions that ended, most recent last (at most [`CLOSED_KEPT`]): their
-    /// calls stay denied after a restart until they are started again.
+    /// Sessions that ended, most recent last, by id, as older files list
+    /// them (at most [`CLOSED_KEPT`]): their calls stay denied after a
+    /// restart until they are started again. Read; the broker now writes
+    /// [`Snapshot::closed`] instead.
     #[serde(
         rename = "endedSessions",
         default,
