@@ -550,6 +550,15 @@ impl FileStore {
 
     /// Append records (not synced yet).
     fn append(&mut self, bytes: &[u8]) -> Result<(), String> {
+        if self.journal.is_none() {
+            // The journal loaded at start ends with a complete record of this
+            // snapshot's generation (else the store would be dirty): go on
+            // appending to it.
+            match OpenOptions::new().append(true).open(&self.journal_path) {
+                Ok(file) => self.journal = Some(file),
+                Err(_) => return self.compact(),
+            }
+        }
         let Some(journal) = self.journal.as_mut() else {
             return self.compact();
         };

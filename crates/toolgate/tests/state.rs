@@ -613,3 +613,35 @@ fn a_torn_batch_applies_none_of_its_changes() {
     assert_eq!(loaded.sessions.len(), 2, "{loaded:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_restarted_store_appends_to_a_complete_journal() {
+    use toolgate::state::Change;
+    let dir = scratch("journal-restart-append");
+    let root = Path::new("/work/project");
+    let main = sample("/work/project").sessions[1].clone();
+    let (mut store, _, _) = FileStore::open(&dir, root, 1);
+    store.record(&[Change::Session(main.clone())]).unwrap();
+    store
+        .record(&[Change::ProjectGrant(grant(
+            "grant_p", "bash", "make *", 5, "main",
+        ))])
+        .unwrap();
+    drop(store);
+    let snapshot = std::fs::read(state_file(&dir, root)).unwrap();
+    let (mut store, _, _) = FileStore::open(&dir, root, 2);
+    store
+        .record(&[Change::RemoveProjectGrant("grant_p".to_string())])
+        .unwrap();
+    // No compaction: same snapshot, same generation, one more line.
+    assert_eq!(std::fs::read(state_file(&dir, root)).unwrap(), snapshot);
+    let lines = journal_lines(&store);
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert_eq!(lines[0], "{\"journalGeneration\":1}");
+    drop(store);
+    let (_, loaded, warnings) = FileStore::open(&dir, root, 3);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert!(loaded.project_grants.is_empty());
+    assert_eq!(loaded.sessions, [main]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
