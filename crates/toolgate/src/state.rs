@@ -517,9 +517,12 @@ impl FileStore {
         let mut snapshot = self.state.snapshot();
         snapshot.version = VERSION;
         snapshot.project_root.clone_from(&self.project_root);
+        // What was staged so far is synced where it is first: should the
+        // new snapshot fail, it is still on disk.
+        if let Err(err) = self.commit() {
+            tracing::warn!("the state could not be saved: {err}");
+        }
         self.journal = None;
-        // Whatever was staged is in the new snapshot, synced.
-        self.unsynced = false;
         let generation = self.highest + 1;
         let written = write_state(&self.path, &self.journal_path, &snapshot, generation);
         match written {
@@ -644,6 +647,10 @@ impl Store for FileStore {
     /// applies; it is removed, and the next change starts a new one.
     fn save(&mut self, snapshot: &Snapshot) -> Result<(), String> {
         self.writable()?;
+        // What was staged is synced where it is first (should the snapshot fail).
+        if let Err(err) = self.commit() {
+            tracing::warn!("the state could not be saved: {err}");
+        }
         let mut snapshot = sorted(snapshot.clone());
         snapshot.version = VERSION;
         snapshot.project_root.clone_from(&self.project_root);
