@@ -28,6 +28,7 @@
 //! and every simple command of a command-like field against
 //! `commandPatterns` (see `Policy::evaluate`).
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use globset::{GlobBuilder, GlobMatcher};
@@ -246,17 +247,24 @@ impl Scope {
             .collect();
         if !limiting.is_empty() {
             let mut allowed: Vec<String> = Vec::new();
-            for layer in &limiting {
+            // Each distinct entry is judged once, and its own layer admits it:
+            // a chain of layers repeating one list costs one pass per layer.
+            let mut judged: HashSet<&str> = HashSet::new();
+            for (index, layer) in limiting.iter().enumerate() {
                 for entry in layer.rules.allowed_tools.iter().flatten() {
+                    if !judged.insert(entry.as_str()) {
+                        continue;
+                    }
                     let permission = permission_of(entry);
-                    let admitted = limiting.iter().all(|other| {
-                        other.allowed.iter().flatten().any(|pattern| {
-                            pattern.as_str() == entry
-                                || pattern.matches(entry)
-                                || pattern.matches(&permission)
-                        })
+                    let admitted = limiting.iter().enumerate().all(|(other_index, other)| {
+                        other_index == index
+                            || other.allowed.iter().flatten().any(|pattern| {
+                                pattern.as_str() == entry
+                                    || pattern.matches(entry)
+                                    || pattern.matches(&permission)
+                            })
                     });
-                    if admitted && !allowed.contains(entry) {
+                    if admitted {
                         allowed.push(entry.clone());
                     }
                 }

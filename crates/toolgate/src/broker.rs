@@ -4,7 +4,7 @@
 //! One broker can therefore serve stdio, a socket or a replay alike.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
@@ -18,7 +18,7 @@ use toolgate_protocol::{ClientFrame, DecodeError, ErrorCode, ServerFrame};
 use crate::clock::{Clock, IdSource};
 use crate::convert;
 use crate::state::{
-    fingerprint, Change, Snapshot, Store, StoredClosed, StoredGrant, StoredSession,
+    session_fingerprint, Change, Snapshot, Store, StoredClosed, StoredGrant, StoredSession,
 };
 
 /// What to do when the answer is "ask".
@@ -43,6 +43,13 @@ pub struct BrokerConfig {
 /// from `unknown_permission`.
 const RESOLVED_MEMORY: usize = 1 << 16;
 
+/// How many ancestors a session may have: a `session_start` that would make
+/// a chain deeper is refused (and shuts the session, like every refused start).
+pub const MAX_DEPTH: usize = 64;
+
+/// How many forgotten idle sessions keep their repeat count (doom loop).
+const IDLE_REPEATS_KEPT: usize = 1 << 16;
+
 struct Session {
     /// The mode the session itself is in. Its effective mode is the strictest
     /// of this and every ancestor's (see [`Broker::effective_mode`]).
@@ -53,7 +60,9 @@ struct Session {
     rules: Option<ScopeRules>,
     /// Its own narrowing after every ancestor's.
     scope: Scope,
-    /// Started by `session_start` or given a mode: kept in the state directory.
+    /// Started by `session_start` or given a mode: kept in the state
+    /// directory. A session that is not, and has no grants, pending calls or
+    /// children, is forgotten once its call is decided (see [`Broker::forget_idle`]).
     explicit: bool,
     /// Started by `session_start` (or restored with a parent or a scope):
     /// a second start is refused.
@@ -63,6 +72,8 @@ struct Session {
     last_call: Option<(u64, u32)>,
     /// callID of every pending call → its permission id.
     live: HashMap<String, String>,
+    /// The sessions it started (whose `parent` it is), in id order.
+    children: BTreeSet<String>,
 }
 
 struct Pending {
@@ -105,10 +116,12 @@ pub struct Broker {
     project_grant_owners: HashMap<String, String>,
     /// Where the state survives restarts, when it does.
     store: Option<Box<dyn Store>>,
-    /// Sessions that ended or whose `session_start` was refused, and why:
-    /// their calls are denied rather than run in a fresh unscoped session.
-    closed: ClosedMap,
-    closed_order: VecDeque<String>,
+    /// Sessions that ended or whose `session_start` was refused, and why, by
+    /// the fingerprint of their id (never forgotten): their calls are denied
+    /// rather than run in a fresh unscoped session.
+    closed: ClosedSet,
+    /// The repeat counts of forgotten idle sessions.
+    idle_repeats: RepeatMemory,
 }
 
 impl Broker {
@@ -134,8 +147,8 @@ impl Broker {
             project_grants: Grants::default(),
             project_grant_owners: HashMap::new(),
             store: None,
-            closed: ClosedMap::default(),
-            closed_order: VecDeque::new(),
+            closed: ClosedSet::default(),
+            idle_repeats: RepeatMemory::default(),
         }
     }
 
@@ -190,25 +203,43 @@ impl Broker {
                 }
             }
         }
-        for id in &snapshot.ended_sessions {
-            if !self.sessions.contains_key(id) {
-                self.close(id, Closed::Ended);
-            }
-        }
-        let live: HashSet<String> = self.sessions.keys().map(|id| fingerprint(id)).collect();
         for stored in &snapshot.closed {
-            if !live.contains(&stored.fingerprint) {
-                // Any other reason still shuts the session.
-                let why = match stored.why.as_str() {
-                    "refused" => Closed::Refused,
-                    _ => Closed::Ended,
-                };
-                self.closed
-                    .insert_fingerprint(stored.fingerprint.clone(), why);
-            }
+            let fingerprint = u64::from_str_radix(&stored.fingerprint, 16)
+                .ok()
+                .filter(|_| stored.fingerprint.len() == 16);
+            let Some(fingerprint) = fingerprint else {
+                warnings.push(format!(
+                    "the stored closed session `{}` has an unusable fingerprint and was dropped",
+                    stored.fingerprint
+                ));
+                continue;
+            };
+            let why = match stored.why.as_str() {
+                "refused" => Closed::Refused,
+                "ended" => Closed::Ended,
+                other => {
+                    warnings.push(format!(
+                        "the stored closed session `{}` has an unknown reason `{other}`; it is kept as ended",
+                        stored.fingerprint
+                    ));
+                    Closed::Ended
+                }
+            };
+            self.closed.insert(fingerprint, why);
+        }
+        // A session both stored and closed (a hand-edited file) stays closed.
+        let shut: Vec<String> = self
+            .sessions
+            .keys()
+            .filter(|id| self.closed.get(session_fingerprint(id)).is_some())
+            .cloned()
+            .collect();
+        let repaired = !shut.is_empty();
+        for id in shut {
+            self.remove_session(&id);
         }
         self.store = Some(store);
-        if !warnings.is_empty() {
+        if repaired || !warnings.is_empty() {
             // What was repaired is stored as the broker holds it.
             let snapshot = self.snapshot();
             if let Some(store) = self.store.as_mut() {
@@ -247,8 +278,9 @@ impl Broker {
         session.parent = stored.parent_id.clone();
         session.rules = rules;
         session.scope = scope;
-        session.explicit = true;
-        session.started = session.parent.is_some() || session.rules.is_some();
+        session.explicit = !stored.implicit;
+        // Files of earlier builds do not say; only a start sets a parent or a scope.
+        session.started = stored.started || session.parent.is_some() || session.rules.is_some();
         for grant in &stored.grants {
             match stored_spec(grant) {
                 Some(spec) => {
@@ -260,16 +292,22 @@ impl Broker {
                 )),
             }
         }
+        if let Some(parent) = session.parent.clone() {
+            if let Some(parent) = self.sessions.get_mut(&parent) {
+                parent.children.insert(stored.session_id.clone());
+            }
+        }
         self.sessions.insert(stored.session_id.clone(), session);
     }
 
-    /// What the state directory keeps: project grants and every session that
-    /// was started, given a mode or granted something.
+    /// What the state directory keeps: project grants, every session that
+    /// was started, given a mode, granted something or is the parent of one
+    /// of those, and every closed session.
     fn snapshot(&self) -> Snapshot {
         let mut sessions: Vec<StoredSession> = self
             .sessions
             .iter()
-            .filter(|(_, session)| session.explicit || !session.grants.is_empty())
+            .filter(|(_, session)| is_stored(session))
             .map(|(id, session)| stored_session(id, session))
             .collect();
         sessions.sort_by(|a, b| a.session_id.cmp(&b.session_id));
@@ -289,17 +327,28 @@ impl Broker {
                 })
                 .collect(),
             sessions,
-            ended_sessions: Vec::new(),
-            closed: self.closed.stored(),
+            closed: {
+                let mut closed: Vec<(u64, Closed)> = self.closed.iter().collect();
+                closed.sort_unstable_by_key(|(fp, _)| *fp);
+                closed
+                    .into_iter()
+                    .map(|(fingerprint, why)| stored_closed(fingerprint, why))
+                    .collect()
+            },
         }
     }
 
+    /// Whether the state directory keeps the session `session_id` now.
+    fn is_stored_id(&self, session_id: &str) -> bool {
+        self.sessions.get(session_id).is_some_and(is_stored)
+    }
+
     /// The change that stores a session as it is now: the whole session
-    /// when the state directory keeps it (started, given a mode or granted
-    /// something), else its removal.
+    /// when the state directory keeps it (see [`is_stored`]), else its
+    /// removal.
     fn stored_change(&self, session_id: &str) -> Change {
         match self.sessions.get(session_id) {
-            Some(session) if session.explicit || !session.grants.is_empty() => {
+            Some(session) if is_stored(session) => {
                 Change::Session(stored_session(session_id, session))
             }
             _ => Change::RemoveSession(session_id.to_string()),
@@ -360,16 +409,64 @@ impl Broker {
         toolgate_policy::reminder_in(&self.policy, mode, scope, self.config.on_ask == OnAsk::Deny)
     }
 
-    /// Remember that a session may not run calls (bounded like `resolved`).
+    /// Remember that a session may not run calls (for good: only the
+    /// fingerprint of its id is kept).
     fn close(&mut self, session_id: &str, why: Closed) {
-        if self.closed.insert(session_id, why).is_none() {
-            self.closed_order.push_back(session_id.to_string());
-            if self.closed_order.len() > RESOLVED_MEMORY {
-                if let Some(old) = self.closed_order.pop_front() {
-                    self.closed.remove(&old);
-                }
+        self.closed.insert(session_fingerprint(session_id), why);
+    }
+
+    /// Why a session may not run calls, if it was closed.
+    fn closed_why(&self, session_id: &str) -> Option<Closed> {
+        self.closed.get(session_fingerprint(session_id))
+    }
+
+    /// A session entry, created in the default mode (with the repeat count it
+    /// had when it was forgotten) when there is none.
+    fn session_entry(&mut self, session_id: &str) -> &mut Session {
+        let default_mode = self.policy.default_mode;
+        let idle_repeats = &mut self.idle_repeats;
+        self.sessions
+            .entry(session_id.to_string())
+            .or_insert_with(|| {
+                let mut session = new_session(default_mode);
+                session.last_call = idle_repeats.take(session_fingerprint(session_id));
+                session
+            })
+    }
+
+    /// Forget a session that holds nothing an answer depends on: never
+    /// started nor given a mode, no grants, no pending calls, no children.
+    /// Such a session answers exactly like one never seen, but for its
+    /// repeat count, which is kept in a bounded memory.
+    fn forget_idle(&mut self, session_id: &str) {
+        let idle = self.sessions.get(session_id).is_some_and(|session| {
+            !session.explicit
+                && session.parent.is_none()
+                && session.rules.is_none()
+                && session.grants.is_empty()
+                && session.live.is_empty()
+                && session.children.is_empty()
+        });
+        if !idle {
+            return;
+        }
+        if let Some(session) = self.sessions.remove(session_id) {
+            if let Some(last_call) = session.last_call {
+                self.idle_repeats
+                    .put(session_fingerprint(session_id), last_call);
             }
         }
+    }
+
+    /// Remove a session's entry and unlink it from its parent.
+    fn remove_session(&mut self, session_id: &str) -> Option<Session> {
+        let session = self.sessions.remove(session_id)?;
+        if let Some(parent) = &session.parent {
+            if let Some(parent) = self.sessions.get_mut(parent) {
+                parent.children.remove(session_id);
+            }
+        }
+        Some(session)
     }
 
     /// The mode a session's calls are judged in: the strictest of its own and
@@ -394,24 +491,36 @@ impl Broker {
         mode
     }
 
-    /// A session and its descendants, parents before children.
+    /// A session and its descendants, parents before children (breadth
+    /// first, each one's children in id order).
     fn subtree(&self, session_id: &str) -> Vec<String> {
         let mut ids = vec![session_id.to_string()];
         let mut next = 0;
         while next < ids.len() {
-            let mut children: Vec<String> = self
-                .sessions
-                .iter()
-                .filter(|(id, session)| {
-                    session.parent.as_deref() == Some(ids[next].as_str()) && !ids.contains(id)
-                })
-                .map(|(id, _)| id.clone())
-                .collect();
-            children.sort();
-            ids.extend(children);
+            if let Some(session) = self.sessions.get(&ids[next]) {
+                ids.extend(session.children.iter().cloned());
+            }
             next += 1;
         }
         ids
+    }
+
+    /// How many generations a session's subtree holds below it (0 for a leaf).
+    fn height(&self, session_id: &str) -> usize {
+        let mut level: Vec<&str> = vec![session_id];
+        let mut height = 0;
+        loop {
+            let below: Vec<&str> = level
+                .iter()
+                .filter_map(|id| self.sessions.get(*id))
+                .flat_map(|session| session.children.iter().map(String::as_str))
+                .collect();
+            if below.is_empty() || height > self.sessions.len() {
+                return height;
+            }
+            height += 1;
+            level = below;
+        }
     }
 
     /// The `ready` frame.
@@ -458,7 +567,24 @@ impl Broker {
         }
         match toolgate_protocol::decode(line) {
             Ok(frame) => self.handle(frame, number, out),
-            Err(err) => self.reject_line(err, number, out),
+            Err(err) => {
+                self.reject_line(err, number, out);
+                self.shut_unreadable_start(line, out);
+            }
+        }
+    }
+
+    /// A `session_start` refused because it could not be decoded shuts its
+    /// session too, when the line is JSON naming the session.
+    fn shut_unreadable_start(&mut self, line: &[u8], out: &mut Vec<ServerFrame>) {
+        let Ok(Value::Object(frame)) = serde_json::from_slice::<Value>(line) else {
+            return;
+        };
+        if frame.get("type").and_then(Value::as_str) != Some("session_start") {
+            return;
+        }
+        if let Some(id) = frame.get("sessionID").and_then(Value::as_str) {
+            self.shut_refused(id, out);
         }
     }
 
@@ -498,11 +624,24 @@ impl Broker {
     pub fn handle(&mut self, frame: ClientFrame, number: u64, out: &mut Vec<ServerFrame>) {
         match frame {
             ClientFrame::ToolCall(call) => self.tool_call(call, number, out),
-            ClientFrame::PermissionResponse(response) => self.response(response, number, out),
+            ClientFrame::PermissionResponse(response) => {
+                let session = self
+                    .pending
+                    .get(&response.permission_id)
+                    .map(|pending| pending.session_id.clone());
+                self.response(response, number, out);
+                if let Some(session) = session {
+                    self.forget_idle(&session);
+                }
+            }
             ClientFrame::SetMode(set) => self.set_mode(set, number, out),
             ClientFrame::SessionStart(start) => self.session_start(start, number, out),
             ClientFrame::SessionEnd(end) => self.session_end(&end.session_id, number, out),
-            ClientFrame::Cancel(cancel) => self.cancel(cancel, number, out),
+            ClientFrame::Cancel(cancel) => {
+                let session = cancel.session_id.clone();
+                self.cancel(cancel, number, out);
+                self.forget_idle(&session);
+            }
             ClientFrame::GetReminder(session) => {
                 let mode = self.effective_mode(&session.session_id);
                 out.push(ServerFrame::Reminder(wire::Reminder {
@@ -577,7 +716,14 @@ impl Broker {
                 "nobody answered the question within {}",
                 duration_text(self.config.ask_timeout_ms)
             );
+            let session = self
+                .pending
+                .get(&id)
+                .map(|pending| pending.session_id.clone());
             self.end_ask(&id, wire::Source::Timeout, reason, out);
+            if let Some(session) = session {
+                self.forget_idle(&session);
+            }
         }
     }
 
@@ -589,9 +735,8 @@ impl Broker {
             out.push(duplicate(&call.call_id, &call.session_id, number));
             return;
         }
-        let default_mode = self.policy.default_mode;
         if !self.sessions.contains_key(&call.session_id) {
-            if let Some(why) = self.closed.get(&call.session_id) {
+            if let Some(why) = self.closed_why(&call.session_id) {
                 let why = why.text(&call.session_id);
                 out.push(ServerFrame::Decision(wire::Decision {
                     session_id: call.session_id.clone(),
@@ -607,8 +752,7 @@ impl Broker {
                 }));
                 return;
             }
-            self.sessions
-                .insert(call.session_id.clone(), new_session(default_mode));
+            self.session_entry(&call.session_id);
         }
         let mode = self.effective_mode(&call.session_id);
         let Some(session) = self.sessions.get_mut(&call.session_id) else {
@@ -649,7 +793,9 @@ impl Broker {
             question: Question::default(),
             deadline: None,
         };
+        let session_id = pending.session_id.clone();
         self.settle(pending, evaluation, mode, out);
+        self.forget_idle(&session_id);
     }
 
     /// Act on an evaluation: decide the call, or ask (registering it as pending).
@@ -686,10 +832,7 @@ impl Broker {
                     &question,
                 )));
                 pending.question = question;
-                let default_mode = self.policy.default_mode;
-                self.sessions
-                    .entry(pending.session_id.clone())
-                    .or_insert_with(|| new_session(default_mode))
+                self.session_entry(&pending.session_id)
                     .live
                     .insert(pending.call_id.clone(), permission_id.clone());
                 self.pending.insert(permission_id, pending);
@@ -865,13 +1008,15 @@ impl Broker {
         question: &Question,
         scope: wire::GrantScope,
     ) -> Result<(), String> {
-        let default_mode = self.policy.default_mode;
-        let ids = &mut self.ids;
+        let ids: Vec<String> = question
+            .grants
+            .iter()
+            .map(|_| self.ids.grant_id())
+            .collect();
         let mut changes = Vec::new();
         match scope {
             wire::GrantScope::Project => {
-                for spec in &question.grants {
-                    let id = ids.grant_id();
+                for (id, spec) in ids.into_iter().zip(&question.grants) {
                     if self.project_grants.add(id.clone(), spec) {
                         changes.push(Change::ProjectGrant(spec_grant(&id, spec, session_id)));
                         self.project_grant_owners.insert(id, session_id.to_string());
@@ -879,14 +1024,10 @@ impl Broker {
                 }
             }
             wire::GrantScope::Session => {
-                let session = self
-                    .sessions
-                    .entry(session_id.to_string())
-                    .or_insert_with(|| new_session(default_mode));
+                let session = self.session_entry(session_id);
                 // A session already stored gets just its new grants.
-                let stored = session.explicit || !session.grants.is_empty();
-                for spec in &question.grants {
-                    let id = ids.grant_id();
+                let stored = is_stored(session);
+                for (id, spec) in ids.into_iter().zip(&question.grants) {
                     if session.grants.add(id.clone(), spec) && stored {
                         changes.push(Change::SessionGrant(spec_grant(&id, spec, session_id)));
                     }
@@ -960,7 +1101,7 @@ impl Broker {
             return;
         };
         if !self.sessions.contains_key(&set.session_id) {
-            if let Some(why) = self.closed.get(&set.session_id) {
+            if let Some(why) = self.closed_why(&set.session_id) {
                 let why = why.text(&set.session_id);
                 out.push(error(
                     ErrorCode::UnknownSession,
@@ -978,11 +1119,7 @@ impl Broker {
     /// effective mode changes get `mode_changed` (the session always does) and
     /// have their pending calls judged again.
     fn change_mode(&mut self, session_id: &str, mode: Mode, out: &mut Vec<ServerFrame>) {
-        let default_mode = self.policy.default_mode;
-        if !self.sessions.contains_key(session_id) {
-            self.sessions
-                .insert(session_id.to_string(), new_session(default_mode));
-        }
+        self.session_entry(session_id);
         let affected = self.subtree(session_id);
         let before: Vec<Mode> = affected.iter().map(|id| self.effective_mode(id)).collect();
         if let Some(session) = self.sessions.get_mut(session_id) {
@@ -991,16 +1128,34 @@ impl Broker {
         }
         // A failed save is logged; the mode applies in memory either way.
         let _ = self.persist(&[self.stored_change(session_id)]);
+        // Sessions with the same mode and the same scope layers (children
+        // that added none) get the same reminder: it is written once.
+        let mut reminders: HashMap<(Mode, Vec<usize>), String> = HashMap::new();
         for (id, previous) in affected.iter().zip(before) {
             let now = self.effective_mode(id);
             if id != session_id && now == previous {
                 continue;
             }
+            let layers: Vec<usize> = self
+                .sessions
+                .get(id)
+                .map(|session| {
+                    session
+                        .scope
+                        .layers()
+                        .map(|layer| layer as *const ScopeLayer as usize)
+                        .collect()
+                })
+                .unwrap_or_default();
+            let reminder = reminders
+                .entry((now, layers))
+                .or_insert_with(|| self.reminder(id, now))
+                .clone();
             out.push(ServerFrame::ModeChanged(wire::ModeChanged {
                 session_id: id.clone(),
                 mode: now.as_str().to_string(),
                 previous: previous.as_str().to_string(),
-                reminder: Some(self.reminder(id, now)),
+                reminder: Some(reminder),
             }));
             if previous != now {
                 self.revisit_session(id, &format!("the session's mode changed to {now}"), out);
@@ -1020,25 +1175,21 @@ impl Broker {
         number: u64,
         out: &mut Vec<ServerFrame>,
     ) {
+        let id = start.session_id.clone();
         let requested = match start.mode.as_deref() {
             None => None,
             Some(name) => match parse_mode(name, number, out) {
                 Some(mode) => Some(mode),
                 None => {
-                    let id = &start.session_id;
-                    if !self.sessions.contains_key(id) {
-                        self.close(id, Closed::Refused);
-                    }
+                    self.shut_refused(&id, out);
                     return;
                 }
             },
         };
-        let id = start.session_id;
+        // Every refused start shuts the session, whether or not it ran before.
         let refuse = |broker: &mut Broker, message: String, out: &mut Vec<ServerFrame>| {
-            if !broker.sessions.contains_key(&id) {
-                broker.close(&id, Closed::Refused);
-            }
             out.push(error(ErrorCode::InvalidFrame, message, None, Some(number)));
+            broker.shut_refused(&id, out);
         };
         if let Some(existing) = self.sessions.get(&id) {
             if existing.started {
@@ -1062,7 +1213,7 @@ impl Broker {
         }
         if let Some(parent) = &start.parent_id {
             if !self.sessions.contains_key(parent) {
-                if let Some(why) = self.closed.get(parent) {
+                if let Some(why) = self.closed_why(parent) {
                     let message = format!(
                         "{}; the session `{id}` was not started under it",
                         why.text(parent)
@@ -1071,9 +1222,19 @@ impl Broker {
                     return;
                 }
             }
-            if self.ancestors(parent).contains(&id) {
+            let ancestors = self.ancestors(parent);
+            if ancestors.contains(&id) {
                 let message = format!(
                     "the session `{parent}` descends from `{id}`, so it cannot be its parent"
+                );
+                refuse(self, message, out);
+                return;
+            }
+            // The deepest session of the new subtree: `id` or a session it started.
+            let depth = ancestors.len() + 1 + self.height(&id);
+            if depth > MAX_DEPTH {
+                let message = format!(
+                    "starting `{id}` under `{parent}` would give a session {depth} ancestors, more than the limit of {MAX_DEPTH}; the session `{id}` was not started"
                 );
                 refuse(self, message, out);
                 return;
@@ -1095,13 +1256,16 @@ impl Broker {
             },
         };
         let default_mode = self.policy.default_mode;
+        // Whether the state directory kept the parent before it had this
+        // child (an implicit parent is kept from its first child on).
+        let parent_stored = start
+            .parent_id
+            .as_deref()
+            .is_some_and(|parent| self.is_stored_id(parent));
         // A parent that was never seen is the implicit session a tool call
         // would have created: the default mode and no scope.
         if let Some(parent) = &start.parent_id {
-            if !self.sessions.contains_key(parent) {
-                self.sessions
-                    .insert(parent.clone(), new_session(default_mode));
-            }
+            self.session_entry(parent);
         }
         let parent_mode = start.parent_id.as_deref().map(|p| self.effective_mode(p));
         let parent_scope = self.scope_of(start.parent_id.as_deref());
@@ -1113,25 +1277,49 @@ impl Broker {
             scope.effective(|tool| self.policy.registry.lookup(tool).permission.clone()),
             &self.policy.always_available,
         );
-        // A session that already runs (implicitly) keeps its mode unless told otherwise.
+        // A session that was given a mode keeps it unless told otherwise; one
+        // that only made calls never chose one, and starts like a new one.
         let own_mode = requested
-            .or(self.sessions.get(&id).map(|session| session.mode))
+            .or(self
+                .sessions
+                .get(&id)
+                .filter(|session| session.explicit)
+                .map(|session| session.mode))
             .or(parent_mode)
             .unwrap_or(default_mode);
-        self.closed.remove(&id);
-        let session = self
-            .sessions
-            .entry(id.clone())
-            .or_insert_with(|| new_session(own_mode));
+        self.closed.remove(session_fingerprint(&id));
+        let session = self.session_entry(&id);
         session.mode = own_mode;
-        session.parent = start.parent_id.clone();
+        let previous_parent = std::mem::replace(&mut session.parent, start.parent_id.clone());
         session.rules = rules;
         session.scope = scope;
         session.explicit = true;
         session.started = true;
+        let mut changes = Vec::new();
+        if let Some(previous) = previous_parent {
+            let was_stored = self.is_stored_id(&previous);
+            if let Some(session) = self.sessions.get_mut(&previous) {
+                session.children.remove(&id);
+            }
+            if was_stored && !self.is_stored_id(&previous) {
+                changes.push(self.stored_change(&previous));
+            }
+        }
+        if let Some(parent) = &start.parent_id {
+            if let Some(session) = self.sessions.get_mut(parent) {
+                session.children.insert(id.clone());
+            }
+            // An implicit parent is kept from its first child on, before
+            // the child that names it.
+            if !parent_stored {
+                changes.push(self.stored_change(parent));
+            }
+        }
+        // The whole session: also reopens it if it was closed.
+        changes.push(self.stored_change(&id));
         let mode = self.effective_mode(&id);
         // A failed save is logged; the session runs in memory either way.
-        let _ = self.persist(&[self.stored_change(&id)]);
+        let _ = self.persist(&changes);
         out.push(ServerFrame::SessionStarted(wire::SessionStarted {
             session_id: id.clone(),
             parent_id: start.parent_id,
@@ -1162,34 +1350,86 @@ impl Broker {
         }
     }
 
-    /// A session's ancestors, its parent first (bounded, for a hand-edited
-    /// state file with a cycle).
+    /// After a refused `session_start`: a running session ends with its
+    /// descendants (as `session_end` ends them), and the id is closed as
+    /// refused until a start for it succeeds.
+    fn shut_refused(&mut self, session_id: &str, out: &mut Vec<ServerFrame>) {
+        let mut changes = Vec::new();
+        if self.sessions.contains_key(session_id) {
+            self.end_subtree(session_id, out, &mut changes);
+        }
+        self.close(session_id, Closed::Refused);
+        changes.push(Change::Closed(stored_closed(
+            session_fingerprint(session_id),
+            Closed::Refused,
+        )));
+        // A failed save is logged; the session is shut in memory either way.
+        let _ = self.persist(&changes);
+    }
+
+    /// A session's ancestors, its parent first (bounded, in case of a bug:
+    /// the parent links never form a cycle).
     fn ancestors(&self, session_id: &str) -> Vec<String> {
         let mut chain: Vec<String> = Vec::new();
-        let mut current = self.sessions.get(session_id).and_then(|s| s.parent.clone());
+        let mut current = self
+            .sessions
+            .get(session_id)
+            .and_then(|s| s.parent.as_deref());
         while let Some(parent) = current {
-            if chain.contains(&parent) || chain.len() > self.sessions.len() {
+            if chain.len() > self.sessions.len() {
                 break;
             }
-            current = self.sessions.get(&parent).and_then(|s| s.parent.clone());
-            chain.push(parent);
+            chain.push(parent.to_string());
+            current = self.sessions.get(parent).and_then(|s| s.parent.as_deref());
         }
         chain
     }
 
     /// End a session and, first, every session it started: their pending
-    /// calls are denied and each gets `session_ended`.
+    /// calls are denied and each gets `session_ended`. Ending a session that
+    /// is not running (never seen, or idle and forgotten) closes its id and
+    /// reports `session_ended` with nothing denied.
     fn session_end(&mut self, session_id: &str, number: u64, out: &mut Vec<ServerFrame>) {
-        if !self.sessions.contains_key(session_id) {
-            out.push(error(
-                ErrorCode::UnknownSession,
-                format!("no session has the id `{session_id}`"),
-                None,
-                Some(number),
-            ));
-            return;
-        }
         let mut changes = Vec::new();
+        if !self.sessions.contains_key(session_id) {
+            if self.closed_why(session_id).is_some() {
+                out.push(error(
+                    ErrorCode::UnknownSession,
+                    format!("no session has the id `{session_id}`"),
+                    None,
+                    Some(number),
+                ));
+                return;
+            }
+            self.close(session_id, Closed::Ended);
+            changes.push(Change::Closed(stored_closed(
+                session_fingerprint(session_id),
+                Closed::Ended,
+            )));
+            out.push(ServerFrame::SessionEnded(wire::SessionEnded {
+                session_id: session_id.to_string(),
+                denied: 0,
+            }));
+        } else {
+            self.end_subtree(session_id, out, &mut changes);
+        }
+        // A failed save is logged; the sessions are gone from memory either way.
+        let _ = self.persist(&changes);
+    }
+
+    /// End a running session and its descendants, deepest first, and close
+    /// them; `changes` gets what the state directory must forget and keep.
+    fn end_subtree(
+        &mut self,
+        session_id: &str,
+        out: &mut Vec<ServerFrame>,
+        changes: &mut Vec<Change>,
+    ) {
+        let parent = self
+            .sessions
+            .get(session_id)
+            .and_then(|session| session.parent.clone());
+        let parent_stored = parent.as_deref().is_some_and(|id| self.is_stored_id(id));
         for ended in self.subtree(session_id).into_iter().rev() {
             let ids = self.pending_of(&ended);
             let denied = ids.len() as u64;
@@ -1201,20 +1441,28 @@ impl Broker {
             for id in ids {
                 self.end_ask(&id, wire::Source::Shutdown, reason.clone(), out);
             }
-            self.sessions.remove(&ended);
+            if self.is_stored_id(&ended) {
+                changes.push(Change::RemoveSession(ended.clone()));
+            }
+            self.remove_session(&ended);
             self.close(&ended, Closed::Ended);
-            changes.push(Change::RemoveSession(ended.clone()));
-            changes.push(Change::Closed(StoredClosed {
-                fingerprint: fingerprint(&ended),
-                why: Closed::Ended.as_str().to_string(),
-            }));
+            changes.push(Change::Closed(stored_closed(
+                session_fingerprint(&ended),
+                Closed::Ended,
+            )));
             out.push(ServerFrame::SessionEnded(wire::SessionEnded {
                 session_id: ended,
                 denied,
             }));
         }
-        // A failed save is logged; the sessions are gone from memory either way.
-        let _ = self.persist(&changes);
+        // An implicit parent left with nothing to hold is forgotten, and one
+        // stored only for its children is no longer kept.
+        if let Some(parent) = parent {
+            self.forget_idle(&parent);
+            if parent_stored && !self.is_stored_id(&parent) {
+                changes.push(self.stored_change(&parent));
+            }
+        }
     }
 
     fn cancel(&mut self, cancel: wire::Cancel, number: u64, out: &mut Vec<ServerFrame>) {
@@ -1360,6 +1608,90 @@ fn new_session(mode: Mode) -> Session {
         grants: Grants::default(),
         last_call: None,
         live: HashMap::new(),
+        children: BTreeSet::new(),
+    }
+}
+
+/// The repeat counts (tool and input hash, count) of forgotten idle
+/// sessions by the fingerprint of their id; beyond [`IDLE_REPEATS_KEPT`] the
+/// longest forgotten is dropped, and that session's next call counts from 1.
+#[derive(Default)]
+struct RepeatMemory {
+    /// Fingerprint → (last call, when it was put).
+    counts: HashMap<u64, ((u64, u32), u64)>,
+    /// (when, fingerprint), oldest first; entries whose time no longer
+    /// matches `counts` are stale.
+    order: VecDeque<(u64, u64)>,
+    clock: u64,
+}
+
+impl RepeatMemory {
+    fn put(&mut self, fingerprint: u64, last_call: (u64, u32)) {
+        self.clock += 1;
+        self.counts.insert(fingerprint, (last_call, self.clock));
+        self.order.push_back((self.clock, fingerprint));
+        while self.counts.len() > IDLE_REPEATS_KEPT {
+            let Some((when, oldest)) = self.order.pop_front() else {
+                break;
+            };
+            if self
+                .counts
+                .get(&oldest)
+                .is_some_and(|(_, put)| *put == when)
+            {
+                self.counts.remove(&oldest);
+            }
+        }
+        if self.order.len() > 2 * IDLE_REPEATS_KEPT {
+            let counts = &self.counts;
+            self.order
+                .retain(|(when, fp)| counts.get(fp).is_some_and(|(_, put)| put == when));
+        }
+    }
+
+    fn take(&mut self, fingerprint: u64) -> Option<(u64, u32)> {
+        self.counts
+            .remove(&fingerprint)
+            .map(|(last_call, _)| last_call)
+    }
+}
+
+/// The fingerprints of closed sessions: one set per reason, 8 bytes (and
+/// the hash table's overhead) per session.
+#[derive(Default)]
+struct ClosedSet {
+    ended: HashSet<u64>,
+    refused: HashSet<u64>,
+}
+
+impl ClosedSet {
+    fn insert(&mut self, fingerprint: u64, why: Closed) {
+        let (into, from) = match why {
+            Closed::Ended => (&mut self.ended, &mut self.refused),
+            Closed::Refused => (&mut self.refused, &mut self.ended),
+        };
+        from.remove(&fingerprint);
+        into.insert(fingerprint);
+    }
+
+    fn get(&self, fingerprint: u64) -> Option<Closed> {
+        if self.refused.contains(&fingerprint) {
+            Some(Closed::Refused)
+        } else if self.ended.contains(&fingerprint) {
+            Some(Closed::Ended)
+        } else {
+            None
+        }
+    }
+
+    fn remove(&mut self, fingerprint: u64) {
+        self.ended.remove(&fingerprint);
+        self.refused.remove(&fingerprint);
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (u64, Closed)> + '_ {
+        let ended = self.ended.iter().map(|fp| (*fp, Closed::Ended));
+        ended.chain(self.refused.iter().map(|fp| (*fp, Closed::Refused)))
     }
 }
 
@@ -1389,49 +1721,17 @@ impl Closed {
     }
 }
 
-/// Shut sessions by the fingerprint of their id (as the state directory
-/// keeps them), with the order they were shut in.
-#[derive(Default)]
-struct ClosedMap {
-    map: HashMap<String, (u64, Closed)>,
-    next: u64,
+/// Whether the state directory keeps a session: started or given a mode,
+/// holding grants, or the parent of a kept session (an implicit parent).
+fn is_stored(session: &Session) -> bool {
+    session.explicit || !session.grants.is_empty() || !session.children.is_empty()
 }
 
-impl ClosedMap {
-    fn get(&self, session_id: &str) -> Option<&Closed> {
-        self.map.get(&fingerprint(session_id)).map(|(_, why)| why)
-    }
-
-    fn remove(&mut self, session_id: &str) -> Option<Closed> {
-        self.map
-            .remove(&fingerprint(session_id))
-            .map(|(_, why)| why)
-    }
-
-    fn insert(&mut self, session_id: &str, why: Closed) -> Option<Closed> {
-        self.insert_fingerprint(fingerprint(session_id), why)
-    }
-
-    fn insert_fingerprint(&mut self, print: String, why: Closed) -> Option<Closed> {
-        self.next += 1;
-        self.map.insert(print, (self.next, why)).map(|(_, why)| why)
-    }
-
-    /// Oldest first.
-    fn stored(&self) -> Vec<StoredClosed> {
-        let mut entries: Vec<(&u64, &String, &Closed)> = self
-            .map
-            .iter()
-            .map(|(print, (order, why))| (order, print, why))
-            .collect();
-        entries.sort_unstable_by_key(|(order, _, _)| **order);
-        entries
-            .into_iter()
-            .map(|(_, print, why)| StoredClosed {
-                fingerprint: print.clone(),
-                why: why.as_str().to_string(),
-            })
-            .collect()
+/// A closed session as stored.
+fn stored_closed(fingerprint: u64, why: Closed) -> StoredClosed {
+    StoredClosed {
+        fingerprint: format!("{fingerprint:016x}"),
+        why: why.as_str().to_string(),
     }
 }
 
@@ -1447,6 +1747,8 @@ fn stored_session(session_id: &str, session: &Session) -> StoredSession {
             .iter()
             .map(|grant| stored_grant(grant, session_id))
             .collect(),
+        started: session.started,
+        implicit: !session.explicit,
     }
 }
 

@@ -42,12 +42,17 @@
 //! - One broker per project root and state directory at a time: the broker
 //!   holds `<file>.lock` (an advisory lock); a second one reads the state but
 //!   keeps its changes in memory.
+//! - Sessions are kept when they were started, given a mode, hold grants or
+//!   are the parent of a kept session (an implicit parent is marked
+//!   `implicit`), with whether they were `started`. Every session that ended or
+//!   whose start was refused is kept, without a count bound, as the
+//!   fingerprint of its id ([`session_fingerprint`]) in `closed`.
 //!
 //! [`list_grants`] and [`revoke_grants`] serve `toolgate grants list|revoke`,
 //! which read the snapshot and the journal, and work while no broker holds
 //! the files (a revocation writes a snapshot that names no journal).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -79,24 +84,32 @@ pub struct Snapshot {
     pub project_grants: Vec<StoredGrant>,
     /// The sessions, sorted by `sessionID` when saved.
     pub sessions: Vec<StoredSession>,
-    /// Sessions that ended, most recent last, by id, as older files list
-    /// them (at most [`CLOSED_KEPT`]): their calls stay denied after a
-    /// restart until they are started again. Read; the broker now writes
-    /// [`Snapshot::closed`] instead.
-    #[serde(
-        rename = "endedSessions",
-        default,
-        skip_serializing_if = "Vec::is_empty"
-    )]
-    pub ended_sessions: Vec<String>,
-    /// Sessions that may not run calls (ended, or their start refused), by
-    /// the fingerprint of their id, oldest first.
+    /// Every session that ended or whose `session_start` was refused, by
+    /// fingerprint (see [`session_fingerprint`]), sorted: their calls stay
+    /// denied after a restart until they are started again. Files written
+    /// before this field held `endedSessions` (a list of ids);
+    /// [`parse_snapshot`] converts it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub closed: Vec<StoredClosed>,
 }
 
-/// How many ended sessions a state file remembers.
-pub const CLOSED_KEPT: usize = 1024;
+/// A session that may not run calls, as stored: the fingerprint of its id
+/// and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredClosed {
+    /// [`session_fingerprint`] of the session id: 16 lowercase hex digits.
+    pub fingerprint: String,
+    /// `ended` or `refused`.
+    pub why: String,
+}
+
+/// The fingerprint that stands for a closed session id: the 64-bit FNV-1a
+/// hash of its UTF-8 bytes. Two ids with the same fingerprint are one for
+/// the closed list, so a collision can only make a session that never ended
+/// look ended (its calls denied), never the reverse.
+pub fn session_fingerprint(session_id: &str) -> u64 {
+    fnv1a(session_id.as_bytes())
+}
 
 /// One grant as stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -132,16 +145,14 @@ pub struct StoredSession {
     pub permissions: Option<ScopeSpec>,
     /// The session's own grants.
     pub grants: Vec<StoredGrant>,
-}
-
-/// One session that may not run calls, as stored: a fingerprint of its id
-/// ([`fingerprint`]) and why it is shut.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StoredClosed {
-    /// 16 lowercase hex digits.
-    pub fingerprint: String,
-    /// `ended` or `refused`.
-    pub why: String,
+    /// Started by `session_start`: a second start is refused. Files written
+    /// before this field guess it (a session with a parent or a scope was started).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub started: bool,
+    /// Stored only because it carries grants or is the parent of a stored
+    /// session: it never chose a mode (it was neither started nor given one).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub implicit: bool,
 }
 
 /// One change to the stored state: a line of the journal. Each names the
@@ -167,12 +178,6 @@ pub enum Change {
     Closed(StoredClosed),
 }
 
-/// The fingerprint a shut session is stored under: the 64-bit FNV-1a hash
-/// of its id, as 16 lowercase hex digits.
-pub fn fingerprint(session_id: &str) -> String {
-    format!("{:016x}", fnv1a(session_id.as_bytes()))
-}
-
 /// A snapshot held so that one change costs one lookup: what a store has
 /// on disk, materialised (the snapshot plus every journal record).
 #[derive(Debug, Clone, Default)]
@@ -181,10 +186,9 @@ struct Materialised {
     project_root: String,
     project_grants: Vec<StoredGrant>,
     sessions: BTreeMap<String, StoredSession>,
-    ended_sessions: Vec<String>,
-    /// Shut sessions by fingerprint: (order of the last change, why).
-    closed: HashMap<String, (u64, String)>,
-    next_closed: u64,
+    /// Shut sessions: fingerprint (16 lowercase hex digits, so sorted as
+    /// the numbers) → why.
+    closed: BTreeMap<String, String>,
 }
 
 impl Materialised {
@@ -192,7 +196,6 @@ impl Materialised {
         let mut state = Materialised {
             version: snapshot.version,
             project_root: snapshot.project_root,
-            ended_sessions: snapshot.ended_sessions,
             ..Materialised::default()
         };
         for grant in snapshot.project_grants {
@@ -208,21 +211,15 @@ impl Materialised {
     }
 
     fn snapshot(&self) -> Snapshot {
-        let mut closed: Vec<(&u64, &String, &String)> = self
-            .closed
-            .iter()
-            .map(|(print, (order, why))| (order, print, why))
-            .collect();
-        closed.sort_unstable();
         Snapshot {
             version: self.version,
             project_root: self.project_root.clone(),
             project_grants: self.project_grants.clone(),
             sessions: self.sessions.values().cloned().collect(),
-            ended_sessions: self.ended_sessions.clone(),
-            closed: closed
-                .into_iter()
-                .map(|(_, print, why)| StoredClosed {
+            closed: self
+                .closed
+                .iter()
+                .map(|(print, why)| StoredClosed {
                     fingerprint: print.clone(),
                     why: why.clone(),
                 })
@@ -233,8 +230,10 @@ impl Materialised {
     fn apply(&mut self, change: Change) {
         match change {
             Change::Session(session) => {
-                self.closed.remove(&fingerprint(&session.session_id));
-                self.ended_sessions.retain(|id| *id != session.session_id);
+                self.closed.remove(&format!(
+                    "{:016x}",
+                    session_fingerprint(&session.session_id)
+                ));
                 self.sessions.insert(session.session_id.clone(), session);
             }
             Change::RemoveSession(id) => {
@@ -250,9 +249,7 @@ impl Materialised {
                 self.project_grants.retain(|grant| grant.grant_id != id);
             }
             Change::Closed(closed) => {
-                self.next_closed += 1;
-                self.closed
-                    .insert(closed.fingerprint, (self.next_closed, closed.why));
+                self.closed.insert(closed.fingerprint, closed.why);
             }
         }
     }
@@ -273,7 +270,6 @@ impl Snapshot {
             project_root: root_string(project_root),
             project_grants: Vec::new(),
             sessions: Vec::new(),
-            ended_sessions: Vec::new(),
             closed: Vec::new(),
         }
     }
@@ -795,8 +791,20 @@ fn parse_state(text: &str) -> Result<(Snapshot, Option<u64>), String> {
         Some(Value::Number(number)) if number.as_u64().is_some() => number.as_u64(),
         Some(other) => return Err(format!("journalGeneration {other} is not a count")),
     };
-    let snapshot: Snapshot =
+    // Files of earlier builds list ended sessions by id.
+    let legacy_ended: Vec<String> = match value.get("endedSessions") {
+        None => Vec::new(),
+        Some(ended) => serde_json::from_value(ended.clone())
+            .map_err(|err| format!("not a state file: endedSessions: {err}"))?,
+    };
+    let mut snapshot: Snapshot =
         serde_json::from_value(value).map_err(|err| format!("not a state file: {err}"))?;
+    for id in legacy_ended {
+        snapshot.closed.push(StoredClosed {
+            fingerprint: format!("{:016x}", session_fingerprint(&id)),
+            why: "ended".to_string(),
+        });
+    }
     let grants = snapshot
         .project_grants
         .iter()

@@ -408,7 +408,7 @@ fn compaction_mid_run_keeps_everything() {
     assert_eq!(snapshot.closed.len(), 1);
     assert_eq!(
         snapshot.closed[0].fingerprint,
-        toolgate::state::fingerprint("s007")
+        format!("{:016x}", toolgate::state::session_fingerprint("s007"))
     );
 
     // The ended session stays shut after a restart.

@@ -114,6 +114,8 @@ fn stored_session(
         mode: mode.to_string(),
         permissions: permissions.map(|p| serde_json::from_value(p).unwrap()),
         grants: Vec::new(),
+        started: false,
+        implicit: false,
     }
 }
 
@@ -179,7 +181,6 @@ fn unusable_stored_state_is_repaired_strictly() {
             project_root: "/work/project".to_string(),
             project_grants: Vec::new(),
             sessions,
-            ended_sessions: Vec::new(),
             closed: Vec::new(),
         };
         let warnings = broker
@@ -215,7 +216,6 @@ fn an_unusable_stored_grant_is_dropped_with_a_warning() {
             session_id: "s".to_string(),
         }],
         sessions: Vec::new(),
-        ended_sessions: Vec::new(),
         closed: Vec::new(),
     };
     let warnings = broker.restore(Box::new(MemoryStore::new()), snapshot);

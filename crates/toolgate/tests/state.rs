@@ -5,8 +5,9 @@
 use std::path::{Path, PathBuf};
 
 use toolgate::state::{
-    list_grants, parse_snapshot, revoke_grants, state_file, write_snapshot, FileStore, GrantScope,
-    MemoryStore, Snapshot, Store, StoredGrant, StoredSession, VERSION,
+    list_grants, parse_snapshot, revoke_grants, session_fingerprint, state_file, write_snapshot,
+    FileStore, GrantScope, MemoryStore, Snapshot, Store, StoredClosed, StoredGrant, StoredSession,
+    VERSION,
 };
 use toolgate_protocol::ScopeSpec;
 
@@ -54,6 +55,8 @@ fn sample(root: &str) -> Snapshot {
                     ..ScopeSpec::default()
                 }),
                 grants: vec![grant("grant_w1", "read", ".env", 4, "worker")],
+                started: true,
+                implicit: false,
             },
             StoredSession {
                 session_id: "main".to_string(),
@@ -64,10 +67,14 @@ fn sample(root: &str) -> Snapshot {
                     grant("grant_m1", "edit", "*", 0, "main"),
                     grant("grant_m2", "bash", "rm -rf *", 8, "main"),
                 ],
+                started: false,
+                implicit: false,
             },
         ],
-        ended_sessions: vec!["old-worker".to_string()],
-        closed: Vec::new(),
+        closed: vec![StoredClosed {
+            fingerprint: format!("{:016x}", session_fingerprint("old-worker")),
+            why: "ended".to_string(),
+        }],
     }
 }
 
@@ -515,7 +522,7 @@ fn journal_lines(store: &FileStore) -> Vec<String> {
 
 #[test]
 fn records_replay_and_a_stale_journal_is_never_replayed() {
-    use toolgate::state::{fingerprint, journal_file, Change, StoredClosed};
+    use toolgate::state::{journal_file, Change, StoredClosed};
     let dir = scratch("journal-generations");
     let root = Path::new("/work/project");
     let (mut store, _, warnings) = FileStore::open(&dir, root, 1);
@@ -532,7 +539,7 @@ fn records_replay_and_a_stale_journal_is_never_replayed() {
         .record(&[
             Change::RemoveSession("main".to_string()),
             Change::Closed(StoredClosed {
-                fingerprint: fingerprint("main"),
+                fingerprint: format!("{:016x}", session_fingerprint("main")),
                 why: "ended".to_string(),
             }),
         ])
@@ -580,7 +587,7 @@ fn records_replay_and_a_stale_journal_is_never_replayed() {
 
 #[test]
 fn a_torn_batch_applies_none_of_its_changes() {
-    use toolgate::state::{fingerprint, Change, StoredClosed};
+    use toolgate::state::{Change, StoredClosed};
     let dir = scratch("journal-torn-batch");
     let root = Path::new("/work/project");
     let (mut store, _, _) = FileStore::open(&dir, root, 1);
@@ -598,7 +605,7 @@ fn a_torn_batch_applies_none_of_its_changes() {
     let batch = serde_json::to_string(&[
         Change::RemoveSession("worker".to_string()),
         Change::Closed(StoredClosed {
-            fingerprint: fingerprint("worker"),
+            fingerprint: format!("{:016x}", session_fingerprint("worker")),
             why: "ended".to_string(),
         }),
     ])
