@@ -300,6 +300,13 @@ impl Broker {
         self.sessions.insert(stored.session_id.clone(), session);
     }
 
+    /// The whole state the state directory should hold now, as the broker
+    /// sees it (what a compaction would write if the journal's changes were
+    /// right): for tests that compare it with the store's.
+    pub fn stored_state(&self) -> Snapshot {
+        self.snapshot()
+    }
+
     /// What the state directory keeps: project grants, every session that
     /// was started, given a mode, granted something or is the parent of one
     /// of those, and every closed session.
@@ -1430,7 +1437,15 @@ impl Broker {
             .get(session_id)
             .and_then(|session| session.parent.clone());
         let parent_stored = parent.as_deref().is_some_and(|id| self.is_stored_id(id));
-        for ended in self.subtree(session_id).into_iter().rev() {
+        let subtree = self.subtree(session_id);
+        // Which of them the state directory keeps, before any is unlinked
+        // (an implicit parent is kept for its children).
+        let stored: HashSet<String> = subtree
+            .iter()
+            .filter(|id| self.is_stored_id(id))
+            .cloned()
+            .collect();
+        for ended in subtree.into_iter().rev() {
             let ids = self.pending_of(&ended);
             let denied = ids.len() as u64;
             let reason = if ended == session_id {
@@ -1441,7 +1456,7 @@ impl Broker {
             for id in ids {
                 self.end_ask(&id, wire::Source::Shutdown, reason.clone(), out);
             }
-            if self.is_stored_id(&ended) {
+            if stored.contains(&ended) {
                 changes.push(Change::RemoveSession(ended.clone()));
             }
             self.remove_session(&ended);
