@@ -115,10 +115,19 @@ impl Killable {
         let stdout = child.stdout.take().unwrap();
         let (sender, lines) = mpsc::channel();
         std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if sender.send(line).is_err() {
-                    break;
+            let mut reader = BufReader::new(stdout);
+            loop {
+                let mut line = String::new();
+                // A last line without its newline was cut by the kill: the
+                // frame was never written whole, so it was not reported.
+                match reader.read_line(&mut line) {
+                    Ok(_) if line.ends_with('\n') => {
+                        line.pop();
+                        if sender.send(line).is_err() {
+                            break;
+                        }
+                    }
+                    _ => break,
                 }
             }
         });
@@ -509,4 +518,197 @@ fn grants_revoke_works_on_the_journal() {
     assert_eq!(lines[1].matches("\"grantID\"").count(), 1, "{}", lines[1]);
     assert!(lines[2].contains("permission_request"), "{}", lines[2]);
     assert!(lines[3].contains(r#""source":"grant""#), "{}", lines[3]);
+}
+
+/// The frames of one group of the shutting flood: sessions that end, are
+/// refused, are shut by a refused start with a child, are ended without
+/// ever running, implicit parents ended with their child or left by it, and
+/// an implicit parent whose child keeps running.
+fn shutting_group(p: &str) -> Vec<String> {
+    let call = |session: &str, call: &str| {
+        format!(
+            r#"{{"type":"tool_call","sessionID":"{session}","callID":"{call}","tool":"Bash","input":{{"command":"cargo build"}}}}"#
+        )
+    };
+    let start = |session: &str, parent: &str| {
+        format!(r#"{{"type":"session_start","sessionID":"{session}","parentID":"{parent}"}}"#)
+    };
+    let end = |session: &str| format!(r#"{{"type":"session_end","sessionID":"{session}"}}"#);
+    vec![
+        session_start(&format!("{p}a"), "plan"),
+        end(&format!("{p}a")),
+        session_start(&format!("{p}r"), "bogus"),
+        call(&format!("{p}p"), &format!("{p}c1")),
+        start(&format!("{p}c"), &format!("{p}p")),
+        end(&format!("{p}p")),
+        session_start(&format!("{p}k"), "ask"),
+        start(&format!("{p}kc"), &format!("{p}k")),
+        session_start(&format!("{p}k"), "ask"),
+        end(&format!("{p}u")),
+        call(&format!("{p}q"), &format!("{p}c2")),
+        start(&format!("{p}d"), &format!("{p}q")),
+        end(&format!("{p}d")),
+        call(&format!("{p}m"), &format!("{p}c3")),
+        start(&format!("{p}e"), &format!("{p}m")),
+        format!(r#"{{"type":"session_start","sessionID":"{p}x","parentID":"{p}x"}}"#),
+    ]
+}
+
+/// Floods of session ends and refused starts (implicit parents, shut
+/// subtrees, ids that never ran), each killed with SIGKILL after a different
+/// number of frames, some compacting every few records: every session
+/// reported ended or refused before the kill is still closed, for the same
+/// reason, after a restart; an implicit parent left by its last child is not
+/// kept; an implicit parent with a running child still ends it.
+#[test]
+fn kill_9_keeps_reported_ended_and_refused_sessions_closed() {
+    let (root, state) = dirs("journal-kill-closed");
+    // Session id → "ended" or "refused", as last reported.
+    let mut closed: std::collections::BTreeMap<String, &str> = Default::default();
+    let mut left_parents: BTreeSet<String> = BTreeSet::new();
+    let mut running_children: Vec<(String, String)> = Vec::new();
+    for round in 0..6u32 {
+        let compact = (round % 2 == 1).then_some("512");
+        let mut broker = Killable::start(&root, &state, compact);
+        let mut frames: Vec<String> = Vec::new();
+        for i in 0..60u32 {
+            frames.extend(shutting_group(&format!("r{round}g{i}")));
+        }
+        for frame in &frames {
+            broker.send(frame);
+        }
+        let kill_after = 30 + (round as usize * 211) % 600;
+        let mut seen = 0usize;
+        let mut killed = false;
+        let mut lines = Vec::new();
+        loop {
+            let line = match broker.lines.recv_timeout(if killed {
+                Duration::from_secs(5)
+            } else {
+                PATIENCE
+            }) {
+                Ok(line) => line,
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    assert!(killed, "the broker stopped answering");
+                    break;
+                }
+            };
+            lines.push(line);
+            seen += 1;
+            if !killed && seen >= kill_after {
+                broker.child.kill().unwrap();
+                killed = true;
+            }
+        }
+        let status = broker.child.wait().unwrap();
+        assert!(
+            !status.success(),
+            "round {round}: the broker was not killed"
+        );
+        // Frame by frame, in the order written: what was reported.
+        let mut started: BTreeSet<String> = BTreeSet::new();
+        for line in &lines {
+            let frame: Value = serde_json::from_str(line).unwrap();
+            let id = |key: &str| frame[key].as_str().unwrap_or_default().to_string();
+            match frame["type"].as_str().unwrap() {
+                "session_started" => {
+                    started.insert(id("sessionID"));
+                }
+                "session_ended" => {
+                    let session = id("sessionID");
+                    started.remove(&session);
+                    // A refused start reports its error before the
+                    // session_ended frames of what it shut: refused stays.
+                    closed.entry(session.clone()).or_insert("ended");
+                    if let Some(group) = session.strip_suffix('d') {
+                        left_parents.insert(format!("{group}q"));
+                    }
+                }
+                "error" => {
+                    let number = frame["line"].as_u64().unwrap() as usize;
+                    let sent: Value = serde_json::from_str(&frames[number - 1]).unwrap();
+                    assert_eq!(sent["type"], "session_start", "{line}");
+                    closed.insert(sent["sessionID"].as_str().unwrap().to_string(), "refused");
+                }
+                _ => {}
+            }
+        }
+        for session in started {
+            if let Some(group) = session.strip_suffix('e') {
+                running_children.push((format!("{group}m"), session.clone()));
+            }
+        }
+        let (snapshot, warnings) = loaded(&root, &state);
+        assert!(
+            warnings.iter().all(|w| w.contains("incomplete record")),
+            "round {round}: {warnings:?}"
+        );
+        for parent in &left_parents {
+            assert!(
+                snapshot.sessions.iter().all(|s| &s.session_id != parent),
+                "round {round}: the implicit parent {parent} is still kept"
+            );
+        }
+    }
+    assert!(closed.len() > 300, "{}", closed.len());
+    assert!(
+        closed.values().filter(|why| **why == "refused").count() > 100,
+        "{closed:?}"
+    );
+    assert!(running_children.len() > 20, "{}", running_children.len());
+
+    // A restarted broker denies every closed session's call, saying why,
+    // and ending an implicit parent still ends the child it had.
+    let mut broker = start(&root, &state, None);
+    for (n, session) in closed.keys().enumerate() {
+        broker.send(&format!(
+            r#"{{"type":"tool_call","sessionID":"{session}","callID":"after{n}","tool":"Read","input":{{"file_path":"a.rs"}}}}"#
+        ));
+    }
+    for (parent, _) in &running_children {
+        broker.send(&format!(
+            r#"{{"type":"session_end","sessionID":"{parent}"}}"#
+        ));
+    }
+    let expected = 1 + closed.len() + 2 * running_children.len();
+    broker.wait_for("every answer", |lines| lines.len() >= expected);
+    let (_, lines, stderr) = broker.finish();
+    assert!(!stderr.contains("unusable"), "{stderr}");
+    let mut decided = 0;
+    let mut ended: BTreeSet<String> = BTreeSet::new();
+    let ids: Vec<&String> = closed.keys().collect();
+    for line in &lines[1..] {
+        let frame: Value = serde_json::from_str(line).unwrap();
+        match frame["type"].as_str().unwrap() {
+            "decision" => {
+                let n: usize = frame["callID"].as_str().unwrap()["after".len()..]
+                    .parse()
+                    .unwrap();
+                let session = ids[n];
+                assert_eq!(frame["decision"], "deny", "{session}: {line}");
+                let reason = frame["reason"].as_str().unwrap();
+                let why = if closed[session] == "refused" {
+                    "was refused"
+                } else {
+                    "has ended"
+                };
+                assert!(
+                    reason.contains(why),
+                    "{session} {}: {line}",
+                    closed[session]
+                );
+                decided += 1;
+            }
+            "session_ended" => {
+                ended.insert(frame["sessionID"].as_str().unwrap().to_string());
+            }
+            other => panic!("unexpected {other}: {line}"),
+        }
+    }
+    assert_eq!(decided, closed.len());
+    for (parent, child) in &running_children {
+        assert!(ended.contains(parent), "{parent} did not end");
+        assert!(ended.contains(child), "{child} did not end with {parent}");
+    }
 }
