@@ -18,7 +18,7 @@ use toolgate_protocol::{ClientFrame, DecodeError, ErrorCode, ServerFrame};
 use crate::clock::{Clock, IdSource};
 use crate::convert;
 use crate::state::{
-    session_fingerprint, Snapshot, Store, StoredClosed, StoredGrant, StoredSession,
+    session_fingerprint, Change, Snapshot, Store, StoredClosed, StoredGrant, StoredSession,
 };
 
 /// What to do when the answer is "ask".
@@ -234,10 +234,20 @@ impl Broker {
             .filter(|id| self.closed.get(session_fingerprint(id)).is_some())
             .cloned()
             .collect();
+        let repaired = !shut.is_empty();
         for id in shut {
             self.remove_session(&id);
         }
         self.store = Some(store);
+        if repaired || !warnings.is_empty() {
+            // What was repaired is stored as the broker holds it.
+            let snapshot = self.snapshot();
+            if let Some(store) = self.store.as_mut() {
+                if let Err(err) = store.save(&snapshot) {
+                    tracing::warn!("the repaired state could not be saved: {err}");
+                }
+            }
+        }
         warnings
     }
 
@@ -290,36 +300,22 @@ impl Broker {
         self.sessions.insert(stored.session_id.clone(), session);
     }
 
+    /// The whole state the state directory should hold now, as the broker
+    /// sees it (what a compaction would write if the journal's changes were
+    /// right): for tests that compare it with the store's.
+    pub fn stored_state(&self) -> Snapshot {
+        self.snapshot()
+    }
+
     /// What the state directory keeps: project grants, every session that
     /// was started, given a mode, granted something or is the parent of one
     /// of those, and every closed session.
     fn snapshot(&self) -> Snapshot {
-        let stored_grant = |grant: &toolgate_policy::Grant, session_id: &str| StoredGrant {
-            grant_id: grant.id.clone(),
-            permission: grant.permission.clone(),
-            pattern: grant.pattern.as_str().to_string(),
-            literal: grant.pattern.literal_len(),
-            session_id: session_id.to_string(),
-        };
         let mut sessions: Vec<StoredSession> = self
             .sessions
             .iter()
-            .filter(|(_, session)| {
-                session.explicit || !session.grants.is_empty() || !session.children.is_empty()
-            })
-            .map(|(id, session)| StoredSession {
-                session_id: id.clone(),
-                parent_id: session.parent.clone(),
-                mode: session.mode.as_str().to_string(),
-                permissions: session.rules.as_ref().map(convert::scope_spec),
-                grants: session
-                    .grants
-                    .iter()
-                    .map(|grant| stored_grant(grant, id))
-                    .collect(),
-                started: session.started,
-                implicit: !session.explicit,
-            })
+            .filter(|(_, session)| is_stored(session))
+            .map(|(id, session)| stored_session(id, session))
             .collect();
         sessions.sort_by(|a, b| a.session_id.cmp(&b.session_id));
         Snapshot {
@@ -343,32 +339,63 @@ impl Broker {
                 closed.sort_unstable_by_key(|(fp, _)| *fp);
                 closed
                     .into_iter()
-                    .map(|(fingerprint, why)| StoredClosed {
-                        fingerprint: format!("{fingerprint:016x}"),
-                        why: match why {
-                            Closed::Ended => "ended",
-                            Closed::Refused => "refused",
-                        }
-                        .to_string(),
-                    })
+                    .map(|(fingerprint, why)| stored_closed(fingerprint, why))
                     .collect()
             },
         }
     }
 
-    /// Write the state, when there is a state directory. A failure is logged
-    /// and returned; the broker carries on with its state in memory.
-    fn persist(&mut self) -> Result<(), String> {
-        if self.store.is_none() {
-            return Ok(());
+    /// Whether the state directory keeps the session `session_id` now.
+    fn is_stored_id(&self, session_id: &str) -> bool {
+        self.sessions.get(session_id).is_some_and(is_stored)
+    }
+
+    /// The change that stores a session as it is now: the whole session
+    /// when the state directory keeps it (see [`is_stored`]), else its
+    /// removal.
+    fn stored_change(&self, session_id: &str) -> Change {
+        match self.sessions.get(session_id) {
+            Some(session) if is_stored(session) => {
+                Change::Session(stored_session(session_id, session))
+            }
+            _ => Change::RemoveSession(session_id.to_string()),
         }
-        let snapshot = self.snapshot();
+    }
+
+    /// Stage `changes` in the state directory, when there is one: they are
+    /// durable once [`Broker::commit`] returned, which the transport calls
+    /// before it writes the frames that report them. A failure is logged and
+    /// returned; the broker carries on with its state in memory.
+    fn persist(&mut self, changes: &[Change]) -> Result<(), String> {
         let Some(store) = self.store.as_mut() else {
             return Ok(());
         };
-        store.save(&snapshot).inspect_err(|err| {
+        store.stage(changes).inspect_err(|err| {
             tracing::warn!("the state could not be saved: {err}");
         })
+    }
+
+    /// Record `changes` durably now (with whatever was staged): for changes
+    /// whose frames say whether saving them failed.
+    fn persist_now(&mut self, changes: &[Change]) -> Result<(), String> {
+        let Some(store) = self.store.as_mut() else {
+            return Ok(());
+        };
+        store.record(changes).inspect_err(|err| {
+            tracing::warn!("the state could not be saved: {err}");
+        })
+    }
+
+    /// Make every staged change durable (one sync for a batch of frames).
+    /// Call it before writing the frames `handle_line` produced: they may
+    /// report those changes. A failure is logged.
+    pub fn commit(&mut self) {
+        let Some(store) = self.store.as_mut() else {
+            return;
+        };
+        if let Err(err) = store.commit() {
+            tracing::warn!("the state could not be saved: {err}");
+        }
     }
 
     /// The scope of a session (none when there is no such session).
@@ -637,15 +664,18 @@ impl Broker {
                 let id = &revoke.grant_id;
                 let removed = if self.project_grants.remove(id).is_some() {
                     self.project_grant_owners.remove(id);
-                    true
+                    Some(Change::RemoveProjectGrant(id.clone()))
                 } else {
                     self.sessions
-                        .values_mut()
-                        .any(|session| session.grants.remove(id).is_some())
+                        .iter_mut()
+                        .find_map(|(holder, session)| {
+                            session.grants.remove(id).map(|_| holder.clone())
+                        })
+                        .map(|holder| self.stored_change(&holder))
                 };
-                if removed {
+                if let Some(change) = removed {
                     // A failed save is logged; the grant is gone from memory either way.
-                    let _ = self.persist();
+                    let _ = self.persist(&[change]);
                     out.push(self.grants_frame(None));
                 } else {
                     out.push(error(
@@ -990,22 +1020,31 @@ impl Broker {
             .iter()
             .map(|_| self.ids.grant_id())
             .collect();
+        let mut changes = Vec::new();
         match scope {
             wire::GrantScope::Project => {
                 for (id, spec) in ids.into_iter().zip(&question.grants) {
                     if self.project_grants.add(id.clone(), spec) {
+                        changes.push(Change::ProjectGrant(spec_grant(&id, spec, session_id)));
                         self.project_grant_owners.insert(id, session_id.to_string());
                     }
                 }
             }
             wire::GrantScope::Session => {
                 let session = self.session_entry(session_id);
+                // A session already stored gets just its new grants.
+                let stored = is_stored(session);
                 for (id, spec) in ids.into_iter().zip(&question.grants) {
-                    session.grants.add(id, spec);
+                    if session.grants.add(id.clone(), spec) && stored {
+                        changes.push(Change::SessionGrant(spec_grant(&id, spec, session_id)));
+                    }
+                }
+                if !stored {
+                    changes.push(self.stored_change(session_id));
                 }
             }
         }
-        self.persist()
+        self.persist_now(&changes)
     }
 
     /// Evaluate a pending call again (after `once`/`always`, a mode change or new
@@ -1095,7 +1134,7 @@ impl Broker {
             session.explicit = true;
         }
         // A failed save is logged; the mode applies in memory either way.
-        let _ = self.persist();
+        let _ = self.persist(&[self.stored_change(session_id)]);
         // Sessions with the same mode and the same scope layers (children
         // that added none) get the same reminder: it is written once.
         let mut reminders: HashMap<(Mode, Vec<usize>), String> = HashMap::new();
@@ -1224,6 +1263,12 @@ impl Broker {
             },
         };
         let default_mode = self.policy.default_mode;
+        // Whether the state directory kept the parent before it had this
+        // child (an implicit parent is kept from its first child on).
+        let parent_stored = start
+            .parent_id
+            .as_deref()
+            .is_some_and(|parent| self.is_stored_id(parent));
         // A parent that was never seen is the implicit session a tool call
         // would have created: the default mode and no scope.
         if let Some(parent) = &start.parent_id {
@@ -1257,19 +1302,31 @@ impl Broker {
         session.scope = scope;
         session.explicit = true;
         session.started = true;
+        let mut changes = Vec::new();
         if let Some(previous) = previous_parent {
-            if let Some(previous) = self.sessions.get_mut(&previous) {
-                previous.children.remove(&id);
+            let was_stored = self.is_stored_id(&previous);
+            if let Some(session) = self.sessions.get_mut(&previous) {
+                session.children.remove(&id);
+            }
+            if was_stored && !self.is_stored_id(&previous) {
+                changes.push(self.stored_change(&previous));
             }
         }
         if let Some(parent) = &start.parent_id {
-            if let Some(parent) = self.sessions.get_mut(parent) {
-                parent.children.insert(id.clone());
+            if let Some(session) = self.sessions.get_mut(parent) {
+                session.children.insert(id.clone());
+            }
+            // An implicit parent is kept from its first child on, before
+            // the child that names it.
+            if !parent_stored {
+                changes.push(self.stored_change(parent));
             }
         }
+        // The whole session: also reopens it if it was closed.
+        changes.push(self.stored_change(&id));
         let mode = self.effective_mode(&id);
         // A failed save is logged; the session runs in memory either way.
-        let _ = self.persist();
+        let _ = self.persist(&changes);
         out.push(ServerFrame::SessionStarted(wire::SessionStarted {
             session_id: id.clone(),
             parent_id: start.parent_id,
@@ -1304,12 +1361,17 @@ impl Broker {
     /// descendants (as `session_end` ends them), and the id is closed as
     /// refused until a start for it succeeds.
     fn shut_refused(&mut self, session_id: &str, out: &mut Vec<ServerFrame>) {
+        let mut changes = Vec::new();
         if self.sessions.contains_key(session_id) {
-            self.end_subtree(session_id, out);
+            self.end_subtree(session_id, out, &mut changes);
         }
         self.close(session_id, Closed::Refused);
+        changes.push(Change::Closed(stored_closed(
+            session_fingerprint(session_id),
+            Closed::Refused,
+        )));
         // A failed save is logged; the session is shut in memory either way.
-        let _ = self.persist();
+        let _ = self.persist(&changes);
     }
 
     /// A session's ancestors, its parent first (bounded, in case of a bug:
@@ -1335,6 +1397,7 @@ impl Broker {
     /// is not running (never seen, or idle and forgotten) closes its id and
     /// reports `session_ended` with nothing denied.
     fn session_end(&mut self, session_id: &str, number: u64, out: &mut Vec<ServerFrame>) {
+        let mut changes = Vec::new();
         if !self.sessions.contains_key(session_id) {
             if self.closed_why(session_id).is_some() {
                 out.push(error(
@@ -1346,24 +1409,43 @@ impl Broker {
                 return;
             }
             self.close(session_id, Closed::Ended);
+            changes.push(Change::Closed(stored_closed(
+                session_fingerprint(session_id),
+                Closed::Ended,
+            )));
             out.push(ServerFrame::SessionEnded(wire::SessionEnded {
                 session_id: session_id.to_string(),
                 denied: 0,
             }));
         } else {
-            self.end_subtree(session_id, out);
+            self.end_subtree(session_id, out, &mut changes);
         }
         // A failed save is logged; the sessions are gone from memory either way.
-        let _ = self.persist();
+        let _ = self.persist(&changes);
     }
 
-    /// End a running session and its descendants, deepest first, and close them.
-    fn end_subtree(&mut self, session_id: &str, out: &mut Vec<ServerFrame>) {
+    /// End a running session and its descendants, deepest first, and close
+    /// them; `changes` gets what the state directory must forget and keep.
+    fn end_subtree(
+        &mut self,
+        session_id: &str,
+        out: &mut Vec<ServerFrame>,
+        changes: &mut Vec<Change>,
+    ) {
         let parent = self
             .sessions
             .get(session_id)
             .and_then(|session| session.parent.clone());
-        for ended in self.subtree(session_id).into_iter().rev() {
+        let parent_stored = parent.as_deref().is_some_and(|id| self.is_stored_id(id));
+        let subtree = self.subtree(session_id);
+        // Which of them the state directory keeps, before any is unlinked
+        // (an implicit parent is kept for its children).
+        let stored: HashSet<String> = subtree
+            .iter()
+            .filter(|id| self.is_stored_id(id))
+            .cloned()
+            .collect();
+        for ended in subtree.into_iter().rev() {
             let ids = self.pending_of(&ended);
             let denied = ids.len() as u64;
             let reason = if ended == session_id {
@@ -1374,16 +1456,27 @@ impl Broker {
             for id in ids {
                 self.end_ask(&id, wire::Source::Shutdown, reason.clone(), out);
             }
+            if stored.contains(&ended) {
+                changes.push(Change::RemoveSession(ended.clone()));
+            }
             self.remove_session(&ended);
             self.close(&ended, Closed::Ended);
+            changes.push(Change::Closed(stored_closed(
+                session_fingerprint(&ended),
+                Closed::Ended,
+            )));
             out.push(ServerFrame::SessionEnded(wire::SessionEnded {
                 session_id: ended,
                 denied,
             }));
         }
-        // An implicit parent left with nothing to hold is forgotten.
+        // An implicit parent left with nothing to hold is forgotten, and one
+        // stored only for its children is no longer kept.
         if let Some(parent) = parent {
             self.forget_idle(&parent);
+            if parent_stored && !self.is_stored_id(&parent) {
+                changes.push(self.stored_change(&parent));
+            }
         }
     }
 
@@ -1627,11 +1720,71 @@ enum Closed {
 }
 
 impl Closed {
+    /// As stored (`StoredClosed::why`).
+    fn as_str(self) -> &'static str {
+        match self {
+            Closed::Ended => "ended",
+            Closed::Refused => "refused",
+        }
+    }
+
     fn text(self, session_id: &str) -> String {
         match self {
             Closed::Ended => format!("the session `{session_id}` has ended"),
             Closed::Refused => format!("the session_start for `{session_id}` was refused"),
         }
+    }
+}
+
+/// Whether the state directory keeps a session: started or given a mode,
+/// holding grants, or the parent of a kept session (an implicit parent).
+fn is_stored(session: &Session) -> bool {
+    session.explicit || !session.grants.is_empty() || !session.children.is_empty()
+}
+
+/// A closed session as stored.
+fn stored_closed(fingerprint: u64, why: Closed) -> StoredClosed {
+    StoredClosed {
+        fingerprint: format!("{fingerprint:016x}"),
+        why: why.as_str().to_string(),
+    }
+}
+
+/// A session as the state directory keeps it.
+fn stored_session(session_id: &str, session: &Session) -> StoredSession {
+    StoredSession {
+        session_id: session_id.to_string(),
+        parent_id: session.parent.clone(),
+        mode: session.mode.as_str().to_string(),
+        permissions: session.rules.as_ref().map(convert::scope_spec),
+        grants: session
+            .grants
+            .iter()
+            .map(|grant| stored_grant(grant, session_id))
+            .collect(),
+        started: session.started,
+        implicit: !session.explicit,
+    }
+}
+
+fn stored_grant(grant: &toolgate_policy::Grant, session_id: &str) -> StoredGrant {
+    StoredGrant {
+        grant_id: grant.id.clone(),
+        permission: grant.permission.clone(),
+        pattern: grant.pattern.as_str().to_string(),
+        literal: grant.pattern.literal_len(),
+        session_id: session_id.to_string(),
+    }
+}
+
+/// A grant just made from `spec`, as stored.
+fn spec_grant(id: &str, spec: &GrantSpec, session_id: &str) -> StoredGrant {
+    StoredGrant {
+        grant_id: id.to_string(),
+        permission: spec.permission.clone(),
+        pattern: spec.pattern.as_str().to_string(),
+        literal: spec.pattern.literal_len(),
+        session_id: session_id.to_string(),
     }
 }
 

@@ -84,6 +84,8 @@ struct Shared<W: Write> {
 
 impl<W: Write> Shared<W> {
     fn flush_frames(&mut self) {
+        // Saved before reported: what these frames report is synced first.
+        self.broker.commit();
         if let Err(err) = write_frames(&mut self.writer, &mut self.frames) {
             self.frames.clear();
             if self.failed.is_none() {

@@ -1,20 +1,47 @@
-//! The state that survives a restart (`--state-dir DIR`): one JSON file per
-//! project root, holding the grants and the sessions that carry them.
+//! The state that survives a restart (`--state-dir DIR`): per project root,
+//! a snapshot file and a journal of the changes made since.
 //!
-//! - The file for a project is `DIR/project-<16 hex digits>.json`, the digits
-//!   being the 64-bit FNV-1a hash of the project root's path ([`state_file`]).
-//!   The file also records `projectRoot`; a file whose `projectRoot` differs
-//!   (a hash collision, or a copied file) is never used for another project:
-//!   the store warns and moves on to `project-<hash>-2.json`, `-3`, ...
-//! - Saving is atomic: the JSON is written to a temporary file in the same
-//!   directory, synced, renamed over the state file, and the directory is
-//!   synced. A crash leaves either the old file or the new one, never half.
-//! - Opening never fails. A file that cannot be read, is not JSON, has another
-//!   `version` or does not fit together is renamed aside to
-//!   `<file>.corrupt-<wall ms>` (nothing is deleted) and the broker starts
-//!   clean; every problem becomes a warning for the caller to print.
-//! - One broker per project root and state directory at a time: nothing locks
-//!   the file, and the last save wins.
+//! - The snapshot for a project is `DIR/project-<16 hex digits>.json`, the
+//!   digits being the 64-bit FNV-1a hash of the project root's path
+//!   ([`state_file`]). It records `projectRoot`; a file whose `projectRoot`
+//!   differs (a hash collision, or a copied file) is never used for another
+//!   project: the store warns and moves on to `project-<hash>-2.json`, `-3`, ...
+//! - Beside it, `project-<hash>.journal` ([`journal_file`]): one JSON line per
+//!   [`Change`]. Its first line, `{"journalGeneration":N}`, names the snapshot
+//!   it follows: the snapshot's `journalGeneration` field. A journal of
+//!   another generation (or beside a snapshot that names none) is stale and
+//!   ignored.
+//! - A change is one `write` of its line to the journal: its cost is the
+//!   size of the change, not of the state. Changes that frames only report
+//!   (a session started or ended, a mode set, a grant revoked) are staged
+//!   ([`Store::stage`]) and synced together (`fdatasync`) by
+//!   [`Store::commit`], which the transport calls before it writes a batch
+//!   of frames: one sync per batch of input lines. Grants are synced at once
+//!   ([`Store::record`]), since their decision says whether saving failed.
+//!   Either way nothing is reported before it is on disk.
+//! - Compaction: when the journal outgrows twice the snapshot and
+//!   [`COMPACT_FLOOR`] (1 MiB; [`COMPACT_FLOOR_ENV`] changes it, for tests),
+//!   the whole state is written as a new snapshot under generation N+1, then
+//!   a new journal holding only its header. Each file is replaced atomically
+//!   (written to a temporary file in the same directory, synced, renamed
+//!   over, directory synced). A crash between the two leaves the new
+//!   snapshot and a stale journal: nothing is lost or applied twice. The
+//!   first change after a start that found no usable journal compacts too.
+//! - Loading reads the snapshot and replays the journal. A last line without
+//!   its newline is a write that was never confirmed (so never reported): it
+//!   is ignored with a warning, and the next change starts a new journal
+//!   rather than append after it. Any other line that is not a change makes
+//!   the state unusable (fail closed: nothing after a bad record can be
+//!   trusted to be complete, and a lost revocation or session end must not
+//!   come back as a grant or an open session).
+//! - Opening never fails. A snapshot or journal that cannot be read, is not
+//!   JSON, has another `version` or does not fit together is renamed aside to
+//!   `<file>.corrupt-<wall ms>` (both files; nothing is deleted) and the
+//!   broker starts clean; every problem becomes a warning for the caller to
+//!   print. A journal with no snapshot beside it is moved aside the same way.
+//! - One broker per project root and state directory at a time: the broker
+//!   holds `<file>.lock` (an advisory lock); a second one reads the state but
+//!   keeps its changes in memory.
 //! - Sessions are kept when they were started, given a mode, hold grants or
 //!   are the parent of a kept session (an implicit parent is marked
 //!   `implicit`), with whether they were `started`. Every session that ended or
@@ -22,8 +49,10 @@
 //!   fingerprint of its id ([`session_fingerprint`]) in `closed`.
 //!
 //! [`list_grants`] and [`revoke_grants`] serve `toolgate grants list|revoke`,
-//! which work on the files while no broker holds them.
+//! which read the snapshot and the journal, and work while no broker holds
+//! the files (a revocation writes a snapshot that names no journal).
 
+use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -126,6 +155,113 @@ pub struct StoredSession {
     pub implicit: bool,
 }
 
+/// One change to the stored state: a line of the journal. Each names the
+/// whole value it sets or the key it removes, so applying a change twice
+/// leaves the state as applying it once (replaying a journal onto the
+/// snapshot it was compacted into changes nothing).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Change {
+    /// Insert or replace a whole session (its grants included). Also forgets
+    /// that a session of this id was shut.
+    Session(StoredSession),
+    /// Forget a session and its grants.
+    RemoveSession(String),
+    /// Insert or replace one grant of the stored session `grant.session_id`
+    /// (ignored when no such session is stored).
+    SessionGrant(StoredGrant),
+    /// Insert or replace a project grant.
+    ProjectGrant(StoredGrant),
+    /// Forget a project grant.
+    RemoveProjectGrant(String),
+    /// Remember that a session is shut (insert or replace by fingerprint).
+    Closed(StoredClosed),
+}
+
+/// A snapshot held so that one change costs one lookup: what a store has
+/// on disk, materialised (the snapshot plus every journal record).
+#[derive(Debug, Clone, Default)]
+struct Materialised {
+    version: u32,
+    project_root: String,
+    project_grants: Vec<StoredGrant>,
+    sessions: BTreeMap<String, StoredSession>,
+    /// Shut sessions: fingerprint (16 lowercase hex digits, so sorted as
+    /// the numbers) → why.
+    closed: BTreeMap<String, String>,
+}
+
+impl Materialised {
+    fn from_snapshot(snapshot: Snapshot) -> Materialised {
+        let mut state = Materialised {
+            version: snapshot.version,
+            project_root: snapshot.project_root,
+            ..Materialised::default()
+        };
+        for grant in snapshot.project_grants {
+            upsert_grant(&mut state.project_grants, grant);
+        }
+        for session in snapshot.sessions {
+            state.sessions.insert(session.session_id.clone(), session);
+        }
+        for closed in snapshot.closed {
+            state.apply(Change::Closed(closed));
+        }
+        state
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            version: self.version,
+            project_root: self.project_root.clone(),
+            project_grants: self.project_grants.clone(),
+            sessions: self.sessions.values().cloned().collect(),
+            closed: self
+                .closed
+                .iter()
+                .map(|(print, why)| StoredClosed {
+                    fingerprint: print.clone(),
+                    why: why.clone(),
+                })
+                .collect(),
+        }
+    }
+
+    fn apply(&mut self, change: Change) {
+        match change {
+            Change::Session(session) => {
+                self.closed.remove(&format!(
+                    "{:016x}",
+                    session_fingerprint(&session.session_id)
+                ));
+                self.sessions.insert(session.session_id.clone(), session);
+            }
+            Change::RemoveSession(id) => {
+                self.sessions.remove(&id);
+            }
+            Change::SessionGrant(grant) => {
+                if let Some(session) = self.sessions.get_mut(&grant.session_id) {
+                    upsert_grant(&mut session.grants, grant);
+                }
+            }
+            Change::ProjectGrant(grant) => upsert_grant(&mut self.project_grants, grant),
+            Change::RemoveProjectGrant(id) => {
+                self.project_grants.retain(|grant| grant.grant_id != id);
+            }
+            Change::Closed(closed) => {
+                self.closed.insert(closed.fingerprint, closed.why);
+            }
+        }
+    }
+}
+
+fn upsert_grant(grants: &mut Vec<StoredGrant>, grant: StoredGrant) {
+    match grants.iter_mut().find(|old| old.grant_id == grant.grant_id) {
+        Some(old) => *old = grant,
+        None => grants.push(grant),
+    }
+}
+
 impl Snapshot {
     /// An empty snapshot of the current version for `project_root`.
     pub fn new(project_root: &Path) -> Snapshot {
@@ -141,23 +277,63 @@ impl Snapshot {
 
 /// Where the broker saves its state.
 pub trait Store: Send {
-    /// Replace the stored state with `snapshot`. The error names what failed.
+    /// Make `changes` durable, in order, before returning (the broker reports
+    /// a change only after this returned). The error names what failed.
+    fn record(&mut self, changes: &[Change]) -> Result<(), String>;
+    /// Record `changes` without waiting for the disk: they are durable once
+    /// [`Store::commit`] (or a later [`Store::record`]) returned. For changes
+    /// whose frames the transport writes only after committing (group
+    /// commit: one sync for a batch of frames). By default, [`Store::record`].
+    fn stage(&mut self, changes: &[Change]) -> Result<(), String> {
+        self.record(changes)
+    }
+    /// Make every staged change durable. The error names what failed.
+    fn commit(&mut self) -> Result<(), String> {
+        Ok(())
+    }
+    /// Replace the whole stored state with `snapshot`. The error names what failed.
     fn save(&mut self, snapshot: &Snapshot) -> Result<(), String>;
 }
 
-/// The state file of one project in a state directory.
-#[derive(Debug, Clone)]
+/// The compaction floor: the journal is folded into the snapshot when it
+/// outgrows twice the snapshot and this many bytes.
+pub const COMPACT_FLOOR: u64 = 1 << 20;
+
+/// Overrides [`COMPACT_FLOOR`] (bytes), for tests that want compactions
+/// often; not meant for production use.
+pub const COMPACT_FLOOR_ENV: &str = "TOOLGATE_JOURNAL_COMPACT_BYTES";
+
+/// The state file of one project in a state directory, and its journal.
+#[derive(Debug)]
 pub struct FileStore {
     path: PathBuf,
+    journal_path: PathBuf,
     project_root: String,
     /// The lock held on `<file>.lock` while this store lives.
     _lock: Option<std::sync::Arc<std::fs::File>>,
     /// Why saves are refused, when another broker holds the file.
     held_elsewhere: Option<String>,
+    /// What the files hold, with every change recorded since.
+    state: Materialised,
+    /// The journal generation of the snapshot on disk (`None`: no journal applies).
+    generation: Option<u64>,
+    /// The highest generation seen in either file.
+    highest: u64,
+    /// The journal, open at its end, when records may be appended to it.
+    journal: Option<File>,
+    /// Records were written to the journal but not synced yet.
+    unsynced: bool,
+    journal_len: u64,
+    snapshot_len: u64,
+    /// The files may lack a change (a failed write, a stale or torn journal):
+    /// the next change rewrites the snapshot and starts a new journal.
+    dirty: bool,
+    compact_floor: u64,
 }
 
 impl FileStore {
-    /// Opens `dir` (creating it), loads the project's state file. Never fails:
+    /// Opens `dir` (creating it), loads the project's state file and replays
+    /// its journal. Never fails:
     /// problems become warnings (to be printed on stderr by the caller) and an
     /// empty snapshot. A corrupt, unparsable or wrong-version file is renamed
     /// aside to `<file>.corrupt-<wall_ms>` and the broker starts clean. If
@@ -181,6 +357,7 @@ impl FileStore {
                 // Only the holder of the lock writes this file, so temporary
                 // files left next to it are a crashed broker's: remove them.
                 remove_stale_temporaries(&store.path, &mut warnings);
+                remove_stale_temporaries(&store.journal_path, &mut warnings);
             }
             Err(std::fs::TryLockError::WouldBlock) => {
                 warnings.push(format!(
@@ -210,18 +387,36 @@ impl FileStore {
         let root = root_string(project_root);
         let empty = Snapshot::new(project_root);
         let primary = state_file(dir, project_root);
-        let store = |path: PathBuf| FileStore {
+        let compact_floor = std::env::var(COMPACT_FLOOR_ENV)
+            .ok()
+            .and_then(|text| text.parse::<u64>().ok())
+            .unwrap_or(COMPACT_FLOOR);
+        let store = |path: PathBuf, loaded: Option<&LoadedState>| FileStore {
+            journal_path: journal_file(&path),
             path,
             project_root: root.clone(),
             _lock: None,
             held_elsewhere: None,
+            state: Materialised::from_snapshot(
+                loaded.map_or_else(|| empty.clone(), |loaded| loaded.snapshot.clone()),
+            ),
+            generation: loaded.and_then(|loaded| loaded.generation),
+            highest: loaded.map_or(0, |loaded| loaded.highest),
+            journal: None,
+            unsynced: false,
+            journal_len: loaded.map_or(0, |loaded| loaded.journal_len),
+            snapshot_len: loaded.map_or(0, |loaded| loaded.snapshot_len),
+            // A missing snapshot, or a journal that cannot take appends:
+            // the first change writes both files afresh.
+            dirty: loaded.is_none_or(|loaded| !loaded.appendable),
+            compact_floor,
         };
         if let Err(err) = create_dir(dir) {
             warnings.push(format!(
                 "cannot create the state directory {}: {err}; nothing will be saved",
                 dir.display()
             ));
-            return (store(primary), empty, warnings);
+            return (store(primary, None), empty, warnings);
         }
         for attempt in 1..=COLLISION_LIMIT {
             let path = if attempt == 1 {
@@ -230,28 +425,57 @@ impl FileStore {
                 collision_file(&primary, attempt)
             };
             match load(&path) {
-                Loaded::Missing => return (store(path), empty, warnings),
-                Loaded::Snapshot(snapshot) if snapshot.project_root == root => {
-                    return (store(path), snapshot, warnings)
+                Loaded::Missing => {
+                    let journal = journal_file(&path);
+                    if std::fs::symlink_metadata(&journal).is_ok() {
+                        // A journal without its snapshot belongs to nothing
+                        // this store can check: keep it, out of the way.
+                        match move_aside(&journal, wall_ms) {
+                            Ok(aside) => warnings.push(format!(
+                                "the journal {} has no state file beside it; moved it to {} and starting with no saved state",
+                                journal.display(),
+                                aside.display()
+                            )),
+                            Err(err) => warnings.push(format!(
+                                "the journal {} has no state file beside it and could not be moved aside ({err}); starting with no saved state",
+                                journal.display()
+                            )),
+                        }
+                    }
+                    return (store(path, None), empty, warnings);
                 }
-                Loaded::Snapshot(snapshot) => warnings.push(format!(
+                Loaded::State(loaded) if loaded.snapshot.project_root == root => {
+                    warnings.extend(loaded.warnings.iter().cloned());
+                    let snapshot = loaded.snapshot.clone();
+                    return (store(path, Some(&loaded)), snapshot, warnings);
+                }
+                Loaded::State(loaded) => warnings.push(format!(
                     "the state file {} belongs to the project {}, not {root}; it is left alone",
                     path.display(),
-                    snapshot.project_root
+                    loaded.snapshot.project_root
                 )),
                 Loaded::Unusable(reason) => {
+                    let journal = journal_file(&path);
+                    let journal_aside = if std::fs::symlink_metadata(&journal).is_ok() {
+                        match move_aside(&journal, wall_ms) {
+                            Ok(aside) => format!(" (its journal went to {})", aside.display()),
+                            Err(err) => format!(" (its journal could not be moved aside: {err})"),
+                        }
+                    } else {
+                        String::new()
+                    };
                     match move_aside(&path, wall_ms) {
                         Ok(aside) => warnings.push(format!(
-                            "the state file {} is unusable ({reason}); moved it to {} and starting with no saved state",
+                            "the state file {} is unusable ({reason}); moved it to {}{journal_aside} and starting with no saved state",
                             path.display(),
                             aside.display()
                         )),
                         Err(err) => warnings.push(format!(
-                            "the state file {} is unusable ({reason}) and could not be moved aside ({err}); starting with no saved state",
+                            "the state file {} is unusable ({reason}) and could not be moved aside ({err}){journal_aside}; starting with no saved state",
                             path.display()
                         )),
                     }
-                    return (store(path), empty, warnings);
+                    return (store(path, None), empty, warnings);
                 }
             }
         }
@@ -259,12 +483,8 @@ impl FileStore {
             "{COLLISION_LIMIT} state files in {} belong to other projects; nothing will be saved",
             dir.display()
         ));
-        let store = FileStore {
-            path: PathBuf::new(),
-            project_root: root.clone(),
-            _lock: None,
-            held_elsewhere: None,
-        };
+        let mut store = store(PathBuf::new(), None);
+        store.journal_path = PathBuf::new();
         (store, empty, warnings)
     }
 
@@ -272,26 +492,182 @@ impl FileStore {
     pub fn path(&self) -> &Path {
         &self.path
     }
-}
 
-impl Store for FileStore {
-    /// Saves `snapshot` atomically, as the current [`VERSION`] and for this
-    /// store's project root whatever the snapshot says.
-    fn save(&mut self, snapshot: &Snapshot) -> Result<(), String> {
+    /// The journal beside the state file.
+    pub fn journal_path(&self) -> &Path {
+        &self.journal_path
+    }
+
+    fn writable(&self) -> Result<(), String> {
         if let Some(why) = &self.held_elsewhere {
             return Err(why.clone());
         }
         if self.path.as_os_str().is_empty() {
             return Err("no state file is available for this project".to_string());
         }
-        let mut snapshot = snapshot.clone();
+        Ok(())
+    }
+
+    /// Write the whole state as a new snapshot and start a new journal.
+    fn compact(&mut self) -> Result<(), String> {
+        let mut snapshot = self.state.snapshot();
         snapshot.version = VERSION;
         snapshot.project_root.clone_from(&self.project_root);
-        write_snapshot(&self.path, &snapshot)
+        // What was staged so far is synced where it is first: should the
+        // new snapshot fail, it is still on disk.
+        if let Err(err) = self.commit() {
+            tracing::warn!("the state could not be saved: {err}");
+        }
+        self.journal = None;
+        let generation = self.highest + 1;
+        let written = write_state(&self.path, &self.journal_path, &snapshot, generation);
+        match written {
+            Written::Snapshot(snapshot_len) => {
+                // The snapshot holds everything; the old journal is stale
+                // (another generation), so nothing is lost. Try again next time.
+                self.highest = generation;
+                self.generation = Some(generation);
+                self.snapshot_len = snapshot_len;
+                self.dirty = true;
+                Ok(())
+            }
+            Written::Both(snapshot_len, journal, journal_len) => {
+                self.highest = generation;
+                self.generation = Some(generation);
+                self.snapshot_len = snapshot_len;
+                self.journal = Some(journal);
+                self.journal_len = journal_len;
+                self.dirty = false;
+                Ok(())
+            }
+            Written::Nothing(err) => {
+                self.dirty = true;
+                Err(err)
+            }
+        }
+    }
+
+    /// Append records (not synced yet).
+    fn append(&mut self, bytes: &[u8]) -> Result<(), String> {
+        if self.journal.is_none() {
+            // The journal loaded at start ends with a complete record of this
+            // snapshot's generation (else the store would be dirty): go on
+            // appending to it.
+            match OpenOptions::new().append(true).open(&self.journal_path) {
+                Ok(file) => self.journal = Some(file),
+                Err(_) => return self.compact(),
+            }
+        }
+        let Some(journal) = self.journal.as_mut() else {
+            return self.compact();
+        };
+        match journal.write_all(bytes) {
+            Ok(()) => {
+                self.journal_len += bytes.len() as u64;
+                self.unsynced = true;
+                Ok(())
+            }
+            Err(err) => {
+                // Part of a record may be on disk: never append after it.
+                self.journal = None;
+                self.dirty = true;
+                Err(format!(
+                    "cannot append to {}: {err}",
+                    self.journal_path.display()
+                ))
+            }
+        }
     }
 }
 
-/// A store in memory, for tests: clones share the saved snapshots, so a test
+impl Store for FileStore {
+    /// [`FileStore::stage`], then [`FileStore::commit`].
+    fn record(&mut self, changes: &[Change]) -> Result<(), String> {
+        self.stage(changes)?;
+        self.commit()
+    }
+
+    /// Syncs the journal (fdatasync) when records were appended since the
+    /// last sync. On failure the next change compacts (the records may or
+    /// may not be on disk).
+    fn commit(&mut self) -> Result<(), String> {
+        if !self.unsynced {
+            return Ok(());
+        }
+        self.unsynced = false;
+        let Some(journal) = self.journal.as_mut() else {
+            return Ok(());
+        };
+        journal.sync_data().map_err(|err| {
+            self.journal = None;
+            self.dirty = true;
+            format!("cannot sync {}: {err}", self.journal_path.display())
+        })
+    }
+
+    /// Appends one line (the changes) to the journal in one write, not
+    /// synced until [`FileStore::commit`]. When the journal has outgrown
+    /// twice the snapshot and the compaction floor, or when the files may
+    /// lack a change, the whole state is written as a new snapshot instead
+    /// and a new journal started (synced at once).
+    fn stage(&mut self, changes: &[Change]) -> Result<(), String> {
+        self.writable()?;
+        if changes.is_empty() {
+            return Ok(());
+        }
+        // One line per call, so that its changes are applied together or,
+        // when the line is torn, not at all: one change as an object,
+        // several as an array.
+        let encoded = match changes {
+            [change] => serde_json::to_vec(change),
+            _ => serde_json::to_vec(changes),
+        };
+        let mut bytes = match encoded {
+            Ok(bytes) => bytes,
+            Err(err) => return Err(format!("cannot encode a change: {err}")),
+        };
+        bytes.push(b'\n');
+        for change in changes {
+            self.state.apply(change.clone());
+        }
+        let limit = self.snapshot_len.saturating_mul(2).max(self.compact_floor);
+        if self.dirty || self.journal_len + bytes.len() as u64 > limit {
+            return self.compact();
+        }
+        self.append(&bytes)
+    }
+
+    /// Saves `snapshot` atomically with [`write_snapshot`], as the current
+    /// [`VERSION`] and for this store's project root whatever the snapshot
+    /// says. The snapshot names no journal, so the old journal no longer
+    /// applies; it is removed, and the next change starts a new one.
+    fn save(&mut self, snapshot: &Snapshot) -> Result<(), String> {
+        self.writable()?;
+        // What was staged is synced where it is first (should the snapshot fail).
+        if let Err(err) = self.commit() {
+            tracing::warn!("the state could not be saved: {err}");
+        }
+        let mut snapshot = sorted(snapshot.clone());
+        snapshot.version = VERSION;
+        snapshot.project_root.clone_from(&self.project_root);
+        self.state = Materialised::from_snapshot(snapshot.clone());
+        self.journal = None;
+        self.dirty = true;
+        write_snapshot(&self.path, &snapshot)?;
+        self.generation = None;
+        if let Err(err) = std::fs::remove_file(&self.journal_path) {
+            if err.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!(
+                    "cannot remove the stale journal {}: {err}",
+                    self.journal_path.display()
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A store in memory, for tests: clones share what was recorded, so a test
 /// can keep one and hand the other to a broker.
 #[derive(Debug, Clone, Default)]
 pub struct MemoryStore {
@@ -300,7 +676,9 @@ pub struct MemoryStore {
 
 #[derive(Debug, Default)]
 struct MemoryState {
+    state: Materialised,
     saved: Vec<Snapshot>,
+    changes: Vec<Vec<Change>>,
     failure: Option<String>,
 }
 
@@ -310,14 +688,19 @@ impl MemoryStore {
         MemoryStore::default()
     }
 
-    /// Every snapshot saved so far, oldest first.
+    /// The state after each successful save or record, oldest first.
     pub fn saved(&self) -> Vec<Snapshot> {
         self.lock().saved.clone()
     }
 
-    /// The last snapshot saved.
+    /// The state after the last successful save or record.
     pub fn last(&self) -> Option<Snapshot> {
         self.lock().saved.last().cloned()
+    }
+
+    /// The changes of each successful record, oldest first.
+    pub fn changes(&self) -> Vec<Vec<Change>> {
+        self.lock().changes.clone()
     }
 
     /// Make later saves fail with `reason` (`None`: succeed again).
@@ -331,12 +714,28 @@ impl MemoryStore {
 }
 
 impl Store for MemoryStore {
+    fn record(&mut self, changes: &[Change]) -> Result<(), String> {
+        let mut state = self.lock();
+        if let Some(reason) = &state.failure {
+            return Err(reason.clone());
+        }
+        for change in changes {
+            state.state.apply(change.clone());
+        }
+        state.changes.push(changes.to_vec());
+        let snapshot = state.state.snapshot();
+        state.saved.push(snapshot);
+        Ok(())
+    }
+
     fn save(&mut self, snapshot: &Snapshot) -> Result<(), String> {
         let mut state = self.lock();
         if let Some(reason) = &state.failure {
             return Err(reason.clone());
         }
-        state.saved.push(sorted(snapshot.clone()));
+        state.state = Materialised::from_snapshot(sorted(snapshot.clone()));
+        let snapshot = state.state.snapshot();
+        state.saved.push(snapshot);
         Ok(())
     }
 }
@@ -345,6 +744,12 @@ impl Store for MemoryStore {
 pub fn state_file(dir: &Path, project_root: &Path) -> PathBuf {
     let hash = fnv1a(root_string(project_root).as_bytes());
     dir.join(format!("project-{hash:016x}.json"))
+}
+
+/// The journal beside a state file: `project-<hash>.journal` next to
+/// `project-<hash>.json`.
+pub fn journal_file(state_file: &Path) -> PathBuf {
+    state_file.with_extension("journal")
 }
 
 /// `project-<hash>-<n>.json` next to `primary`, for hash collisions.
@@ -369,6 +774,11 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 
 /// Parse and check a state file's text.
 pub fn parse_snapshot(text: &str) -> Result<Snapshot, String> {
+    parse_state(text).map(|(snapshot, _)| snapshot)
+}
+
+/// A state file's snapshot and the journal generation it names.
+fn parse_state(text: &str) -> Result<(Snapshot, Option<u64>), String> {
     let value: Value =
         serde_json::from_str(text).map_err(|err| format!("not valid JSON: {err}"))?;
     match value.get("version") {
@@ -376,6 +786,11 @@ pub fn parse_snapshot(text: &str) -> Result<Snapshot, String> {
         Some(other) => return Err(format!("version {other}, expected {VERSION}")),
         None => return Err(format!("no version, expected {VERSION}")),
     }
+    let generation = match value.get("journalGeneration") {
+        None => None,
+        Some(Value::Number(number)) if number.as_u64().is_some() => number.as_u64(),
+        Some(other) => return Err(format!("journalGeneration {other} is not a count")),
+    };
     // Files of earlier builds list ended sessions by id.
     let legacy_ended: Vec<String> = match value.get("endedSessions") {
         None => Vec::new(),
@@ -395,12 +810,7 @@ pub fn parse_snapshot(text: &str) -> Result<Snapshot, String> {
         .iter()
         .chain(snapshot.sessions.iter().flat_map(|session| &session.grants));
     for grant in grants {
-        if GrantPattern::from_parts(&grant.pattern, grant.literal).is_none() {
-            return Err(format!(
-                "grant {}: literal length {} does not fit the pattern `{}`",
-                grant.grant_id, grant.literal, grant.pattern
-            ));
-        }
+        check_grant(grant)?;
     }
     let mut ids: Vec<&str> = snapshot
         .sessions
@@ -411,26 +821,176 @@ pub fn parse_snapshot(text: &str) -> Result<Snapshot, String> {
     if let Some(pair) = ids.windows(2).find(|pair| pair[0] == pair[1]) {
         return Err(format!("the session {} is stored twice", pair[0]));
     }
-    Ok(snapshot)
+    Ok((snapshot, generation))
+}
+
+/// What a state file and its journal hold, read.
+struct LoadedState {
+    /// The snapshot with the journal's records applied.
+    snapshot: Snapshot,
+    /// The journal generation the snapshot names (`None`: no journal applies).
+    generation: Option<u64>,
+    /// The highest generation in either file.
+    highest: u64,
+    snapshot_len: u64,
+    /// Bytes of the journal's complete lines.
+    journal_len: u64,
+    /// The journal belongs to this snapshot and ends with a complete record.
+    appendable: bool,
+    warnings: Vec<String>,
 }
 
 enum Loaded {
     Missing,
-    Snapshot(Snapshot),
+    State(Box<LoadedState>),
     Unusable(String),
 }
 
+/// The first line of a journal: which snapshot its records follow.
+#[derive(Debug, Serialize, Deserialize)]
+struct JournalHeader {
+    #[serde(rename = "journalGeneration")]
+    generation: u64,
+}
+
+/// Read a state file and replay its journal.
 fn load(path: &Path) -> Loaded {
-    match std::fs::read(path) {
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Loaded::Missing,
-        Err(err) => Loaded::Unusable(format!("cannot read it: {err}")),
-        Ok(bytes) => match String::from_utf8(bytes) {
-            Err(_) => Loaded::Unusable("not UTF-8".to_string()),
-            Ok(text) => match parse_snapshot(&text) {
-                Ok(snapshot) => Loaded::Snapshot(snapshot),
-                Err(reason) => Loaded::Unusable(reason),
-            },
-        },
+    let bytes = match std::fs::read(path) {
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Loaded::Missing,
+        Err(err) => return Loaded::Unusable(format!("cannot read it: {err}")),
+        Ok(bytes) => bytes,
+    };
+    let Ok(text) = std::str::from_utf8(&bytes) else {
+        return Loaded::Unusable("not UTF-8".to_string());
+    };
+    let (snapshot, generation) = match parse_state(text) {
+        Ok(parsed) => parsed,
+        Err(reason) => return Loaded::Unusable(reason),
+    };
+    let mut loaded = LoadedState {
+        snapshot,
+        generation,
+        highest: generation.unwrap_or(0),
+        snapshot_len: bytes.len() as u64,
+        journal_len: 0,
+        appendable: false,
+        warnings: Vec::new(),
+    };
+    let journal = journal_file(path);
+    match std::fs::read(&journal) {
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+        Err(err) => {
+            return Loaded::Unusable(format!(
+                "cannot read its journal {}: {err}",
+                journal.display()
+            ))
+        }
+        Ok(bytes) => {
+            if let Err(reason) = replay(&journal, &bytes, &mut loaded) {
+                return Loaded::Unusable(reason);
+            }
+        }
+    }
+    Loaded::State(Box::new(loaded))
+}
+
+/// Apply a journal's records to `loaded`, when the journal follows its
+/// snapshot. A last line without its newline is a write that was never
+/// confirmed: it is ignored with a warning. Any other line that is not a
+/// change makes the whole state unusable (Err).
+fn replay(journal: &Path, bytes: &[u8], loaded: &mut LoadedState) -> Result<(), String> {
+    let complete_len = bytes
+        .iter()
+        .rposition(|&byte| byte == b'\n')
+        .map_or(0, |index| index + 1);
+    let (complete, torn) = bytes.split_at(complete_len);
+    let mut lines = complete.split(|&byte| byte == b'\n');
+    let header = match lines.next() {
+        Some(line) if !complete.is_empty() => line,
+        // No complete line: an empty journal (or a header never finished).
+        _ => return Ok(()),
+    };
+    let header: JournalHeader = serde_json::from_slice(header).map_err(|err| {
+        format!(
+            "its journal {} does not start with a journalGeneration line: {err}",
+            journal.display()
+        )
+    })?;
+    loaded.highest = loaded.highest.max(header.generation);
+    if loaded.generation != Some(header.generation) {
+        // Records of a snapshot that was replaced (a compaction or a save
+        // that stopped before the new journal was in place): the snapshot
+        // already holds them, or replaced them on purpose.
+        tracing::info!(journal = %journal.display(), "the journal is stale and was ignored");
+        return Ok(());
+    }
+    let mut state = Materialised::from_snapshot(std::mem::take(&mut loaded.snapshot));
+    for (index, line) in lines.enumerate() {
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let number = index + 2;
+        let corrupt = |reason: String| {
+            format!(
+                "its journal {} is corrupt at line {number}: {reason}",
+                journal.display()
+            )
+        };
+        let changes: Vec<Change> = if line.first() == Some(&b'[') {
+            serde_json::from_slice(line).map_err(|err| corrupt(err.to_string()))?
+        } else {
+            vec![serde_json::from_slice(line).map_err(|err| corrupt(err.to_string()))?]
+        };
+        for change in &changes {
+            check_change(change).map_err(corrupt)?;
+        }
+        for change in changes {
+            state.apply(change);
+        }
+    }
+    loaded.snapshot = state.snapshot();
+    loaded.journal_len = complete_len as u64;
+    loaded.appendable = torn.is_empty();
+    if !torn.is_empty() {
+        loaded.warnings.push(format!(
+            "the journal {} ends in an incomplete record ({} bytes, a write that was never confirmed); it was ignored",
+            journal.display(),
+            torn.len()
+        ));
+    }
+    Ok(())
+}
+
+fn check_grant(grant: &StoredGrant) -> Result<(), String> {
+    if GrantPattern::from_parts(&grant.pattern, grant.literal).is_none() {
+        return Err(format!(
+            "grant {}: literal length {} does not fit the pattern `{}`",
+            grant.grant_id, grant.literal, grant.pattern
+        ));
+    }
+    Ok(())
+}
+
+fn check_change(change: &Change) -> Result<(), String> {
+    match change {
+        Change::Session(session) => session.grants.iter().try_for_each(check_grant),
+        Change::SessionGrant(grant) | Change::ProjectGrant(grant) => check_grant(grant),
+        Change::Closed(closed) => {
+            let hex = closed.fingerprint.len() == 16
+                && closed
+                    .fingerprint
+                    .bytes()
+                    .all(|byte| byte.is_ascii_digit() || (b'a'..=b'f').contains(&byte));
+            if hex {
+                Ok(())
+            } else {
+                Err(format!(
+                    "the fingerprint `{}` is not 16 lowercase hex digits",
+                    closed.fingerprint
+                ))
+            }
+        }
+        Change::RemoveSession(_) | Change::RemoveProjectGrant(_) => Ok(()),
     }
 }
 
@@ -477,14 +1037,75 @@ fn sorted(mut snapshot: Snapshot) -> Snapshot {
 /// Distinguishes temporary files of one process.
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
+/// A snapshot as written: its fields, then the journal generation.
+#[derive(Serialize)]
+struct OnDisk<'a> {
+    #[serde(flatten)]
+    snapshot: &'a Snapshot,
+    #[serde(rename = "journalGeneration", skip_serializing_if = "Option::is_none")]
+    generation: Option<u64>,
+}
+
+/// Pretty JSON, sessions sorted by `sessionID`, ending in a newline.
+fn encode(path: &Path, snapshot: &Snapshot, generation: Option<u64>) -> Result<String, String> {
+    let snapshot = sorted(snapshot.clone());
+    let mut text = serde_json::to_string_pretty(&OnDisk {
+        snapshot: &snapshot,
+        generation,
+    })
+    .map_err(|err| format!("cannot encode the state for {}: {err}", path.display()))?;
+    text.push('\n');
+    Ok(text)
+}
+
 /// Write `snapshot` to `path` atomically: pretty JSON (sessions sorted by
 /// `sessionID`) into `.<file>.tmp-<pid>-<n>` in the same directory, synced,
 /// renamed over `path`; then the directory is synced. On failure the
 /// temporary file is removed and the error names the path and the reason.
+/// The snapshot names no journal generation, so a journal beside it no
+/// longer applies.
 pub fn write_snapshot(path: &Path, snapshot: &Snapshot) -> Result<(), String> {
-    let mut text = serde_json::to_string_pretty(&sorted(snapshot.clone()))
-        .map_err(|err| format!("cannot encode the state for {}: {err}", path.display()))?;
-    text.push('\n');
+    let text = encode(path, snapshot, None)?;
+    replace_file(path, text.as_bytes()).map(drop)
+}
+
+/// What [`write_state`] managed.
+enum Written {
+    /// Nothing changed on disk (the error says why).
+    Nothing(String),
+    /// The snapshot (its length) but not the new journal: the old journal
+    /// is stale, so the state is still whole.
+    Snapshot(u64),
+    /// Both: the snapshot's length, the new journal open at its end and its length.
+    Both(u64, File, u64),
+}
+
+/// A compaction: `snapshot` under `generation`, then a journal holding only
+/// the header of that generation. Each file is replaced atomically; a crash
+/// between the two leaves the new snapshot with a journal of an older
+/// generation, which loading ignores.
+fn write_state(path: &Path, journal: &Path, snapshot: &Snapshot, generation: u64) -> Written {
+    let text = match encode(path, snapshot, Some(generation)) {
+        Ok(text) => text,
+        Err(err) => return Written::Nothing(err),
+    };
+    if let Err(err) = replace_file(path, text.as_bytes()) {
+        return Written::Nothing(err);
+    }
+    let mut header = serde_json::to_vec(&JournalHeader { generation }).unwrap_or_default();
+    header.push(b'\n');
+    match replace_file(journal, &header) {
+        Ok(file) => Written::Both(text.len() as u64, file, header.len() as u64),
+        Err(err) => {
+            tracing::warn!("a new journal could not be started: {err}");
+            Written::Snapshot(text.len() as u64)
+        }
+    }
+}
+
+/// Replace `path` with `bytes` atomically (temporary file, sync, rename,
+/// directory sync); returns the new file, open at its end.
+fn replace_file(path: &Path, bytes: &[u8]) -> Result<File, String> {
     let name = path
         .file_name()
         .map(|name| name.to_string_lossy().into_owned())
@@ -498,10 +1119,10 @@ pub fn write_snapshot(path: &Path, snapshot: &Snapshot) -> Result<(), String> {
         std::process::id(),
         TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
     ));
-    let written = write_synced(&temp, text.as_bytes())
+    let written = write_synced(&temp, bytes)
         .map_err(|err| format!("cannot write {}: {err}", temp.display()))
-        .and_then(|()| {
-            std::fs::rename(&temp, path).map_err(|err| {
+        .and_then(|file| {
+            std::fs::rename(&temp, path).map(|()| file).map_err(|err| {
                 format!(
                     "cannot rename {} to {}: {err}",
                     temp.display(),
@@ -509,19 +1130,23 @@ pub fn write_snapshot(path: &Path, snapshot: &Snapshot) -> Result<(), String> {
                 )
             })
         });
-    if let Err(err) = written {
-        let _ = std::fs::remove_file(&temp);
-        return Err(err);
-    }
+    let file = match written {
+        Ok(file) => file,
+        Err(err) => {
+            let _ = std::fs::remove_file(&temp);
+            return Err(err);
+        }
+    };
     sync_dir(&dir).map_err(|err| {
         format!(
             "{} was replaced but its directory could not be synced: {err}",
             path.display()
         )
-    })
+    })?;
+    Ok(file)
 }
 
-fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<File> {
     let mut options = OpenOptions::new();
     options.write(true).create(true).truncate(true);
     #[cfg(unix)]
@@ -531,7 +1156,8 @@ fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     }
     let mut file = options.open(path)?;
     file.write_all(bytes)?;
-    file.sync_all()
+    file.sync_all()?;
+    Ok(file)
 }
 
 fn sync_dir(dir: &Path) -> std::io::Result<()> {
@@ -621,10 +1247,12 @@ pub struct Revoked {
 }
 
 /// Remove the grants with these ids from whichever state files in `dir` hold
-/// them, saving each changed file with [`write_snapshot`]. Ids that no file
-/// holds are reported in [`Revoked::unknown`]; the others are still removed.
-/// A broker running for one of these projects keeps its own copy and writes
-/// it back at its next save: revoke there with the `revoke_grant` frame.
+/// them (in the snapshot or in its journal). Each changed project is written
+/// whole with [`write_snapshot`], which names no journal generation, so the
+/// old journal no longer applies from the rename on; it is then removed. Ids
+/// that no file holds are reported in [`Revoked::unknown`]; the others are
+/// still removed. A file held by a running broker is refused: revoke there
+/// with the `revoke_grant` frame.
 pub fn revoke_grants(dir: &Path, ids: &[String]) -> Result<Revoked, String> {
     let mut revoked = Revoked::default();
     let files = project_files(dir, &mut revoked.warnings)?;
@@ -651,7 +1279,7 @@ pub fn revoke_grants(dir: &Path, ids: &[String]) -> Result<Revoked, String> {
         };
         // Read again under the lock: the file may have changed since listing.
         let mut snapshot = match load(&path) {
-            Loaded::Snapshot(snapshot) => snapshot,
+            Loaded::State(loaded) => loaded.snapshot,
             Loaded::Missing => continue,
             Loaded::Unusable(reason) => {
                 revoked
@@ -668,7 +1296,19 @@ pub fn revoke_grants(dir: &Path, ids: &[String]) -> Result<Revoked, String> {
         for session in &mut snapshot.sessions {
             session.grants.retain(|grant| !wanted(grant));
         }
+        // The journal's records are in the snapshot, which names no journal
+        // generation: from the rename on, the old journal no longer applies
+        // (it is never replayed over the revocation), so removing it is tidying.
         write_snapshot(&path, &snapshot)?;
+        let journal = journal_file(&path);
+        if let Err(err) = std::fs::remove_file(&journal) {
+            if err.kind() != std::io::ErrorKind::NotFound {
+                revoked.warnings.push(format!(
+                    "cannot remove the stale journal {}: {err}",
+                    journal.display()
+                ));
+            }
+        }
         revoked.removed.extend(removed);
     }
     revoked.unknown = ids
@@ -749,7 +1389,10 @@ fn project_files(
     let mut files = Vec::new();
     for path in paths {
         match load(&path) {
-            Loaded::Snapshot(snapshot) => files.push((path, snapshot)),
+            Loaded::State(loaded) => {
+                warnings.extend(loaded.warnings);
+                files.push((path, loaded.snapshot));
+            }
             Loaded::Unusable(reason) => {
                 warnings.push(format!("skipping {}: {reason}", path.display()))
             }

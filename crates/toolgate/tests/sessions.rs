@@ -36,11 +36,17 @@ fn decisions(lines: &[String]) -> BTreeMap<String, String> {
 /// Run `frames` in one broker started with `args` in `root`; returns every
 /// output line (read to the end, so none is missed however slow the machine).
 fn run(root: &Path, args: &[String], frames: &[String]) -> Vec<String> {
+    run_with(root, args, &[], frames)
+}
+
+/// [`run`] with more environment variables.
+fn run_with(root: &Path, args: &[String], env: &[(&str, &str)], frames: &[String]) -> Vec<String> {
     use std::io::{Read, Write};
     use std::process::{Command, Stdio};
 
     let mut child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
         .args(args)
+        .envs(env.iter().copied())
         .current_dir(root)
         .env_remove("TOOLGATE_PERMISSION")
         .env("RUST_LOG", "warn")
@@ -202,8 +208,24 @@ fn answers(lines: &[String]) -> Vec<Value> {
 }
 
 fn same_with_and_without_restart(steps: &[Step], split: usize, name: &str) {
+    same_with_and_without_restarts(steps, &[split], None, name);
+}
+
+/// One broker for the whole script, then the same script in several brokers
+/// one after the other on one state directory (its journal, compacted every
+/// few records when `compact` sets the floor, in bytes): the answers match.
+fn same_with_and_without_restarts(
+    steps: &[Step],
+    splits: &[usize],
+    compact: Option<&str>,
+    name: &str,
+) {
     let frames = frames_of(steps);
-    let split = split.min(frames.len());
+    let mut splits: Vec<usize> = splits
+        .iter()
+        .map(|split| (*split).min(frames.len()))
+        .collect();
+    splits.sort_unstable();
     let root = support::project_dir(name);
     let plain = ["--mode", "ask", "--on-ask", "deny"]
         .map(String::from)
@@ -213,12 +235,19 @@ fn same_with_and_without_restart(steps: &[Step], split: usize, name: &str) {
     let mut args = plain.clone();
     args.push("--state-dir".to_string());
     args.push(state.to_string_lossy().into_owned());
-    let mut restarted = answers(&run(&root, &args, &frames[..split]));
-    restarted.extend(answers(&run(&root, &args, &frames[split..])));
+    let env: Vec<(&str, &str)> = compact
+        .map(|bytes| vec![(toolgate::state::COMPACT_FLOOR_ENV, bytes)])
+        .unwrap_or_default();
+    let mut restarted = Vec::new();
+    let mut from = 0;
+    for until in splits.iter().copied().chain([frames.len()]) {
+        restarted.extend(answers(&run_with(&root, &args, &env, &frames[from..until])));
+        from = until;
+    }
     assert_eq!(
         straight,
         restarted,
-        "a restart after frame {split} changed the answers to:\n{}",
+        "restarts after frames {splits:?} (compaction floor {compact:?}) changed the answers to:\n{}",
         frames.join("\n")
     );
 }
@@ -314,6 +343,18 @@ proptest! {
     #[test]
     fn a_restart_changes_no_answer(steps in prop::collection::vec(step(), 1..30), split in 0usize..30) {
         same_with_and_without_restart(&steps, split, "restart-random");
+    }
+
+    /// The same with three restarts and the journal compacted into the
+    /// snapshot every few records (floor 64 bytes), so that the state a
+    /// broker starts from comes from a compacted snapshot, a journal
+    /// replayed onto it, or both.
+    #[test]
+    fn restarts_and_compactions_change_no_answer(
+        steps in prop::collection::vec(step(), 1..40),
+        splits in prop::collection::vec(0usize..40, 3),
+    ) {
+        same_with_and_without_restarts(&steps, &splits, Some("64"), "restart-compact");
     }
 }
 

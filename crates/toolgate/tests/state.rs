@@ -511,3 +511,144 @@ fn stale_temporary_files_are_removed_under_the_lock() {
     assert_eq!(names_in(&dir), vec![".other.json.tmp-999-1".to_string()]);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+fn journal_lines(store: &FileStore) -> Vec<String> {
+    std::fs::read_to_string(store.journal_path())
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn records_replay_and_a_stale_journal_is_never_replayed() {
+    use toolgate::state::{journal_file, Change, StoredClosed};
+    let dir = scratch("journal-generations");
+    let root = Path::new("/work/project");
+    let (mut store, _, warnings) = FileStore::open(&dir, root, 1);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    let main = sample("/work/project").sessions[1].clone();
+    // The first change writes the snapshot (generation 1) and a journal.
+    store.record(&[Change::Session(main.clone())]).unwrap();
+    store
+        .record(&[Change::ProjectGrant(grant(
+            "grant_p", "bash", "make *", 5, "main",
+        ))])
+        .unwrap();
+    store
+        .record(&[
+            Change::RemoveSession("main".to_string()),
+            Change::Closed(StoredClosed {
+                fingerprint: format!("{:016x}", session_fingerprint("main")),
+                why: "ended".to_string(),
+            }),
+        ])
+        .unwrap();
+    assert_eq!(
+        journal_lines(&store)[0],
+        "{\"journalGeneration\":1}",
+        "{:?}",
+        journal_lines(&store)
+    );
+    // Several changes of one record are one line.
+    assert_eq!(journal_lines(&store).len(), 3);
+    assert!(journal_lines(&store)[2].starts_with("[{\"removeSession\":\"main\"}"));
+    let path = store.path().to_path_buf();
+    drop(store);
+    let (_, loaded, warnings) = FileStore::open(&dir, root, 2);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert!(loaded.sessions.is_empty());
+    assert_eq!(loaded.project_grants.len(), 1);
+    assert_eq!(loaded.closed.len(), 1);
+
+    // A crash in a compaction, after the new snapshot (generation 2, which
+    // no longer has the grant: a revocation) and before the new journal: the
+    // journal of generation 1 still holds the grant and must not bring it back.
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut value: serde_json::Value = serde_json::from_str(&text).unwrap();
+    value["journalGeneration"] = 2.into();
+    value["projectGrants"] = serde_json::json!([]);
+    std::fs::write(&path, serde_json::to_string_pretty(&value).unwrap()).unwrap();
+    let (mut store, loaded, warnings) = FileStore::open(&dir, root, 3);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert!(loaded.project_grants.is_empty(), "{loaded:?}");
+    // The next change starts generation 3 rather than append to the stale journal.
+    store.record(&[Change::Session(main.clone())]).unwrap();
+    assert_eq!(journal_lines(&store), ["{\"journalGeneration\":3}"]);
+    drop(store);
+    let (_, loaded, _) = FileStore::open(&dir, root, 4);
+    assert!(loaded.project_grants.is_empty());
+    assert_eq!(loaded.sessions, [main]);
+    // Starting the session again forgot that it was shut.
+    assert!(loaded.closed.is_empty());
+    assert!(journal_file(&path).exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_torn_batch_applies_none_of_its_changes() {
+    use toolgate::state::{Change, StoredClosed};
+    let dir = scratch("journal-torn-batch");
+    let root = Path::new("/work/project");
+    let (mut store, _, _) = FileStore::open(&dir, root, 1);
+    let main = sample("/work/project").sessions[1].clone();
+    store.record(&[Change::Session(main.clone())]).unwrap();
+    store
+        .record(&[Change::Session(StoredSession {
+            session_id: "worker".to_string(),
+            ..main.clone()
+        })])
+        .unwrap();
+    let journal = store.journal_path().to_path_buf();
+    drop(store);
+    // A session_end whose line was cut after its first change.
+    let batch = serde_json::to_string(&[
+        Change::RemoveSession("worker".to_string()),
+        Change::Closed(StoredClosed {
+            fingerprint: format!("{:016x}", session_fingerprint("worker")),
+            why: "ended".to_string(),
+        }),
+    ])
+    .unwrap();
+    let cut = batch.find("},{").unwrap() + 2;
+    let mut text = std::fs::read_to_string(&journal).unwrap();
+    text.push_str(&batch[..cut]);
+    std::fs::write(&journal, text).unwrap();
+    let (_, loaded, warnings) = FileStore::open(&dir, root, 2);
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].contains("incomplete record"), "{warnings:?}");
+    assert_eq!(loaded.sessions.len(), 2, "{loaded:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_restarted_store_appends_to_a_complete_journal() {
+    use toolgate::state::Change;
+    let dir = scratch("journal-restart-append");
+    let root = Path::new("/work/project");
+    let main = sample("/work/project").sessions[1].clone();
+    let (mut store, _, _) = FileStore::open(&dir, root, 1);
+    store.record(&[Change::Session(main.clone())]).unwrap();
+    store
+        .record(&[Change::ProjectGrant(grant(
+            "grant_p", "bash", "make *", 5, "main",
+        ))])
+        .unwrap();
+    drop(store);
+    let snapshot = std::fs::read(state_file(&dir, root)).unwrap();
+    let (mut store, _, _) = FileStore::open(&dir, root, 2);
+    store
+        .record(&[Change::RemoveProjectGrant("grant_p".to_string())])
+        .unwrap();
+    // No compaction: same snapshot, same generation, one more line.
+    assert_eq!(std::fs::read(state_file(&dir, root)).unwrap(), snapshot);
+    let lines = journal_lines(&store);
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert_eq!(lines[0], "{\"journalGeneration\":1}");
+    drop(store);
+    let (_, loaded, warnings) = FileStore::open(&dir, root, 3);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert!(loaded.project_grants.is_empty());
+    assert_eq!(loaded.sessions, [main]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
