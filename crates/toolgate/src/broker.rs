@@ -445,25 +445,38 @@ impl Broker {
         ));
     }
 
-    fn reject_line(&mut self, err: DecodeError, number: u64, out: &mut Vec<ServerFrame>) {
+    /// A line that did not decode: a `deny` (source `invalid`) for each
+    /// `tool_call` on it whose `callID` could be read, an `error` frame for
+    /// the rest (with the `callID` and `permissionID` that could be read).
+    pub fn reject_line(&mut self, mut err: DecodeError, number: u64, out: &mut Vec<ServerFrame>) {
+        let others = std::mem::take(&mut err.others);
         match (&err.call_id, err.tool_call) {
             (Some(call_id), true) => {
                 if self.live_permission(&err.session_id, call_id).is_some() {
                     out.push(duplicate(call_id, &err.session_id, number));
-                    return;
+                } else {
+                    out.push(ServerFrame::Decision(wire::Decision {
+                        session_id: err.session_id,
+                        call_id: call_id.clone(),
+                        decision: wire::Verdict::Deny,
+                        source: wire::Source::Invalid,
+                        reason: format!("the tool_call is malformed: {}", err.message),
+                        rule: None,
+                        message: None,
+                        reminder: None,
+                    }))
                 }
-                out.push(ServerFrame::Decision(wire::Decision {
-                    session_id: err.session_id,
-                    call_id: call_id.clone(),
-                    decision: wire::Verdict::Deny,
-                    source: wire::Source::Invalid,
-                    reason: format!("the tool_call is malformed: {}", err.message),
-                    rule: None,
-                    message: None,
-                    reminder: None,
-                }))
             }
-            _ => out.push(error(err.code, err.message, err.call_id, Some(number))),
+            _ => out.push(ServerFrame::Error(wire::ErrorFrame {
+                code: err.code,
+                message: err.message,
+                call_id: err.call_id,
+                permission_id: err.permission_id,
+                line: Some(number),
+            })),
+        }
+        for other in others {
+            self.reject_line(other, number, out);
         }
     }
 

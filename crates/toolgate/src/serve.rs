@@ -12,7 +12,7 @@ use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use toolgate_protocol::ServerFrame;
+use toolgate_protocol::{ErrorCode, ServerFrame};
 
 use crate::broker::Broker;
 
@@ -21,8 +21,11 @@ use crate::broker::Broker;
 pub enum Line {
     /// A complete line without its `\n`.
     Data(Vec<u8>),
-    /// A line longer than the limit; it was skipped without being buffered.
-    TooLarge,
+    /// A line longer than the limit; it was skipped without being buffered
+    /// whole. Holds the `(sessionID, callID)` of the `tool_call` it began
+    /// with, when both could be read in its first `max` bytes: that call is
+    /// denied rather than left waiting.
+    TooLarge(Option<(String, String)>),
 }
 
 /// The most lines the reader hands over at once.
@@ -33,6 +36,7 @@ const BATCH: usize = 256;
 pub fn read_line<R: BufRead>(reader: &mut R, max: usize) -> io::Result<Option<Line>> {
     let mut line: Vec<u8> = Vec::new();
     let mut too_large = false;
+    let mut call: Option<(String, String)> = None;
     loop {
         let available = match reader.fill_buf() {
             Ok(available) => available,
@@ -42,9 +46,8 @@ pub fn read_line<R: BufRead>(reader: &mut R, max: usize) -> io::Result<Option<Li
         if available.is_empty() {
             // End of input: a last line without `\n` still counts.
             return Ok(match (too_large, line.is_empty()) {
-                (true, _) => Some(Line::TooLarge),
                 (false, true) => None,
-                (false, false) => Some(Line::Data(line)),
+                _ => Some(finish_line(line, too_large, call, max)),
             });
         }
         let (chunk, done) = match available.iter().position(|&byte| byte == b'\n') {
@@ -52,8 +55,12 @@ pub fn read_line<R: BufRead>(reader: &mut R, max: usize) -> io::Result<Option<Li
             None => (available, None),
         };
         if !too_large {
-            if line.len() + chunk.len() > max {
+            // One byte more than the limit may be held: the `\r` of a `\r\n`.
+            if line.len() + chunk.len() > max.saturating_add(1) {
                 too_large = true;
+                let room = max.saturating_sub(line.len()).min(chunk.len());
+                line.extend_from_slice(&chunk[..room]);
+                call = call_of(&line);
                 line = Vec::new();
             } else {
                 line.extend_from_slice(chunk);
@@ -62,12 +69,76 @@ pub fn read_line<R: BufRead>(reader: &mut R, max: usize) -> io::Result<Option<Li
         let consumed = done.unwrap_or(available.len());
         reader.consume(consumed);
         if done.is_some() {
-            return Ok(Some(if too_large {
-                Line::TooLarge
-            } else {
-                Line::Data(line)
-            }));
+            return Ok(Some(finish_line(line, too_large, call, max)));
         }
+    }
+}
+
+/// A complete line, or `TooLarge` when the frame without its terminator
+/// (`\n` or `\r\n`) is longer than `max`.
+fn finish_line(line: Vec<u8>, too_large: bool, call: Option<(String, String)>, max: usize) -> Line {
+    let frame = line.strip_suffix(b"\r").map_or(line.len(), <[u8]>::len);
+    if too_large {
+        Line::TooLarge(call)
+    } else if frame > max {
+        Line::TooLarge(call_of(&line[..max.min(line.len())]))
+    } else {
+        Line::Data(line)
+    }
+}
+
+/// The `(sessionID, callID)` of the `tool_call` a line (or its beginning) holds.
+fn call_of(start: &[u8]) -> Option<(String, String)> {
+    let found = toolgate_protocol::scan::scan(start);
+    let head = found.heads.first()?;
+    if !head.is_tool_call() {
+        return None;
+    }
+    let session = head
+        .session_id
+        .as_ref()
+        .and_then(toolgate_protocol::scan::Field::text)
+        .unwrap_or(toolgate_protocol::DEFAULT_SESSION);
+    Some((session.to_string(), head.call_id()?.to_string()))
+}
+
+/// The UTF-8 byte order mark, skipped at the very start of the input only.
+const BOM: &[u8] = b"\xEF\xBB\xBF";
+
+/// Hand one line (1-based `number`) to the broker, as the transport does.
+/// A UTF-8 byte order mark at the start of the first line is skipped; one
+/// anywhere else makes its line malformed.
+pub fn handle_line(
+    broker: &mut Broker,
+    line: Line,
+    number: u64,
+    max_frame_bytes: usize,
+    frames: &mut Vec<ServerFrame>,
+) {
+    match line {
+        Line::Data(bytes) => {
+            let bytes = match number {
+                1 => bytes.strip_prefix(BOM).unwrap_or(&bytes),
+                _ => &bytes,
+            };
+            broker.handle_line(bytes, number, frames)
+        }
+        Line::TooLarge(None) => broker.frame_too_large(number, max_frame_bytes, frames),
+        Line::TooLarge(Some((session_id, call_id))) => broker.reject_line(
+            toolgate_protocol::DecodeError {
+                code: ErrorCode::FrameTooLarge,
+                message: format!(
+                    "the frame is longer than the limit of {max_frame_bytes} bytes and was discarded"
+                ),
+                call_id: Some(call_id),
+                permission_id: None,
+                session_id,
+                tool_call: true,
+                others: Vec::new(),
+            },
+            number,
+            frames,
+        ),
     }
 }
 
@@ -134,8 +205,10 @@ where
                         ended = true;
                     }
                 }
-                // Take what is already buffered in one go; never wait for more.
-                if ended || batch.len() >= BATCH || reader.buffer().is_empty() {
+                // Take the complete lines already buffered in one go; never
+                // wait for more while a decided frame is unwritten (a partial
+                // line in the buffer would make `read_line` block).
+                if ended || batch.len() >= BATCH || !reader.buffer().contains(&b'\n') {
                     break;
                 }
             }
@@ -146,10 +219,7 @@ where
             for line in batch.drain(..) {
                 number += 1;
                 let Shared { broker, frames, .. } = &mut *shared;
-                match line {
-                    Line::Data(bytes) => broker.handle_line(&bytes, number, frames),
-                    Line::TooLarge => broker.frame_too_large(number, max_frame_bytes, frames),
-                }
+                handle_line(broker, line, number, max_frame_bytes, frames);
                 if broker.stopped() {
                     break;
                 }
@@ -245,13 +315,47 @@ mod tests {
             got,
             vec![
                 Line::Data(b"ab".to_vec()),
-                Line::TooLarge,
+                Line::TooLarge(None),
                 Line::Data(Vec::new()),
                 Line::Data(b"cd\r".to_vec()),
                 Line::Data(b"last".to_vec()),
             ]
         );
-        assert_eq!(lines(b"0123456789", 5), vec![Line::TooLarge]);
+        assert_eq!(lines(b"0123456789", 5), vec![Line::TooLarge(None)]);
         assert_eq!(lines(b"", 5), Vec::<Line>::new());
+    }
+
+    #[test]
+    fn the_limit_counts_the_frame_without_its_terminator() {
+        let data = |text: &[u8]| Line::Data(text.to_vec());
+        assert_eq!(
+            lines(
+                b"1234\n12345\n123456\n1234\r\n12345\r\n123456\r\n12345\r",
+                5
+            ),
+            vec![
+                data(b"1234"),
+                data(b"12345"),
+                Line::TooLarge(None),
+                data(b"1234\r"),
+                data(b"12345\r"),
+                Line::TooLarge(None),
+                data(b"12345\r"),
+            ]
+        );
+        assert_eq!(lines(b"12345\r\r\n", 5), vec![Line::TooLarge(None)]);
+    }
+
+    #[test]
+    fn a_call_too_large_keeps_its_call_id() {
+        let frame = br#"{"type":"tool_call","sessionID":"k","callID":"c1","input":{"command":"aaaaaaaaaaaaaaaaaa"}}"#;
+        let mut input = frame.to_vec();
+        input.push(b'\n');
+        assert_eq!(
+            lines(&input, 60),
+            vec![Line::TooLarge(Some(("k".into(), "c1".into())))]
+        );
+        // Cut inside the callID: nothing readable.
+        assert_eq!(lines(&input, 44), vec![Line::TooLarge(None)]);
     }
 }
