@@ -37,7 +37,7 @@ pub struct DecodeError {
     pub tool_call: bool,
     /// Further frames on the same line (`{...}{...}`), each answered on its
     /// own: every `tool_call` with a readable `callID`, and at most one other.
-    pub others: Vec<DecodeError>,
+    pub others: Box<[DecodeError]>,
 }
 
 impl fmt::Display for DecodeError {
@@ -285,7 +285,7 @@ fn explain_unreadable(text: &str, err: &serde_json::Error) -> DecodeError {
             permission_id: None,
             session_id: DEFAULT_SESSION.to_string(),
             tool_call: false,
-            others: Vec::new(),
+            others: Box::default(),
         };
     };
     // JSON, an object, and still not an envelope: a field appears twice.
@@ -304,7 +304,7 @@ fn explain_unreadable(text: &str, err: &serde_json::Error) -> DecodeError {
         ),
         session_id: session_of(object.get("sessionID")),
         tool_call,
-        others: Vec::new(),
+        others: Box::default(),
     }
 }
 
@@ -340,7 +340,7 @@ fn explain_scanned(line: &[u8], code: ErrorCode, fallback: String) -> DecodeErro
                 .unwrap_or(DEFAULT_SESSION)
                 .to_string(),
             tool_call: head.is_tool_call(),
-            others: Vec::new(),
+            others: Box::default(),
         }
     });
     let Some(mut first) = heads.next() else {
@@ -351,18 +351,20 @@ fn explain_scanned(line: &[u8], code: ErrorCode, fallback: String) -> DecodeErro
             permission_id: None,
             session_id: DEFAULT_SESSION.to_string(),
             tool_call: false,
-            others: Vec::new(),
+            others: Box::default(),
         };
     };
     let mut error_frame = !(first.tool_call && first.call_id.is_some());
+    let mut others = Vec::new();
     for other in heads {
         if other.tool_call && other.call_id.is_some() {
-            first.others.push(other);
+            others.push(other);
         } else if !error_frame {
             error_frame = true;
-            first.others.push(other);
+            others.push(other);
         }
     }
+    first.others = others.into_boxed_slice();
     first
 }
 
@@ -446,7 +448,7 @@ impl Envelope {
             permission_id: None,
             session_id: session_of(session_value.as_ref()),
             tool_call: true,
-            others: Vec::new(),
+            others: Box::default(),
         };
         let session_id = match &session_value {
             None => DEFAULT_SESSION.to_string(),
@@ -681,7 +683,7 @@ impl Envelope {
             ),
             session_id: session_of(self.session_id.as_ref()),
             tool_call: self.kind.as_ref().and_then(Value::as_str) == Some("tool_call"),
-            others: Vec::new(),
+            others: Box::default(),
         }
     }
 }

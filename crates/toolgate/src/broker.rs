@@ -475,7 +475,7 @@ impl Broker {
                 line: Some(number),
             })),
         }
-        for other in others {
+        for other in others.into_vec() {
             self.reject_line(other, number, out);
         }
     }
@@ -1305,6 +1305,37 @@ impl Broker {
             }))
             .collect();
         ServerFrame::Grants(wire::Grants { grants })
+    }
+
+    /// Judge under `policy` from now on (SIGHUP reloaded it) and decide every
+    /// pending call whose answer under it is no longer "ask", as a mode
+    /// change does (`permission_resolved`, then the decision); the others
+    /// keep their question. Sessions keep the mode they are in; a new
+    /// default mode applies to sessions that appear after the reload.
+    pub fn replace_policy(
+        &mut self,
+        policy: Arc<Policy>,
+        ask_timeout_ms: u64,
+        out: &mut Vec<ServerFrame>,
+    ) {
+        self.policy = policy;
+        self.config.ask_timeout_ms = ask_timeout_ms;
+        // Sessions in the order of their oldest pending call.
+        let mut oldest: HashMap<&str, u64> = HashMap::new();
+        for pending in self.pending.values() {
+            let seq = oldest
+                .entry(pending.session_id.as_str())
+                .or_insert(u64::MAX);
+            *seq = (*seq).min(pending.seq);
+        }
+        let mut sessions: Vec<(u64, String)> = oldest
+            .into_iter()
+            .map(|(id, seq)| (seq, id.to_string()))
+            .collect();
+        sessions.sort();
+        for (_, session_id) in sessions {
+            self.revisit_session(&session_id, "the policy was reloaded", out);
+        }
     }
 }
 

@@ -9,9 +9,11 @@
 //! runtime: one peer, blocking reads, one deadline thread.
 
 use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
-use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use toolgate_policy::Policy;
 use toolgate_protocol::{ErrorCode, ServerFrame};
 
 use crate::broker::Broker;
@@ -134,7 +136,7 @@ pub fn handle_line(
                 permission_id: None,
                 session_id,
                 tool_call: true,
-                others: Vec::new(),
+                others: Box::default(),
             },
             number,
             frames,
@@ -170,9 +172,44 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// What the signal thread asks of a running transport.
+pub enum Control {
+    /// SIGTERM or SIGINT (named here): deny every pending call (source
+    /// `shutdown`, after `permission_resolved` for its question), flush,
+    /// write one line on stderr and exit the process with status 0. Ignored
+    /// once the broker stopped, so a second signal writes nothing more.
+    Stop(&'static str),
+    /// SIGHUP with a policy loaded anew: judge from now on under it, and
+    /// decide every pending call whose answer is no longer "ask".
+    Reload {
+        /// The new policy.
+        policy: Arc<Policy>,
+        /// Its ask timeout, in milliseconds (0 waits forever).
+        ask_timeout_ms: u64,
+        /// Where it came from, for the line on stderr.
+        source: String,
+    },
+}
+
 /// Serve one client: write `ready`, then answer frames until end of input or
 /// `shutdown`; deny what is still pending, flush, return.
 pub fn run<R, W>(input: R, output: W, broker: Broker, max_frame_bytes: usize) -> io::Result<()>
+where
+    R: Read,
+    W: Write + Send,
+{
+    run_controlled(input, output, broker, max_frame_bytes, None)
+}
+
+/// [`run`], also acting on what arrives on `control` (signals) while the
+/// reader may be blocked on its input.
+pub fn run_controlled<R, W>(
+    input: R,
+    output: W,
+    broker: Broker,
+    max_frame_bytes: usize,
+    control: Option<Receiver<Control>>,
+) -> io::Result<()>
 where
     R: Read,
     W: Write + Send,
@@ -190,6 +227,10 @@ where
 
     std::thread::scope(|scope| {
         scope.spawn(|| expire_deadlines(&state, &wake));
+        if let Some(control) = control {
+            let (state, wake) = (&state, &wake);
+            scope.spawn(move || obey(state, wake, &control));
+        }
         let mut reader = BufReader::with_capacity(1 << 16, input);
         let mut number: u64 = 0;
         let mut batch: Vec<Line> = Vec::new();
@@ -275,6 +316,68 @@ fn expire_deadlines<W: Write>(state: &Mutex<Shared<W>>, wake: &Condvar) {
                         .wait_timeout(shared, wait)
                         .map(|(guard, _)| guard)
                         .unwrap_or_else(|poisoned| poisoned.into_inner().0);
+                }
+            }
+        }
+    }
+}
+
+/// The control thread: act on signals until the transport is done.
+fn obey<W: Write>(state: &Mutex<Shared<W>>, wake: &Condvar, control: &Receiver<Control>) {
+    loop {
+        let order = match control.recv_timeout(Duration::from_millis(200)) {
+            Ok(order) => order,
+            Err(RecvTimeoutError::Timeout) => {
+                if lock(state).done {
+                    return;
+                }
+                continue;
+            }
+            Err(RecvTimeoutError::Disconnected) => return,
+        };
+        let mut shared = lock(state);
+        if shared.done || shared.broker.stopped() {
+            // The input ended or `shutdown` came first: it answered everything.
+            return;
+        }
+        match order {
+            Control::Stop(signal) => {
+                let pending = shared.broker.pending_count();
+                let Shared { broker, frames, .. } = &mut *shared;
+                broker.shutdown(frames);
+                shared.flush_frames();
+                shared.done = true;
+                let calls = if pending == 1 { "call" } else { "calls" };
+                match &shared.failed {
+                    None => eprintln!(
+                        "toolgate: {signal} received: denied {pending} pending {calls} and stopped"
+                    ),
+                    Some(err) => eprintln!(
+                        "toolgate: {signal} received: denied {pending} pending {calls}, but the output failed: {err}"
+                    ),
+                }
+                // The reader may be blocked on its input for good: end here,
+                // with the lock held so that no other frame follows.
+                std::process::exit(0);
+            }
+            Control::Reload {
+                policy,
+                ask_timeout_ms,
+                source,
+            } => {
+                let before = shared.broker.pending_count();
+                let deadline_before = shared.broker.next_deadline();
+                let Shared { broker, frames, .. } = &mut *shared;
+                broker.replace_policy(policy, ask_timeout_ms, frames);
+                shared.flush_frames();
+                let decided = before.saturating_sub(shared.broker.pending_count());
+                eprintln!(
+                    "toolgate: SIGHUP received: reloaded the policy ({source}); {decided} of {before} pending calls decided"
+                );
+                let rearm = shared.broker.next_deadline() != deadline_before;
+                drop(shared);
+                if rearm {
+                    wake.notify_one();
                 }
             }
         }
