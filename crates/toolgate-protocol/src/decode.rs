@@ -937,6 +937,15 @@ mod tests {
     }
 
     #[test]
+    fn many_objects_on_a_line_cost_no_memory_each() {
+        let line = "{}".repeat(1 << 20);
+        let found = crate::scan::scan(line.as_bytes());
+        assert_eq!(found.heads.len(), 2);
+        let err = decode(line.as_bytes()).unwrap_err();
+        assert_eq!((err.others.len(), err.call_id), (0, None));
+    }
+
+    #[test]
     fn non_utf8_is_its_own_error() {
         let err = decode(b"{\"type\":\"tool_call\",\"callID\":\"\xff\"}").unwrap_err();
         assert_eq!(err.code, ErrorCode::InvalidUtf8);

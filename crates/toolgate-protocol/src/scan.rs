@@ -79,7 +79,9 @@ impl Head {
 /// What the tolerant reader found on a line.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Scan {
-    /// Every top-level object, in order (the last one possibly cut short).
+    /// The top-level objects, in order (the last one possibly cut short):
+    /// the first, every `tool_call` with a readable `callID`, and the first
+    /// other one after the first.
     pub heads: Vec<Head>,
     /// What is wrong with the line outside its objects (characters after the
     /// frame, a second frame, a line that ends inside the frame).
@@ -94,6 +96,7 @@ pub fn scan(line: &[u8]) -> Scan {
         pos: 0,
     };
     let mut found = Scan::default();
+    let mut kept_other = false;
     reader.whitespace();
     if reader.bytes[reader.pos..].starts_with(b"\xEF\xBB\xBF") {
         found.problem = Some("the line starts with a byte order mark".into());
@@ -108,7 +111,14 @@ pub fn scan(line: &[u8]) -> Scan {
                     found.problem = Some("the line holds more than one frame".into());
                 }
                 let (head, complete) = reader.object();
-                found.heads.push(head);
+                // Kept: the first object, every tool_call with a readable
+                // callID and the first other one; a line of `{}{}{}...`
+                // costs no memory per object.
+                let call = head.is_tool_call() && head.call_id().is_some();
+                if found.heads.is_empty() || call || !kept_other {
+                    kept_other |= !found.heads.is_empty() && !call;
+                    found.heads.push(head);
+                }
                 if !complete {
                     if found.problem.is_none() {
                         found.problem = Some(if reader.pos >= reader.bytes.len() {
