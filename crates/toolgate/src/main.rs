@@ -263,6 +263,7 @@ fn grants(command: GrantsCommand, outer: Option<PathBuf>) -> ExitCode {
 /// `--permission`, `TOOLGATE_PERMISSION`, project root); a policy that does
 /// not load, or that would move the project root, is reported on stderr and
 /// the one in force stays.
+#[cfg(unix)]
 fn watch_signals(settings: Settings, root: PathBuf) -> Option<Receiver<Control>> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     let mut signals = match signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP]) {
@@ -311,6 +312,12 @@ fn watch_signals(settings: Settings, root: PathBuf) -> Option<Receiver<Control>>
         }
     });
     Some(control)
+}
+
+/// No signals to watch off Unix.
+#[cfg(not(unix))]
+fn watch_signals(_settings: Settings, _root: PathBuf) -> Option<Receiver<Control>> {
+    None
 }
 
 fn serve(args: ServeArgs) -> ExitCode {

@@ -2,7 +2,14 @@
 //! and answers what it read, so a lone call crosses no thread boundary inside
 //! the broker; a second thread wakes up only to end questions whose deadline
 //! passed. The broker and the one output writer sit together behind a mutex,
-//! so frames from both threads go out whole and in order.
+//! so frames from both threads go out whole and in order. With
+//! [`run_controlled`], a third thread acts on signals ([`Control`]) even while
+//! the reader is blocked on its input.
+//!
+//! Every complete line is decided and its frames flushed before the reader
+//! waits for more input: a partial next line never holds back the decisions
+//! of the lines before it. The frame limit counts a line without its `\n` or
+//! `\r\n`; a UTF-8 byte order mark is skipped at the very start of the input.
 //!
 //! Generic over `std::io::Read`/`Write`, so tests can run it over in-memory
 //! buffers and the binary over stdin/stdout. Nothing here needs an async

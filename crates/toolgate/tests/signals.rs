@@ -3,6 +3,7 @@
 //! exit 0, once however many signals come; SIGHUP reloads the policy and
 //! judges pending calls under it, keeping the old one when the new one is
 //! invalid.
+#![cfg(unix)]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may panic
 
 mod support;
