@@ -17,7 +17,7 @@
 
 use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, TryLockError};
 use std::time::Duration;
 
 use toolgate_policy::Policy;
@@ -335,14 +335,40 @@ fn obey<W: Write>(state: &Mutex<Shared<W>>, wake: &Condvar, control: &Receiver<C
         let order = match control.recv_timeout(Duration::from_millis(200)) {
             Ok(order) => order,
             Err(RecvTimeoutError::Timeout) => {
-                if lock(state).done {
+                // Never wait for the lock here: a signal must find this thread free.
+                if lock_within(state, Duration::ZERO).is_some_and(|shared| shared.done) {
                     return;
                 }
                 continue;
             }
             Err(RecvTimeoutError::Disconnected) => return,
         };
-        let mut shared = lock(state);
+        let mut shared = match &order {
+            Control::Stop(signal) => match lock_within(state, STOP_PATIENCE) {
+                Some(shared) => shared,
+                None => {
+                    // The other thread holds the broker while its output is
+                    // blocked (nobody reads stdout): nothing more can be said.
+                    eprintln!(
+                        "toolgate: {signal} received: the output has been blocked for {} s; stopped without answering the pending calls",
+                        STOP_PATIENCE.as_secs()
+                    );
+                    std::process::exit(1);
+                }
+            },
+            Control::Reload { .. } => match lock_within(state, STOP_PATIENCE) {
+                Some(shared) => shared,
+                None => {
+                    // Do not stay stuck behind a blocked output: a later
+                    // SIGTERM must still be heard.
+                    eprintln!(
+                        "toolgate: SIGHUP received: the output has been blocked for {} s; the policy was not reloaded",
+                        STOP_PATIENCE.as_secs()
+                    );
+                    continue;
+                }
+            },
+        };
         if shared.done || shared.broker.stopped() {
             // The input ended or `shutdown` came first: it answered everything.
             return;
@@ -387,6 +413,26 @@ fn obey<W: Write>(state: &Mutex<Shared<W>>, wake: &Condvar, control: &Receiver<C
                     wake.notify_one();
                 }
             }
+        }
+    }
+}
+
+/// How long a signal waits for the broker when another thread holds it
+/// (writing to an output nobody reads): then SIGTERM/SIGINT end the process
+/// anyway (status 1) and SIGHUP gives up its reload.
+const STOP_PATIENCE: Duration = Duration::from_secs(5);
+
+/// The lock, when it can be had within `patience`.
+fn lock_within<T>(mutex: &Mutex<T>, patience: Duration) -> Option<MutexGuard<'_, T>> {
+    let start = std::time::Instant::now();
+    loop {
+        match mutex.try_lock() {
+            Ok(guard) => return Some(guard),
+            Err(TryLockError::Poisoned(poisoned)) => return Some(poisoned.into_inner()),
+            Err(TryLockError::WouldBlock) if start.elapsed() < patience => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(TryLockError::WouldBlock) => return None,
         }
     }
 }
