@@ -172,3 +172,77 @@ fn sighup_reloads_the_policy_and_judges_pending_calls_again() {
         "stderr:\n{stderr}"
     );
 }
+
+#[test]
+fn sigterm_ends_a_broker_whose_output_nobody_reads() {
+    use std::io::{Read, Write};
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    let root = support::project_dir("signal-blocked");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .current_dir(&root)
+        .env_remove("TOOLGATE_PERMISSION")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // stdout is never read: once the pipe is full the broker blocks writing.
+    let _stdout = child.stdout.take();
+    let mut stdin = child.stdin.take().unwrap();
+    let written = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let progress = written.clone();
+    std::thread::spawn(move || {
+        for i in 0..1_000_000 {
+            progress.store(i, std::sync::atomic::Ordering::SeqCst);
+            let line = format!(
+                "{{\"type\":\"tool_call\",\"callID\":\"c{i}\",\"tool\":\"Read\",\"input\":{{\"file_path\":\"f{i}\"}}}}\n"
+            );
+            if stdin.write_all(line.as_bytes()).is_err() {
+                return;
+            }
+        }
+    });
+    // Wait until the writer is stuck too: the broker stopped reading because
+    // it is blocked writing.
+    let deadline = Instant::now() + support::PATIENCE;
+    let mut last = usize::MAX;
+    loop {
+        std::thread::sleep(Duration::from_millis(300));
+        let now = written.load(std::sync::atomic::Ordering::SeqCst);
+        if now == last && now > 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the broker never blocked");
+        last = now;
+    }
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let deadline = Instant::now() + support::PATIENCE;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("toolgate did not stop on SIGTERM while its output was blocked");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert_eq!(status.code(), Some(1), "stderr:\n{stderr}");
+    assert!(
+        stderr.contains("toolgate: SIGTERM received: the output has been blocked for 5 s; stopped without answering the pending calls"),
+        "stderr:\n{stderr}"
+    );
+}
