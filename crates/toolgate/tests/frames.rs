@@ -188,6 +188,32 @@ fn regressions() {
         b"{\"type\":\"tool_call\",\"callID\":\"a\",\"tool\":\"Read\",\"input\":{\"file_path\":\"x\"}}{\"type\":\"tool_call\",\"callID\":\"a\"}\n",
         b"\xEF\xBB\xBF{\"type\":\"tool_call\",\"callID\":\"a\",\"tool\":\"Read\",\"input\":{\"file_path\":\"x\"}}\n",
     ];
+    // Found while attacking the binary: a tool_call longer than the frame
+    // limit, a line of many empty objects, a byte order mark after line 1.
+    let too_large = format!(
+        "{{\"type\":\"tool_call\",\"callID\":\"big\",\"tool\":\"Bash\",\"input\":{{\"command\":\"{}\"}}}}\n",
+        "x".repeat(400)
+    );
+    let empties = format!("{}\n", "{}".repeat(10_000));
+    let cases: Vec<&[u8]> = cases
+        .iter()
+        .copied()
+        .chain([
+            too_large.as_bytes(),
+            empties.as_bytes(),
+            b"\n\xEF\xBB\xBF{\"type\":\"tool_call\",\"callID\":\"b\",\"tool\":\"Read\",\"input\":{}}\n",
+        ])
+        .collect();
+    let tally = frame_invariant::feed(
+        frame_invariant::broker(OnAsk::Wait),
+        too_large.as_bytes(),
+        256,
+    )
+    .unwrap();
+    assert_eq!(
+        tally.decided,
+        [("big".to_string(), "deny".to_string(), "invalid".to_string())]
+    );
     for case in cases {
         frame_invariant::feed(frame_invariant::broker(OnAsk::Wait), case, 256).unwrap_or_else(
             |problem| panic!("{problem}\ninput: {}", String::from_utf8_lossy(case)),
