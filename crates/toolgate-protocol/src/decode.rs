@@ -9,6 +9,7 @@ use serde::Deserialize;
 use serde_json::map::Entry;
 use serde_json::{Map, Value};
 
+use crate::scan;
 use crate::{
     Cancel, ClientFrame, ErrorCode, GrantScope, ListGrants, PermissionResponse, Reply, RevokeGrant,
     ScopeSpec, SessionRef, SessionStart, SetMode, Shutdown, ToolCall, DEFAULT_SESSION,
@@ -29,8 +30,14 @@ pub struct DecodeError {
     pub call_id: Option<String>,
     /// The frame's `sessionID` (or `"main"`), when the frame was a `tool_call`.
     pub session_id: String,
+    /// The frame's permission id (`permissionID` or `permission_id`), when
+    /// it could be read.
+    pub permission_id: Option<String>,
     /// True when the frame was a `tool_call`.
     pub tool_call: bool,
+    /// Further frames on the same line (`{...}{...}`), each answered on its
+    /// own: every `tool_call` with a readable `callID`, and at most one other.
+    pub others: Box<[DecodeError]>,
 }
 
 impl fmt::Display for DecodeError {
@@ -233,18 +240,23 @@ impl<'de> Visitor<'de> for Strict<'_> {
 }
 
 /// Decode one line (without its `\n`; a trailing `\r` is tolerated).
+///
+/// A line that does not decode is read again tolerantly ([`crate::scan`]):
+/// every `tool_call` on it whose `callID` can be read comes back as a
+/// [`DecodeError`] with `tool_call` set, so that the broker denies it by its
+/// `callID`, whatever else is wrong with the line.
 pub fn decode(line: &[u8]) -> Result<ClientFrame, DecodeError> {
     let line = line.strip_suffix(b"\r").unwrap_or(line);
-    let text = std::str::from_utf8(line).map_err(|err| DecodeError {
-        code: ErrorCode::InvalidUtf8,
-        message: format!(
-            "the line is not UTF-8 (invalid byte at offset {})",
-            err.valid_up_to()
-        ),
-        call_id: None,
-        session_id: DEFAULT_SESSION.to_string(),
-        tool_call: false,
-    })?;
+    let text = match std::str::from_utf8(line) {
+        Ok(text) => text,
+        Err(err) => {
+            let message = format!(
+                "the line is not UTF-8 (invalid byte at offset {})",
+                err.valid_up_to()
+            );
+            return Err(explain_scanned(line, ErrorCode::InvalidUtf8, message));
+        }
+    };
     let envelope: Envelope = match serde_json::from_str(text) {
         Ok(envelope) => envelope,
         Err(err) => return Err(explain_unreadable(text, &err)),
@@ -258,13 +270,11 @@ fn explain_unreadable(text: &str, err: &serde_json::Error) -> DecodeError {
     let value: Value = match serde_json::from_str(text) {
         Ok(value) => value,
         Err(_) => {
-            return DecodeError {
-                code: ErrorCode::InvalidJson,
-                message: format!("the line is not JSON: {err}"),
-                call_id: None,
-                session_id: DEFAULT_SESSION.to_string(),
-                tool_call: false,
-            }
+            return explain_scanned(
+                text.as_bytes(),
+                ErrorCode::InvalidJson,
+                format!("the line is not JSON: {err}"),
+            )
         }
     };
     let Value::Object(object) = value else {
@@ -272,8 +282,10 @@ fn explain_unreadable(text: &str, err: &serde_json::Error) -> DecodeError {
             code: ErrorCode::InvalidFrame,
             message: format!("a frame must be a JSON object, not {}", type_name(&value)),
             call_id: None,
+            permission_id: None,
             session_id: DEFAULT_SESSION.to_string(),
             tool_call: false,
+            others: Box::default(),
         };
     };
     // JSON, an object, and still not an envelope: a field appears twice.
@@ -286,8 +298,81 @@ fn explain_unreadable(text: &str, err: &serde_json::Error) -> DecodeError {
         code: ErrorCode::InvalidFrame,
         message: format!("the frame is ambiguous: {err}"),
         call_id,
+        permission_id: permission_of(
+            object.get("permissionID").map(Value::as_str),
+            object.get("permission_id").map(Value::as_str),
+        ),
         session_id: session_of(object.get("sessionID")),
         tool_call,
+        others: Box::default(),
+    }
+}
+
+/// The line is not JSON (or not UTF-8): read it tolerantly. The first object
+/// on the line is the error itself; every further `tool_call` with a readable
+/// `callID` goes into `others`, and so does the first further object that is
+/// not one (at most one error frame per line besides the denials).
+fn explain_scanned(line: &[u8], code: ErrorCode, fallback: String) -> DecodeError {
+    let found = scan::scan(line);
+    let line_problem = found.problem.clone();
+    let mut heads = found.heads.into_iter().map(|head| {
+        let call_id = head.call_id().map(str::to_string);
+        let tool_call = head.is_tool_call() && call_id.is_some();
+        let problem = head.problem.clone().or_else(|| line_problem.clone());
+        DecodeError {
+            code,
+            message: match (&problem, tool_call) {
+                // A denied call's reason names the construct.
+                (Some(problem), true) => problem.clone(),
+                // An error frame keeps the decoder's sentence, with the
+                // construct when the decoder did not name it.
+                (Some(problem), false) if code == ErrorCode::InvalidJson => {
+                    format!("{fallback} ({problem})")
+                }
+                _ => fallback.clone(),
+            },
+            call_id,
+            permission_id: head.permission_id().map(str::to_string),
+            session_id: head
+                .session_id
+                .as_ref()
+                .and_then(scan::Field::text)
+                .unwrap_or(DEFAULT_SESSION)
+                .to_string(),
+            tool_call: head.is_tool_call(),
+            others: Box::default(),
+        }
+    });
+    let Some(mut first) = heads.next() else {
+        return DecodeError {
+            code,
+            message: fallback,
+            call_id: None,
+            permission_id: None,
+            session_id: DEFAULT_SESSION.to_string(),
+            tool_call: false,
+            others: Box::default(),
+        };
+    };
+    let mut error_frame = !(first.tool_call && first.call_id.is_some());
+    let mut others = Vec::new();
+    for other in heads {
+        if other.tool_call && other.call_id.is_some() {
+            others.push(other);
+        } else if !error_frame {
+            error_frame = true;
+            others.push(other);
+        }
+    }
+    first.others = others.into_boxed_slice();
+    first
+}
+
+fn permission_of(canonical: Option<Option<&str>>, alias: Option<Option<&str>>) -> Option<String> {
+    match (canonical, alias) {
+        (Some(Some(id)), None) | (None, Some(Some(id))) => Some(id.to_string()),
+        (Some(Some(a)), Some(Some(b))) if a == b => Some(a.to_string()),
+        _ => None,
     }
 }
 
@@ -360,8 +445,10 @@ impl Envelope {
             code: ErrorCode::InvalidFrame,
             message,
             call_id: Some(call_id.clone()),
+            permission_id: None,
             session_id: session_of(session_value.as_ref()),
             tool_call: true,
+            others: Box::default(),
         };
         let session_id = match &session_value {
             None => DEFAULT_SESSION.to_string(),
@@ -590,8 +677,13 @@ impl Envelope {
                 .as_ref()
                 .and_then(Value::as_str)
                 .map(str::to_string),
+            permission_id: permission_of(
+                self.permission_id.as_ref().map(Value::as_str),
+                self.permission_id_alias.as_ref().map(Value::as_str),
+            ),
             session_id: session_of(self.session_id.as_ref()),
             tool_call: self.kind.as_ref().and_then(Value::as_str) == Some("tool_call"),
+            others: Box::default(),
         }
     }
 }
@@ -757,7 +849,28 @@ mod tests {
             ),
             (
                 "{\"type\":",
-                "err invalid_json call=- tool_call=false :: the line is not JSON: EOF while parsing a value at line 1 column 8",
+                "err invalid_json call=- tool_call=false :: the line is not JSON: EOF while parsing a value at line 1 column 8 (the line ends before the frame does)",
+            ),
+            // Valid-looking calls the decoder cannot read are denied by callID.
+            (
+                r#"{"type":"tool_call","callID":"c1","tool":"Read","input":{"file_path":"caf\udce9.txt"}}"#,
+                "err invalid_json call=c1 tool_call=true :: the input holds a lone surrogate escape \\udce9, which is not Unicode",
+            ),
+            (
+                r#"{"type":"tool_call","callID":"c1","tool":"Read","input":{"n":1e400}}"#,
+                "err invalid_json call=c1 tool_call=true :: the input holds the number 1e400, which is out of range",
+            ),
+            (
+                r#"{"type":"tool_call","callID":"c1","tool":"Read","input":{"n":1}}{"type":"tool_call","callID":"c2"}"#,
+                "err invalid_json call=c1 tool_call=true :: the line holds more than one frame",
+            ),
+            (
+                r#"{"type":"tool_call","callID":"c\ud800","tool":"Read","input":{}"#,
+                "err invalid_json call=- tool_call=true :: the line is not JSON: unexpected end of hex escape at line 1 column 38 (`callID` holds a lone surrogate escape \\ud800, which is not Unicode)",
+            ),
+            (
+                r#"{"type":"permission_response","permissionID":"per_1","response":"once"#,
+                "err invalid_json call=- tool_call=false :: the line is not JSON: EOF while parsing a string at line 1 column 69 (the line ends before the frame does)",
             ),
             (
                 r#"{"type":"session_start","sessionID":"k","parentID":"main","permissions":{"allowedTools":["read"]}}"#,
@@ -772,6 +885,64 @@ mod tests {
         for (input, expected) in cases {
             check(input, expected);
         }
+    }
+
+    #[test]
+    fn unreadable_lines_keep_their_ids() {
+        let err =
+            decode(br#"{"type":"permission_response","permissionID":"per_1","response":"maybe"}"#)
+                .unwrap_err();
+        assert_eq!(err.permission_id.as_deref(), Some("per_1"));
+        let err = decode(
+            br#"{"type":"permission_response","permission_id":"per_2","response":"once"} x"#,
+        )
+        .unwrap_err();
+        assert_eq!(err.permission_id.as_deref(), Some("per_2"));
+        let err = decode(b"{\"type\":\"tool_call\",\"callID\":\"c1\",\"input\":{\"a\":\"\xff\"}}")
+            .unwrap_err();
+        assert_eq!(
+            (err.code, err.call_id.as_deref(), err.tool_call),
+            (ErrorCode::InvalidUtf8, Some("c1"), true)
+        );
+        assert_eq!(
+            err.message,
+            "the input holds the byte 0xff, which is not UTF-8"
+        );
+        let err = decode(br#"{"type":"tool_call","callID":"a"}{"type":"set_mode"}{"type":"tool_call","callID":"b"}{"type":"x"}"#)
+            .unwrap_err();
+        let others: Vec<_> = err
+            .others
+            .iter()
+            .map(|o| (o.call_id.as_deref(), o.tool_call))
+            .collect();
+        assert_eq!(others, vec![(None, false), (Some("b"), true)]);
+    }
+
+    #[test]
+    fn deep_and_long_lines_are_read_in_one_pass() {
+        let mut line = br#"{"type":"tool_call","callID":"deep","tool":"x","input":{"a":"#.to_vec();
+        line.extend(std::iter::repeat_n(b'[', 1_000_000));
+        let err = decode(&line).unwrap_err();
+        assert_eq!(err.call_id.as_deref(), Some("deep"));
+        assert_eq!(err.message, "the input nests deeper than 127 levels");
+        let mut line = br#"{"type":"tool_call","callID":"long","tool":"x","input":{"a":""#.to_vec();
+        line.extend(std::iter::repeat_n(b'a', 16 << 20));
+        line.extend(b"\\udc00\"}}");
+        let err = decode(&line).unwrap_err();
+        assert_eq!(err.call_id.as_deref(), Some("long"));
+        assert_eq!(
+            err.message,
+            "the input holds a lone surrogate escape \\udc00, which is not Unicode"
+        );
+    }
+
+    #[test]
+    fn many_objects_on_a_line_cost_no_memory_each() {
+        let line = "{}".repeat(1 << 20);
+        let found = crate::scan::scan(line.as_bytes());
+        assert_eq!(found.heads.len(), 2);
+        let err = decode(line.as_bytes()).unwrap_err();
+        assert_eq!((err.others.len(), err.call_id), (0, None));
     }
 
     #[test]

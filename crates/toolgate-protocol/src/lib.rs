@@ -24,6 +24,7 @@
 #![deny(missing_docs)]
 
 mod decode;
+pub mod scan;
 
 pub use decode::{decode, DecodeError};
 

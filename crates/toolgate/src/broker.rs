@@ -605,25 +605,38 @@ impl Broker {
         ));
     }
 
-    fn reject_line(&mut self, err: DecodeError, number: u64, out: &mut Vec<ServerFrame>) {
+    /// A line that did not decode: a `deny` (source `invalid`) for each
+    /// `tool_call` on it whose `callID` could be read, an `error` frame for
+    /// the rest (with the `callID` and `permissionID` that could be read).
+    pub fn reject_line(&mut self, mut err: DecodeError, number: u64, out: &mut Vec<ServerFrame>) {
+        let others = std::mem::take(&mut err.others);
         match (&err.call_id, err.tool_call) {
             (Some(call_id), true) => {
                 if self.live_permission(&err.session_id, call_id).is_some() {
                     out.push(duplicate(call_id, &err.session_id, number));
-                    return;
+                } else {
+                    out.push(ServerFrame::Decision(wire::Decision {
+                        session_id: err.session_id,
+                        call_id: call_id.clone(),
+                        decision: wire::Verdict::Deny,
+                        source: wire::Source::Invalid,
+                        reason: format!("the tool_call is malformed: {}", err.message),
+                        rule: None,
+                        message: None,
+                        reminder: None,
+                    }))
                 }
-                out.push(ServerFrame::Decision(wire::Decision {
-                    session_id: err.session_id,
-                    call_id: call_id.clone(),
-                    decision: wire::Verdict::Deny,
-                    source: wire::Source::Invalid,
-                    reason: format!("the tool_call is malformed: {}", err.message),
-                    rule: None,
-                    message: None,
-                    reminder: None,
-                }))
             }
-            _ => out.push(error(err.code, err.message, err.call_id, Some(number))),
+            _ => out.push(ServerFrame::Error(wire::ErrorFrame {
+                code: err.code,
+                message: err.message,
+                call_id: err.call_id,
+                permission_id: err.permission_id,
+                line: Some(number),
+            })),
+        }
+        for other in others.into_vec() {
+            self.reject_line(other, number, out);
         }
     }
 
@@ -1600,6 +1613,37 @@ impl Broker {
             }))
             .collect();
         ServerFrame::Grants(wire::Grants { grants })
+    }
+
+    /// Judge under `policy` from now on (SIGHUP reloaded it) and decide every
+    /// pending call whose answer under it is no longer "ask", as a mode
+    /// change does (`permission_resolved`, then the decision); the others
+    /// keep their question. Sessions keep the mode they are in; a new
+    /// default mode applies to sessions that appear after the reload.
+    pub fn replace_policy(
+        &mut self,
+        policy: Arc<Policy>,
+        ask_timeout_ms: u64,
+        out: &mut Vec<ServerFrame>,
+    ) {
+        self.policy = policy;
+        self.config.ask_timeout_ms = ask_timeout_ms;
+        // Sessions in the order of their oldest pending call.
+        let mut oldest: HashMap<&str, u64> = HashMap::new();
+        for pending in self.pending.values() {
+            let seq = oldest
+                .entry(pending.session_id.as_str())
+                .or_insert(u64::MAX);
+            *seq = (*seq).min(pending.seq);
+        }
+        let mut sessions: Vec<(u64, String)> = oldest
+            .into_iter()
+            .map(|(id, seq)| (seq, id.to_string()))
+            .collect();
+        sessions.sort();
+        for (_, session_id) in sessions {
+            self.revisit_session(&session_id, "the policy was reloaded", out);
+        }
     }
 }
 

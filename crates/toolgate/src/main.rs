@@ -6,8 +6,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::sync::mpsc::Receiver;
 use toolgate::broker::{Broker, BrokerConfig, OnAsk};
+
 use toolgate::clock::{Clock, SystemClock, UuidIds};
+use toolgate::serve::Control;
 use toolgate::setup::{self, Settings};
 use toolgate::state::{self, FileStore};
 use toolgate_policy::Mode;
@@ -255,6 +258,68 @@ fn grants(command: GrantsCommand, outer: Option<PathBuf>) -> ExitCode {
     }
 }
 
+/// Turn SIGTERM, SIGINT and SIGHUP into orders for the transport. SIGHUP
+/// loads the policy again here, as startup built it (policy file,
+/// `--permission`, `TOOLGATE_PERMISSION`, project root); a policy that does
+/// not load, or that would move the project root, is reported on stderr and
+/// the one in force stays.
+#[cfg(unix)]
+fn watch_signals(settings: Settings, root: PathBuf) -> Option<Receiver<Control>> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = match signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP]) {
+        Ok(signals) => signals,
+        Err(err) => {
+            eprintln!("toolgate: warning: signals will not be handled: {err}");
+            return None;
+        }
+    };
+    let (orders, control) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for signal in signals.forever() {
+            let order = match signal {
+                SIGTERM => Control::Stop("SIGTERM"),
+                SIGINT => Control::Stop("SIGINT"),
+                _ => match setup::load(&settings) {
+                    Ok((policy, _)) if policy.project_root != root => {
+                        eprintln!(
+                            "toolgate: SIGHUP received: the policy was not reloaded: its project root would change from {} to {}; keeping the policy in force",
+                            root.display(),
+                            policy.project_root.display()
+                        );
+                        continue;
+                    }
+                    Ok((policy, warnings)) => {
+                        for warning in &warnings {
+                            tracing::warn!("{warning}");
+                        }
+                        Control::Reload {
+                            ask_timeout_ms: policy.ask_timeout_seconds.saturating_mul(1000),
+                            policy: Arc::new(policy),
+                            source: setup::describe_sources(&settings),
+                        }
+                    }
+                    Err(err) => {
+                        eprintln!(
+                            "toolgate: SIGHUP received: the policy was not reloaded: {err}; keeping the policy in force"
+                        );
+                        continue;
+                    }
+                },
+            };
+            if orders.send(order).is_err() {
+                return;
+            }
+        }
+    });
+    Some(control)
+}
+
+/// No signals to watch off Unix.
+#[cfg(not(unix))]
+fn watch_signals(_settings: Settings, _root: PathBuf) -> Option<Receiver<Control>> {
+    None
+}
+
 fn serve(args: ServeArgs) -> ExitCode {
     let settings = Settings {
         mode: args.mode,
@@ -309,7 +374,14 @@ fn serve(args: ServeArgs) -> ExitCode {
             eprintln!("toolgate: warning: {warning}");
         }
     }
-    let result = toolgate::serve::run(std::io::stdin(), std::io::stdout(), broker, max_frame_bytes);
+    let control = watch_signals(settings, policy.project_root.clone());
+    let result = toolgate::serve::run_controlled(
+        std::io::stdin(),
+        std::io::stdout(),
+        broker,
+        max_frame_bytes,
+        control,
+    );
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,

@@ -2,17 +2,26 @@
 //! and answers what it read, so a lone call crosses no thread boundary inside
 //! the broker; a second thread wakes up only to end questions whose deadline
 //! passed. The broker and the one output writer sit together behind a mutex,
-//! so frames from both threads go out whole and in order.
+//! so frames from both threads go out whole and in order. With
+//! [`run_controlled`], a third thread acts on signals ([`Control`]) even while
+//! the reader is blocked on its input.
+//!
+//! Every complete line is decided and its frames flushed before the reader
+//! waits for more input: a partial next line never holds back the decisions
+//! of the lines before it. The frame limit counts a line without its `\n` or
+//! `\r\n`; a UTF-8 byte order mark is skipped at the very start of the input.
 //!
 //! Generic over `std::io::Read`/`Write`, so tests can run it over in-memory
 //! buffers and the binary over stdin/stdout. Nothing here needs an async
 //! runtime: one peer, blocking reads, one deadline thread.
 
 use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
-use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, TryLockError};
 use std::time::Duration;
 
-use toolgate_protocol::ServerFrame;
+use toolgate_policy::Policy;
+use toolgate_protocol::{ErrorCode, ServerFrame};
 
 use crate::broker::Broker;
 
@@ -21,8 +30,11 @@ use crate::broker::Broker;
 pub enum Line {
     /// A complete line without its `\n`.
     Data(Vec<u8>),
-    /// A line longer than the limit; it was skipped without being buffered.
-    TooLarge,
+    /// A line longer than the limit; it was skipped without being buffered
+    /// whole. Holds the `(sessionID, callID)` of the `tool_call` it began
+    /// with, when both could be read in its first `max` bytes: that call is
+    /// denied rather than left waiting.
+    TooLarge(Option<(String, String)>),
 }
 
 /// The most lines the reader hands over at once.
@@ -33,6 +45,7 @@ const BATCH: usize = 256;
 pub fn read_line<R: BufRead>(reader: &mut R, max: usize) -> io::Result<Option<Line>> {
     let mut line: Vec<u8> = Vec::new();
     let mut too_large = false;
+    let mut call: Option<(String, String)> = None;
     loop {
         let available = match reader.fill_buf() {
             Ok(available) => available,
@@ -42,9 +55,8 @@ pub fn read_line<R: BufRead>(reader: &mut R, max: usize) -> io::Result<Option<Li
         if available.is_empty() {
             // End of input: a last line without `\n` still counts.
             return Ok(match (too_large, line.is_empty()) {
-                (true, _) => Some(Line::TooLarge),
                 (false, true) => None,
-                (false, false) => Some(Line::Data(line)),
+                _ => Some(finish_line(line, too_large, call, max)),
             });
         }
         let (chunk, done) = match available.iter().position(|&byte| byte == b'\n') {
@@ -52,8 +64,12 @@ pub fn read_line<R: BufRead>(reader: &mut R, max: usize) -> io::Result<Option<Li
             None => (available, None),
         };
         if !too_large {
-            if line.len() + chunk.len() > max {
+            // One byte more than the limit may be held: the `\r` of a `\r\n`.
+            if line.len() + chunk.len() > max.saturating_add(1) {
                 too_large = true;
+                let room = max.saturating_sub(line.len()).min(chunk.len());
+                line.extend_from_slice(&chunk[..room]);
+                call = call_of(&line);
                 line = Vec::new();
             } else {
                 line.extend_from_slice(chunk);
@@ -62,12 +78,76 @@ pub fn read_line<R: BufRead>(reader: &mut R, max: usize) -> io::Result<Option<Li
         let consumed = done.unwrap_or(available.len());
         reader.consume(consumed);
         if done.is_some() {
-            return Ok(Some(if too_large {
-                Line::TooLarge
-            } else {
-                Line::Data(line)
-            }));
+            return Ok(Some(finish_line(line, too_large, call, max)));
         }
+    }
+}
+
+/// A complete line, or `TooLarge` when the frame without its terminator
+/// (`\n` or `\r\n`) is longer than `max`.
+fn finish_line(line: Vec<u8>, too_large: bool, call: Option<(String, String)>, max: usize) -> Line {
+    let frame = line.strip_suffix(b"\r").map_or(line.len(), <[u8]>::len);
+    if too_large {
+        Line::TooLarge(call)
+    } else if frame > max {
+        Line::TooLarge(call_of(&line[..max.min(line.len())]))
+    } else {
+        Line::Data(line)
+    }
+}
+
+/// The `(sessionID, callID)` of the `tool_call` a line (or its beginning) holds.
+fn call_of(start: &[u8]) -> Option<(String, String)> {
+    let found = toolgate_protocol::scan::scan(start);
+    let head = found.heads.first()?;
+    if !head.is_tool_call() {
+        return None;
+    }
+    let session = head
+        .session_id
+        .as_ref()
+        .and_then(toolgate_protocol::scan::Field::text)
+        .unwrap_or(toolgate_protocol::DEFAULT_SESSION);
+    Some((session.to_string(), head.call_id()?.to_string()))
+}
+
+/// The UTF-8 byte order mark, skipped at the very start of the input only.
+const BOM: &[u8] = b"\xEF\xBB\xBF";
+
+/// Hand one line (1-based `number`) to the broker, as the transport does.
+/// A UTF-8 byte order mark at the start of the first line is skipped; one
+/// anywhere else makes its line malformed.
+pub fn handle_line(
+    broker: &mut Broker,
+    line: Line,
+    number: u64,
+    max_frame_bytes: usize,
+    frames: &mut Vec<ServerFrame>,
+) {
+    match line {
+        Line::Data(bytes) => {
+            let bytes = match number {
+                1 => bytes.strip_prefix(BOM).unwrap_or(&bytes),
+                _ => &bytes,
+            };
+            broker.handle_line(bytes, number, frames)
+        }
+        Line::TooLarge(None) => broker.frame_too_large(number, max_frame_bytes, frames),
+        Line::TooLarge(Some((session_id, call_id))) => broker.reject_line(
+            toolgate_protocol::DecodeError {
+                code: ErrorCode::FrameTooLarge,
+                message: format!(
+                    "the frame is longer than the limit of {max_frame_bytes} bytes and was discarded"
+                ),
+                call_id: Some(call_id),
+                permission_id: None,
+                session_id,
+                tool_call: true,
+                others: Box::default(),
+            },
+            number,
+            frames,
+        ),
     }
 }
 
@@ -101,9 +181,44 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// What the signal thread asks of a running transport.
+pub enum Control {
+    /// SIGTERM or SIGINT (named here): deny every pending call (source
+    /// `shutdown`, after `permission_resolved` for its question), flush,
+    /// write one line on stderr and exit the process with status 0. Ignored
+    /// once the broker stopped, so a second signal writes nothing more.
+    Stop(&'static str),
+    /// SIGHUP with a policy loaded anew: judge from now on under it, and
+    /// decide every pending call whose answer is no longer "ask".
+    Reload {
+        /// The new policy.
+        policy: Arc<Policy>,
+        /// Its ask timeout, in milliseconds (0 waits forever).
+        ask_timeout_ms: u64,
+        /// Where it came from, for the line on stderr.
+        source: String,
+    },
+}
+
 /// Serve one client: write `ready`, then answer frames until end of input or
 /// `shutdown`; deny what is still pending, flush, return.
 pub fn run<R, W>(input: R, output: W, broker: Broker, max_frame_bytes: usize) -> io::Result<()>
+where
+    R: Read,
+    W: Write + Send,
+{
+    run_controlled(input, output, broker, max_frame_bytes, None)
+}
+
+/// [`run`], also acting on what arrives on `control` (signals) while the
+/// reader may be blocked on its input.
+pub fn run_controlled<R, W>(
+    input: R,
+    output: W,
+    broker: Broker,
+    max_frame_bytes: usize,
+    control: Option<Receiver<Control>>,
+) -> io::Result<()>
 where
     R: Read,
     W: Write + Send,
@@ -121,6 +236,10 @@ where
 
     std::thread::scope(|scope| {
         scope.spawn(|| expire_deadlines(&state, &wake));
+        if let Some(control) = control {
+            let (state, wake) = (&state, &wake);
+            scope.spawn(move || obey(state, wake, &control));
+        }
         let mut reader = BufReader::with_capacity(1 << 16, input);
         let mut number: u64 = 0;
         let mut batch: Vec<Line> = Vec::new();
@@ -136,8 +255,10 @@ where
                         ended = true;
                     }
                 }
-                // Take what is already buffered in one go; never wait for more.
-                if ended || batch.len() >= BATCH || reader.buffer().is_empty() {
+                // Take the complete lines already buffered in one go; never
+                // wait for more while a decided frame is unwritten (a partial
+                // line in the buffer would make `read_line` block).
+                if ended || batch.len() >= BATCH || !reader.buffer().contains(&b'\n') {
                     break;
                 }
             }
@@ -148,10 +269,7 @@ where
             for line in batch.drain(..) {
                 number += 1;
                 let Shared { broker, frames, .. } = &mut *shared;
-                match line {
-                    Line::Data(bytes) => broker.handle_line(&bytes, number, frames),
-                    Line::TooLarge => broker.frame_too_large(number, max_frame_bytes, frames),
-                }
+                handle_line(broker, line, number, max_frame_bytes, frames);
                 if broker.stopped() {
                     break;
                 }
@@ -213,6 +331,114 @@ fn expire_deadlines<W: Write>(state: &Mutex<Shared<W>>, wake: &Condvar) {
     }
 }
 
+/// The control thread: act on signals until the transport is done.
+fn obey<W: Write>(state: &Mutex<Shared<W>>, wake: &Condvar, control: &Receiver<Control>) {
+    loop {
+        let order = match control.recv_timeout(Duration::from_millis(200)) {
+            Ok(order) => order,
+            Err(RecvTimeoutError::Timeout) => {
+                // Never wait for the lock here: a signal must find this thread free.
+                if lock_within(state, Duration::ZERO).is_some_and(|shared| shared.done) {
+                    return;
+                }
+                continue;
+            }
+            Err(RecvTimeoutError::Disconnected) => return,
+        };
+        let mut shared = match &order {
+            Control::Stop(signal) => match lock_within(state, STOP_PATIENCE) {
+                Some(shared) => shared,
+                None => {
+                    // The other thread holds the broker while its output is
+                    // blocked (nobody reads stdout): nothing more can be said.
+                    eprintln!(
+                        "toolgate: {signal} received: the output has been blocked for {} s; stopped without answering the pending calls",
+                        STOP_PATIENCE.as_secs()
+                    );
+                    std::process::exit(1);
+                }
+            },
+            Control::Reload { .. } => match lock_within(state, STOP_PATIENCE) {
+                Some(shared) => shared,
+                None => {
+                    // Do not stay stuck behind a blocked output: a later
+                    // SIGTERM must still be heard.
+                    eprintln!(
+                        "toolgate: SIGHUP received: the output has been blocked for {} s; the policy was not reloaded",
+                        STOP_PATIENCE.as_secs()
+                    );
+                    continue;
+                }
+            },
+        };
+        if shared.done || shared.broker.stopped() {
+            // The input ended or `shutdown` came first: it answered everything.
+            return;
+        }
+        match order {
+            Control::Stop(signal) => {
+                let pending = shared.broker.pending_count();
+                let Shared { broker, frames, .. } = &mut *shared;
+                broker.shutdown(frames);
+                shared.flush_frames();
+                shared.done = true;
+                let calls = if pending == 1 { "call" } else { "calls" };
+                match &shared.failed {
+                    None => eprintln!(
+                        "toolgate: {signal} received: denied {pending} pending {calls} and stopped"
+                    ),
+                    Some(err) => eprintln!(
+                        "toolgate: {signal} received: denied {pending} pending {calls}, but the output failed: {err}"
+                    ),
+                }
+                // The reader may be blocked on its input for good: end here,
+                // with the lock held so that no other frame follows.
+                std::process::exit(0);
+            }
+            Control::Reload {
+                policy,
+                ask_timeout_ms,
+                source,
+            } => {
+                let before = shared.broker.pending_count();
+                let deadline_before = shared.broker.next_deadline();
+                let Shared { broker, frames, .. } = &mut *shared;
+                broker.replace_policy(policy, ask_timeout_ms, frames);
+                shared.flush_frames();
+                let decided = before.saturating_sub(shared.broker.pending_count());
+                eprintln!(
+                    "toolgate: SIGHUP received: reloaded the policy ({source}); {decided} of {before} pending calls decided"
+                );
+                let rearm = shared.broker.next_deadline() != deadline_before;
+                drop(shared);
+                if rearm {
+                    wake.notify_one();
+                }
+            }
+        }
+    }
+}
+
+/// How long a signal waits for the broker when another thread holds it
+/// (writing to an output nobody reads): then SIGTERM/SIGINT end the process
+/// anyway (status 1) and SIGHUP gives up its reload.
+const STOP_PATIENCE: Duration = Duration::from_secs(5);
+
+/// The lock, when it can be had within `patience`.
+fn lock_within<T>(mutex: &Mutex<T>, patience: Duration) -> Option<MutexGuard<'_, T>> {
+    let start = std::time::Instant::now();
+    loop {
+        match mutex.try_lock() {
+            Ok(guard) => return Some(guard),
+            Err(TryLockError::Poisoned(poisoned)) => return Some(poisoned.into_inner()),
+            Err(TryLockError::WouldBlock) if start.elapsed() < patience => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(TryLockError::WouldBlock) => return None,
+        }
+    }
+}
+
 /// Write and flush a batch of frames, one JSON line each.
 fn write_frames<W: Write>(writer: &mut W, frames: &mut Vec<ServerFrame>) -> io::Result<()> {
     if frames.is_empty() {
@@ -247,13 +473,47 @@ mod tests {
             got,
             vec![
                 Line::Data(b"ab".to_vec()),
-                Line::TooLarge,
+                Line::TooLarge(None),
                 Line::Data(Vec::new()),
                 Line::Data(b"cd\r".to_vec()),
                 Line::Data(b"last".to_vec()),
             ]
         );
-        assert_eq!(lines(b"0123456789", 5), vec![Line::TooLarge]);
+        assert_eq!(lines(b"0123456789", 5), vec![Line::TooLarge(None)]);
         assert_eq!(lines(b"", 5), Vec::<Line>::new());
+    }
+
+    #[test]
+    fn the_limit_counts_the_frame_without_its_terminator() {
+        let data = |text: &[u8]| Line::Data(text.to_vec());
+        assert_eq!(
+            lines(
+                b"1234\n12345\n123456\n1234\r\n12345\r\n123456\r\n12345\r",
+                5
+            ),
+            vec![
+                data(b"1234"),
+                data(b"12345"),
+                Line::TooLarge(None),
+                data(b"1234\r"),
+                data(b"12345\r"),
+                Line::TooLarge(None),
+                data(b"12345\r"),
+            ]
+        );
+        assert_eq!(lines(b"12345\r\r\n", 5), vec![Line::TooLarge(None)]);
+    }
+
+    #[test]
+    fn a_call_too_large_keeps_its_call_id() {
+        let frame = br#"{"type":"tool_call","sessionID":"k","callID":"c1","input":{"command":"aaaaaaaaaaaaaaaaaa"}}"#;
+        let mut input = frame.to_vec();
+        input.push(b'\n');
+        assert_eq!(
+            lines(&input, 60),
+            vec![Line::TooLarge(Some(("k".into(), "c1".into())))]
+        );
+        // Cut inside the callID: nothing readable.
+        assert_eq!(lines(&input, 44), vec![Line::TooLarge(None)]);
     }
 }

@@ -30,6 +30,34 @@ pub struct Settings {
     pub home: Option<PathBuf>,
 }
 
+/// Where the policy comes from, for a message: the policy file (or that there
+/// is none) and the overrides.
+pub fn describe_sources(settings: &Settings) -> String {
+    let home = settings.home.as_deref();
+    let file = match &settings.policy {
+        Some(path) => Some(normalize(&path.to_string_lossy(), &settings.cwd, home)),
+        None => {
+            let root = settings
+                .project_root
+                .as_deref()
+                .map(|root| normalize(&root.to_string_lossy(), &settings.cwd, home))
+                .unwrap_or_else(|| settings.cwd.clone());
+            Some(root.join("toolgate.json")).filter(|candidate| candidate.is_file())
+        }
+    };
+    let mut parts = vec![match file {
+        Some(file) => file.display().to_string(),
+        None => "no policy file".to_string(),
+    }];
+    if settings.permission_env.is_some() {
+        parts.push("TOOLGATE_PERMISSION".into());
+    }
+    if settings.permission.is_some() {
+        parts.push("--permission".into());
+    }
+    parts.join(" + ")
+}
+
 /// The policy, and warnings to log.
 pub fn load(settings: &Settings) -> Result<(Policy, Vec<String>), PolicyError> {
     let home = settings.home.as_deref();

@@ -227,6 +227,12 @@ fn run_input(name: &str, input: &str) -> (String, Vec<String>) {
                     .split_whitespace()
                     .map(|byte| u8::from_str_radix(byte, 16).unwrap())
                     .collect();
+                // Each complete line sent this way is owed its decisions too
+                // (the broker skips a byte order mark before the first frame).
+                for sent in bytes.split(|&byte| byte == b'\n') {
+                    sent_calls +=
+                        readable_calls(sent.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(sent));
+                }
                 broker.send_raw(&bytes);
             } else if let Some(rest) = line.strip_prefix("# long-line:") {
                 let n: usize = rest.trim().parse().unwrap();
@@ -239,9 +245,7 @@ fn run_input(name: &str, input: &str) -> (String, Vec<String>) {
                 continue;
             } else {
                 let line = substitute(&broker, &earlier, &paths(line));
-                if has_readable_call_id(&line) {
-                    sent_calls += 1;
-                }
+                sent_calls += readable_calls(line.as_bytes());
                 broker.send(&line);
             }
         }
@@ -289,13 +293,23 @@ fn corrupt_files(dir: &Path) -> Vec<String> {
     names
 }
 
-/// A tool_call whose callID can be read is owed exactly one decision.
-fn has_readable_call_id(line: &str) -> bool {
-    let Ok(Value::Object(frame)) = serde_json::from_str::<Value>(line) else {
-        return false;
-    };
-    frame.get("type").and_then(Value::as_str) == Some("tool_call")
-        && frame.get("callID").is_some_and(Value::is_string)
+/// A tool_call whose callID can be read is owed exactly one decision: how
+/// many a line holds (a line that is not JSON may hold several, `{..}{..}`,
+/// or one whose `input` is not JSON).
+fn readable_calls(line: &[u8]) -> usize {
+    if let Ok(Value::Object(frame)) = serde_json::from_slice::<Value>(line) {
+        let call = frame.get("type").and_then(Value::as_str) == Some("tool_call")
+            && frame.get("callID").is_some_and(Value::is_string);
+        return usize::from(call);
+    }
+    if toolgate_protocol::decode(line).is_ok() {
+        return 0;
+    }
+    toolgate_protocol::scan::scan(line)
+        .heads
+        .iter()
+        .filter(|head| head.is_tool_call() && head.call_id().is_some())
+        .count()
 }
 
 /// Every line is a JSON object with a type; every tool_call sent got exactly one

@@ -121,6 +121,59 @@ impl Broker {
         }
     }
 
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Send a signal with `kill -NAME` (std has no kill).
+    pub fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(self.pid().to_string())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{name} failed");
+    }
+
+    /// Wait until stderr holds `piece`; panic after [`PATIENCE`].
+    pub fn wait_for_stderr(&self, piece: &str) {
+        let deadline = Instant::now() + PATIENCE;
+        while !self.stderr.lock().unwrap().contains(piece) {
+            if Instant::now() > deadline {
+                panic!(
+                    "timed out waiting for `{piece}` on stderr:\n{}",
+                    self.stderr.lock().unwrap()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Wait for the process to exit on its own (without closing stdin);
+    /// returns the status, all stdout lines, and stderr.
+    pub fn wait_exit(mut self) -> (ExitStatus, Vec<String>, String) {
+        let deadline = Instant::now() + PATIENCE;
+        let status = loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!(
+                    "toolgate did not exit; output:\n{}",
+                    self.lines().join("\n")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        // Let the reader threads drain the pipes.
+        std::thread::sleep(Duration::from_millis(100));
+        drop(self.stdin.take());
+        let stderr = self.stderr.lock().unwrap().clone();
+        (status, self.lines(), stderr)
+    }
+
     /// Output lines so far.
     pub fn lines(&self) -> Vec<String> {
         self.output.0.lock().unwrap().clone()
