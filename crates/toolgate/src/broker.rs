@@ -576,7 +576,9 @@ impl Broker {
             Ok(frame) => self.handle(frame, number, out),
             Err(err) => {
                 self.reject_line(err, number, out);
-                self.shut_unreadable_start(line, out);
+                if !self.stopped {
+                    self.shut_unreadable_start(line, out);
+                }
             }
         }
     }
@@ -642,6 +644,23 @@ impl Broker {
 
     /// Handle one decoded frame.
     pub fn handle(&mut self, frame: ClientFrame, number: u64, out: &mut Vec<ServerFrame>) {
+        if self.stopped {
+            // Lines already read when the broker stopped (a `shutdown` frame
+            // or a signal): their calls are denied, nothing else is done.
+            if let ClientFrame::ToolCall(call) = frame {
+                out.push(ServerFrame::Decision(wire::Decision {
+                    session_id: call.session_id,
+                    call_id: call.call_id,
+                    decision: wire::Verdict::Deny,
+                    source: wire::Source::Shutdown,
+                    reason: "the broker was shutting down when the call arrived".to_string(),
+                    rule: None,
+                    message: None,
+                    reminder: None,
+                }));
+            }
+            return;
+        }
         match frame {
             ClientFrame::ToolCall(call) => self.tool_call(call, number, out),
             ClientFrame::PermissionResponse(response) => {

@@ -16,6 +16,7 @@
 //! runtime: one peer, blocking reads, one deadline thread.
 
 use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, TryLockError};
 use std::time::Duration;
@@ -233,12 +234,15 @@ where
     shared.flush_frames();
     let state = Mutex::new(shared);
     let wake = Condvar::new();
+    // Set while the reader holds lines it has read but not yet handed to the
+    // broker: a signal that stops the broker waits for them to be answered.
+    let holding = AtomicBool::new(false);
 
     std::thread::scope(|scope| {
         scope.spawn(|| expire_deadlines(&state, &wake));
         if let Some(control) = control {
-            let (state, wake) = (&state, &wake);
-            scope.spawn(move || obey(state, wake, &control));
+            let (state, wake, holding) = (&state, &wake, &holding);
+            scope.spawn(move || obey(state, wake, holding, &control));
         }
         let mut reader = BufReader::with_capacity(1 << 16, input);
         let mut number: u64 = 0;
@@ -248,7 +252,10 @@ where
             let mut ended = false;
             loop {
                 match read_line(&mut reader, max_frame_bytes) {
-                    Ok(Some(line)) => batch.push(line),
+                    Ok(Some(line)) => {
+                        holding.store(true, Ordering::SeqCst);
+                        batch.push(line);
+                    }
                     Ok(None) => ended = true,
                     Err(err) => {
                         tracing::warn!(%err, "reading input failed; treating it as end of input");
@@ -266,19 +273,19 @@ where
             // What the disk said about repositories holds for this batch only.
             crate::repo::next_batch();
             let deadline_before = shared.broker.next_deadline();
+            // Every line read is handled, even after a `shutdown` frame or a
+            // signal stopped the broker: a stopped broker denies the calls.
             for line in batch.drain(..) {
                 number += 1;
                 let Shared { broker, frames, .. } = &mut *shared;
                 handle_line(broker, line, number, max_frame_bytes, frames);
-                if broker.stopped() {
-                    break;
-                }
             }
             if ended && !shared.broker.stopped() {
                 let Shared { broker, frames, .. } = &mut *shared;
                 broker.shutdown(frames);
             }
             shared.flush_frames();
+            holding.store(false, Ordering::SeqCst);
             if shared.broker.stopped() {
                 shared.done = true;
             }
@@ -332,7 +339,12 @@ fn expire_deadlines<W: Write>(state: &Mutex<Shared<W>>, wake: &Condvar) {
 }
 
 /// The control thread: act on signals until the transport is done.
-fn obey<W: Write>(state: &Mutex<Shared<W>>, wake: &Condvar, control: &Receiver<Control>) {
+fn obey<W: Write>(
+    state: &Mutex<Shared<W>>,
+    wake: &Condvar,
+    holding: &AtomicBool,
+    control: &Receiver<Control>,
+) {
     loop {
         let order = match control.recv_timeout(Duration::from_millis(200)) {
             Ok(order) => order,
@@ -391,9 +403,20 @@ fn obey<W: Write>(state: &Mutex<Shared<W>>, wake: &Condvar, control: &Receiver<C
                         "toolgate: {signal} received: denied {pending} pending {calls}, but the output failed: {err}"
                     ),
                 }
-                // The reader may be blocked on its input for good: end here,
-                // with the lock held so that no other frame follows.
-                std::process::exit(0);
+                // Lines the reader has read but not handed over yet get their
+                // denials from the stopped broker; then end here, with the
+                // lock held so that no other frame follows. The reader may be
+                // blocked on its input for good, so it is not waited for.
+                drop(shared);
+                let start = std::time::Instant::now();
+                loop {
+                    std::thread::sleep(Duration::from_millis(20));
+                    let guard = lock_within(state, STOP_PATIENCE);
+                    if !holding.load(Ordering::SeqCst) || start.elapsed() > STOP_PATIENCE {
+                        std::process::exit(0);
+                    }
+                    drop(guard);
+                }
             }
             Control::Reload {
                 policy,

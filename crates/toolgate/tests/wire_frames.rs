@@ -57,3 +57,36 @@ fn a_million_deep_input_is_denied_by_its_call_id() {
         "{lines:?}"
     );
 }
+
+#[test]
+fn calls_read_after_shutdown_are_denied_not_dropped() {
+    let root = support::project_dir("after-shutdown");
+    let mut broker = support::Broker::start(&root, &["--mode".into(), "ask".into()], &[]);
+    // One write: a question, shutdown, then two more calls and a mode change
+    // that the broker has already read when it stops.
+    let input = [
+        r#"{"type":"tool_call","sessionID":"a","callID":"c1","tool":"Edit","input":{"file_path":"a.rs"}}"#,
+        r#"{"type":"shutdown"}"#,
+        r#"{"type":"tool_call","sessionID":"a","callID":"c2","tool":"Read","input":{"file_path":"a.rs"}}"#,
+        r#"{"type":"set_mode","sessionID":"a","mode":"auto"}"#,
+        r#"{"type":"tool_call","sessionID":"b","callID":"c3","tool":"Bash","input":{"command":"rm -rf build"}}"#,
+    ]
+    .join("\n");
+    broker.send_raw(format!("{input}\n").as_bytes());
+    let (status, lines, stderr) = broker.finish();
+    assert!(status.success(), "exit {status}: {stderr}");
+    let decisions: Vec<&String> = lines
+        .iter()
+        .filter(|line| line.starts_with(r#"{"type":"decision""#))
+        .collect();
+    assert_eq!(decisions.len(), 3, "{lines:?}");
+    for (call, line) in ["c1", "c2", "c3"].iter().zip(&decisions) {
+        assert!(
+            line.contains(&format!(
+                r#""callID":"{call}","decision":"deny","source":"shutdown""#
+            )),
+            "{call}: {line}"
+        );
+    }
+    assert_eq!(support::count_type(&lines, "mode_changed"), 0, "{lines:?}");
+}

@@ -18,6 +18,8 @@ pub struct Broker {
     stdin: Option<ChildStdin>,
     output: Arc<(Mutex<Vec<String>>, Condvar)>,
     stderr: Arc<Mutex<String>>,
+    /// The threads that collect stdout and stderr; they end when the pipes close.
+    readers: Vec<std::thread::JoinHandle<()>>,
     pub root: PathBuf,
 }
 
@@ -61,7 +63,7 @@ impl Broker {
         let output: Arc<(Mutex<Vec<String>>, Condvar)> =
             Arc::new((Mutex::new(Vec::new()), Condvar::new()));
         let sink = output.clone();
-        std::thread::spawn(move || {
+        let out_reader = std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
                 let (lines, ready) = &*sink;
@@ -71,7 +73,7 @@ impl Broker {
         });
         let errors = Arc::new(Mutex::new(String::new()));
         let sink = errors.clone();
-        std::thread::spawn(move || {
+        let err_reader = std::thread::spawn(move || {
             let mut reader = BufReader::new(stderr);
             let mut line = String::new();
             while reader.read_line(&mut line).map(|n| n > 0).unwrap_or(false) {
@@ -85,6 +87,7 @@ impl Broker {
             stdin,
             output,
             stderr: errors,
+            readers: vec![out_reader, err_reader],
             root: root.to_path_buf(),
         }
     }
@@ -167,9 +170,10 @@ impl Broker {
             }
             std::thread::sleep(Duration::from_millis(5));
         };
-        // Let the reader threads drain the pipes.
-        std::thread::sleep(Duration::from_millis(100));
-        drop(self.stdin.take());
+        // The pipes close with the process: read them to the end.
+        for reader in self.readers.drain(..) {
+            let _ = reader.join();
+        }
         let stderr = self.stderr.lock().unwrap().clone();
         (status, self.lines(), stderr)
     }
