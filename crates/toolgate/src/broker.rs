@@ -93,6 +93,76 @@ struct Pending {
     granted: Option<(wire::GrantScope, Option<String>)>,
     question: Question,
     deadline: Option<u64>,
+    /// `(permission, subject)` pairs that still ask, from the latest
+    /// evaluation: unless a new grant covers one of them the call keeps
+    /// asking, so an `always` judges again only the calls it may decide.
+    /// Empty means "judge again on every new grant" (a plan approval).
+    asking: Vec<(String, String)>,
+}
+
+/// A session's open questions, indexed so that neither listing them nor
+/// finding those a new grant may decide scans every pending call.
+#[derive(Default)]
+struct Queue {
+    /// Creation order → permission id: oldest first.
+    order: BTreeMap<u64, String>,
+    /// `(permission, subject)` still asked about → the calls (by creation
+    /// order) that ask about it ([`Pending::asking`]).
+    asking: BTreeMap<(String, String), BTreeSet<u64>>,
+    /// Calls with nothing in `asking` (a plan approval): judged again on
+    /// every new grant.
+    unindexed: BTreeSet<u64>,
+}
+
+impl Queue {
+    fn add(&mut self, seq: u64, permission_id: String, asking: &[(String, String)]) {
+        self.order.insert(seq, permission_id);
+        self.index(seq, asking);
+    }
+
+    fn index(&mut self, seq: u64, asking: &[(String, String)]) {
+        if asking.is_empty() {
+            self.unindexed.insert(seq);
+        }
+        for pair in asking {
+            self.asking.entry(pair.clone()).or_default().insert(seq);
+        }
+    }
+
+    fn unindex(&mut self, seq: u64, asking: &[(String, String)]) {
+        self.unindexed.remove(&seq);
+        for pair in asking {
+            if let Some(seqs) = self.asking.get_mut(pair) {
+                seqs.remove(&seq);
+                if seqs.is_empty() {
+                    self.asking.remove(pair);
+                }
+            }
+        }
+    }
+
+    /// The calls a new grant may decide, oldest first: those asking about a
+    /// subject one of `granted` covers, and the unindexed ones.
+    fn covered_by(&self, granted: &[GrantSpec]) -> Vec<String> {
+        let mut seqs = self.unindexed.clone();
+        for grant in granted {
+            // Every subject the pattern covers starts with its literal part.
+            let text = grant.pattern.as_str();
+            let literal = text.get(..grant.pattern.literal_len()).unwrap_or_default();
+            let from = (grant.permission.clone(), literal.to_string());
+            for ((permission, subject), calls) in self.asking.range(from..) {
+                if *permission != grant.permission || !subject.starts_with(literal) {
+                    break;
+                }
+                if grant.pattern.matches(subject) {
+                    seqs.extend(calls.iter().copied());
+                }
+            }
+        }
+        seqs.iter()
+            .filter_map(|seq| self.order.get(seq).cloned())
+            .collect()
+    }
 }
 
 /// The state of one broker.
@@ -104,6 +174,8 @@ pub struct Broker {
     sessions: HashMap<String, Session>,
     /// Open questions by permission id.
     pending: HashMap<String, Pending>,
+    /// Each session's open questions (only sessions that have some).
+    queues: HashMap<String, Queue>,
     /// Deadlines: (monotonic ms, permission id), earliest first. Stale entries are skipped.
     deadlines: BinaryHeap<Reverse<(u64, String)>>,
     resolved: HashSet<String>,
@@ -139,6 +211,7 @@ impl Broker {
             ids,
             sessions: HashMap::new(),
             pending: HashMap::new(),
+            queues: HashMap::new(),
             deadlines: BinaryHeap::new(),
             resolved: HashSet::new(),
             resolved_order: VecDeque::new(),
@@ -831,6 +904,7 @@ impl Broker {
             granted: None,
             question: Question::default(),
             deadline: None,
+            asking: Vec::new(),
         };
         let session_id = pending.session_id.clone();
         self.settle(pending, evaluation, mode, out);
@@ -870,7 +944,12 @@ impl Broker {
                     pending.cwd.as_deref(),
                     &question,
                 )));
+                pending.asking = question.approve.clone();
                 pending.question = question;
+                self.queues
+                    .entry(pending.session_id.clone())
+                    .or_default()
+                    .add(pending.seq, permission_id.clone(), &pending.asking);
                 self.session_entry(&pending.session_id)
                     .live
                     .insert(pending.call_id.clone(), permission_id.clone());
@@ -1021,18 +1100,25 @@ impl Broker {
                     pending.granted = Some((scope, saved.err()));
                 }
                 let session_id = pending.session_id.clone();
+                let granted = if always {
+                    pending.question.grants.clone()
+                } else {
+                    Vec::new()
+                };
                 self.reevaluate(pending, out);
                 if always {
                     let why = format!("an `always` answer to {id} covers it");
+                    let only = Some(granted.as_slice());
                     match response.scope {
                         Some(wire::GrantScope::Project) => {
-                            let mut ids: Vec<String> = self.sessions.keys().cloned().collect();
+                            // Only sessions with open questions can have a call decided.
+                            let mut ids: Vec<String> = self.queues.keys().cloned().collect();
                             ids.sort();
                             for session in ids {
-                                self.revisit_session(&session, &why, out);
+                                self.revisit_session(&session, &why, only, out);
                             }
                         }
-                        _ => self.revisit_session(&session_id, &why, out),
+                        _ => self.revisit_session(&session_id, &why, only, out),
                     }
                 }
             }
@@ -1112,15 +1198,47 @@ impl Broker {
         (evaluation, mode)
     }
 
-    /// After the session's grants or mode changed: decide every pending call of
-    /// the session whose answer is no longer "ask"; the others keep their question.
-    fn revisit_session(&mut self, session_id: &str, why: &str, out: &mut Vec<ServerFrame>) {
-        for id in self.pending_of(session_id) {
+    /// After the session's grants, mode or scope changed: decide every pending
+    /// call of the session whose answer is no longer "ask"; the others keep
+    /// their question. With `granted` (after an `always`: the only change is
+    /// these new grants), a call is judged again only when one of them covers
+    /// a `(permission, subject)` it still asks about: grants only ever turn an
+    /// ask into an allow, so any other call would ask again.
+    fn revisit_session(
+        &mut self,
+        session_id: &str,
+        why: &str,
+        granted: Option<&[GrantSpec]>,
+        out: &mut Vec<ServerFrame>,
+    ) {
+        let ids = match granted {
+            None => self.pending_of(session_id),
+            Some(granted) => self
+                .queues
+                .get(session_id)
+                .map(|queue| queue.covered_by(granted))
+                .unwrap_or_default(),
+        };
+        for id in ids {
             let Some(pending) = self.pending.get(&id) else {
                 continue;
             };
             let (evaluation, mode) = self.evaluate_pending(pending);
             if evaluation.action == Action::Ask {
+                // What it asks about now (other grants may have covered part of it).
+                let asking = evaluation
+                    .question
+                    .map(|question| question.approve)
+                    .unwrap_or_default();
+                if let Some(pending) = self.pending.get_mut(&id) {
+                    if pending.asking != asking {
+                        if let Some(queue) = self.queues.get_mut(&pending.session_id) {
+                            queue.unindex(pending.seq, &pending.asking);
+                            queue.index(pending.seq, &asking);
+                        }
+                        pending.asking = asking;
+                    }
+                }
                 continue;
             }
             if let Some(pending) = self.take_pending(&id) {
@@ -1197,7 +1315,12 @@ impl Broker {
                 reminder: Some(reminder),
             }));
             if previous != now {
-                self.revisit_session(id, &format!("the session's mode changed to {now}"), out);
+                self.revisit_session(
+                    id,
+                    &format!("the session's mode changed to {now}"),
+                    None,
+                    out,
+                );
             }
         }
     }
@@ -1385,7 +1508,7 @@ impl Broker {
             }
         }
         for session in subtree {
-            self.revisit_session(&session, "the session was started with a scope", out);
+            self.revisit_session(&session, "the session was started with a scope", None, out);
         }
     }
 
@@ -1568,6 +1691,13 @@ impl Broker {
     /// Remove a pending call from every index and remember its id as answered.
     fn take_pending(&mut self, id: &str) -> Option<Pending> {
         let pending = self.pending.remove(id)?;
+        if let Some(queue) = self.queues.get_mut(&pending.session_id) {
+            queue.order.remove(&pending.seq);
+            queue.unindex(pending.seq, &pending.asking);
+            if queue.order.is_empty() {
+                self.queues.remove(&pending.session_id);
+            }
+        }
         if let Some(session) = self.sessions.get_mut(&pending.session_id) {
             session.live.remove(&pending.call_id);
         }
@@ -1593,13 +1723,10 @@ impl Broker {
 
     /// The permission ids of a session's pending calls, oldest first.
     fn pending_of(&self, session_id: &str) -> Vec<String> {
-        let ordered: BTreeMap<u64, &String> = self
-            .pending
-            .iter()
-            .filter(|(_, pending)| pending.session_id == session_id)
-            .map(|(id, pending)| (pending.seq, id))
-            .collect();
-        ordered.into_values().cloned().collect()
+        self.queues
+            .get(session_id)
+            .map(|queue| queue.order.values().cloned().collect())
+            .unwrap_or_default()
     }
 
     fn grants_frame(&self, session_filter: Option<&str>) -> ServerFrame {
