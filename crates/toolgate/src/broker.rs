@@ -1788,7 +1788,7 @@ impl Broker {
             .collect();
         sessions.sort();
         for (_, session_id) in sessions {
-            self.revisit_session(&session_id, "the policy was reloaded", out);
+            self.revisit_session(&session_id, "the policy was reloaded", None, out);
         }
     }
 }
