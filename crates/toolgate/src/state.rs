@@ -186,9 +186,46 @@ struct Materialised {
     project_root: String,
     project_grants: Vec<StoredGrant>,
     sessions: BTreeMap<String, StoredSession>,
-    /// Shut sessions: fingerprint (16 lowercase hex digits, so sorted as
-    /// the numbers) → why.
-    closed: BTreeMap<String, String>,
+    /// Shut sessions: fingerprint → why (a few bytes each: a broker may
+    /// have shut millions).
+    closed: BTreeMap<u64, Why>,
+}
+
+/// Why a session is shut, as the store keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Why {
+    Ended,
+    Refused,
+    /// Any other text a file held: kept as written (the broker decides what
+    /// it means when it restores).
+    Other(Box<str>),
+}
+
+impl Why {
+    fn of(text: String) -> Why {
+        match text.as_str() {
+            "ended" => Why::Ended,
+            "refused" => Why::Refused,
+            _ => Why::Other(text.into_boxed_str()),
+        }
+    }
+
+    fn text(&self) -> String {
+        match self {
+            Why::Ended => "ended".to_string(),
+            Why::Refused => "refused".to_string(),
+            Why::Other(text) => text.to_string(),
+        }
+    }
+}
+
+/// The number a stored fingerprint (16 lowercase hex digits) stands for.
+fn fingerprint_value(text: &str) -> Option<u64> {
+    let hex = text.len() == 16
+        && text
+            .bytes()
+            .all(|byte| byte.is_ascii_digit() || (b'a'..=b'f').contains(&byte));
+    hex.then(|| u64::from_str_radix(text, 16).ok()).flatten()
 }
 
 impl Materialised {
@@ -220,8 +257,8 @@ impl Materialised {
                 .closed
                 .iter()
                 .map(|(print, why)| StoredClosed {
-                    fingerprint: print.clone(),
-                    why: why.clone(),
+                    fingerprint: format!("{print:016x}"),
+                    why: why.text(),
                 })
                 .collect(),
         }
@@ -230,10 +267,8 @@ impl Materialised {
     fn apply(&mut self, change: Change) {
         match change {
             Change::Session(session) => {
-                self.closed.remove(&format!(
-                    "{:016x}",
-                    session_fingerprint(&session.session_id)
-                ));
+                self.closed
+                    .remove(&session_fingerprint(&session.session_id));
                 self.sessions.insert(session.session_id.clone(), session);
             }
             Change::RemoveSession(id) => {
@@ -249,7 +284,11 @@ impl Materialised {
                 self.project_grants.retain(|grant| grant.grant_id != id);
             }
             Change::Closed(closed) => {
-                self.closed.insert(closed.fingerprint, closed.why);
+                // Checked when read (check_change, parse_state): an unusable
+                // fingerprint never reaches a store.
+                if let Some(print) = fingerprint_value(&closed.fingerprint) {
+                    self.closed.insert(print, Why::of(closed.why));
+                }
             }
         }
     }
@@ -779,31 +818,39 @@ pub fn parse_snapshot(text: &str) -> Result<Snapshot, String> {
 
 /// A state file's snapshot and the journal generation it names.
 fn parse_state(text: &str) -> Result<(Snapshot, Option<u64>), String> {
-    let value: Value =
-        serde_json::from_str(text).map_err(|err| format!("not valid JSON: {err}"))?;
-    match value.get("version") {
-        Some(Value::Number(number)) if number.as_u64() == Some(u64::from(VERSION)) => {}
-        Some(other) => return Err(format!("version {other}, expected {VERSION}")),
-        None => return Err(format!("no version, expected {VERSION}")),
-    }
-    let generation = match value.get("journalGeneration") {
-        None => None,
-        Some(Value::Number(number)) if number.as_u64().is_some() => number.as_u64(),
-        Some(other) => return Err(format!("journalGeneration {other} is not a count")),
+    // A well-formed file is read straight into its types; the generic reading
+    // below (a whole `Value` tree first, several times the file's size) only
+    // runs to name what is wrong with one that is not.
+    let (mut snapshot, generation, legacy_ended) = match serde_json::from_str::<SnapshotFile>(text)
+    {
+        Ok(file) if file.version == VERSION => (
+            Snapshot {
+                version: file.version,
+                project_root: file.project_root,
+                project_grants: file.project_grants,
+                sessions: file.sessions,
+                closed: file.closed,
+            },
+            file.journal_generation,
+            file.ended_sessions,
+        ),
+        _ => parse_state_generic(text)?,
     };
-    // Files of earlier builds list ended sessions by id.
-    let legacy_ended: Vec<String> = match value.get("endedSessions") {
-        None => Vec::new(),
-        Some(ended) => serde_json::from_value(ended.clone())
-            .map_err(|err| format!("not a state file: endedSessions: {err}"))?,
-    };
-    let mut snapshot: Snapshot =
-        serde_json::from_value(value).map_err(|err| format!("not a state file: {err}"))?;
     for id in legacy_ended {
         snapshot.closed.push(StoredClosed {
             fingerprint: format!("{:016x}", session_fingerprint(&id)),
             why: "ended".to_string(),
         });
+    }
+    if let Some(closed) = snapshot
+        .closed
+        .iter()
+        .find(|closed| fingerprint_value(&closed.fingerprint).is_none())
+    {
+        return Err(format!(
+            "the closed fingerprint `{}` is not 16 lowercase hex digits",
+            closed.fingerprint
+        ));
     }
     let grants = snapshot
         .project_grants
@@ -822,6 +869,51 @@ fn parse_state(text: &str) -> Result<(Snapshot, Option<u64>), String> {
         return Err(format!("the session {} is stored twice", pair[0]));
     }
     Ok((snapshot, generation))
+}
+
+/// A state file as written: a [`Snapshot`], the journal generation, and the
+/// `endedSessions` of earlier builds.
+#[derive(Deserialize)]
+struct SnapshotFile {
+    version: u32,
+    #[serde(rename = "projectRoot")]
+    project_root: String,
+    #[serde(rename = "projectGrants")]
+    project_grants: Vec<StoredGrant>,
+    sessions: Vec<StoredSession>,
+    #[serde(default)]
+    closed: Vec<StoredClosed>,
+    #[serde(rename = "journalGeneration", default)]
+    journal_generation: Option<u64>,
+    #[serde(rename = "endedSessions", default)]
+    ended_sessions: Vec<String>,
+}
+
+/// [`parse_state`] through a `Value` tree, naming what is wrong.
+type Parsed = (Snapshot, Option<u64>, Vec<String>);
+
+fn parse_state_generic(text: &str) -> Result<Parsed, String> {
+    let value: Value =
+        serde_json::from_str(text).map_err(|err| format!("not valid JSON: {err}"))?;
+    match value.get("version") {
+        Some(Value::Number(number)) if number.as_u64() == Some(u64::from(VERSION)) => {}
+        Some(other) => return Err(format!("version {other}, expected {VERSION}")),
+        None => return Err(format!("no version, expected {VERSION}")),
+    }
+    let generation = match value.get("journalGeneration") {
+        None => None,
+        Some(Value::Number(number)) if number.as_u64().is_some() => number.as_u64(),
+        Some(other) => return Err(format!("journalGeneration {other} is not a count")),
+    };
+    // Files of earlier builds list ended sessions by id.
+    let legacy_ended: Vec<String> = match value.get("endedSessions") {
+        None => Vec::new(),
+        Some(ended) => serde_json::from_value(ended.clone())
+            .map_err(|err| format!("not a state file: endedSessions: {err}"))?,
+    };
+    let snapshot: Snapshot =
+        serde_json::from_value(value).map_err(|err| format!("not a state file: {err}"))?;
+    Ok((snapshot, generation, legacy_ended))
 }
 
 /// What a state file and its journal hold, read.
@@ -976,12 +1068,7 @@ fn check_change(change: &Change) -> Result<(), String> {
         Change::Session(session) => session.grants.iter().try_for_each(check_grant),
         Change::SessionGrant(grant) | Change::ProjectGrant(grant) => check_grant(grant),
         Change::Closed(closed) => {
-            let hex = closed.fingerprint.len() == 16
-                && closed
-                    .fingerprint
-                    .bytes()
-                    .all(|byte| byte.is_ascii_digit() || (b'a'..=b'f').contains(&byte));
-            if hex {
+            if fingerprint_value(&closed.fingerprint).is_some() {
                 Ok(())
             } else {
                 Err(format!(

@@ -159,6 +159,9 @@ const UNUSABLE: &[(&str, &str, &str)] = &[
     ("mistyped grant", "{\"version\":1,\"projectRoot\":\"/work/project\",\"projectGrants\":[{\"grantID\":\"g\",\"permission\":\"bash\",\"pattern\":\"x\",\"literal\":-1,\"sessionID\":\"s\"}],\"sessions\":[]}", "not a state file"),
     ("literal too long", "{\"version\":1,\"projectRoot\":\"/work/project\",\"projectGrants\":[{\"grantID\":\"g\",\"permission\":\"bash\",\"pattern\":\"ls *\",\"literal\":9,\"sessionID\":\"s\"}],\"sessions\":[]}", "grant g: literal length 9 does not fit the pattern `ls *`"),
     ("literal inside a character", "{\"version\":1,\"projectRoot\":\"/work/project\",\"projectGrants\":[],\"sessions\":[{\"sessionID\":\"s\",\"mode\":\"ask\",\"grants\":[{\"grantID\":\"g\",\"permission\":\"edit\",\"pattern\":\"é*\",\"literal\":1,\"sessionID\":\"s\"}]}]}", "literal length 1 does not fit"),
+    ("fingerprint not hex", "{\"version\":1,\"projectRoot\":\"/work/project\",\"projectGrants\":[],\"sessions\":[],\"closed\":[{\"fingerprint\":\"00000000000000zz\",\"why\":\"ended\"}]}", "the closed fingerprint `00000000000000zz` is not 16 lowercase hex digits"),
+    ("fingerprint too short", "{\"version\":1,\"projectRoot\":\"/work/project\",\"projectGrants\":[],\"sessions\":[],\"closed\":[{\"fingerprint\":\"abc\",\"why\":\"refused\"}]}", "the closed fingerprint `abc` is not"),
+    ("journalGeneration not a count", "{\"version\":1,\"projectRoot\":\"/work/project\",\"projectGrants\":[],\"sessions\":[],\"journalGeneration\":-3}", "journalGeneration -3 is not a count"),
     ("session twice", "{\"version\":1,\"projectRoot\":\"/work/project\",\"projectGrants\":[],\"sessions\":[{\"sessionID\":\"s\",\"mode\":\"ask\",\"grants\":[]},{\"sessionID\":\"s\",\"mode\":\"plan\",\"grants\":[]}]}", "the session s is stored twice"),
 ];
 
