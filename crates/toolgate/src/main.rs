@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use std::sync::mpsc::Receiver;
+use std::sync::mpsc::{Receiver, Sender};
 use toolgate::broker::{Broker, BrokerConfig, OnAsk};
 
 use toolgate::clock::{Clock, SystemClock, UuidIds};
@@ -264,7 +264,10 @@ fn grants(command: GrantsCommand, outer: Option<PathBuf>) -> ExitCode {
 /// not load, or that would move the project root, is reported on stderr and
 /// the one in force stays.
 #[cfg(unix)]
-fn watch_signals(settings: Settings, root: PathBuf) -> Option<Receiver<Control>> {
+fn watch_signals(
+    settings: Settings,
+    root: PathBuf,
+) -> Option<(Sender<Control>, Receiver<Control>)> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     let mut signals = match signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP]) {
         Ok(signals) => signals,
@@ -274,6 +277,7 @@ fn watch_signals(settings: Settings, root: PathBuf) -> Option<Receiver<Control>>
         }
     };
     let (orders, control) = std::sync::mpsc::channel();
+    let finished = orders.clone();
     std::thread::spawn(move || {
         for signal in signals.forever() {
             let order = match signal {
@@ -311,12 +315,15 @@ fn watch_signals(settings: Settings, root: PathBuf) -> Option<Receiver<Control>>
             }
         }
     });
-    Some(control)
+    Some((finished, control))
 }
 
 /// No signals to watch off Unix.
 #[cfg(not(unix))]
-fn watch_signals(_settings: Settings, _root: PathBuf) -> Option<Receiver<Control>> {
+fn watch_signals(
+    _settings: Settings,
+    _root: PathBuf,
+) -> Option<(Sender<Control>, Receiver<Control>)> {
     None
 }
 

@@ -17,7 +17,7 @@
 
 use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, TryLockError};
 use std::time::Duration;
 
@@ -199,6 +199,9 @@ pub enum Control {
         /// Where it came from, for the line on stderr.
         source: String,
     },
+    /// Sent by the transport itself when it has finished, so that the
+    /// control thread ends at once rather than at its next look.
+    Done,
 }
 
 /// Serve one client: write `ready`, then answer frames until end of input or
@@ -212,13 +215,15 @@ where
 }
 
 /// [`run`], also acting on what arrives on `control` (signals) while the
-/// reader may be blocked on its input.
+/// reader may be blocked on its input. `control` is the channel's receiving
+/// end with a sender of the same channel, on which the transport says
+/// [`Control::Done`] when it has finished.
 pub fn run_controlled<R, W>(
     input: R,
     output: W,
     broker: Broker,
     max_frame_bytes: usize,
-    control: Option<Receiver<Control>>,
+    control: Option<(Sender<Control>, Receiver<Control>)>,
 ) -> io::Result<()>
 where
     R: Read,
@@ -240,10 +245,14 @@ where
 
     std::thread::scope(|scope| {
         scope.spawn(|| expire_deadlines(&state, &wake));
-        if let Some(control) = control {
-            let (state, wake, holding) = (&state, &wake, &holding);
-            scope.spawn(move || obey(state, wake, holding, &control));
-        }
+        let finished = match control {
+            Some((finished, control)) => {
+                let (state, wake, holding) = (&state, &wake, &holding);
+                scope.spawn(move || obey(state, wake, holding, &control));
+                Some(finished)
+            }
+            None => None,
+        };
         let mut reader = BufReader::with_capacity(1 << 16, input);
         let mut number: u64 = 0;
         let mut batch: Vec<Line> = Vec::new();
@@ -299,6 +308,11 @@ where
             if done {
                 break;
             }
+        }
+        if let Some(finished) = finished {
+            // The control thread may be gone already (it ends on its own
+            // once it sees the transport done); nothing is lost then.
+            let _ = finished.send(Control::Done);
         }
     });
     let shared = state.into_inner().unwrap_or_else(PoisonError::into_inner);
@@ -370,6 +384,7 @@ fn obey<W: Write>(
                     std::process::exit(1);
                 }
             },
+            Control::Done => return,
             Control::Reload { .. } => match lock_within(state, STOP_PATIENCE) {
                 Some(shared) => shared,
                 None => {
@@ -388,6 +403,7 @@ fn obey<W: Write>(
             return;
         }
         match order {
+            Control::Done => return,
             Control::Stop(signal) => {
                 let pending = shared.broker.pending_count();
                 let Shared { broker, frames, .. } = &mut *shared;
