@@ -294,17 +294,44 @@ fn explain_unreadable(text: &str, err: &serde_json::Error) -> DecodeError {
         .and_then(Value::as_str)
         .map(str::to_string);
     let tool_call = object.get("type").and_then(Value::as_str) == Some("tool_call");
+    let message = format!("the frame is ambiguous: {err}");
+    let session_id = session_of(object.get("sessionID"));
+    // `callID` itself given twice: every id it was given is a call the
+    // client may wait on, and each gets its one denial.
+    let mut earlier: Vec<String> = Vec::new();
+    if tool_call {
+        let found = scan::scan(text.as_bytes());
+        if let Some(head) = found.heads.first() {
+            for id in head.earlier_call_ids.iter().filter_map(scan::Field::text) {
+                if Some(id) != call_id.as_deref() && !earlier.iter().any(|seen| seen == id) {
+                    earlier.push(id.to_string());
+                }
+            }
+        }
+    }
+    let others = earlier
+        .into_iter()
+        .map(|id| DecodeError {
+            code: ErrorCode::InvalidFrame,
+            message: message.clone(),
+            call_id: Some(id),
+            permission_id: None,
+            session_id: session_id.clone(),
+            tool_call,
+            others: Box::default(),
+        })
+        .collect();
     DecodeError {
         code: ErrorCode::InvalidFrame,
-        message: format!("the frame is ambiguous: {err}"),
+        message,
         call_id,
         permission_id: permission_of(
             object.get("permissionID").map(Value::as_str),
             object.get("permission_id").map(Value::as_str),
         ),
-        session_id: session_of(object.get("sessionID")),
+        session_id,
         tool_call,
-        others: Box::default(),
+        others,
     }
 }
 

@@ -41,8 +41,11 @@ impl Field {
 pub struct Head {
     /// `type` (the last one, when given twice).
     pub kind: Option<Field>,
-    /// `callID`.
+    /// `callID` (the last one, when given twice).
     pub call_id: Option<Field>,
+    /// Every `callID` before the last, when the key is given more than once:
+    /// each is a call the client may be waiting on.
+    pub earlier_call_ids: Vec<Field>,
     /// `sessionID`.
     pub session_id: Option<Field>,
     /// `permissionID`.
@@ -240,6 +243,11 @@ impl Reader<'_> {
                 wanted.then_some(Field::Unreadable)
             };
             if let Some(field) = field {
+                if key.as_deref() == Some("callID") {
+                    if let Some(earlier) = head.call_id.take() {
+                        head.earlier_call_ids.push(earlier);
+                    }
+                }
                 let slot = match key.as_deref() {
                     Some("type") => &mut head.kind,
                     Some("callID") => &mut head.call_id,

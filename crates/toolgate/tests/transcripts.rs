@@ -300,7 +300,21 @@ fn readable_calls(line: &[u8]) -> usize {
     if let Ok(Value::Object(frame)) = serde_json::from_slice::<Value>(line) {
         let call = frame.get("type").and_then(Value::as_str) == Some("tool_call")
             && frame.get("callID").is_some_and(Value::is_string);
-        return usize::from(call);
+        if !call {
+            return 0;
+        }
+        // `callID` given more than once: each distinct id is owed a decision.
+        let mut ids: Vec<&str> = Vec::new();
+        let found = toolgate_protocol::scan::scan(line);
+        if let Some(head) = found.heads.first() {
+            let all = head.earlier_call_ids.iter().chain(&head.call_id);
+            for id in all.filter_map(toolgate_protocol::scan::Field::text) {
+                if !ids.contains(&id) {
+                    ids.push(id);
+                }
+            }
+        }
+        return ids.len().max(1);
     }
     if toolgate_protocol::decode(line).is_ok() {
         return 0;
