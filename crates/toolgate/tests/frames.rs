@@ -187,6 +187,8 @@ fn regressions() {
     let cases: &[&[u8]] = &[
         b"{\"type\":\"tool_call\",\"callID\":\"a\",\"tool\":\"Read\",\"input\":{\"file_path\":\"x\"}}{\"type\":\"tool_call\",\"callID\":\"a\"}\n",
         b"\xEF\xBB\xBF{\"type\":\"tool_call\",\"callID\":\"a\",\"tool\":\"Read\",\"input\":{\"file_path\":\"x\"}}\n",
+        // The frame fuzz target, in CI: callID given twice owes both ids.
+        b"{\"type\":\"tool_call\",\"callID\":\"tool_call\",\"callID\":\"p2\"}\r\n",
     ];
     // Found while attacking the binary: a tool_call longer than the frame
     // limit, a line of many empty objects, a byte order mark after line 1.

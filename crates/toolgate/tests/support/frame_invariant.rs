@@ -67,7 +67,24 @@ fn owed_calls(line: &Line, number: u64) -> Vec<Key> {
                         .get("sessionID")
                         .and_then(Value::as_str)
                         .unwrap_or("main");
-                    vec![(session.to_string(), call.to_string())]
+                    // `callID` given more than once: every distinct id is owed.
+                    let mut owed = vec![(session.to_string(), call.to_string())];
+                    let found = toolgate_protocol::scan::scan(bytes);
+                    let earlier = found
+                        .heads
+                        .first()
+                        .map(|head| head.earlier_call_ids.as_slice())
+                        .unwrap_or_default();
+                    for id in earlier
+                        .iter()
+                        .filter_map(toolgate_protocol::scan::Field::text)
+                    {
+                        let key = (session.to_string(), id.to_string());
+                        if !owed.contains(&key) {
+                            owed.push(key);
+                        }
+                    }
+                    owed
                 }
                 _ => Vec::new(),
             }
