@@ -733,7 +733,8 @@ fn type_name(value: &Value) -> &'static str {
     }
 }
 
-fn truncate(text: &str, max: usize) -> String {
+/// `text` cut to at most `max` bytes (on a character boundary), with `…`.
+pub(crate) fn truncate(text: &str, max: usize) -> String {
     if text.len() <= max {
         return text.to_string();
     }

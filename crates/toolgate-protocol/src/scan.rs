@@ -178,20 +178,9 @@ struct Reader<'a> {
 fn place(key: Option<&str>) -> String {
     match key {
         Some("input") => "the input".into(),
-        Some(key) => format!("`{}`", clip(key, 40)),
+        Some(key) => format!("`{}`", crate::decode::truncate(key, 40)),
         None => "the frame".into(),
     }
-}
-
-fn clip(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_string();
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
 }
 
 impl Reader<'_> {
@@ -331,7 +320,7 @@ impl Reader<'_> {
                         *problem = Some(format!(
                             "{} holds the number {}, which is out of range",
                             place(key),
-                            clip(&text, 40)
+                            crate::decode::truncate(&text, 40)
                         ));
                     }
                 }
@@ -345,7 +334,7 @@ impl Reader<'_> {
                         *problem = Some(format!(
                             "{} holds `{}`, which is not JSON",
                             place(key),
-                            clip(&String::from_utf8_lossy(word), 40)
+                            crate::decode::truncate(&String::from_utf8_lossy(word), 40)
                         ));
                     }
                 }

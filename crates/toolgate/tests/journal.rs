@@ -138,6 +138,24 @@ impl Killable {
         }
     }
 
+    /// The next complete output line; `None` once the output closed or, after
+    /// the kill, stayed quiet. Fails when a live broker stops answering.
+    fn next_line(&self, killed: bool) -> Option<String> {
+        let patience = if killed {
+            Duration::from_secs(5)
+        } else {
+            PATIENCE
+        };
+        match self.lines.recv_timeout(patience) {
+            Ok(line) => Some(line),
+            Err(mpsc::RecvTimeoutError::Disconnected) => None,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                assert!(killed, "the broker stopped answering");
+                None
+            }
+        }
+    }
+
     fn send(&mut self, line: &str) {
         // The broker may be dead already: a broken pipe is expected.
         let _ = self.stdin.write_all(format!("{line}\n").as_bytes());
@@ -195,19 +213,7 @@ fn kill_9_during_floods_loses_nothing_reported() {
         }
         let mut seen = 0usize;
         let mut killed = false;
-        loop {
-            let line = match broker.lines.recv_timeout(if killed {
-                Duration::from_secs(5)
-            } else {
-                PATIENCE
-            }) {
-                Ok(line) => line,
-                Err(mpsc::RecvTimeoutError::Disconnected) => break,
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    assert!(killed, "the broker stopped answering");
-                    break;
-                }
-            };
+        while let Some(line) = broker.next_line(killed) {
             let frame: Value = serde_json::from_str(&line).unwrap();
             reported.note(&frame, &commands);
             seen += 1;
@@ -581,19 +587,7 @@ fn kill_9_keeps_reported_ended_and_refused_sessions_closed() {
         let mut seen = 0usize;
         let mut killed = false;
         let mut lines = Vec::new();
-        loop {
-            let line = match broker.lines.recv_timeout(if killed {
-                Duration::from_secs(5)
-            } else {
-                PATIENCE
-            }) {
-                Ok(line) => line,
-                Err(mpsc::RecvTimeoutError::Disconnected) => break,
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    assert!(killed, "the broker stopped answering");
-                    break;
-                }
-            };
+        while let Some(line) = broker.next_line(killed) {
             lines.push(line);
             seen += 1;
             if !killed && seen >= kill_after {

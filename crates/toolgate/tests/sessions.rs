@@ -41,45 +41,20 @@ fn run(root: &Path, args: &[String], frames: &[String]) -> Vec<String> {
 
 /// [`run`] with more environment variables.
 fn run_with(root: &Path, args: &[String], env: &[(&str, &str)], frames: &[String]) -> Vec<String> {
-    use std::io::{Read, Write};
-    use std::process::{Command, Stdio};
-
-    let mut child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
-        .args(args)
-        .envs(env.iter().copied())
-        .current_dir(root)
-        .env_remove("TOOLGATE_PERMISSION")
-        .env("RUST_LOG", "warn")
-        .env("HOME", "/home/tester")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let env: Vec<(String, String)> = env
+        .iter()
+        .map(|(key, value)| (key.to_string(), value.to_string()))
+        .collect();
+    let mut broker = support::Broker::start(root, args, &env);
     let mut text = String::new();
     for frame in frames {
-        writeln!(text, "{frame}").unwrap();
+        text.push_str(frame);
+        text.push('\n');
     }
-    let mut stdin = child.stdin.take().unwrap();
-    let writer = std::thread::spawn(move || stdin.write_all(text.as_bytes()).unwrap());
-    let mut stderr = child.stderr.take().unwrap();
-    let errors = std::thread::spawn(move || {
-        let mut text = String::new();
-        stderr.read_to_string(&mut text).unwrap();
-        text
-    });
-    let mut output = String::new();
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut output)
-        .unwrap();
-    writer.join().unwrap();
-    let status = child.wait().unwrap();
-    let stderr = errors.join().unwrap();
+    broker.send_raw(text.as_bytes());
+    let (status, lines, stderr) = broker.finish();
     assert!(status.success(), "{stderr}");
-    output.lines().map(str::to_string).collect()
+    lines
 }
 
 #[test]

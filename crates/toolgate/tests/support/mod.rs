@@ -197,33 +197,7 @@ impl Broker {
     /// Close stdin and wait for the exit; returns the status, all stdout lines, and stderr.
     pub fn finish(mut self) -> (ExitStatus, Vec<String>, String) {
         drop(self.stdin.take());
-        let deadline = Instant::now() + PATIENCE;
-        let status = loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                break status;
-            }
-            if Instant::now() > deadline {
-                let _ = self.child.kill();
-                panic!(
-                    "toolgate did not exit after end of input; output:\n{}",
-                    self.lines().join("\n")
-                );
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        };
-        // Let the reader threads drain the pipes.
-        let closed = Instant::now();
-        let mut last = usize::MAX;
-        loop {
-            let count = self.lines().len();
-            if count == last || closed.elapsed() > Duration::from_secs(2) {
-                break;
-            }
-            last = count;
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let stderr = self.stderr.lock().unwrap().clone();
-        (status, self.lines(), stderr)
+        self.wait_exit()
     }
 }
 
