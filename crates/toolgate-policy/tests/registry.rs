@@ -6,7 +6,7 @@
 
 use toolgate_policy::{Kind, Registry};
 
-/// The built-in tool names of `../shared/spec/policy.md`, agent by agent, with
+/// The built-in tool names of the first-wave policy requirements, agent by agent, with
 /// the kind each must have. A name two agents share (`glob`) is listed twice.
 const SPEC: &[(&str, &[(&str, Kind)])] = &[
     (
