@@ -312,15 +312,7 @@ fn the_last_matching_layer_decides() {
             )
         },
         // Auto lifts the mode's questions and the built-in defaults' ...
-        row(
-            None,
-            None,
-            None,
-            Auto,
-            "Read",
-            read(".env"),
-            "allow mode",
-        ),
+        row(None, None, None, Auto, "Read", read(".env"), "allow mode"),
         row(
             None,
             None,
