@@ -328,13 +328,12 @@ impl Policy {
         }
     }
 
-    /// A `deny` rule for the batch tool's own permission (subject `*`), from
-    /// either source.
+    /// The deciding rule for the batch tool's own permission (subject `*`),
+    /// when it denies.
     fn deny_rule(&self, permission: &str) -> Option<RuleRef> {
-        [&self.rules, &self.overrides]
-            .into_iter()
-            .filter_map(|rules| rules.last_match(permission, "*"))
-            .find(|rule| rule.action == Action::Deny)
+        self.rules
+            .last_match(permission, "*")
+            .filter(|rule| rule.action == Action::Deny)
             .map(|rule| RuleRef {
                 permission: rule.permission.as_str().to_string(),
                 pattern: rule.pattern.as_str().to_string(),

@@ -1,5 +1,7 @@
 //! The policy file (`--policy FILE` or `toolgate.json`) and how the sources
-//! combine into one [`Policy`].
+//! combine into one [`Policy`]: the rules of the built-in defaults, the
+//! file's `permission` and each override, in that order, form one list in
+//! which the last matching rule decides.
 
 use std::path::PathBuf;
 
@@ -7,7 +9,7 @@ use serde_json::Value;
 
 use crate::error::PolicyError;
 use crate::mode::{mode_answer, Action, Kind, Mode};
-use crate::rules::{merge_deep, Ruleset};
+use crate::rules::Ruleset;
 use crate::tools::{Registry, ToolSpec};
 use crate::wildcard::Wildcard;
 use crate::Policy;
@@ -213,7 +215,7 @@ pub struct Sources {
     /// The policy file and the name to report it by.
     pub file: Option<(String, PolicyFile)>,
     /// `TOOLGATE_PERMISSION` then `--permission`, each with its origin name:
-    /// merged key by key (later wins) into one override.
+    /// each a layer after the policy file's rules (the last match decides).
     pub overrides: Vec<(String, Value)>,
     /// `--ask-timeout`, which beats the file's `askTimeoutSeconds`.
     pub ask_timeout_seconds: Option<u64>,
@@ -267,27 +269,11 @@ impl Policy {
             }
         }
 
-        let mut merged: Option<Value> = None;
-        let mut override_origin = String::new();
+        // Each override is a layer of its own, after the policy file: its rules
+        // keep their origin, and the last match over all layers decides.
         for (origin, value) in &sources.overrides {
-            // Check each source on its own so the error names it.
-            Ruleset::parse(value, origin, "permission", origin, home)?;
-            merged = Some(match merged {
-                Some(base) => merge_deep(&base, value),
-                None => value.clone(),
-            });
-            override_origin = origin.clone();
+            rules.extend(Ruleset::parse(value, origin, "permission", origin, home)?);
         }
-        let overrides = match &merged {
-            Some(value) => Ruleset::parse(
-                value,
-                &override_origin,
-                "permission",
-                &override_origin,
-                home,
-            )?,
-            None => Ruleset::default(),
-        };
 
         let policy_file = file.map(|(_, policy)| policy);
         let mode = sources
@@ -320,7 +306,6 @@ impl Policy {
         let read_guards = rules
             .rules()
             .iter()
-            .chain(overrides.rules())
             .filter(|rule| {
                 rule.permission.matches("read")
                     && rule.action != Action::Allow
@@ -340,7 +325,6 @@ impl Policy {
                 home: sources.home,
                 registry,
                 rules,
-                overrides,
                 plan_allowed,
                 always_available,
                 ask_timeout_seconds,

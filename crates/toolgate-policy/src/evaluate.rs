@@ -3,10 +3,26 @@
 //! A call becomes a list of *checks*, one per thing it touches: each simple
 //! command of a shell call, each path of an edit, the directory it leaves the
 //! project for (`external_directory`), the repetition it makes (`doom_loop`).
-//! Each check gets the mode's answer, then the rules' (which replace it unless
-//! the mode denies), then `readonly` turns asks into denials, a `once` or a grant
-//! turns a remaining ask into allow, and `auto` allows what would still ask. The
-//! call's answer is the strictest check's.
+//! Each check is judged in this order:
+//!
+//! 1. the session's scope: outside it, denied;
+//! 2. the mode's answer: a mode denial is final;
+//! 3. the rules': the last matching rule over every layer in order (built-in
+//!    defaults, policy file, `TOOLGATE_PERMISSION`, `--permission`) replaces
+//!    the mode's allow or ask;
+//! 4. tightening passes, which only ever make the answer stricter: a read rule
+//!    a shell word reaches, the command after wrapper removal or inside
+//!    `bash -c`, and for a command whose program cannot be known the strictest
+//!    deny or ask rule that can still decide for the permission;
+//! 5. a deny is final from here on; `readonly` turns an ask into a denial;
+//! 6. a `once` for this call, a session grant or a project grant turns an ask
+//!    into allow;
+//! 7. `auto` allows what would still ask, unless the rule that asks was
+//!    written by the user (policy file or override) or is the built-in
+//!    doom-loop guard: `auto` lifts its own questions and the other built-in
+//!    defaults' (`.env`, `external_directory`), never the user's.
+//!
+//! The call's answer is the strictest check's.
 
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
@@ -545,8 +561,14 @@ impl Policy {
                 rule: None,
             };
         }
+        // Whether the deciding rule is one the user wrote (or the doom-loop
+        // guard): an ask from it is not lifted by `auto`.
+        let mut binds = false;
         let mut outcome = match self.rule_for(&check.permission, &check.subject) {
-            Some(rule) => rule_outcome(rule, &check.subject),
+            Some(rule) => {
+                binds = binds_in_auto(rule, &check.permission);
+                rule_outcome(rule, &check.subject)
+            }
             None => Outcome {
                 action: check.mode_action,
                 source: Source::Mode,
@@ -554,8 +576,18 @@ impl Policy {
                 rule: None,
             },
         };
+        // A tightening pass takes a rule that is stricter, or one that asks as
+        // the answer does but binds where the answer's rule does not.
+        let tightens = |rule: &Rule, outcome: &Outcome, binds: bool| {
+            rule.action > outcome.action
+                || (rule.action == Action::Ask
+                    && outcome.action == Action::Ask
+                    && !binds
+                    && binds_in_auto(rule, &check.permission))
+        };
         if let Some((rule, reach)) = check.reached.as_deref() {
-            if rule.action > outcome.action {
+            if tightens(rule, &outcome, binds) {
+                binds = binds_in_auto(rule, &check.permission);
                 outcome = rule_outcome(rule, &check.subject);
                 outcome.reason = format!("{} ({})", outcome.reason, reach.phrase());
             }
@@ -564,7 +596,8 @@ impl Policy {
         // tightens the answer; an allow there never loosens it.
         for inner in &check.inner {
             if let Some(rule) = self.rule_for(&check.permission, inner) {
-                if rule.action > outcome.action {
+                if tightens(rule, &outcome, binds) {
+                    binds = binds_in_auto(rule, &check.permission);
                     outcome = rule_outcome(rule, inner);
                 }
             }
@@ -574,7 +607,8 @@ impl Policy {
         // ask rule of the permission may match it.
         if check.runs_unknown {
             if let Some(rule) = self.strictest_rule_of(&check.permission) {
-                if rule.action > outcome.action {
+                if tightens(rule, &outcome, binds) {
+                    binds = binds_in_auto(rule, &check.permission);
                     outcome = rule_outcome(rule, &check.subject);
                     outcome.reason = format!(
                         "{} (what it runs cannot be known, so the rule may match it)",
@@ -631,7 +665,9 @@ impl Policy {
                 };
             }
         }
-        if mode == Mode::Auto {
+        // `auto` lifts its own questions and the built-in defaults' (`.env`,
+        // `external_directory`), never a rule the user wrote nor the doom loop.
+        if mode == Mode::Auto && !binds {
             return Outcome {
                 action: Action::Allow,
                 source: Source::Mode,
@@ -650,15 +686,18 @@ impl Policy {
             .filter(|rule| rule.action != Action::Allow && rule.pattern.as_str() != "*")
     }
 
-    /// The deciding rule for a permission and subject: the last match of the
-    /// defaults and policy file, and of the overrides; the stricter when both match.
-    /// The strictest deny or ask rule written for `permission` (the last one
-    /// written among the strictest), whatever its pattern.
+    /// The strictest deny or ask rule that can still decide for `permission`
+    /// (the last one written among the strictest), whatever its pattern: the
+    /// rules from the last `*` rule of the permission on (a rule before it is
+    /// never the last match for any subject).
     fn strictest_rule_of(&self, permission: &str) -> Option<&Rule> {
-        self.rules
-            .rules()
+        let rules = self.rules.rules();
+        let live = rules
             .iter()
-            .chain(self.overrides.rules())
+            .rposition(|rule| rule.permission.matches(permission) && rule.pattern.as_str() == "*")
+            .unwrap_or(0);
+        rules[live..]
+            .iter()
             .filter(|rule| rule.action > Action::Allow && rule.permission.matches(permission))
             .fold(None, |best: Option<&Rule>, rule| match best {
                 Some(best) if best.action > rule.action => Some(best),
@@ -666,14 +705,11 @@ impl Policy {
             })
     }
 
+    /// The deciding rule for a permission and subject: the last match over
+    /// every layer (built-in defaults, policy file, `TOOLGATE_PERMISSION`,
+    /// `--permission`).
     fn rule_for(&self, permission: &str, subject: &str) -> Option<&Rule> {
-        let base = self.rules.last_match(permission, subject);
-        let over = self.overrides.last_match(permission, subject);
-        match (base, over) {
-            (Some(base), Some(over)) if base.action > over.action => Some(base),
-            (_, Some(over)) => Some(over),
-            (base, None) => base,
-        }
+        self.rules.last_match(permission, subject)
     }
 }
 
@@ -839,16 +875,12 @@ impl Policy {
     /// Is there a deny or ask read rule that names a place in the tree
     /// (`secrets/**`), which a directory read recursively can reach?
     fn anchored_read_guard(&self) -> bool {
-        self.rules
-            .rules()
-            .iter()
-            .chain(self.overrides.rules())
-            .any(|rule| {
-                rule.permission.matches("read")
-                    && rule.action != Action::Allow
-                    && rule.pattern.as_str() != "*"
-                    && names_a_place(rule.pattern.as_str())
-            })
+        self.rules.rules().iter().any(|rule| {
+            rule.permission.matches("read")
+                && rule.action != Action::Allow
+                && rule.pattern.as_str() != "*"
+                && names_a_place(rule.pattern.as_str())
+        })
     }
 
     fn shell_word_checks(
@@ -1082,7 +1114,7 @@ impl Policy {
     }
 
     fn guards(&self) -> Vec<Guard<'_>> {
-        crate::shell_words::guards([&self.rules, &self.overrides], &self.project_root)
+        crate::shell_words::guards(&self.rules, &self.project_root)
     }
 }
 
@@ -1253,6 +1285,14 @@ fn unknown_program(text: &str) -> bool {
         }
         _ => false,
     }
+}
+
+/// Does an ask from this rule hold in `auto`? So it does for every rule the
+/// user wrote (policy file, `TOOLGATE_PERMISSION`, `--permission`) and for
+/// the built-in doom-loop guard; the other built-in defaults are questions
+/// `auto` was chosen to skip.
+fn binds_in_auto(rule: &Rule, permission: &str) -> bool {
+    !rule.builtin || permission == "doom_loop"
 }
 
 fn rule_outcome(rule: &Rule, subject: &str) -> Outcome {

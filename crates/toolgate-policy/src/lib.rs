@@ -68,7 +68,7 @@ pub use grants::{Grant, GrantPattern, GrantSpec, Grants};
 pub use mode::{mode_answer, Action, Kind, Mode, UnknownMode};
 pub use paths::{normalize, RootedPath};
 pub use reminder::{reminder, reminder_in};
-pub use rules::{merge_deep, Rule, Ruleset};
+pub use rules::{Rule, Ruleset};
 pub use scope::{
     EffectiveScope, Scope, ScopeError, ScopeLayer, ScopeRefusal, ScopeRules, ScopeTarget,
 };
@@ -86,11 +86,10 @@ pub struct Policy {
     pub home: Option<PathBuf>,
     /// Tool names → permission, kind, subject.
     pub registry: Registry,
-    /// Built-in defaults followed by the policy file's rules: last match wins.
+    /// Every layer's rules in order, each with its origin: the built-in
+    /// defaults, the policy file's `permission`, `TOOLGATE_PERMISSION`,
+    /// `--permission`. The last matching rule decides.
     pub rules: Ruleset,
-    /// `TOOLGATE_PERMISSION` merged with `--permission`: a second source; where
-    /// both sources match, the stricter answer wins.
-    pub overrides: Ruleset,
     /// `planModeAllowedTools` that survived the writer check.
     pub plan_allowed: Vec<Wildcard>,
     /// `alwaysAvailableTools`.

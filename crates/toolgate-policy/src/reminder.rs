@@ -80,7 +80,9 @@ pub fn reminder_in(policy: &Policy, mode: Mode, scope: &Scope, never_ask: bool) 
         Mode::ReadOnly => "Read-only mode is active. You may research but nothing that changes files, runs programs or starts agents will run, and nothing will be asked.",
         Mode::Ask => "Ask mode is active: anything beyond reading is put to the user first.",
         Mode::AutoEdit => "Auto-edit mode is active: file edits run without asking; other changes are put to the user first.",
-        Mode::Auto => "Auto mode is active: tool calls run without asking, except what rules deny.",
+        // An ask rule the user wrote, and the doom-loop guard, still ask in auto.
+        Mode::Auto if never_ask => "Auto mode is active: tool calls run without asking, except that what the rules deny or ask about (and a third identical call in a row) is denied.",
+        Mode::Auto => "Auto mode is active: tool calls run without asking, except that what the rules deny is denied and what they ask about (and a third identical call in a row) is put to the user first.",
     };
     let mut text = String::from("<system-reminder>\n");
     text.push_str(opening);

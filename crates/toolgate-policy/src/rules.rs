@@ -1,10 +1,14 @@
 //! OpenCode's `permission` config as an ordered list of rules: the last
-//! matching rule wins.
+//! matching rule wins. A policy's rules are its layers one after the other
+//! (the built-in defaults, the policy file's `permission`,
+//! `TOOLGATE_PERMISSION`, `--permission`), each rule keeping its origin, so a
+//! later layer overrides an earlier one where both match, as OpenCode's
+//! `PermissionNext.merge(defaults, config, agent)` does.
 
 use std::path::Path;
 use std::sync::Arc;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::error::PolicyError;
 use crate::mode::Action;
@@ -21,6 +25,9 @@ pub struct Rule {
     pub action: Action,
     /// Where it was written: a file path, `--permission`, `TOOLGATE_PERMISSION` or `built-in`.
     pub origin: Arc<str>,
+    /// One of [`Ruleset::builtin_defaults`] (not written by the user, whatever
+    /// `origin` reads: a policy file may be named `built-in`).
+    pub builtin: bool,
 }
 
 /// Rules in written order.
@@ -39,6 +46,7 @@ impl Ruleset {
             pattern: Wildcard::new(pattern),
             action,
             origin: origin.clone(),
+            builtin: true,
         };
         Ruleset {
             rules: vec![
@@ -71,6 +79,7 @@ impl Ruleset {
                     pattern: Wildcard::new("*"),
                     action: parse_action(action, file, key)?,
                     origin,
+                    builtin: false,
                 });
             }
             Value::Object(object) => {
@@ -89,6 +98,7 @@ impl Ruleset {
                             pattern: Wildcard::new("*"),
                             action: parse_action(action, file, &here)?,
                             origin: origin.clone(),
+                            builtin: false,
                         }),
                         Value::Object(patterns) => {
                             for (pattern, action) in patterns {
@@ -108,6 +118,7 @@ impl Ruleset {
                                     pattern: Wildcard::new(&expand_home(pattern, home)),
                                     action: parse_action(action, file, &here)?,
                                     origin: origin.clone(),
+                                    builtin: false,
                                 });
                             }
                         }
@@ -132,7 +143,8 @@ impl Ruleset {
         Ok(Ruleset { rules })
     }
 
-    /// Append `other`'s rules after this set's: they win where both match.
+    /// Append `other`'s rules after this set's (the next layer): they win
+    /// where both match.
     pub fn extend(&mut self, other: Ruleset) {
         self.rules.extend(other.rules);
     }
@@ -181,25 +193,6 @@ pub fn expand_home(pattern: &str, home: Option<&Path>) -> String {
         }
     }
     pattern.to_string()
-}
-
-/// OpenCode's `mergeDeep` for `permission` values: objects merge key by key
-/// (a key keeps its place, new keys go last), anything else replaces.
-pub fn merge_deep(base: &Value, over: &Value) -> Value {
-    match (base, over) {
-        (Value::Object(base), Value::Object(over)) => {
-            let mut merged: Map<String, Value> = base.clone();
-            for (key, value) in over {
-                let next = match merged.get(key) {
-                    Some(existing) => merge_deep(existing, value),
-                    None => value.clone(),
-                };
-                merged.insert(key.clone(), next);
-            }
-            Value::Object(merged)
-        }
-        (_, over) => over.clone(),
-    }
 }
 
 fn quote_key(key: &str) -> String {
@@ -292,16 +285,5 @@ mod tests {
                 .unwrap_err();
             assert_eq!(err.to_string(), expected);
         }
-    }
-
-    #[test]
-    fn merge_deep_is_key_by_key() {
-        let base = json!({"bash": {"*": "ask", "git push *": "deny"}, "edit": "ask"});
-        let over = json!({"bash": {"*": "allow"}, "webfetch": "deny"});
-        assert_eq!(
-            merge_deep(&base, &over).to_string(),
-            r#"{"bash":{"*":"allow","git push *":"deny"},"edit":"ask","webfetch":"deny"}"#
-        );
-        assert_eq!(merge_deep(&base, &json!("deny")), json!("deny"));
     }
 }

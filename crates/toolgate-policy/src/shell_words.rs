@@ -36,9 +36,10 @@
 //!   `.` or `..` (`.*`, `.?`) as those too.
 //! * **Read rules.** A plain path meets the read rules as a `Read` of it would.
 //!   A glob meets every rule that asks or denies for particular files (not a
-//!   bare `*`, nor one a later `*` or the same pattern overrides) whose pattern
-//!   it could intersect: a walk over both patterns (shell `*` stays within a
-//!   segment, a rule's `*` does not) that never under-approximates. A tree also
+//!   bare `*`, nor one a later `*` or the same pattern overrides, in any
+//!   layer) whose pattern it could intersect: a walk over both patterns
+//!   (shell `*` stays within a segment, a rule's `*` does not) that never
+//!   under-approximates. A tree also
 //!   meets every such rule that names a place in the tree (`secrets/**`,
 //!   `config/*.pem`: it does not start with `*`) with files under it; a rule
 //!   that matches at any depth (`*.env`, `**/keys/*`) is not reached through
@@ -1681,9 +1682,9 @@ fn contained(tokens: &[Tok], prefix: &str, suffix: &str) -> bool {
 }
 
 /// The read rules that ask or deny for particular files and that no later
-/// rule of the same source overrides wholesale (a later `*`, or the same
-/// pattern again).
-pub(crate) fn guards<'p>(rulesets: [&'p Ruleset; 2], root: &Path) -> Vec<Guard<'p>> {
+/// rule (of any layer) overrides wholesale (a later `*`, or the same pattern
+/// again).
+pub(crate) fn guards<'p>(ruleset: &'p Ruleset, root: &Path) -> Vec<Guard<'p>> {
     let root = root.to_string_lossy();
     let prefix = if root.ends_with('/') {
         root.into_owned()
@@ -1691,7 +1692,7 @@ pub(crate) fn guards<'p>(rulesets: [&'p Ruleset; 2], root: &Path) -> Vec<Guard<'
         format!("{root}/")
     };
     let mut out = Vec::new();
-    for ruleset in rulesets {
+    {
         let rules = ruleset.rules();
         for (index, rule) in rules.iter().enumerate() {
             let pattern = rule.pattern.as_str();

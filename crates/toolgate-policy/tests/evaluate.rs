@@ -250,7 +250,7 @@ fn rules_and_sources() {
             "deny mode",
         ),
         (Plan, "Edit", json!({"file_path": "docs/a.md"}), "deny mode"),
-        // file allows docs/**, the override asks: the stricter wins
+        // file allows docs/**, the override (a later layer) asks: the override wins
         (
             AutoEdit,
             "Edit",
@@ -269,8 +269,13 @@ fn rules_and_sources() {
             json!({"url": "https://x"}),
             "deny rule webfetch:*",
         ),
-        // explicit deny rules hold in auto; ask rules become allow there
-        (Auto, "Edit", json!({"file_path": "src/a.rs"}), "allow mode"),
+        // explicit deny rules hold in auto, and so do explicit ask rules
+        (
+            Auto,
+            "Edit",
+            json!({"file_path": "src/a.rs"}),
+            r#"ask edit ["src/a.rs"] always ["*"]"#,
+        ),
         // ~ expanded at load; external paths match as absolute
         (
             Ask,

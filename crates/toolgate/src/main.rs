@@ -75,7 +75,9 @@ struct ServeArgs {
     /// The mode new sessions start in: auto, auto_edit, ask, plan or readonly
     /// (aliases: default, manual, yolo, bypassPermissions, acceptEdits,
     /// accept_edits, auto-edit, read-only, read_only). Beats the policy file's
-    /// `mode`; the default is ask.
+    /// `mode`; the default is ask. auto allows what the mode and the built-in
+    /// defaults would ask about; an ask rule of the policy file or an override,
+    /// and the doom-loop guard, still ask.
     #[arg(long, value_name = "MODE", value_parser = parse_mode)]
     mode: Option<Mode>,
 
@@ -86,8 +88,9 @@ struct ServeArgs {
     policy: Option<PathBuf>,
 
     /// OpenCode `permission` config as JSON, e.g. '{"bash":{"git push *":"deny"}}'.
-    /// Merged key by key over TOOLGATE_PERMISSION; where it and the policy
-    /// file both match a call, the stricter answer wins.
+    /// The last layer of rules, after the built-in defaults, the policy file
+    /// and TOOLGATE_PERMISSION: the last matching rule decides, so it can
+    /// loosen them as well as tighten them. A deny that decides is final.
     #[arg(long, value_name = "JSON")]
     permission: Option<String>,
 
