@@ -269,7 +269,8 @@ fn legacy_permission(tool: &str) -> &str {
 /// config) made plain JSON: `//` and `/* */` comments outside strings become
 /// spaces (line breaks kept, so error positions stay right), and a comma
 /// followed only by white space and comments before `}` or `]` becomes a
-/// space. Strings, escapes included, are copied unchanged.
+/// space; a leading byte order mark becomes spaces. Strings, escapes
+/// included, are copied unchanged.
 pub fn strip_jsonc(text: &str) -> String {
     let bytes = text.as_bytes();
     let mut out: Vec<u8> = Vec::with_capacity(bytes.len());
@@ -277,6 +278,11 @@ pub fn strip_jsonc(text: &str) -> String {
     // Where in `out` the last comma is, while only white space and comments follow it.
     let mut comma: Option<usize> = None;
     let mut i = 0;
+    // A byte order mark, as editors on Windows write it.
+    if bytes.starts_with(b"\xEF\xBB\xBF") {
+        out.extend_from_slice(b"   ");
+        i = 3;
+    }
     while i < bytes.len() {
         let b = bytes[i];
         match b {
@@ -376,6 +382,7 @@ mod tests {
             ("[1, /* c */ 2]", "[1, 2]"),
             // An unterminated comment runs to the end (and the JSON then fails).
             ("{ /* open", "{ "),
+            ("\u{feff}{\"a\": 1,}", "{\"a\": 1 }"),
         ];
         for (input, expected) in cases {
             let output = strip_jsonc(input);

@@ -1,7 +1,11 @@
 //! Turning command-line flags, the environment and the policy file into a
 //! [`Policy`]. This is the only place that reads configuration from disk
 //! (and where the policy gets [`DiskRepos`], which reads the disk to tell
-//! which repository a git command would use).
+//! which repository a git command would use). [`find_policy_file`] is the
+//! one place that decides which policy file is in force (`--policy`, else
+//! `toolgate.json` in `--project-root`, else the nearest `toolgate.json` from
+//! the working directory up to the repository root); [`load`] reads it as a
+//! toolgate policy or an OpenCode config and says which layers are in force.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
