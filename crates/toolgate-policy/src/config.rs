@@ -23,6 +23,10 @@ pub struct PolicyFile {
     pub project_root: Option<String>,
     /// `permission`, OpenCode's config.
     pub permission: Option<Value>,
+    /// From an OpenCode config read with `--agent NAME`: the agent's name and
+    /// its `permission` (legacy `tools` included), a layer after `permission`
+    /// (see [`crate::opencode`]).
+    pub agent: Option<(String, Value)>,
     /// `tools`: name, kind, optional permission name.
     pub tools: Vec<(String, Kind, Option<String>)>,
     /// `planModeAllowedTools`.
@@ -250,6 +254,11 @@ impl Policy {
             }
             if let Some(permission) = &policy.permission {
                 rules.extend(Ruleset::parse(permission, name, "permission", name, home)?);
+            }
+            if let Some((agent, permission)) = &policy.agent {
+                let key = format!("agent.{agent}.permission");
+                let origin = format!("{name}#agent.{agent}");
+                rules.extend(Ruleset::parse(permission, name, &key, &origin, home)?);
             }
             for (i, tool) in policy.plan_mode_allowed_tools.iter().enumerate() {
                 match plan_mode_extra(&registry, tool) {

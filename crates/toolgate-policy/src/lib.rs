@@ -44,6 +44,7 @@ mod evaluate;
 mod globs;
 mod grants;
 mod mode;
+pub mod opencode;
 mod paths;
 mod reminder;
 mod rules;

@@ -285,6 +285,19 @@ pub struct Ready {
     pub version: String,
     /// The mode new sessions start in.
     pub mode: String,
+    /// The project root, absolute: paths are matched relative to it.
+    #[serde(rename = "projectRoot")]
+    pub project_root: String,
+    /// Where the rules come from, lowest precedence first: `built-in`, the
+    /// policy file's absolute path, `PATH#agent.NAME` for the agent of an
+    /// OpenCode config chosen with `--agent`, `TOOLGATE_PERMISSION`,
+    /// `--permission`.
+    #[serde(rename = "policySources")]
+    pub policy_sources: Vec<String>,
+    /// The state directory grants and sessions are kept in, absolute; null
+    /// when nothing is kept across restarts.
+    #[serde(rename = "stateDir")]
+    pub state_dir: Option<String>,
 }
 
 /// `decision`: the one answer to a tool call.

@@ -194,6 +194,18 @@ pub struct Broker {
     closed: ClosedSet,
     /// The repeat counts of forgotten idle sessions.
     idle_repeats: RepeatMemory,
+    /// What `ready` says about where the policy and the state come from.
+    origin: Origin,
+}
+
+/// Where a broker's policy and state come from, for `ready` (set by the
+/// binary, which read the flags and files).
+#[derive(Debug, Clone, Default)]
+pub struct Origin {
+    /// The policy's layers, lowest first (`built-in`, the policy file, ...).
+    pub policy_sources: Vec<String>,
+    /// The state directory, when state is kept.
+    pub state_dir: Option<String>,
 }
 
 impl Broker {
@@ -222,7 +234,13 @@ impl Broker {
             store: None,
             closed: ClosedSet::default(),
             idle_repeats: RepeatMemory::default(),
+            origin: Origin::default(),
         }
+    }
+
+    /// Say in `ready` where the policy and the state come from.
+    pub fn set_origin(&mut self, origin: Origin) {
+        self.origin = origin;
     }
 
     /// Keep state in `store` from now on, starting from `snapshot` (what the
@@ -609,6 +627,9 @@ impl Broker {
             protocol: wire::PROTOCOL_VERSION,
             version: env!("CARGO_PKG_VERSION").to_string(),
             mode: self.policy.default_mode.as_str().to_string(),
+            project_root: self.policy.project_root.to_string_lossy().into_owned(),
+            policy_sources: self.origin.policy_sources.clone(),
+            state_dir: self.origin.state_dir.clone(),
         })
     }
 

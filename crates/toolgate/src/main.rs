@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::sync::mpsc::{Receiver, Sender};
-use toolgate::broker::{Broker, BrokerConfig, OnAsk};
+use toolgate::broker::{Broker, BrokerConfig, OnAsk, Origin};
 
 use toolgate::clock::{Clock, SystemClock, UuidIds};
 use toolgate::serve::Control;
@@ -74,18 +74,35 @@ enum GrantsCommand {
 struct ServeArgs {
     /// The mode new sessions start in: auto, auto_edit, ask, plan or readonly
     /// (aliases: default, manual, yolo, bypassPermissions, acceptEdits,
-    /// accept_edits, auto-edit, read-only, read_only). Beats the policy file's
-    /// `mode`; the default is ask. auto allows what the mode and the built-in
-    /// defaults would ask about; an ask rule of the policy file or an override,
-    /// and the doom-loop guard, still ask.
+    /// accept_edits, auto-edit, read-only, read_only). Beats TOOLGATE_MODE,
+    /// which beats the policy file's `mode`; the default is ask. auto allows
+    /// what the mode and the built-in defaults would ask about; an ask rule of
+    /// the policy file or an override, and the doom-loop guard, still ask.
     #[arg(long, value_name = "MODE", value_parser = parse_mode)]
     mode: Option<Mode>,
 
-    /// The policy file (JSON; see README). Without it, toolgate.json in the
-    /// project root is used when present. An invalid policy stops toolgate
-    /// with exit code 2.
+    /// The same as --mode, spelled as link-assistant/agent and Claude Code
+    /// spell it (default, acceptEdits, plan, bypassPermissions, ...). Given
+    /// with --mode, both must name the same mode.
+    #[arg(long, value_name = "MODE", value_parser = parse_mode)]
+    permission_mode: Option<Mode>,
+
+    /// The policy file (JSON; see README): a toolgate policy, or OpenCode's
+    /// config (opencode.json, opencode.jsonc, or a file whose $schema is on
+    /// opencode.ai), of which only the permissions are used. Without it:
+    /// toolgate.json in --project-root when that is given, else the
+    /// toolgate.json nearest the working directory, looking upward no higher
+    /// than the repository root (the first directory holding .git). An
+    /// invalid policy stops toolgate with exit code 2.
     #[arg(long, value_name = "FILE")]
     policy: Option<PathBuf>,
+
+    /// With an OpenCode config as the policy file: also apply
+    /// agent.NAME.permission (and the agent's legacy tools), after the
+    /// config's top-level permission, as OpenCode does for that agent. An
+    /// agent the file does not define stops toolgate with exit code 2.
+    #[arg(long, value_name = "NAME")]
+    agent: Option<String>,
 
     /// OpenCode `permission` config as JSON, e.g. '{"bash":{"git push *":"deny"}}'.
     /// The last layer of rules, after the built-in defaults, the policy file
@@ -95,7 +112,8 @@ struct ServeArgs {
     permission: Option<String>,
 
     /// The project root: paths are matched relative to it, and paths outside it
-    /// ask as `external_directory`. Default: the policy file's projectRoot, else
+    /// ask as `external_directory`. Default: the policy file's projectRoot,
+    /// else the directory of a toolgate.json found by searching upward, else
     /// the working directory.
     #[arg(long, value_name = "DIR")]
     project_root: Option<PathBuf>,
@@ -139,7 +157,9 @@ impl ServeArgs {
     fn or(self, other: ServeArgs) -> ServeArgs {
         ServeArgs {
             mode: self.mode.or(other.mode),
+            permission_mode: self.permission_mode.or(other.permission_mode),
             policy: self.policy.or(other.policy),
+            agent: self.agent.or(other.agent),
             permission: self.permission.or(other.permission),
             project_root: self.project_root.or(other.project_root),
             ask_timeout: self.ask_timeout.or(other.ask_timeout),
@@ -151,7 +171,39 @@ impl ServeArgs {
 }
 
 fn parse_mode(name: &str) -> Result<Mode, String> {
-    name.parse::<Mode>().map_err(|err| err.to_string())
+    name.parse::<Mode>().map_err(|err| {
+        if name == "dontAsk" {
+            format!("{err}; for Claude Code's dontAsk (deny what would ask) use --on-ask deny")
+        } else {
+            err.to_string()
+        }
+    })
+}
+
+/// The mode from the flags and `TOOLGATE_MODE` (`env`): the flag beats the
+/// environment; `--mode` and `--permission-mode` must agree.
+fn choose_mode(
+    mode: Option<Mode>,
+    permission_mode: Option<Mode>,
+    env: Option<&str>,
+) -> Result<Option<Mode>, String> {
+    let flag = match (mode, permission_mode) {
+        (Some(mode), Some(other)) if mode != other => {
+            return Err(format!(
+                "--mode {mode} and --permission-mode {other} name different modes; give one"
+            ))
+        }
+        (mode, other) => mode.or(other),
+    };
+    if flag.is_some() {
+        return Ok(flag);
+    }
+    match env.map(str::trim).filter(|value| !value.is_empty()) {
+        None => Ok(None),
+        Some(value) => parse_mode(value)
+            .map(Some)
+            .map_err(|err| format!("invalid TOOLGATE_MODE: {err}")),
+    }
 }
 
 fn main() -> ExitCode {
@@ -287,22 +339,26 @@ fn watch_signals(
                 SIGTERM => Control::Stop("SIGTERM"),
                 SIGINT => Control::Stop("SIGINT"),
                 _ => match setup::load(&settings) {
-                    Ok((policy, _)) if policy.project_root != root => {
+                    Ok(loaded) if loaded.policy.project_root != root => {
                         eprintln!(
                             "toolgate: SIGHUP received: the policy was not reloaded: its project root would change from {} to {}; keeping the policy in force",
                             root.display(),
-                            policy.project_root.display()
+                            loaded.policy.project_root.display()
                         );
                         continue;
                     }
-                    Ok((policy, warnings)) => {
+                    Ok(setup::Loaded {
+                        policy,
+                        warnings,
+                        sources,
+                    }) => {
                         for warning in &warnings {
                             tracing::warn!("{warning}");
                         }
                         Control::Reload {
                             ask_timeout_ms: policy.ask_timeout_seconds.saturating_mul(1000),
                             policy: Arc::new(policy),
-                            source: setup::describe_sources(&settings),
+                            source: setup::describe_sources(&sources),
                         }
                     }
                     Err(err) => {
@@ -331,9 +387,18 @@ fn watch_signals(
 }
 
 fn serve(args: ServeArgs) -> ExitCode {
+    let env_mode = std::env::var("TOOLGATE_MODE").ok();
+    let mode = match choose_mode(args.mode, args.permission_mode, env_mode.as_deref()) {
+        Ok(mode) => mode,
+        Err(err) => {
+            eprintln!("toolgate: {err}");
+            return ExitCode::from(2);
+        }
+    };
     let settings = Settings {
-        mode: args.mode,
+        mode,
         policy: args.policy,
+        agent: args.agent,
         permission: args.permission,
         permission_env: std::env::var("TOOLGATE_PERMISSION")
             .ok()
@@ -343,7 +408,11 @@ fn serve(args: ServeArgs) -> ExitCode {
         cwd: std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
         home: std::env::var_os("HOME").map(PathBuf::from),
     };
-    let (policy, warnings) = match setup::load(&settings) {
+    let setup::Loaded {
+        policy,
+        warnings,
+        sources,
+    } = match setup::load(&settings) {
         Ok(loaded) => loaded,
         Err(err) => {
             eprintln!("toolgate: invalid policy: {err}");
@@ -374,7 +443,16 @@ fn serve(args: ServeArgs) -> ExitCode {
     let wall_ms = clock.wall_ms();
     let policy = Arc::new(policy);
     let mut broker = Broker::new(policy.clone(), config, Box::new(clock), Box::new(UuidIds));
-    if let Some(dir) = args.state_dir.or_else(state_dir_env) {
+    let state_dir = args.state_dir.or_else(state_dir_env);
+    broker.set_origin(Origin {
+        policy_sources: sources,
+        state_dir: state_dir.as_ref().map(|dir| {
+            toolgate_policy::normalize(&dir.to_string_lossy(), &settings.cwd, None)
+                .to_string_lossy()
+                .into_owned()
+        }),
+    });
+    if let Some(dir) = state_dir {
         let (store, snapshot, warnings) = FileStore::open(&dir, &policy.project_root, wall_ms);
         for warning in &warnings {
             eprintln!("toolgate: warning: {warning}");

@@ -1,21 +1,28 @@
 //! Turning command-line flags, the environment and the policy file into a
 //! [`Policy`]. This is the only place that reads configuration from disk
 //! (and where the policy gets [`DiskRepos`], which reads the disk to tell
-//! which repository a git command would use).
+//! which repository a git command would use). [`find_policy_file`] is the
+//! one place that decides which policy file is in force (`--policy`, else
+//! `toolgate.json` in `--project-root`, else the nearest `toolgate.json` from
+//! the working directory up to the repository root); [`load`] reads it as a
+//! toolgate policy or an OpenCode config and says which layers are in force.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::repo::DiskRepos;
-use toolgate_policy::{normalize, parse_override, Mode, Policy, PolicyError, PolicyFile, Sources};
+use toolgate_policy::opencode::parse_policy_file;
+use toolgate_policy::{normalize, parse_override, Mode, Policy, PolicyError, Sources};
 
 /// What the command line and environment say about the policy.
 #[derive(Debug, Clone, Default)]
 pub struct Settings {
-    /// `--mode`.
+    /// `--mode` (or `--permission-mode`), else `TOOLGATE_MODE`.
     pub mode: Option<Mode>,
     /// `--policy FILE`.
     pub policy: Option<PathBuf>,
+    /// `--agent NAME`: the agent of an OpenCode config whose permission applies too.
+    pub agent: Option<String>,
     /// `--permission JSON`.
     pub permission: Option<String>,
     /// `TOOLGATE_PERMISSION`.
@@ -30,73 +37,116 @@ pub struct Settings {
     pub home: Option<PathBuf>,
 }
 
-/// Where the policy comes from, for a message: the policy file (or that there
-/// is none) and the overrides.
-pub fn describe_sources(settings: &Settings) -> String {
-    let home = settings.home.as_deref();
-    let file = match &settings.policy {
-        Some(path) => Some(normalize(&path.to_string_lossy(), &settings.cwd, home)),
-        None => {
-            let root = settings
-                .project_root
-                .as_deref()
-                .map(|root| normalize(&root.to_string_lossy(), &settings.cwd, home))
-                .unwrap_or_else(|| settings.cwd.clone());
-            Some(root.join("toolgate.json")).filter(|candidate| candidate.is_file())
-        }
-    };
-    let mut parts = vec![match file {
-        Some(file) => file.display().to_string(),
-        None => "no policy file".to_string(),
-    }];
-    if settings.permission_env.is_some() {
-        parts.push("TOOLGATE_PERMISSION".into());
-    }
-    if settings.permission.is_some() {
-        parts.push("--permission".into());
-    }
-    parts.join(" + ")
+/// The policy, the warnings to log, and where the policy came from.
+#[derive(Debug)]
+pub struct Loaded {
+    /// The policy.
+    pub policy: Policy,
+    /// Warnings to log (entries ignored, keys of an OpenCode config not used).
+    pub warnings: Vec<String>,
+    /// The layers in force, lowest first: `built-in`, the policy file's
+    /// absolute path, `PATH#agent.NAME` for an OpenCode agent chosen with
+    /// `--agent`, `TOOLGATE_PERMISSION`, `--permission` (what `ready`
+    /// reports as `policySources`).
+    pub sources: Vec<String>,
 }
 
-/// The policy, and warnings to log.
-pub fn load(settings: &Settings) -> Result<(Policy, Vec<String>), PolicyError> {
+/// The sources for a message: `built-in + /p/toolgate.json + --permission`.
+pub fn describe_sources(sources: &[String]) -> String {
+    sources.join(" + ")
+}
+
+/// The name of the policy file toolgate looks for.
+pub const POLICY_FILE_NAME: &str = "toolgate.json";
+
+/// The policy file to read, absolute, and whether it was found by searching
+/// (rather than named by `--policy` or looked for in `--project-root`):
+///
+/// - `--policy FILE`: that file (it must exist);
+/// - else with `--project-root DIR`: `DIR/toolgate.json` when it exists;
+/// - else `toolgate.json` in the working directory or the nearest directory
+///   above it that has one, looking no higher than the repository root (the
+///   first directory on the way up that holds `.git`, a directory or a file)
+///   or, outside a repository, the filesystem root. An `opencode.json` is
+///   never picked up this way: name it with `--policy`.
+pub fn find_policy_file(settings: &Settings) -> Option<(PathBuf, bool)> {
+    let home = settings.home.as_deref();
+    if let Some(path) = &settings.policy {
+        return Some((
+            normalize(&path.to_string_lossy(), &settings.cwd, home),
+            false,
+        ));
+    }
+    if let Some(root) = &settings.project_root {
+        let root = normalize(&root.to_string_lossy(), &settings.cwd, home);
+        let candidate = root.join(POLICY_FILE_NAME);
+        return candidate.is_file().then_some((candidate, false));
+    }
+    for dir in settings.cwd.ancestors() {
+        let candidate = dir.join(POLICY_FILE_NAME);
+        if candidate.is_file() {
+            return Some((candidate, true));
+        }
+        if dir.join(".git").symlink_metadata().is_ok() {
+            break;
+        }
+    }
+    None
+}
+
+/// The policy, its warnings and its sources.
+pub fn load(settings: &Settings) -> Result<Loaded, PolicyError> {
     let home = settings.home.as_deref();
     let absolute = |path: &Path, base: &Path| normalize(&path.to_string_lossy(), base, home);
 
-    // The policy file: --policy, else toolgate.json in the project root.
     let explicit_root = settings
         .project_root
         .as_deref()
         .map(|root| absolute(root, &settings.cwd));
-    let file_path: Option<PathBuf> = match &settings.policy {
-        Some(path) => Some(absolute(path, &settings.cwd)),
-        None => {
-            let candidate = explicit_root
-                .clone()
-                .unwrap_or_else(|| settings.cwd.clone())
-                .join("toolgate.json");
-            candidate.is_file().then_some(candidate)
-        }
-    };
-    let file = match &file_path {
-        Some(path) => {
+    let found = find_policy_file(settings);
+    let mut warnings = Vec::new();
+    let mut sources = vec!["built-in".to_string()];
+    let file = match &found {
+        Some((path, _)) => {
             let name = path.to_string_lossy().into_owned();
             let text = std::fs::read_to_string(path).map_err(|err| {
                 PolicyError::new(&name, "", &format!("cannot read the policy file: {err}"))
             })?;
-            Some((name.clone(), PolicyFile::parse(&text, &name)?))
+            let file_name = path
+                .file_name()
+                .map(|name| name.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let (policy, warning) =
+                parse_policy_file(&text, &name, &file_name, settings.agent.as_deref())?;
+            warnings.extend(warning);
+            sources.push(name.clone());
+            if let Some((agent, _)) = &policy.agent {
+                sources.push(format!("{name}#agent.{agent}"));
+            }
+            Some((name, policy))
         }
-        None => None,
+        None => {
+            if let Some(agent) = &settings.agent {
+                return Err(PolicyError::new(
+                    "--agent",
+                    "",
+                    &format!("`{agent}` needs an OpenCode config as the policy file (--policy opencode.json), and no policy file is in use"),
+                ));
+            }
+            None
+        }
     };
 
     // The project root: --project-root, else the file's projectRoot (relative to
-    // the file's directory), else the working directory.
-    let project_root = match (&explicit_root, &file, &file_path) {
+    // the file's directory), else the directory of a policy file found by
+    // searching upward, else the working directory.
+    let project_root = match (&explicit_root, &file, &found) {
         (Some(root), _, _) => root.clone(),
-        (None, Some((_, policy)), Some(path)) if policy.project_root.is_some() => {
+        (None, Some((_, policy)), Some((path, _))) if policy.project_root.is_some() => {
             let base = path.parent().unwrap_or(Path::new("/"));
             normalize(policy.project_root.as_deref().unwrap_or("."), base, home)
         }
+        (None, _, Some((path, true))) => path.parent().unwrap_or(Path::new("/")).to_path_buf(),
         _ => settings.cwd.clone(),
     };
 
@@ -113,7 +163,13 @@ pub fn load(settings: &Settings) -> Result<(Policy, Vec<String>), PolicyError> {
             parse_override(text, "--permission")?,
         ));
     }
-    let (mut policy, warnings) = Policy::build(Sources {
+    if settings.permission_env.is_some() {
+        sources.push("TOOLGATE_PERMISSION".to_string());
+    }
+    if settings.permission.is_some() {
+        sources.push("--permission".to_string());
+    }
+    let (mut policy, built) = Policy::build(Sources {
         project_root,
         home: settings.home.clone(),
         mode: settings.mode,
@@ -127,5 +183,10 @@ pub fn load(settings: &Settings) -> Result<(Policy, Vec<String>), PolicyError> {
     ));
     // Shell globs are judged by what they match on the disk.
     policy.glob_oracle = Some(Arc::new(crate::globs::DiskGlobs));
-    Ok((policy, warnings))
+    warnings.extend(built);
+    Ok(Loaded {
+        policy,
+        warnings,
+        sources,
+    })
 }

@@ -11,6 +11,12 @@
 //! - `# policy: {...}`: written to `toolgate.json` in the project root;
 //! - `# file: PATH`: an empty file (and its directories) in the project root,
 //!   for what the broker finds on the disk (globs are expanded there);
+//!   `# file: repo/.git/HEAD` makes `repo` a repository root;
+//! - `# write: PATH` followed by lines `#| TEXT`: a file in the project root
+//!   (and its directories) holding those lines (comments and all, such as an
+//!   `opencode.json`);
+//! - `# cwd: DIR`: the broker starts in this directory of the project root
+//!   (created) instead of the project root itself;
 //! - `# env: NAME=VALUE`: an environment variable;
 //! - `# exit: 2`: the exit code every run must end with (default 0);
 //! - `# stderr: text`: a piece of stderr (of any run; `$ROOT`, `$STATE` substituted);
@@ -169,8 +175,30 @@ fn run_input(name: &str, input: &str) -> (String, Vec<String>) {
     let mut env: Vec<(String, String)> = Vec::new();
     let mut expected_exit = 0;
     let mut expected_stderr: Vec<String> = Vec::new();
+    let mut cwd = root.clone();
+    let mut writing: Option<(PathBuf, String)> = None;
+    let flush = |writing: &mut Option<(PathBuf, String)>| {
+        if let Some((path, text)) = writing.take() {
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        }
+    };
     for line in input.lines() {
-        if let Some(rest) = line.strip_prefix("# args:") {
+        if let Some(rest) = line.strip_prefix("#|") {
+            let (_, text) = writing
+                .as_mut()
+                .expect("`#|` lines follow a `# write:` line");
+            text.push_str(rest.strip_prefix(' ').unwrap_or(rest));
+            text.push('\n');
+            continue;
+        }
+        flush(&mut writing);
+        if let Some(rest) = line.strip_prefix("# write:") {
+            writing = Some((root.join(rest.trim()), String::new()));
+        } else if let Some(rest) = line.strip_prefix("# cwd:") {
+            cwd = root.join(rest.trim());
+            std::fs::create_dir_all(&cwd).unwrap();
+        } else if let Some(rest) = line.strip_prefix("# args:") {
             let words = shlex::split(rest).expect("args are shell words");
             args.extend(words.iter().map(|word| paths(word)));
         } else if let Some(rest) = line.strip_prefix("# policy:") {
@@ -188,6 +216,7 @@ fn run_input(name: &str, input: &str) -> (String, Vec<String>) {
             expected_stderr.push(paths(rest.trim()));
         }
     }
+    flush(&mut writing);
     // The broker keys its state file by the project root as it sees it (its
     // working directory, symbolic links resolved).
     let state_file = toolgate::state::state_file(&state, &root.canonicalize().unwrap());
@@ -213,7 +242,7 @@ fn run_input(name: &str, input: &str) -> (String, Vec<String>) {
                 std::fs::write(&state_file, paths(rest.trim())).unwrap();
             }
         }
-        let mut broker = support::Broker::start(&root, &args, &env);
+        let mut broker = support::Broker::start(&cwd, &args, &env);
         let mut sent_calls = 0usize;
         let mut moved_aside: Option<usize> = None;
         for line in run {
