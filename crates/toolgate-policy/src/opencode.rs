@@ -27,7 +27,7 @@ use serde_json::{Map, Value};
 
 use crate::config::PolicyFile;
 use crate::error::PolicyError;
-use crate::rules::{merge_deep, Ruleset};
+use crate::rules::Ruleset;
 
 /// Whether a file name is one of OpenCode's config names.
 pub fn is_opencode_name(file_name: &str) -> bool {
@@ -348,6 +348,26 @@ pub fn strip_jsonc(text: &str) -> String {
     }
     // Only ASCII bytes were replaced, and only outside strings: still UTF-8.
     String::from_utf8_lossy(&out).into_owned()
+}
+
+/// OpenCode's `mergeDeep`: objects merge key by key (a key already present
+/// keeps its place, so written order, which decides between rules, is kept);
+/// anything else is replaced by `over`.
+fn merge_deep(base: &Value, over: &Value) -> Value {
+    match (base, over) {
+        (Value::Object(base), Value::Object(over)) => {
+            let mut merged = base.clone();
+            for (key, value) in over {
+                let next = match merged.get(key) {
+                    Some(existing) => merge_deep(existing, value),
+                    None => value.clone(),
+                };
+                merged.insert(key.clone(), next);
+            }
+            Value::Object(merged)
+        }
+        (_, over) => over.clone(),
+    }
 }
 
 #[cfg(test)]
