@@ -99,6 +99,7 @@ pub fn request(
     wire::PermissionRequest {
         timestamp,
         session_id: session_id.to_string(),
+        parent_id: None,
         permission_id: permission_id.to_string(),
         call_id: call_id.to_string(),
         tool: question.permission.clone(),

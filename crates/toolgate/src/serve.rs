@@ -142,7 +142,7 @@ pub fn handle_line(
                 ),
                 call_id: Some(call_id),
                 permission_id: None,
-                session_id,
+                session_id: Some(session_id),
                 tool_call: true,
                 others: Box::default(),
             },
