@@ -944,7 +944,7 @@ impl Broker {
                     self.deadlines
                         .push(Reverse((deadline, permission_id.clone())));
                 }
-                let request = convert::request(
+                let mut request = convert::request(
                     &permission_id,
                     self.clock.wall_ms(),
                     &pending.session_id,
@@ -954,6 +954,11 @@ impl Broker {
                     pending.cwd.as_deref(),
                     &question,
                 );
+                // A sub-agent's question names the session that started it.
+                request.parent_id = self
+                    .sessions
+                    .get(&pending.session_id)
+                    .and_then(|session| session.parent.clone());
                 out.push(ServerFrame::PermissionRequest(request));
                 pending.asking = question.approve.clone();
                 pending.question = question;
