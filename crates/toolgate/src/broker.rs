@@ -959,6 +959,13 @@ impl Broker {
                     .sessions
                     .get(&pending.session_id)
                     .and_then(|session| session.parent.clone());
+                convert::link_assistant_metadata(
+                    &mut request,
+                    &self.policy.registry,
+                    &pending.tool,
+                    &pending.input,
+                    &question,
+                );
                 out.push(ServerFrame::PermissionRequest(request));
                 pending.asking = question.approve.clone();
                 pending.question = question;
