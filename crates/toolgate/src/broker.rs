@@ -676,16 +676,6 @@ impl Broker {
         }
     }
 
-    /// A line longer than the frame limit was discarded.
-    pub fn frame_too_large(&mut self, number: u64, limit: usize, out: &mut Vec<ServerFrame>) {
-        out.push(error(
-            ErrorCode::FrameTooLarge,
-            format!("the line is longer than the frame limit of {limit} bytes and was discarded"),
-            None,
-            Some(number),
-        ));
-    }
-
     /// A line that did not decode: a `deny` (source `invalid`) for each
     /// `tool_call` on it whose `callID` could be read, an `error` frame for
     /// the rest (with the `callID` and `permissionID` that could be read).
