@@ -73,7 +73,9 @@ pub use rules::{Rule, Ruleset};
 pub use scope::{
     EffectiveScope, Scope, ScopeError, ScopeLayer, ScopeRefusal, ScopeRules, ScopeTarget,
 };
-pub use tools::{patch_files, Registry, ShellInput, Subject, SubjectField, ToolSpec};
+pub use tools::{
+    extract, patch_files, variants, Registry, ShellInput, Subject, SubjectField, ToolSpec,
+};
 pub use wildcard::Wildcard;
 
 /// The combined policy: immutable once built, cheap to share behind an `Arc`.

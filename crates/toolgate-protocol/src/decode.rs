@@ -28,8 +28,9 @@ pub struct DecodeError {
     pub message: String,
     /// The frame's `callID`, when it could be read.
     pub call_id: Option<String>,
-    /// The frame's `sessionID` (or `"main"`), when the frame was a `tool_call`.
-    pub session_id: String,
+    /// The frame's `sessionID`, when it could be read. A `tool_call` denied
+    /// without one is denied in the session `"main"`.
+    pub session_id: Option<String>,
     /// The frame's permission id (`permissionID` or `permission_id`), when
     /// it could be read.
     pub permission_id: Option<String>,
@@ -245,7 +246,17 @@ impl<'de> Visitor<'de> for Strict<'_> {
 /// every `tool_call` on it whose `callID` can be read comes back as a
 /// [`DecodeError`] with `tool_call` set, so that the broker denies it by its
 /// `callID`, whatever else is wrong with the line.
+///
+/// Messages that place a problem in the line say `at line 1 column N`; the
+/// broker uses [`decode_line`] to name the input line instead.
 pub fn decode(line: &[u8]) -> Result<ClientFrame, DecodeError> {
+    decode_line(line, 1)
+}
+
+/// [`decode`] the input line `number` (1-based): a message that places a
+/// problem says `at line {number} column N`, N being the 1-based column
+/// within the line.
+pub fn decode_line(line: &[u8], number: u64) -> Result<ClientFrame, DecodeError> {
     let line = line.strip_suffix(b"\r").unwrap_or(line);
     let text = match std::str::from_utf8(line) {
         Ok(text) => text,
@@ -259,14 +270,15 @@ pub fn decode(line: &[u8]) -> Result<ClientFrame, DecodeError> {
     };
     let envelope: Envelope = match serde_json::from_str(text) {
         Ok(envelope) => envelope,
-        Err(err) => return Err(explain_unreadable(text, &err)),
+        Err(err) => return Err(explain_unreadable(text, &err, number)),
     };
     envelope.into_frame()
 }
 
 /// The envelope did not deserialize: find out whether the line is JSON at all,
 /// and recover the `callID` when it is.
-fn explain_unreadable(text: &str, err: &serde_json::Error) -> DecodeError {
+fn explain_unreadable(text: &str, err: &serde_json::Error, number: u64) -> DecodeError {
+    let err = placed(err, number);
     let value: Value = match serde_json::from_str(text) {
         Ok(value) => value,
         Err(_) => {
@@ -283,7 +295,7 @@ fn explain_unreadable(text: &str, err: &serde_json::Error) -> DecodeError {
             message: format!("a frame must be a JSON object, not {}", type_name(&value)),
             call_id: None,
             permission_id: None,
-            session_id: DEFAULT_SESSION.to_string(),
+            session_id: None,
             tool_call: false,
             others: Box::default(),
         };
@@ -295,7 +307,10 @@ fn explain_unreadable(text: &str, err: &serde_json::Error) -> DecodeError {
         .map(str::to_string);
     let tool_call = object.get("type").and_then(Value::as_str) == Some("tool_call");
     let message = format!("the frame is ambiguous: {err}");
-    let session_id = session_of(object.get("sessionID"));
+    let session_id = object
+        .get("sessionID")
+        .and_then(Value::as_str)
+        .map(str::to_string);
     // `callID` itself given twice: every id it was given is a call the
     // client may wait on, and each gets its one denial.
     let mut earlier: Vec<String> = Vec::new();
@@ -364,8 +379,7 @@ fn explain_scanned(line: &[u8], code: ErrorCode, fallback: String) -> DecodeErro
                 .session_id
                 .as_ref()
                 .and_then(scan::Field::text)
-                .unwrap_or(DEFAULT_SESSION)
-                .to_string(),
+                .map(str::to_string),
             tool_call: head.is_tool_call(),
             others: Box::default(),
         }
@@ -376,7 +390,7 @@ fn explain_scanned(line: &[u8], code: ErrorCode, fallback: String) -> DecodeErro
             message: fallback,
             call_id: None,
             permission_id: None,
-            session_id: DEFAULT_SESSION.to_string(),
+            session_id: None,
             tool_call: false,
             others: Box::default(),
         };
@@ -473,7 +487,10 @@ impl Envelope {
             message,
             call_id: Some(call_id.clone()),
             permission_id: None,
-            session_id: session_of(session_value.as_ref()),
+            session_id: session_value
+                .as_ref()
+                .and_then(Value::as_str)
+                .map(str::to_string),
             tool_call: true,
             others: Box::default(),
         };
@@ -708,17 +725,32 @@ impl Envelope {
                 self.permission_id.as_ref().map(Value::as_str),
                 self.permission_id_alias.as_ref().map(Value::as_str),
             ),
-            session_id: session_of(self.session_id.as_ref()),
+            session_id: self
+                .session_id
+                .as_ref()
+                .and_then(Value::as_str)
+                .map(str::to_string),
             tool_call: self.kind.as_ref().and_then(Value::as_str) == Some("tool_call"),
             others: Box::default(),
         }
     }
 }
 
-fn session_of(value: Option<&Value>) -> String {
-    match value {
-        Some(Value::String(session)) => session.clone(),
-        _ => DEFAULT_SESSION.to_string(),
+/// serde_json's message, with its position placed in the input: serde counts
+/// lines within the frame (always line 1), the broker counts input lines.
+fn placed(err: &serde_json::Error, number: u64) -> String {
+    let text = err.to_string();
+    if err.line() == 0 {
+        return text;
+    }
+    let suffix = format!(" at line {} column {}", err.line(), err.column());
+    match text.strip_suffix(&suffix) {
+        Some(head) => format!(
+            "{head} at line {} column {}",
+            number.saturating_add(err.line() as u64 - 1),
+            err.column()
+        ),
+        None => text,
     }
 }
 
@@ -978,5 +1010,62 @@ mod tests {
         let err = decode(b"{\"type\":\"tool_call\",\"callID\":\"\xff\"}").unwrap_err();
         assert_eq!(err.code, ErrorCode::InvalidUtf8);
         assert_eq!(err.call_id, None);
+    }
+
+    /// A position in a message names the input line the broker read, not
+    /// serde's line within the frame; the ids the line gives are kept.
+    #[test]
+    fn messages_name_the_input_line_and_errors_keep_ids() {
+        // The line, its number, the message, callID, sessionID, permissionID.
+        type Case<'a> = (
+            &'a [u8],
+            u64,
+            &'a str,
+            Option<&'a str>,
+            Option<&'a str>,
+            Option<&'a str>,
+        );
+        let cases: &[Case] = &[
+            (b"not json", 7, "the line is not JSON: expected ident at line 7 column 2", None, None, None),
+            (
+                br#"{"type":"cancel","sessionID":"s","callID":"c",}"#,
+                12,
+                "the line is not JSON: trailing comma at line 12 column 47 (the frame is not JSON (unexpected `}` at offset 46))",
+                Some("c"),
+                Some("s"),
+                None,
+            ),
+            (
+                br#"{"type":"tool_call","callID":"a","callID":"b","tool":"x","input":{}}"#,
+                3,
+                "the frame is ambiguous: duplicate field `callID` at line 3 column 41",
+                Some("b"),
+                None,
+                None,
+            ),
+            (
+                br#"{"type":"permission_response","permission_id":"per_1","response":"yes"}"#,
+                9,
+                "`response` must be `once`, `always` or `reject`, not `yes`",
+                None,
+                None,
+                Some("per_1"),
+            ),
+            (
+                br#"{"type":"set_mode","sessionID":"s","mode":5}"#,
+                2,
+                "`mode` of set_mode must be a string, not a number",
+                None,
+                Some("s"),
+                None,
+            ),
+        ];
+        for (line, number, message, call, session, permission) in cases {
+            let err = decode_line(line, *number).unwrap_err();
+            assert_eq!(err.message, *message);
+            assert_eq!(err.call_id.as_deref(), *call);
+            assert_eq!(err.session_id.as_deref(), *session);
+            assert_eq!(err.permission_id.as_deref(), *permission);
+        }
     }
 }

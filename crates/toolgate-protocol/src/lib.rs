@@ -26,7 +26,7 @@
 mod decode;
 pub mod scan;
 
-pub use decode::{decode, DecodeError};
+pub use decode::{decode, decode_line, DecodeError};
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -96,6 +96,7 @@ pub struct ToolCall {
 
 /// `permission_response`: the answer to a permission request.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[schemars(transform = permission_id_alias)]
 pub struct PermissionResponse {
     /// The request being answered; `permission_id` is accepted as an alias.
     #[serde(rename = "permissionID", alias = "permission_id")]
@@ -109,6 +110,29 @@ pub struct PermissionResponse {
     /// every session of the project.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scope: Option<GrantScope>,
+}
+
+/// The schema of `permission_response` names link-assistant/agent's spelling
+/// `permission_id` beside `permissionID` and requires exactly one of them, as
+/// the decoder does (serde's `alias` is invisible to the schema).
+fn permission_id_alias(schema: &mut schemars::Schema) {
+    let Some(object) = schema.as_object_mut() else {
+        return;
+    };
+    if let Some(Value::Object(properties)) = object.get_mut("properties") {
+        let alias = serde_json::json!({
+            "description": "link-assistant/agent's spelling of `permissionID`; a frame gives one or the other, not both.",
+            "type": "string"
+        });
+        properties.insert("permission_id".to_string(), alias);
+    }
+    if let Some(Value::Array(required)) = object.get_mut("required") {
+        required.retain(|name| name != "permissionID");
+    }
+    object.insert(
+        "oneOf".to_string(),
+        serde_json::json!([{"required": ["permissionID"]}, {"required": ["permission_id"]}]),
+    );
 }
 
 /// Where a grant applies.
@@ -382,6 +406,9 @@ pub struct PermissionRequest {
     /// The call's session.
     #[serde(rename = "sessionID")]
     pub session_id: String,
+    /// The session's parent, when it was started under one (a sub-agent asks).
+    #[serde(rename = "parentID", default, skip_serializing_if = "Option::is_none")]
+    pub parent_id: Option<String>,
     /// The id the answer must name.
     #[serde(rename = "permissionID")]
     pub permission_id: String,
@@ -536,6 +563,11 @@ pub struct ErrorFrame {
     /// The call concerned, when one could be read.
     #[serde(rename = "callID", default, skip_serializing_if = "Option::is_none")]
     pub call_id: Option<String>,
+    /// The session concerned: the `sessionID` the line gives when it could
+    /// be read; for a frame that decoded, the session it addresses (`"main"`
+    /// when it names none).
+    #[serde(rename = "sessionID", default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
     /// The permission request concerned, when one could be read.
     #[serde(
         rename = "permissionID",

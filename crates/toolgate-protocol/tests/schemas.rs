@@ -82,3 +82,18 @@ fn schemas_name_every_frame_type() {
         );
     }
 }
+
+/// link-assistant/agent's clients answer with `permission_id`: the schema
+/// takes either spelling, exactly one of them, as the decoder does.
+#[test]
+fn permission_response_schema_takes_either_id_spelling() {
+    let schema = serde_json::to_value(schemars::schema_for!(ClientFrame)).unwrap();
+    let response = &schema["$defs"]["PermissionResponse"];
+    assert_eq!(response["properties"]["permission_id"]["type"], "string");
+    assert_eq!(response["properties"]["permissionID"]["type"], "string");
+    assert_eq!(response["required"], serde_json::json!(["response"]));
+    assert_eq!(
+        response["oneOf"],
+        serde_json::json!([{"required": ["permissionID"]}, {"required": ["permission_id"]}])
+    );
+}

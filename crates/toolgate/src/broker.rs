@@ -666,8 +666,14 @@ impl Broker {
         if line.iter().all(u8::is_ascii_whitespace) {
             return;
         }
-        match toolgate_protocol::decode(line) {
-            Ok(frame) => self.handle(frame, number, out),
+        match toolgate_protocol::decode_line(line, number) {
+            Ok(frame) => {
+                // Error frames about a frame that decoded carry the ids it names.
+                let ids = FrameIds::of(&frame);
+                let start = out.len();
+                self.handle(frame, number, out);
+                ids.fill(&mut out[start..]);
+            }
             Err(err) => {
                 self.reject_line(err, number, out);
                 if !self.stopped {
@@ -691,16 +697,6 @@ impl Broker {
         }
     }
 
-    /// A line longer than the frame limit was discarded.
-    pub fn frame_too_large(&mut self, number: u64, limit: usize, out: &mut Vec<ServerFrame>) {
-        out.push(error(
-            ErrorCode::FrameTooLarge,
-            format!("the line is longer than the frame limit of {limit} bytes and was discarded"),
-            None,
-            Some(number),
-        ));
-    }
-
     /// A line that did not decode: a `deny` (source `invalid`) for each
     /// `tool_call` on it whose `callID` could be read, an `error` frame for
     /// the rest (with the `callID` and `permissionID` that could be read).
@@ -708,11 +704,14 @@ impl Broker {
         let others = std::mem::take(&mut err.others);
         match (&err.call_id, err.tool_call) {
             (Some(call_id), true) => {
-                if self.live_permission(&err.session_id, call_id).is_some() {
-                    out.push(duplicate(call_id, &err.session_id, number));
+                let session_id = err
+                    .session_id
+                    .unwrap_or_else(|| toolgate_protocol::DEFAULT_SESSION.to_string());
+                if self.live_permission(&session_id, call_id).is_some() {
+                    out.push(duplicate(call_id, &session_id, number));
                 } else {
                     out.push(ServerFrame::Decision(wire::Decision {
-                        session_id: err.session_id,
+                        session_id,
                         call_id: call_id.clone(),
                         decision: wire::Verdict::Deny,
                         source: wire::Source::Invalid,
@@ -727,6 +726,7 @@ impl Broker {
                 code: err.code,
                 message: err.message,
                 call_id: err.call_id,
+                session_id: err.session_id,
                 permission_id: err.permission_id,
                 line: Some(number),
             })),
@@ -955,7 +955,7 @@ impl Broker {
                     self.deadlines
                         .push(Reverse((deadline, permission_id.clone())));
                 }
-                out.push(ServerFrame::PermissionRequest(convert::request(
+                let mut request = convert::request(
                     &permission_id,
                     self.clock.wall_ms(),
                     &pending.session_id,
@@ -964,7 +964,20 @@ impl Broker {
                     &pending.input,
                     pending.cwd.as_deref(),
                     &question,
-                )));
+                );
+                // A sub-agent's question names the session that started it.
+                request.parent_id = self
+                    .sessions
+                    .get(&pending.session_id)
+                    .and_then(|session| session.parent.clone());
+                convert::link_assistant_metadata(
+                    &mut request,
+                    &self.policy.registry,
+                    &pending.tool,
+                    &pending.input,
+                    &question,
+                );
+                out.push(ServerFrame::PermissionRequest(request));
                 pending.asking = question.approve.clone();
                 pending.question = question;
                 self.queues
@@ -1049,6 +1062,7 @@ impl Broker {
                 code,
                 message,
                 call_id: None,
+                session_id: None,
                 permission_id: Some(id),
                 line: Some(number),
             }));
@@ -2041,9 +2055,58 @@ fn error(
         code,
         message,
         call_id,
+        session_id: None,
         permission_id: None,
         line,
     })
+}
+
+/// The ids a decoded frame names: every `error` frame it gets carries them
+/// (unless the error names its own).
+struct FrameIds {
+    call_id: Option<String>,
+    session_id: Option<String>,
+    permission_id: Option<String>,
+}
+
+impl FrameIds {
+    fn of(frame: &ClientFrame) -> FrameIds {
+        let (call_id, session_id, permission_id) = match frame {
+            ClientFrame::ToolCall(call) => (Some(&call.call_id), Some(&call.session_id), None),
+            ClientFrame::PermissionResponse(response) => {
+                (None, None, Some(&response.permission_id))
+            }
+            ClientFrame::SetMode(set) => (None, Some(&set.session_id), None),
+            ClientFrame::SessionStart(start) => (None, Some(&start.session_id), None),
+            ClientFrame::SessionEnd(end) | ClientFrame::GetReminder(end) => {
+                (None, Some(&end.session_id), None)
+            }
+            ClientFrame::Cancel(cancel) => (Some(&cancel.call_id), Some(&cancel.session_id), None),
+            ClientFrame::ListGrants(list) => (None, list.session_id.as_ref(), None),
+            ClientFrame::RevokeGrant(_) | ClientFrame::Shutdown(_) => (None, None, None),
+        };
+        FrameIds {
+            call_id: call_id.cloned(),
+            session_id: session_id.cloned(),
+            permission_id: permission_id.cloned(),
+        }
+    }
+
+    fn fill(&self, frames: &mut [ServerFrame]) {
+        for frame in frames {
+            if let ServerFrame::Error(error) = frame {
+                if error.call_id.is_none() {
+                    error.call_id.clone_from(&self.call_id);
+                }
+                if error.session_id.is_none() {
+                    error.session_id.clone_from(&self.session_id);
+                }
+                if error.permission_id.is_none() {
+                    error.permission_id.clone_from(&self.permission_id);
+                }
+            }
+        }
+    }
 }
 
 fn duplicate(call_id: &str, session_id: &str, number: u64) -> ServerFrame {

@@ -1,7 +1,7 @@
 //! The one place where policy types become wire frames.
 
 use serde_json::{Map, Value};
-use toolgate_policy::{Action, Question, RuleRef, Source};
+use toolgate_policy::{Action, Kind, Question, Registry, RuleRef, ShellInput, Source, Subject};
 use toolgate_protocol as wire;
 use toolgate_protocol::ServerFrame;
 
@@ -99,6 +99,7 @@ pub fn request(
     wire::PermissionRequest {
         timestamp,
         session_id: session_id.to_string(),
+        parent_id: None,
         permission_id: permission_id.to_string(),
         call_id: call_id.to_string(),
         tool: question.permission.clone(),
@@ -110,6 +111,84 @@ pub fn request(
         title: question.title.clone(),
         kind: question.plan.as_ref().map(|_| "plan".to_string()),
         metadata,
+    }
+}
+
+/// The `metadata` fields link-assistant/agent's clients read, added beside
+/// toolgate's own (`input`, `reason`, ...), never in their place:
+///
+/// - a shell call (any question about it: `bash`, `external_directory`,
+///   `read`, `doom_loop`): `command`, the command the policy judged, as the
+///   agent sent it (a string as is; an argv array joined with spaces, each
+///   word quoted as a POSIX shell would need; a script run by another
+///   program, Codex's `shell`, as that program's command line; a command
+///   given twice, `command` and `cmd`, both, one per line), and `patterns`,
+///   what an `always` answer grants (the request's `pattern`, as
+///   link-assistant sets it);
+/// - an `edit` question about one file: `filePath`, that file as in
+///   `patterns`;
+/// - a `webfetch` question about one URL: `url`.
+///
+/// A batch's question and a plan approval get none of them.
+pub fn link_assistant_metadata(
+    request: &mut wire::PermissionRequest,
+    registry: &Registry,
+    tool: &str,
+    input: &Map<String, Value>,
+    question: &Question,
+) {
+    if !question.calls.is_empty() || question.plan.is_some() {
+        return;
+    }
+    let spec = registry.lookup(tool);
+    let metadata = &mut request.metadata;
+    if spec.kind == Kind::Shell {
+        let inputs = match toolgate_policy::variants(&spec, input) {
+            Ok(Some(inputs)) => inputs,
+            Ok(None) => vec![input.clone()],
+            Err(_) => Vec::new(),
+        };
+        let mut commands: Vec<String> = Vec::new();
+        for input in &inputs {
+            let text = match toolgate_policy::extract(&spec, input) {
+                Ok(Subject::Shell(ShellInput::Text(text))) => text,
+                Ok(Subject::Shell(ShellInput::Argv(argv))) => argv
+                    .iter()
+                    .map(|word| shell_quote(word))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                _ => continue,
+            };
+            if !commands.contains(&text) {
+                commands.push(text);
+            }
+        }
+        if !commands.is_empty() {
+            metadata.insert("command".to_string(), Value::String(commands.join("\n")));
+        }
+        let patterns = question.always.iter().cloned().map(Value::String);
+        metadata.insert("patterns".to_string(), Value::Array(patterns.collect()));
+        return;
+    }
+    match (question.permission.as_str(), question.patterns.as_slice()) {
+        ("edit", [path]) => {
+            metadata.insert("filePath".to_string(), Value::String(path.clone()));
+        }
+        ("webfetch", [url]) => {
+            metadata.insert("url".to_string(), Value::String(url.clone()));
+        }
+        _ => {}
+    }
+}
+
+/// A word as a POSIX shell reads it back: as is when it holds only
+/// characters no shell treats specially, else in single quotes.
+fn shell_quote(word: &str) -> String {
+    let plain = |ch: char| ch.is_ascii_alphanumeric() || "_@%+=:,./-".contains(ch);
+    if !word.is_empty() && word.chars().all(plain) {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
     }
 }
 

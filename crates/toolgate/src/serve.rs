@@ -32,10 +32,38 @@ pub enum Line {
     /// A complete line without its `\n`.
     Data(Vec<u8>),
     /// A line longer than the limit; it was skipped without being buffered
-    /// whole. Holds the `(sessionID, callID)` of the `tool_call` it began
-    /// with, when both could be read in its first `max` bytes: that call is
-    /// denied rather than left waiting.
-    TooLarge(Option<(String, String)>),
+    /// whole. Holds what could be read in its first `max` bytes.
+    TooLarge(Start),
+}
+
+/// The ids read in the first `max` bytes of a line too long to keep: a
+/// `tool_call` whose `callID` was read is denied rather than left waiting;
+/// any other line gets an `error` frame carrying the ids that were read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Start {
+    /// The line began a `tool_call`.
+    pub tool_call: bool,
+    /// Its `callID`.
+    pub call_id: Option<String>,
+    /// Its `sessionID`.
+    pub session_id: Option<String>,
+    /// Its `permissionID` (or `permission_id`).
+    pub permission_id: Option<String>,
+}
+
+impl Start {
+    /// The `(sessionID, callID)` of the `tool_call` the line began with, when
+    /// its `callID` was read (the session is `main` when none was read).
+    pub fn call(&self) -> Option<(String, String)> {
+        if !self.tool_call {
+            return None;
+        }
+        let session = self
+            .session_id
+            .as_deref()
+            .unwrap_or(toolgate_protocol::DEFAULT_SESSION);
+        Some((session.to_string(), self.call_id.clone()?))
+    }
 }
 
 /// The most lines the reader hands over at once.
@@ -46,7 +74,7 @@ const BATCH: usize = 256;
 pub fn read_line<R: BufRead>(reader: &mut R, max: usize) -> io::Result<Option<Line>> {
     let mut line: Vec<u8> = Vec::new();
     let mut too_large = false;
-    let mut call: Option<(String, String)> = None;
+    let mut call = Start::default();
     loop {
         let available = match reader.fill_buf() {
             Ok(available) => available,
@@ -86,7 +114,7 @@ pub fn read_line<R: BufRead>(reader: &mut R, max: usize) -> io::Result<Option<Li
 
 /// A complete line, or `TooLarge` when the frame without its terminator
 /// (`\n` or `\r\n`) is longer than `max`.
-fn finish_line(line: Vec<u8>, too_large: bool, call: Option<(String, String)>, max: usize) -> Line {
+fn finish_line(line: Vec<u8>, too_large: bool, call: Start, max: usize) -> Line {
     let frame = line.strip_suffix(b"\r").map_or(line.len(), <[u8]>::len);
     if too_large {
         Line::TooLarge(call)
@@ -97,19 +125,22 @@ fn finish_line(line: Vec<u8>, too_large: bool, call: Option<(String, String)>, m
     }
 }
 
-/// The `(sessionID, callID)` of the `tool_call` a line (or its beginning) holds.
-fn call_of(start: &[u8]) -> Option<(String, String)> {
+/// The ids the first frame of a line (or of its beginning) gives.
+fn call_of(start: &[u8]) -> Start {
     let found = toolgate_protocol::scan::scan(start);
-    let head = found.heads.first()?;
-    if !head.is_tool_call() {
-        return None;
+    let Some(head) = found.heads.first() else {
+        return Start::default();
+    };
+    Start {
+        tool_call: head.is_tool_call(),
+        call_id: head.call_id().map(str::to_string),
+        session_id: head
+            .session_id
+            .as_ref()
+            .and_then(toolgate_protocol::scan::Field::text)
+            .map(str::to_string),
+        permission_id: head.permission_id().map(str::to_string),
     }
-    let session = head
-        .session_id
-        .as_ref()
-        .and_then(toolgate_protocol::scan::Field::text)
-        .unwrap_or(toolgate_protocol::DEFAULT_SESSION);
-    Some((session.to_string(), head.call_id()?.to_string()))
 }
 
 /// The UTF-8 byte order mark, skipped at the very start of the input only.
@@ -133,22 +164,29 @@ pub fn handle_line(
             };
             broker.handle_line(bytes, number, frames)
         }
-        Line::TooLarge(None) => broker.frame_too_large(number, max_frame_bytes, frames),
-        Line::TooLarge(Some((session_id, call_id))) => broker.reject_line(
-            toolgate_protocol::DecodeError {
-                code: ErrorCode::FrameTooLarge,
-                message: format!(
-                    "the frame is longer than the limit of {max_frame_bytes} bytes and was discarded"
-                ),
-                call_id: Some(call_id),
-                permission_id: None,
-                session_id,
-                tool_call: true,
-                others: Box::default(),
-            },
-            number,
-            frames,
-        ),
+        Line::TooLarge(start) => {
+            // A call is denied by its id; any other line gets an error frame
+            // with the ids its beginning gave.
+            let tool_call = start.call().is_some();
+            let message = if tool_call {
+                format!("the frame is longer than the limit of {max_frame_bytes} bytes and was discarded")
+            } else {
+                format!("the line is longer than the frame limit of {max_frame_bytes} bytes and was discarded")
+            };
+            broker.reject_line(
+                toolgate_protocol::DecodeError {
+                    code: ErrorCode::FrameTooLarge,
+                    message,
+                    call_id: start.call_id,
+                    permission_id: start.permission_id,
+                    session_id: start.session_id,
+                    tool_call,
+                    others: Box::default(),
+                },
+                number,
+                frames,
+            )
+        }
     }
 }
 
@@ -512,13 +550,16 @@ mod tests {
             got,
             vec![
                 Line::Data(b"ab".to_vec()),
-                Line::TooLarge(None),
+                Line::TooLarge(Start::default()),
                 Line::Data(Vec::new()),
                 Line::Data(b"cd\r".to_vec()),
                 Line::Data(b"last".to_vec()),
             ]
         );
-        assert_eq!(lines(b"0123456789", 5), vec![Line::TooLarge(None)]);
+        assert_eq!(
+            lines(b"0123456789", 5),
+            vec![Line::TooLarge(Start::default())]
+        );
         assert_eq!(lines(b"", 5), Vec::<Line>::new());
     }
 
@@ -533,14 +574,17 @@ mod tests {
             vec![
                 data(b"1234"),
                 data(b"12345"),
-                Line::TooLarge(None),
+                Line::TooLarge(Start::default()),
                 data(b"1234\r"),
                 data(b"12345\r"),
-                Line::TooLarge(None),
+                Line::TooLarge(Start::default()),
                 data(b"12345\r"),
             ]
         );
-        assert_eq!(lines(b"12345\r\r\n", 5), vec![Line::TooLarge(None)]);
+        assert_eq!(
+            lines(b"12345\r\r\n", 5),
+            vec![Line::TooLarge(Start::default())]
+        );
     }
 
     #[test]
@@ -550,9 +594,34 @@ mod tests {
         input.push(b'\n');
         assert_eq!(
             lines(&input, 60),
-            vec![Line::TooLarge(Some(("k".into(), "c1".into())))]
+            vec![Line::TooLarge(Start {
+                tool_call: true,
+                call_id: Some("c1".into()),
+                session_id: Some("k".into()),
+                permission_id: None,
+            })]
         );
-        // Cut inside the callID: nothing readable.
-        assert_eq!(lines(&input, 44), vec![Line::TooLarge(None)]);
+        // Cut inside the callID: no call to deny.
+        let cut = Start {
+            tool_call: true,
+            call_id: None,
+            session_id: Some("k".into()),
+            permission_id: None,
+        };
+        assert_eq!(cut.call(), None);
+        assert_eq!(lines(&input, 44), vec![Line::TooLarge(cut)]);
+        // Another frame's ids are kept for its error.
+        let answer = br#"{"type":"permission_response","permission_id":"per_1","response":"once","message":"aaaaaaaaaaaaaaaaaaaaaaaa"}"#;
+        let mut input = answer.to_vec();
+        input.push(b'\n');
+        assert_eq!(
+            lines(&input, 80),
+            vec![Line::TooLarge(Start {
+                tool_call: false,
+                call_id: None,
+                session_id: None,
+                permission_id: Some("per_1".into()),
+            })]
+        );
     }
 }

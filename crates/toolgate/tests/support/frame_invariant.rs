@@ -47,7 +47,7 @@ type Key = (String, String);
 /// that is not with the tolerant reader.
 fn owed_calls(line: &Line, number: u64) -> Vec<Key> {
     let bytes = match line {
-        Line::TooLarge(call) => return call.iter().cloned().collect(),
+        Line::TooLarge(start) => return start.call().into_iter().collect(),
         Line::Data(bytes) => bytes.as_slice(),
     };
     let bytes = bytes.strip_suffix(b"\r").unwrap_or(bytes);
