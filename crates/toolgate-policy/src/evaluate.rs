@@ -196,6 +196,22 @@ impl Policy {
             }
         };
 
+        // A plan approval of nothing: the model is told to pass its plan.
+        if spec.kind == Kind::ExitPlan
+            && mode_answer(mode, spec.kind, false, plan_allowed) == Action::Ask
+        {
+            let empty = match &subject {
+                Subject::Text(text) => text.trim().is_empty(),
+                _ => true,
+            };
+            if empty {
+                return invalid(format!(
+                    "`{}` was called without a plan, so there is nothing to approve: call it again with the plan text in its `plan` field",
+                    call.tool
+                ));
+            }
+        }
+
         let title: String;
         let mut plan: Option<String> = None;
         match &subject {
