@@ -26,7 +26,7 @@ use crate::shell_words::{
 use crate::tools::{
     extract, not_read_only_field, unknown_fields, variants, workdir, ShellInput, Subject,
 };
-use crate::{Call, Context, Evaluation, Policy, Question, RuleRef, Source};
+use crate::{AlwaysOption, Call, Context, Evaluation, Policy, Question, RuleRef, Source};
 
 /// One thing a call touches, to be judged on its own.
 struct Check {
@@ -43,8 +43,9 @@ struct Check {
     always: GrantPattern,
     /// A shell command proven read-only.
     read_only: bool,
-    /// The permissions that grant is recorded under.
-    grant_permissions: GrantTo,
+    /// Narrower patterns an `always` may grant instead, narrow to wide
+    /// (the file, its directory; the exact command; the URL, its host).
+    narrower: Vec<GrantPattern>,
     /// How the session's scope judges the subject, if it does.
     scope: Option<TargetKind>,
     /// A read rule a shell word was found to reach (through a glob, a
@@ -63,15 +64,6 @@ enum TargetKind {
     File,
     Directory,
     Command,
-}
-
-/// Which permissions an `always` on a check is recorded under.
-#[derive(Clone, Copy)]
-enum GrantTo {
-    /// The check's own permission.
-    Own,
-    /// Every fetch permission: `always` on a fetch grants the whole kind.
-    FetchKind,
 }
 
 /// The answer for one check.
@@ -162,7 +154,7 @@ impl Policy {
                 mode_reason: String::new(),
                 always: GrantPattern::exact(call.tool),
                 read_only: false,
-                grant_permissions: GrantTo::Own,
+                narrower: Vec::new(),
                 scope: None,
                 reached: None,
                 runs_unknown: false,
@@ -177,6 +169,7 @@ impl Policy {
 
         let simple = |subject: String, always: GrantPattern, scope: Option<TargetKind>| {
             let action = mode_answer(mode, spec.kind, false, plan_allowed);
+            let narrower = narrower_options(spec.kind, &subject, &always);
             Check {
                 permission: spec.permission.clone(),
                 subject,
@@ -185,11 +178,7 @@ impl Policy {
                 mode_reason: kind_reason(mode, spec.kind, action, call.tool, plan_allowed),
                 always,
                 read_only: false,
-                grant_permissions: if spec.kind == Kind::Fetch {
-                    GrantTo::FetchKind
-                } else {
-                    GrantTo::Own
-                },
+                narrower,
                 scope,
                 reached: None,
                 runs_unknown: false,
@@ -280,6 +269,12 @@ impl Policy {
                         _ => GrantPattern::exact(&command.always),
                     };
                     let runs_unknown = runs_unknown(&command);
+                    // The exact command, narrower than its arity prefix.
+                    let narrower = if command.always == command.text {
+                        Vec::new()
+                    } else {
+                        vec![GrantPattern::exact(&command.text)]
+                    };
                     checks.push(Check {
                         permission: spec.permission.clone(),
                         subject: command.text,
@@ -288,7 +283,7 @@ impl Policy {
                         mode_reason,
                         always,
                         read_only,
-                        grant_permissions: GrantTo::Own,
+                        narrower,
                         scope: Some(TargetKind::Command),
                         reached: None,
                         runs_unknown,
@@ -418,7 +413,6 @@ impl Policy {
             mode,
             title,
             plan,
-            &self.fetch_permissions,
         )
     }
 
@@ -629,7 +623,9 @@ impl Policy {
             (context.project_grants, "for this project", "project grant"),
         ];
         for (grants, place, origin) in granted {
-            if let Some(grant) = grants.covering(&check.permission, &check.subject) {
+            if let Some(grant) =
+                grants.covering(&check.permission, &check.subject, mode == Mode::Plan)
+            {
                 return Outcome {
                     action: Action::Allow,
                     source: Source::Grant,
@@ -722,7 +718,7 @@ fn external_check(path: &RootedPath, is_directory: bool) -> Check {
         mode_reason: String::new(),
         always,
         read_only: false,
-        grant_permissions: GrantTo::Own,
+        narrower: Vec::new(),
         scope: None,
         reached: None,
         runs_unknown: false,
@@ -752,7 +748,7 @@ fn read_argument_check(subject: String) -> Check {
         mode_action: Action::Allow,
         mode_reason: String::new(),
         read_only: false,
-        grant_permissions: GrantTo::Own,
+        narrower: Vec::new(),
         scope: None,
         reached: None,
         runs_unknown: false,
@@ -1347,7 +1343,6 @@ fn combine(
     mode: Mode,
     title: String,
     plan: Option<String>,
-    fetch_permissions: &[String],
 ) -> Evaluation {
     let strictest = outcomes
         .iter()
@@ -1418,28 +1413,20 @@ fn combine(
                 .unwrap_or(0);
             let asked_permission = pairs[first].0.permission.clone();
             let mut patterns: Vec<String> = Vec::new();
-            let mut always: Vec<String> = Vec::new();
-            let mut grants: Vec<GrantSpec> = Vec::new();
-            for (check, outcome) in &pairs {
-                if outcome.action == Action::Ask && check.permission == asked_permission {
-                    push_unique(&mut patterns, &check.subject);
-                    push_unique(&mut always, check.always.as_str());
-                    let own = [check.permission.clone()];
-                    let permissions: &[String] = match check.grant_permissions {
-                        GrantTo::Own => &own,
-                        GrantTo::FetchKind => fetch_permissions,
-                    };
-                    for permission in permissions {
-                        let spec = GrantSpec {
-                            permission: permission.clone(),
-                            pattern: check.always.clone(),
-                        };
-                        if !grants.contains(&spec) {
-                            grants.push(spec);
-                        }
-                    }
-                }
+            let asking: Vec<&Check> = pairs
+                .iter()
+                .filter(|(check, outcome)| {
+                    outcome.action == Action::Ask && check.permission == asked_permission
+                })
+                .map(|(check, _)| check)
+                .collect();
+            for check in &asking {
+                push_unique(&mut patterns, &check.subject);
             }
+            let mut always_options = always_options(&asking, mode);
+            let widest = always_options.last().cloned().unwrap_or_default();
+            let mut always = widest.patterns;
+            let mut grants = widest.grants;
             let (check, outcome) = pairs.swap_remove(first);
             let title = match check.permission.as_str() {
                 "external_directory" | "doom_loop" => check.subject.clone(),
@@ -1452,6 +1439,7 @@ fn combine(
                 patterns.clear();
                 always.clear();
                 grants.clear();
+                always_options.clear();
             }
             let approve = patterns
                 .iter()
@@ -1462,6 +1450,7 @@ fn combine(
                 patterns,
                 always,
                 grants,
+                always_options,
                 approve,
                 calls: Vec::new(),
                 title,
@@ -1475,6 +1464,98 @@ fn combine(
             evaluation(outcome, Some(question))
         }
     }
+}
+
+/// The lists an `always` answer may grant for the asking checks, narrow to
+/// wide: level `n` takes each check's `n`-th narrower pattern (its `always`
+/// once it has no more), a level that adds nothing to the one before it is
+/// left out, and the last level is every check's `always`. A bare `*` granted
+/// in plan mode is a plan-only kind grant.
+fn always_options(asking: &[&Check], mode: Mode) -> Vec<AlwaysOption> {
+    let levels = asking
+        .iter()
+        .map(|check| check.narrower.len())
+        .max()
+        .unwrap_or(0);
+    let mut options: Vec<AlwaysOption> = Vec::new();
+    for level in 0..=levels {
+        let mut option = AlwaysOption::default();
+        for check in asking {
+            let pattern = check.narrower.get(level).unwrap_or(&check.always);
+            push_unique(&mut option.patterns, pattern.as_str());
+            let spec = GrantSpec {
+                permission: check.permission.clone(),
+                pattern: pattern.clone(),
+                plan_only: mode == Mode::Plan
+                    && pattern.literal_len() == 0
+                    && pattern.as_str() == "*",
+            };
+            if !option.grants.contains(&spec) {
+                option.grants.push(spec);
+            }
+        }
+        let same_as = |other: &AlwaysOption| {
+            other.patterns.len() == option.patterns.len()
+                && other.patterns.iter().all(|p| option.patterns.contains(p))
+        };
+        // A wider level showing the same patterns replaces the narrower one:
+        // the last level must stay what a bare `always` grants.
+        if let Some(previous) = options.last() {
+            if same_as(previous) {
+                options.pop();
+            }
+        }
+        options.push(option);
+    }
+    options
+}
+
+/// Patterns narrower than `always` that an `always` on a simple check may
+/// grant instead, narrow to wide: an edited file itself, then its directory
+/// (`src/*`, which also covers the directories under it); a fetched URL
+/// itself, then its host (`https://host/*`); any other subject itself.
+fn narrower_options(kind: Kind, subject: &str, always: &GrantPattern) -> Vec<GrantPattern> {
+    // Only a grant of everything (`*`) has anything narrower.
+    if always.literal_len() != 0 || always.as_str() != "*" || subject == "*" {
+        return Vec::new();
+    }
+    let mut options = vec![GrantPattern::exact(subject)];
+    match kind {
+        Kind::Edit => {
+            if let Some((dir, _)) = subject.rsplit_once('/') {
+                if !dir.is_empty() {
+                    options.push(GrantPattern::prefixed(&format!("{dir}/"), "*"));
+                }
+            }
+        }
+        Kind::Fetch => {
+            if let Some(host) = url_host_prefix(subject) {
+                if host.len() < subject.len() {
+                    options.push(GrantPattern::prefixed(host, "*"));
+                }
+            }
+        }
+        _ => {}
+    }
+    options
+}
+
+/// `https://host/` of an `http(s)` URL: the scheme and authority (with any
+/// port) and the `/` after them; `None` when there is no `/` after the host.
+fn url_host_prefix(url: &str) -> Option<&str> {
+    let scheme_len = if url.len() >= 8 && url[..8].eq_ignore_ascii_case("https://") {
+        8
+    } else if url.len() >= 7 && url[..7].eq_ignore_ascii_case("http://") {
+        7
+    } else {
+        return None;
+    };
+    let rest = &url[scheme_len..];
+    let end = rest.find(['/', '?', '#', '\\'])?;
+    if end == 0 || rest.as_bytes()[end] != b'/' {
+        return None;
+    }
+    url.get(..scheme_len + end + 1)
 }
 
 fn push_unique(list: &mut Vec<String>, item: &str) {

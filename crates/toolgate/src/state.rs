@@ -127,6 +127,10 @@ pub struct StoredGrant {
     /// The session whose `always` answer made the grant.
     #[serde(rename = "sessionID")]
     pub session_id: String,
+    /// `plan` for a kind grant made in plan mode, which covers only in plan
+    /// mode; absent for every other grant (and in files of earlier builds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
 }
 
 /// One session as stored.
@@ -1058,6 +1062,12 @@ fn check_grant(grant: &StoredGrant) -> Result<(), String> {
         return Err(format!(
             "grant {}: literal length {} does not fit the pattern `{}`",
             grant.grant_id, grant.literal, grant.pattern
+        ));
+    }
+    if let Some(mode) = grant.mode.as_deref().filter(|mode| *mode != "plan") {
+        return Err(format!(
+            "grant {}: `mode` must be `plan` when given, not `{mode}`",
+            grant.grant_id
         ));
     }
     Ok(())

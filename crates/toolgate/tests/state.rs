@@ -37,6 +37,7 @@ fn grant(id: &str, permission: &str, pattern: &str, literal: usize, session: &st
         pattern: pattern.to_string(),
         literal,
         session_id: session.to_string(),
+        mode: None,
     }
 }
 
