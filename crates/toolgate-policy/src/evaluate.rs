@@ -1467,9 +1467,10 @@ fn combine(
 }
 
 /// The lists an `always` answer may grant for the asking checks, narrow to
-/// wide: level `n` takes each check's `n`-th narrower pattern (its `always`
-/// once it has no more), a level that adds nothing to the one before it is
-/// left out, and the last level is every check's `always`. A bare `*` granted
+/// wide: level `n` takes each check's `n`-th narrower pattern (its widest
+/// narrower one once it has no more, its `always` when it has none), a level
+/// that shows the same patterns as the one before it replaces it, and the
+/// last level is every check's `always`. A bare `*` granted
 /// in plan mode is a plan-only kind grant.
 fn always_options(asking: &[&Check], mode: Mode) -> Vec<AlwaysOption> {
     let levels = asking
@@ -1481,7 +1482,17 @@ fn always_options(asking: &[&Check], mode: Mode) -> Vec<AlwaysOption> {
     for level in 0..=levels {
         let mut option = AlwaysOption::default();
         for check in asking {
-            let pattern = check.narrower.get(level).unwrap_or(&check.always);
+            // A check with fewer levels keeps its widest narrower pattern
+            // until the last level, which is every check's `always`.
+            let pattern = if level == levels {
+                &check.always
+            } else {
+                check
+                    .narrower
+                    .get(level)
+                    .or(check.narrower.last())
+                    .unwrap_or(&check.always)
+            };
             push_unique(&mut option.patterns, pattern.as_str());
             let spec = GrantSpec {
                 permission: check.permission.clone(),
