@@ -1363,19 +1363,9 @@ impl Broker {
             session.mode = mode;
             session.explicit = true;
         }
-        // A kind grant made in plan mode ends when its session leaves plan mode.
-        let mut left_plan: Vec<String> = Vec::new();
-        for (id, previous) in affected.iter().zip(&before) {
-            if *previous == Mode::Plan && self.effective_mode(id) != Mode::Plan {
-                if let Some(session) = self.sessions.get_mut(id) {
-                    if !session.grants.drop_plan_only().is_empty() && id != session_id {
-                        left_plan.push(id.clone());
-                    }
-                }
-            }
-        }
+        let left_plan = self.end_plan_grants(&affected, &before);
         let changes: Vec<Change> = std::iter::once(session_id.to_string())
-            .chain(left_plan)
+            .chain(left_plan.into_iter().filter(|id| id != session_id))
             .map(|id| self.stored_change(&id))
             .collect();
         // A failed save is logged; the mode applies in memory either way.
@@ -1421,6 +1411,24 @@ impl Broker {
                 );
             }
         }
+    }
+
+    /// A kind grant made in plan mode ends when its session leaves plan mode:
+    /// drop the plan-only grants of each of `ids` whose effective mode was
+    /// plan (`before`, in the same order) and is no longer. Returns the
+    /// sessions that lost grants (to be saved).
+    fn end_plan_grants(&mut self, ids: &[String], before: &[Mode]) -> Vec<String> {
+        let mut changed = Vec::new();
+        for (id, previous) in ids.iter().zip(before) {
+            if *previous == Mode::Plan && self.effective_mode(id) != Mode::Plan {
+                if let Some(session) = self.sessions.get_mut(id) {
+                    if !session.grants.drop_plan_only().is_empty() {
+                        changed.push(id.clone());
+                    }
+                }
+            }
+        }
+        changed
     }
 
     /// The effective mode of a session's parent, if it has one.
@@ -1548,6 +1556,12 @@ impl Broker {
             .or(parent_mode)
             .unwrap_or(default_mode);
         self.closed.remove(session_fingerprint(&id));
+        // The modes before the start, to end plan-mode kind grants it ends.
+        let subtree_before = self.subtree(&id);
+        let modes_before: Vec<Mode> = subtree_before
+            .iter()
+            .map(|session| self.effective_mode(session))
+            .collect();
         let session = self.session_entry(&id);
         session.mode = own_mode;
         let previous_parent = std::mem::replace(&mut session.parent, start.parent_id.clone());
@@ -1573,6 +1587,11 @@ impl Broker {
             // the child that names it.
             if !parent_stored {
                 changes.push(self.stored_change(parent));
+            }
+        }
+        for ended in self.end_plan_grants(&subtree_before, &modes_before) {
+            if ended != id {
+                changes.push(self.stored_change(&ended));
             }
         }
         // The whole session: also reopens it if it was closed.
