@@ -1552,18 +1552,24 @@ fn narrower_options(kind: Kind, subject: &str, always: &GrantPattern) -> Vec<Gra
 }
 
 /// `https://host/` of an `http(s)` URL: the scheme and authority (with any
-/// port) and the `/` after them; `None` when there is no `/` after the host.
+/// port) and the `/` after them; `None` when there is no `/` after the host,
+/// or the authority has a user part (`https://docs.rs@evil.com/` would read
+/// as docs.rs), or a `\` ends it (which browsers read as `/`).
 fn url_host_prefix(url: &str) -> Option<&str> {
-    let scheme_len = if url.len() >= 8 && url[..8].eq_ignore_ascii_case("https://") {
+    let starts = |scheme: &str| {
+        url.get(..scheme.len())
+            .is_some_and(|head| head.eq_ignore_ascii_case(scheme))
+    };
+    let scheme_len = if starts("https://") {
         8
-    } else if url.len() >= 7 && url[..7].eq_ignore_ascii_case("http://") {
+    } else if starts("http://") {
         7
     } else {
         return None;
     };
     let rest = &url[scheme_len..];
     let end = rest.find(['/', '?', '#', '\\'])?;
-    if end == 0 || rest.as_bytes()[end] != b'/' {
+    if end == 0 || rest.as_bytes()[end] != b'/' || rest[..end].contains('@') {
         return None;
     }
     url.get(..scheme_len + end + 1)
@@ -1577,6 +1583,77 @@ fn push_unique(list: &mut Vec<String>, item: &str) {
 
 #[cfg(test)]
 mod tests {
+    use super::{narrower_options, url_host_prefix, GrantPattern, Kind};
+
+    #[test]
+    fn host_prefixes_of_urls() {
+        let cases: &[(&str, Option<&str>)] = &[
+            ("https://docs.rs/tokio", Some("https://docs.rs/")),
+            (
+                "HTTP://Example.com:8080/a?b",
+                Some("HTTP://Example.com:8080/"),
+            ),
+            ("https://docs.rs", None),
+            ("https://docs.rs?x=/y", None),
+            ("https://docs.rs#/y", None),
+            ("https://docs.rs\\@evil.com/x", None),
+            ("https://docs.rs@evil.com/x", None),
+            ("https:///x", None),
+            ("ftp://host/x", None),
+            ("tokio select", None),
+            ("héllo wörld", None),
+            ("httpsé://x/", None),
+            ("http://é/x", Some("http://é/")),
+        ];
+        for (url, expected) in cases {
+            assert_eq!(url_host_prefix(url), *expected, "{url}");
+        }
+    }
+
+    #[test]
+    fn narrower_patterns_of_a_subject() {
+        let everything = GrantPattern::prefixed("", "*");
+        let cases: &[(Kind, &str, &GrantPattern, &[&str])] = &[
+            (Kind::Edit, "src/a.py", &everything, &["src/a.py", "src/*"]),
+            (Kind::Edit, "a.py", &everything, &["a.py"]),
+            (
+                Kind::Edit,
+                "/abs/dir/a.py",
+                &everything,
+                &["/abs/dir/a.py", "/abs/dir/*"],
+            ),
+            (Kind::Edit, "/a.py", &everything, &["/a.py"]),
+            (
+                Kind::Fetch,
+                "https://docs.rs/x",
+                &everything,
+                &["https://docs.rs/x", "https://docs.rs/*"],
+            ),
+            (
+                Kind::Fetch,
+                "https://docs.rs/",
+                &everything,
+                &["https://docs.rs/"],
+            ),
+            (Kind::Fetch, "tokio select", &everything, &["tokio select"]),
+            (Kind::Task, "general", &everything, &["general"]),
+            (Kind::Other, "*", &everything, &[]),
+            // Only a grant of everything has narrower options.
+            (Kind::Read, ".env", &GrantPattern::exact(".env"), &[]),
+        ];
+        for (kind, subject, always, expected) in cases {
+            let got: Vec<String> = narrower_options(*kind, subject, always)
+                .iter()
+                .map(|p| p.as_str().to_string())
+                .collect();
+            assert_eq!(got, *expected, "{kind:?} {subject}");
+        }
+        // The directory is a literal prefix: `[` in it is no glob.
+        let dir = &narrower_options(Kind::Edit, "s[r]c/a.py", &everything)[1];
+        assert!(dir.matches("s[r]c/deep/b.py"));
+        assert!(!dir.matches("src/b.py"));
+    }
+
     #[test]
     fn programs_named_by_an_expansion() {
         let cases: &[(&str, bool)] = &[

@@ -1068,8 +1068,11 @@ impl Broker {
             match offered.into_iter().find(|offer| same(&offer.patterns)) {
                 Some(found) => option = Some(found),
                 None => {
-                    let shown: Vec<String> =
-                        patterns.iter().take(8).map(|p| format!("`{p}`")).collect();
+                    let shown: Vec<String> = patterns
+                        .iter()
+                        .take(8)
+                        .map(|p| format!("`{}`", p.chars().take(100).collect::<String>()))
+                        .collect();
                     let message = if pending.question.plan.is_some() {
                         format!("the request `{id}` is a plan approval, which offers no `alwaysOptions`; answer it without `patterns`")
                     } else {
