@@ -466,6 +466,8 @@ impl Policy {
                         question.grants.push(grant.clone());
                     }
                 }
+                question.always_options =
+                    merge_options(&question.always_options, &more.always_options);
                 for approval in &more.approve {
                     if !question.approve.contains(approval) {
                         question.approve.push(approval.clone());
@@ -1505,20 +1507,54 @@ fn always_options(asking: &[&Check], mode: Mode) -> Vec<AlwaysOption> {
                 option.grants.push(spec);
             }
         }
-        let same_as = |other: &AlwaysOption| {
-            other.patterns.len() == option.patterns.len()
-                && other.patterns.iter().all(|p| option.patterns.contains(p))
-        };
         // A wider level showing the same patterns replaces the narrower one:
         // the last level must stay what a bare `always` grants.
-        if let Some(previous) = options.last() {
-            if same_as(previous) {
-                options.pop();
-            }
+        if options
+            .last()
+            .is_some_and(|previous| same_patterns(previous, &option))
+        {
+            options.pop();
         }
         options.push(option);
     }
     options
+}
+
+/// The options of two questions asked as one (a call whose input was split
+/// by [`variants`]): level by level, each side's list at that level (its
+/// widest once it has no more), so the last level is the union of both
+/// `always`. Empty when either side offers none.
+fn merge_options(first: &[AlwaysOption], second: &[AlwaysOption]) -> Vec<AlwaysOption> {
+    let (Some(last_first), Some(last_second)) = (first.last(), second.last()) else {
+        return Vec::new();
+    };
+    let levels = first.len().max(second.len());
+    let mut options: Vec<AlwaysOption> = Vec::new();
+    for level in 0..levels {
+        let mut option = first.get(level).unwrap_or(last_first).clone();
+        let more = second.get(level).unwrap_or(last_second);
+        for pattern in &more.patterns {
+            push_unique(&mut option.patterns, pattern);
+        }
+        for grant in &more.grants {
+            if !option.grants.contains(grant) {
+                option.grants.push(grant.clone());
+            }
+        }
+        if options
+            .last()
+            .is_some_and(|previous| same_patterns(previous, &option))
+        {
+            options.pop();
+        }
+        options.push(option);
+    }
+    options
+}
+
+/// Do two options show the same patterns (in any order)?
+fn same_patterns(a: &AlwaysOption, b: &AlwaysOption) -> bool {
+    a.patterns.len() == b.patterns.len() && a.patterns.iter().all(|p| b.patterns.contains(p))
 }
 
 /// Patterns narrower than `always` that an `always` on a simple check may
