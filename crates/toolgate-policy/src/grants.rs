@@ -1,5 +1,10 @@
 //! Grants: what `always` answers allowed, per session. A grant only answers a
 //! question: it turns an `ask` into `allow` and never lifts a denial.
+//!
+//! An `always` grants the question's `always` patterns, or one of the
+//! narrower lists of [`crate::Question::options`] the approver picked. A grant
+//! of a whole permission (`*`) made in plan mode is plan-only
+//! ([`GrantSpec::plan_only`]): it covers only in plan mode.
 
 use crate::wildcard::Wildcard;
 

@@ -2,7 +2,9 @@
 //! gate: each kind of the mode table is placed by [`mode_answer`] under
 //! "Available", "Asks the user first" or "Not available", and named with a few
 //! of its tools from the policy's registry. What the model is told and what the
-//! broker enforces cannot drift.
+//! broker enforces cannot drift. [`reminder_granted`] also places what the
+//! session's whole-permission grants allow (after `always` on a web fetch,
+//! say) under "Available".
 
 use crate::mode::{mode_answer, Action, Kind, Mode};
 use crate::scope::Scope;
