@@ -1288,6 +1288,9 @@ pub struct GrantRow {
     pub permission: String,
     /// The pattern.
     pub pattern: String,
+    /// `plan` for a plan-mode kind grant (covers only in plan mode).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
     /// The project the state file belongs to.
     #[serde(rename = "projectRoot")]
     pub project_root: String,
@@ -1315,6 +1318,7 @@ fn rows_of(path: &Path, snapshot: &Snapshot) -> Vec<GrantRow> {
         session_id: grant.session_id.clone(),
         permission: grant.permission.clone(),
         pattern: grant.pattern.clone(),
+        mode: grant.mode.clone(),
         project_root: snapshot.project_root.clone(),
         file: path.to_path_buf(),
     };
@@ -1517,7 +1521,10 @@ pub fn grants_table(rows: &[GrantRow]) -> String {
             row.scope.as_str().to_string(),
             cell(&row.session_id),
             cell(&row.permission),
-            cell(&row.pattern),
+            match row.mode.as_deref() {
+                Some(mode) => format!("{} (only in {mode} mode)", cell(&row.pattern)),
+                None => cell(&row.pattern),
+            },
             cell(&row.project_root),
         ]);
     }

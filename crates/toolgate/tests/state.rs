@@ -453,6 +453,7 @@ fn the_table_keeps_each_grant_on_one_line() {
         session_id: session.to_string(),
         permission: "bash".to_string(),
         pattern: pattern.to_string(),
+        mode: None,
         project_root: "/r".to_string(),
         file: PathBuf::new(),
     };
