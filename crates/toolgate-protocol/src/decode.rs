@@ -902,6 +902,26 @@ mod tests {
                 r#"ok {"type":"permission_response","permissionID":"per_1","response":"always","scope":"project"}"#,
             ),
             (
+                r#"{"type":"permission_response","permissionID":"per_1","response":"always","patterns":["src/*"]}"#,
+                r#"ok {"type":"permission_response","permissionID":"per_1","response":"always","patterns":["src/*"]}"#,
+            ),
+            (
+                r#"{"type":"permission_response","permissionID":"per_1","response":"once","patterns":["src/*"]}"#,
+                "err invalid_frame call=- tool_call=false :: `patterns` goes only with `\"response\":\"always\"`, not with `once`",
+            ),
+            (
+                r#"{"type":"permission_response","permissionID":"per_1","response":"always","patterns":"src/*"}"#,
+                "err invalid_frame call=- tool_call=false :: `patterns` of permission_response must be a list of strings, not a string",
+            ),
+            (
+                r#"{"type":"permission_response","permissionID":"per_1","response":"always","patterns":[["src/*"]]}"#,
+                "err invalid_frame call=- tool_call=false :: `patterns` of permission_response must be a list of strings, not a list holding an array",
+            ),
+            (
+                r#"{"type":"permission_response","permissionID":"per_1","response":"always","patterns":[],"patterns":["*"]}"#,
+                "err invalid_frame call=- tool_call=false :: the frame is ambiguous: duplicate field `patterns` at line 1 column 97",
+            ),
+            (
                 r#"{"type":"permission_response","permissionID":"per_1","response":"always","scope":"global"}"#,
                 "err invalid_frame call=- tool_call=false :: `scope` must be `session` or `project`, not `global`",
             ),
