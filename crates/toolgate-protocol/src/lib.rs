@@ -141,7 +141,8 @@ impl GrantScope {
 pub enum Reply {
     /// Allow this call only.
     Once,
-    /// Allow this call and grant the request's `always` patterns for the session.
+    /// Allow this call and grant the request's `always` patterns (or the
+    /// `alwaysOptions` list named by `patterns`) for the session or project.
     Always,
     /// Deny this call and end the session's other pending asks.
     Reject,
