@@ -79,6 +79,7 @@ fn everything(permissions: &[String]) -> Grants {
             &GrantSpec {
                 permission,
                 pattern: GrantPattern::prefixed("", "*"),
+                plan_only: false,
             },
         );
     }

@@ -42,7 +42,7 @@ use crate::shell_words::{
 use crate::tools::{
     extract, not_read_only_field, unknown_fields, variants, workdir, ShellInput, Subject,
 };
-use crate::{Call, Context, Evaluation, Policy, Question, RuleRef, Source};
+use crate::{AlwaysOption, Call, Context, Evaluation, Policy, Question, RuleRef, Source};
 
 /// One thing a call touches, to be judged on its own.
 struct Check {
@@ -59,8 +59,9 @@ struct Check {
     always: GrantPattern,
     /// A shell command proven read-only.
     read_only: bool,
-    /// The permissions that grant is recorded under.
-    grant_permissions: GrantTo,
+    /// Narrower patterns an `always` may grant instead, narrow to wide
+    /// (the file, its directory; the exact command; the URL, its host).
+    narrower: Vec<GrantPattern>,
     /// How the session's scope judges the subject, if it does.
     scope: Option<TargetKind>,
     /// A read rule a shell word was found to reach (through a glob, a
@@ -79,15 +80,6 @@ enum TargetKind {
     File,
     Directory,
     Command,
-}
-
-/// Which permissions an `always` on a check is recorded under.
-#[derive(Clone, Copy)]
-enum GrantTo {
-    /// The check's own permission.
-    Own,
-    /// Every fetch permission: `always` on a fetch grants the whole kind.
-    FetchKind,
 }
 
 /// The answer for one check.
@@ -178,7 +170,7 @@ impl Policy {
                 mode_reason: String::new(),
                 always: GrantPattern::exact(call.tool),
                 read_only: false,
-                grant_permissions: GrantTo::Own,
+                narrower: Vec::new(),
                 scope: None,
                 reached: None,
                 runs_unknown: false,
@@ -193,6 +185,7 @@ impl Policy {
 
         let simple = |subject: String, always: GrantPattern, scope: Option<TargetKind>| {
             let action = mode_answer(mode, spec.kind, false, plan_allowed);
+            let narrower = narrower_options(spec.kind, &subject, &always);
             Check {
                 permission: spec.permission.clone(),
                 subject,
@@ -201,16 +194,28 @@ impl Policy {
                 mode_reason: kind_reason(mode, spec.kind, action, call.tool, plan_allowed),
                 always,
                 read_only: false,
-                grant_permissions: if spec.kind == Kind::Fetch {
-                    GrantTo::FetchKind
-                } else {
-                    GrantTo::Own
-                },
+                narrower,
                 scope,
                 reached: None,
                 runs_unknown: false,
             }
         };
+
+        // A plan approval of nothing: the model is told to pass its plan.
+        if spec.kind == Kind::ExitPlan
+            && mode_answer(mode, spec.kind, false, plan_allowed) == Action::Ask
+        {
+            let empty = match &subject {
+                Subject::Text(text) => text.trim().is_empty(),
+                _ => true,
+            };
+            if empty {
+                return invalid(format!(
+                    "`{}` was called without a plan, so there is nothing to approve: call it again with the plan text in its `plan` field",
+                    call.tool
+                ));
+            }
+        }
 
         let title: String;
         let mut plan: Option<String> = None;
@@ -280,6 +285,12 @@ impl Policy {
                         _ => GrantPattern::exact(&command.always),
                     };
                     let runs_unknown = runs_unknown(&command);
+                    // The exact command, narrower than its arity prefix.
+                    let narrower = if command.always == command.text {
+                        Vec::new()
+                    } else {
+                        vec![GrantPattern::exact(&command.text)]
+                    };
                     checks.push(Check {
                         permission: spec.permission.clone(),
                         subject: command.text,
@@ -288,7 +299,7 @@ impl Policy {
                         mode_reason,
                         always,
                         read_only,
-                        grant_permissions: GrantTo::Own,
+                        narrower,
                         scope: Some(TargetKind::Command),
                         reached: None,
                         runs_unknown,
@@ -418,7 +429,6 @@ impl Policy {
             mode,
             title,
             plan,
-            &self.fetch_permissions,
         )
     }
 
@@ -472,6 +482,8 @@ impl Policy {
                         question.grants.push(grant.clone());
                     }
                 }
+                question.always_options =
+                    merge_options(&question.always_options, &more.always_options);
                 for approval in &more.approve {
                     if !question.approve.contains(approval) {
                         question.approve.push(approval.clone());
@@ -647,7 +659,9 @@ impl Policy {
             (context.project_grants, "for this project", "project grant"),
         ];
         for (grants, place, origin) in granted {
-            if let Some(grant) = grants.covering(&check.permission, &check.subject) {
+            if let Some(grant) =
+                grants.covering(&check.permission, &check.subject, mode == Mode::Plan)
+            {
                 return Outcome {
                     action: Action::Allow,
                     source: Source::Grant,
@@ -742,7 +756,7 @@ fn external_check(path: &RootedPath, is_directory: bool) -> Check {
         mode_reason: String::new(),
         always,
         read_only: false,
-        grant_permissions: GrantTo::Own,
+        narrower: Vec::new(),
         scope: None,
         reached: None,
         runs_unknown: false,
@@ -772,7 +786,7 @@ fn read_argument_check(subject: String) -> Check {
         mode_action: Action::Allow,
         mode_reason: String::new(),
         read_only: false,
-        grant_permissions: GrantTo::Own,
+        narrower: Vec::new(),
         scope: None,
         reached: None,
         runs_unknown: false,
@@ -1371,7 +1385,6 @@ fn combine(
     mode: Mode,
     title: String,
     plan: Option<String>,
-    fetch_permissions: &[String],
 ) -> Evaluation {
     let strictest = outcomes
         .iter()
@@ -1442,28 +1455,20 @@ fn combine(
                 .unwrap_or(0);
             let asked_permission = pairs[first].0.permission.clone();
             let mut patterns: Vec<String> = Vec::new();
-            let mut always: Vec<String> = Vec::new();
-            let mut grants: Vec<GrantSpec> = Vec::new();
-            for (check, outcome) in &pairs {
-                if outcome.action == Action::Ask && check.permission == asked_permission {
-                    push_unique(&mut patterns, &check.subject);
-                    push_unique(&mut always, check.always.as_str());
-                    let own = [check.permission.clone()];
-                    let permissions: &[String] = match check.grant_permissions {
-                        GrantTo::Own => &own,
-                        GrantTo::FetchKind => fetch_permissions,
-                    };
-                    for permission in permissions {
-                        let spec = GrantSpec {
-                            permission: permission.clone(),
-                            pattern: check.always.clone(),
-                        };
-                        if !grants.contains(&spec) {
-                            grants.push(spec);
-                        }
-                    }
-                }
+            let asking: Vec<&Check> = pairs
+                .iter()
+                .filter(|(check, outcome)| {
+                    outcome.action == Action::Ask && check.permission == asked_permission
+                })
+                .map(|(check, _)| check)
+                .collect();
+            for check in &asking {
+                push_unique(&mut patterns, &check.subject);
             }
+            let mut always_options = always_options(&asking, mode);
+            let widest = always_options.last().cloned().unwrap_or_default();
+            let mut always = widest.patterns;
+            let mut grants = widest.grants;
             let (check, outcome) = pairs.swap_remove(first);
             let title = match check.permission.as_str() {
                 "external_directory" | "doom_loop" => check.subject.clone(),
@@ -1476,6 +1481,7 @@ fn combine(
                 patterns.clear();
                 always.clear();
                 grants.clear();
+                always_options.clear();
             }
             let approve = patterns
                 .iter()
@@ -1486,6 +1492,7 @@ fn combine(
                 patterns,
                 always,
                 grants,
+                always_options,
                 approve,
                 calls: Vec::new(),
                 title,
@@ -1501,6 +1508,149 @@ fn combine(
     }
 }
 
+/// The lists an `always` answer may grant for the asking checks, narrow to
+/// wide: level `n` takes each check's `n`-th narrower pattern (its widest
+/// narrower one once it has no more, its `always` when it has none), a level
+/// that shows the same patterns as the one before it replaces it, and the
+/// last level is every check's `always`. A bare `*` granted
+/// in plan mode is a plan-only kind grant.
+fn always_options(asking: &[&Check], mode: Mode) -> Vec<AlwaysOption> {
+    let levels = asking
+        .iter()
+        .map(|check| check.narrower.len())
+        .max()
+        .unwrap_or(0);
+    let mut options: Vec<AlwaysOption> = Vec::new();
+    for level in 0..=levels {
+        let mut option = AlwaysOption::default();
+        for check in asking {
+            // A check with fewer levels keeps its widest narrower pattern
+            // until the last level, which is every check's `always`.
+            let pattern = if level == levels {
+                &check.always
+            } else {
+                check
+                    .narrower
+                    .get(level)
+                    .or(check.narrower.last())
+                    .unwrap_or(&check.always)
+            };
+            push_unique(&mut option.patterns, pattern.as_str());
+            let spec = GrantSpec {
+                permission: check.permission.clone(),
+                pattern: pattern.clone(),
+                plan_only: mode == Mode::Plan
+                    && pattern.literal_len() == 0
+                    && pattern.as_str() == "*",
+            };
+            if !option.grants.contains(&spec) {
+                option.grants.push(spec);
+            }
+        }
+        // A wider level showing the same patterns replaces the narrower one:
+        // the last level must stay what a bare `always` grants.
+        if options
+            .last()
+            .is_some_and(|previous| same_patterns(previous, &option))
+        {
+            options.pop();
+        }
+        options.push(option);
+    }
+    options
+}
+
+/// The options of two questions asked as one (a call whose input was split
+/// by [`variants`]): level by level, each side's list at that level (its
+/// widest once it has no more), so the last level is the union of both
+/// `always`. Empty when either side offers none.
+fn merge_options(first: &[AlwaysOption], second: &[AlwaysOption]) -> Vec<AlwaysOption> {
+    let (Some(last_first), Some(last_second)) = (first.last(), second.last()) else {
+        return Vec::new();
+    };
+    let levels = first.len().max(second.len());
+    let mut options: Vec<AlwaysOption> = Vec::new();
+    for level in 0..levels {
+        let mut option = first.get(level).unwrap_or(last_first).clone();
+        let more = second.get(level).unwrap_or(last_second);
+        for pattern in &more.patterns {
+            push_unique(&mut option.patterns, pattern);
+        }
+        for grant in &more.grants {
+            if !option.grants.contains(grant) {
+                option.grants.push(grant.clone());
+            }
+        }
+        if options
+            .last()
+            .is_some_and(|previous| same_patterns(previous, &option))
+        {
+            options.pop();
+        }
+        options.push(option);
+    }
+    options
+}
+
+/// Do two options show the same patterns (in any order)?
+fn same_patterns(a: &AlwaysOption, b: &AlwaysOption) -> bool {
+    a.patterns.len() == b.patterns.len() && a.patterns.iter().all(|p| b.patterns.contains(p))
+}
+
+/// Patterns narrower than `always` that an `always` on a simple check may
+/// grant instead, narrow to wide: an edited file itself, then its directory
+/// (`src/*`, which also covers the directories under it); a fetched URL
+/// itself, then its host (`https://host/*`); any other subject itself.
+fn narrower_options(kind: Kind, subject: &str, always: &GrantPattern) -> Vec<GrantPattern> {
+    // Only a grant of everything (`*`) has anything narrower.
+    if always.literal_len() != 0 || always.as_str() != "*" || subject == "*" {
+        return Vec::new();
+    }
+    let mut options = vec![GrantPattern::exact(subject)];
+    match kind {
+        Kind::Edit => {
+            if let Some((dir, _)) = subject.rsplit_once('/') {
+                if !dir.is_empty() {
+                    options.push(GrantPattern::prefixed(&format!("{dir}/"), "*"));
+                }
+            }
+        }
+        Kind::Fetch => {
+            if let Some(host) = url_host_prefix(subject) {
+                if host.len() < subject.len() {
+                    options.push(GrantPattern::prefixed(host, "*"));
+                }
+            }
+        }
+        _ => {}
+    }
+    options
+}
+
+/// `https://host/` of an `http(s)` URL: the scheme and authority (with any
+/// port) and the `/` after them; `None` when there is no `/` after the host,
+/// or the authority has a user part (`https://docs.rs@evil.com/` would read
+/// as docs.rs), or a `\` ends it (which browsers read as `/`).
+fn url_host_prefix(url: &str) -> Option<&str> {
+    let starts = |scheme: &str| {
+        url.get(..scheme.len())
+            .is_some_and(|head| head.eq_ignore_ascii_case(scheme))
+    };
+    let scheme_len = if starts("https://") {
+        8
+    } else if starts("http://") {
+        7
+    } else {
+        return None;
+    };
+    let rest = &url[scheme_len..];
+    let end = rest.find(['/', '?', '#', '\\'])?;
+    if end == 0 || rest.as_bytes()[end] != b'/' || rest[..end].contains('@') {
+        return None;
+    }
+    url.get(..scheme_len + end + 1)
+}
+
 fn push_unique(list: &mut Vec<String>, item: &str) {
     if !list.iter().any(|existing| existing == item) {
         list.push(item.to_string());
@@ -1509,6 +1659,77 @@ fn push_unique(list: &mut Vec<String>, item: &str) {
 
 #[cfg(test)]
 mod tests {
+    use super::{narrower_options, url_host_prefix, GrantPattern, Kind};
+
+    #[test]
+    fn host_prefixes_of_urls() {
+        let cases: &[(&str, Option<&str>)] = &[
+            ("https://docs.rs/tokio", Some("https://docs.rs/")),
+            (
+                "HTTP://Example.com:8080/a?b",
+                Some("HTTP://Example.com:8080/"),
+            ),
+            ("https://docs.rs", None),
+            ("https://docs.rs?x=/y", None),
+            ("https://docs.rs#/y", None),
+            ("https://docs.rs\\@evil.com/x", None),
+            ("https://docs.rs@evil.com/x", None),
+            ("https:///x", None),
+            ("ftp://host/x", None),
+            ("tokio select", None),
+            ("héllo wörld", None),
+            ("httpsé://x/", None),
+            ("http://é/x", Some("http://é/")),
+        ];
+        for (url, expected) in cases {
+            assert_eq!(url_host_prefix(url), *expected, "{url}");
+        }
+    }
+
+    #[test]
+    fn narrower_patterns_of_a_subject() {
+        let everything = GrantPattern::prefixed("", "*");
+        let cases: &[(Kind, &str, &GrantPattern, &[&str])] = &[
+            (Kind::Edit, "src/a.py", &everything, &["src/a.py", "src/*"]),
+            (Kind::Edit, "a.py", &everything, &["a.py"]),
+            (
+                Kind::Edit,
+                "/abs/dir/a.py",
+                &everything,
+                &["/abs/dir/a.py", "/abs/dir/*"],
+            ),
+            (Kind::Edit, "/a.py", &everything, &["/a.py"]),
+            (
+                Kind::Fetch,
+                "https://docs.rs/x",
+                &everything,
+                &["https://docs.rs/x", "https://docs.rs/*"],
+            ),
+            (
+                Kind::Fetch,
+                "https://docs.rs/",
+                &everything,
+                &["https://docs.rs/"],
+            ),
+            (Kind::Fetch, "tokio select", &everything, &["tokio select"]),
+            (Kind::Task, "general", &everything, &["general"]),
+            (Kind::Other, "*", &everything, &[]),
+            // Only a grant of everything has narrower options.
+            (Kind::Read, ".env", &GrantPattern::exact(".env"), &[]),
+        ];
+        for (kind, subject, always, expected) in cases {
+            let got: Vec<String> = narrower_options(*kind, subject, always)
+                .iter()
+                .map(|p| p.as_str().to_string())
+                .collect();
+            assert_eq!(got, *expected, "{kind:?} {subject}");
+        }
+        // The directory is a literal prefix: `[` in it is no glob.
+        let dir = &narrower_options(Kind::Edit, "s[r]c/a.py", &everything)[1];
+        assert!(dir.matches("s[r]c/deep/b.py"));
+        assert!(!dir.matches("src/b.py"));
+    }
+
     #[test]
     fn programs_named_by_an_expansion() {
         let cases: &[(&str, bool)] = &[

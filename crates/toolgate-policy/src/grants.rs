@@ -1,5 +1,10 @@
 //! Grants: what `always` answers allowed, per session. A grant only answers a
 //! question: it turns an `ask` into `allow` and never lifts a denial.
+//!
+//! An `always` grants the question's `always` patterns, or one of the
+//! narrower lists of [`crate::Question::options`] the approver picked. A grant
+//! of a whole permission (`*`) made in plan mode is plan-only
+//! ([`GrantSpec::plan_only`]): it covers only in plan mode.
 
 use crate::wildcard::Wildcard;
 
@@ -70,6 +75,22 @@ pub struct GrantSpec {
     pub permission: String,
     /// The subjects it covers.
     pub pattern: GrantPattern,
+    /// A kind grant made in plan mode (the bare `*` of a permission, answered
+    /// while the session was in plan mode): it covers only in plan mode, and
+    /// the broker drops a session's such grants when the session leaves plan
+    /// mode (qwen-code's "don't ask again" in plan mode).
+    pub plan_only: bool,
+}
+
+impl GrantSpec {
+    /// A grant of `pattern` for `permission` that holds in every mode.
+    pub fn new(permission: &str, pattern: GrantPattern) -> GrantSpec {
+        GrantSpec {
+            permission: permission.to_string(),
+            pattern,
+            plan_only: false,
+        }
+    }
 }
 
 /// One grant: for `permission`, subjects matching `pattern` no longer ask.
@@ -81,6 +102,8 @@ pub struct Grant {
     pub permission: String,
     /// The subjects it covers.
     pub pattern: GrantPattern,
+    /// Covers only in plan mode ([`GrantSpec::plan_only`]).
+    pub plan_only: bool,
 }
 
 /// A session's grants, oldest first.
@@ -96,26 +119,39 @@ impl Grants {
     /// Record a grant unless the same permission and pattern is already granted.
     /// Returns true when it was added.
     pub fn add(&mut self, id: String, spec: &GrantSpec) -> bool {
-        if self
-            .list
-            .iter()
-            .any(|grant| grant.permission == spec.permission && grant.pattern == spec.pattern)
-        {
+        if self.list.iter().any(|grant| {
+            grant.permission == spec.permission
+                && grant.pattern == spec.pattern
+                && grant.plan_only == spec.plan_only
+        }) {
             return false;
         }
         self.list.push(Grant {
             id,
             permission: spec.permission.clone(),
             pattern: spec.pattern.clone(),
+            plan_only: spec.plan_only,
         });
         true
     }
 
-    /// The first grant covering `subject` for `permission`.
-    pub fn covering(&self, permission: &str, subject: &str) -> Option<&Grant> {
-        self.list
-            .iter()
-            .find(|grant| grant.permission == permission && grant.pattern.matches(subject))
+    /// The first grant covering `subject` for `permission`; a plan-only
+    /// grant covers only when `in_plan`.
+    pub fn covering(&self, permission: &str, subject: &str, in_plan: bool) -> Option<&Grant> {
+        self.list.iter().find(|grant| {
+            grant.permission == permission
+                && (in_plan || !grant.plan_only)
+                && grant.pattern.matches(subject)
+        })
+    }
+
+    /// Remove every plan-only grant (the session left plan mode); returns them.
+    pub fn drop_plan_only(&mut self) -> Vec<Grant> {
+        let (dropped, kept) = std::mem::take(&mut self.list)
+            .into_iter()
+            .partition(|grant| grant.plan_only);
+        self.list = kept;
+        dropped
     }
 
     /// Remove a grant by id.

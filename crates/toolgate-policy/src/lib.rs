@@ -68,7 +68,7 @@ pub use globs::{
 pub use grants::{Grant, GrantPattern, GrantSpec, Grants};
 pub use mode::{mode_answer, Action, Kind, Mode, UnknownMode};
 pub use paths::{normalize, RootedPath};
-pub use reminder::{reminder, reminder_in};
+pub use reminder::{reminder, reminder_granted, reminder_in};
 pub use rules::{Rule, Ruleset};
 pub use scope::{
     EffectiveScope, Scope, ScopeError, ScopeLayer, ScopeRefusal, ScopeRules, ScopeTarget,
@@ -101,7 +101,9 @@ pub struct Policy {
     pub ask_timeout_seconds: u64,
     /// Options for shell analysis.
     pub shell: toolgate_shell::Options,
-    /// Every permission of the fetch kind: what an `always` on a fetch grants.
+    /// Every permission of the fetch kind (`webfetch`, `websearch` and the
+    /// declared fetch tools). An `always` on a fetch grants only its own
+    /// permission: web fetches and web searches are separate kinds of grant.
     pub fetch_permissions: Vec<String>,
     /// Analyses of recent shell commands (run with `shell`, no `cwd`).
     pub shell_cache: ShellCache,
@@ -257,6 +259,10 @@ pub struct Question {
     pub always: Vec<String>,
     /// The grants an `always` answer records.
     pub grants: Vec<GrantSpec>,
+    /// What an `always` answer may grant instead, narrow to wide; the last is
+    /// `always` with `grants`. Empty means only `always` is offered (a batch).
+    /// See [`Question::options`].
+    pub always_options: Vec<AlwaysOption>,
     /// What a `once` (or `always`) answer approves for this very call:
     /// `(permission, subject)` pairs, passed back in [`Context::approvals`].
     pub approve: Vec<(String, String)>,
@@ -268,6 +274,34 @@ pub struct Question {
     pub plan: Option<String>,
     /// Why the question is asked.
     pub reason: String,
+}
+
+/// One list of patterns an `always` answer may grant, with the grants it records.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AlwaysOption {
+    /// The patterns, as shown to the user.
+    pub patterns: Vec<String>,
+    /// The grants recorded when this option is chosen.
+    pub grants: Vec<GrantSpec>,
+}
+
+impl Question {
+    /// The lists an `always` answer may grant, narrow to wide; the last is
+    /// what a bare `always` grants. None for a plan approval (its `always`
+    /// changes the mode) or a question whose `always` grants nothing.
+    pub fn options(&self) -> Vec<AlwaysOption> {
+        if self.plan.is_some() || self.always.is_empty() {
+            return Vec::new();
+        }
+        let widest = AlwaysOption {
+            patterns: self.always.clone(),
+            grants: self.grants.clone(),
+        };
+        match self.always_options.last() {
+            Some(last) if *last == widest => self.always_options.clone(),
+            _ => vec![widest],
+        }
+    }
 }
 
 /// The answer for one call, with its full provenance.

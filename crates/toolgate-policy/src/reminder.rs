@@ -2,7 +2,9 @@
 //! gate: each kind of the mode table is placed by [`mode_answer`] under
 //! "Available", "Asks the user first" or "Not available", and named with a few
 //! of its tools from the policy's registry. What the model is told and what the
-//! broker enforces cannot drift.
+//! broker enforces cannot drift. [`reminder_granted`] also places what the
+//! session's whole-permission grants allow (after `always` on a web fetch,
+//! say) under "Available".
 
 use crate::mode::{mode_answer, Action, Kind, Mode};
 use crate::scope::Scope;
@@ -26,6 +28,22 @@ pub fn reminder(policy: &Policy, mode: Mode) -> String {
 /// runs with `--on-ask deny`) everything that would ask listed as not
 /// available, since nobody can answer.
 pub fn reminder_in(policy: &Policy, mode: Mode, scope: &Scope, never_ask: bool) -> String {
+    reminder_granted(policy, mode, scope, never_ask, &[])
+}
+
+/// As [`reminder_in`], for a session whose `always` answers granted whole
+/// permissions: `granted` lists each permission granted `*` that covers in
+/// `mode`, with `true` when that grant lasts only while in plan mode. What
+/// such a grant covers is listed as available, not as asking: a fetch kind
+/// is split into web fetches and web searches, another kind gets a line for
+/// the granted permission's tools.
+pub fn reminder_granted(
+    policy: &Policy,
+    mode: Mode,
+    scope: &Scope,
+    never_ask: bool,
+    granted: &[(String, bool)],
+) -> String {
     let mut available: Vec<String> = Vec::new();
     let mut asks: Vec<String> = Vec::new();
     let mut unavailable: Vec<String> = Vec::new();
@@ -46,6 +64,63 @@ pub fn reminder_in(policy: &Policy, mode: Mode, scope: &Scope, never_ask: bool) 
             ],
             _ => vec![(false, named(kind.noun()))],
         };
+        let asks_here = mode_answer(mode, kind, false, false) == Action::Ask && !never_ask;
+        let of_kind: Vec<&(String, bool)> = granted
+            .iter()
+            .filter(|(permission, _)| policy.registry.lookup(permission).kind == kind)
+            .collect();
+        let granted_row = |permission: &str, noun: &str, plan_only: bool| {
+            let (names, more) = policy
+                .registry
+                .examples_of(kind, Some(permission), EXAMPLES);
+            let names = if names.is_empty() {
+                String::new()
+            } else {
+                format!(" ({}{})", names.join(", "), if more { ", ..." } else { "" })
+            };
+            let until = if plan_only { " while in plan mode" } else { "" };
+            format!("{noun}{names}, which an earlier `always` allowed{until}")
+        };
+        if asks_here && !of_kind.is_empty() && kind != Kind::Shell {
+            if kind == Kind::Fetch {
+                // Web fetches and web searches are granted apart: a line each.
+                for permission in policy.registry.permissions_of_kind(kind) {
+                    let noun = match permission.as_str() {
+                        "webfetch" => "web fetches".to_string(),
+                        "websearch" => "web searches".to_string(),
+                        other => format!("`{other}` calls"),
+                    };
+                    match of_kind.iter().find(|(p, _)| *p == permission) {
+                        Some((_, plan_only)) => {
+                            available.push(granted_row(&permission, &noun, *plan_only))
+                        }
+                        None => {
+                            let (names, more) =
+                                policy
+                                    .registry
+                                    .examples_of(kind, Some(&permission), EXAMPLES);
+                            asks.push(if names.is_empty() {
+                                noun
+                            } else {
+                                format!(
+                                    "{noun} ({}{})",
+                                    names.join(", "),
+                                    if more { ", ..." } else { "" }
+                                )
+                            });
+                        }
+                    }
+                }
+                continue;
+            }
+            for (permission, plan_only) in &of_kind {
+                available.push(granted_row(
+                    permission,
+                    &format!("`{permission}` calls"),
+                    *plan_only,
+                ));
+            }
+        }
         for (read_only, item) in rows {
             let action = mode_answer(mode, kind, read_only, false);
             if kind == Kind::ExitPlan && mode != Mode::Plan && action == Action::Allow {

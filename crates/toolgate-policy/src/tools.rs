@@ -345,7 +345,21 @@ impl Registry {
     /// turn so every agent's spelling is represented, skipping spellings that
     /// differ only in case (`Bash`, `bash`). At most `max` names, in table order.
     pub fn examples(&self, kind: Kind, max: usize) -> (Vec<&str>, bool) {
-        let of_kind = |name: &str| self.tools.get(name).is_some_and(|spec| spec.kind == kind);
+        self.examples_of(kind, None, max)
+    }
+
+    /// As [`Registry::examples`], only tools of `kind` with `permission` when given.
+    pub fn examples_of(
+        &self,
+        kind: Kind,
+        permission: Option<&str>,
+        max: usize,
+    ) -> (Vec<&str>, bool) {
+        let of_kind = |name: &str| {
+            self.tools.get(name).is_some_and(|spec| {
+                spec.kind == kind && permission.is_none_or(|p| spec.permission == p)
+            })
+        };
         // One list per source: the policy's, then one per agent.
         let mut sources: Vec<Vec<&str>> = vec![Vec::new(); BUILTIN.len() + 1];
         let mut seen: Vec<String> = Vec::new();

@@ -355,6 +355,7 @@ fn grants_answer_questions_only() {
         &GrantSpec {
             permission: "edit".into(),
             pattern: GrantPattern::prefixed("", "*"),
+            plan_only: false,
         },
     );
     let cases: &[(Mode, Value, &str)] = &[

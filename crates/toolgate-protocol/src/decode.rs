@@ -72,6 +72,7 @@ struct Envelope {
     permissions: Option<Value>,
     grant_id: Option<Value>,
     scope: Option<Value>,
+    patterns: Option<Value>,
 }
 
 impl<'de> Deserialize<'de> for Envelope {
@@ -112,6 +113,7 @@ impl<'de> Visitor<'de> for EnvelopeVisitor {
                 "permissions" => &mut envelope.permissions,
                 "grantID" => &mut envelope.grant_id,
                 "scope" => &mut envelope.scope,
+                "patterns" => &mut envelope.patterns,
                 other => {
                     if unknown.iter().any(|seen| seen == other) {
                         return Err(de::Error::custom(format_args!("duplicate field `{other}`")));
@@ -609,11 +611,55 @@ impl Envelope {
                 ))
             }
         };
+        let patterns = match &self.patterns {
+            None => None,
+            Some(Value::Array(items)) => {
+                let mut patterns = Vec::with_capacity(items.len());
+                for item in items {
+                    match item {
+                        Value::String(pattern) => patterns.push(pattern.clone()),
+                        other => {
+                            return Err(self.error(
+                                ErrorCode::InvalidFrame,
+                                format!(
+                                    "`patterns` of permission_response must be a list of strings, not a list holding {}",
+                                    type_name(other)
+                                ),
+                            ))
+                        }
+                    }
+                }
+                Some(patterns)
+            }
+            Some(other) => {
+                return Err(self.error(
+                    ErrorCode::InvalidFrame,
+                    format!(
+                        "`patterns` of permission_response must be a list of strings, not {}",
+                        type_name(other)
+                    ),
+                ))
+            }
+        };
+        if patterns.is_some() && response != Reply::Always {
+            return Err(self.error(
+                ErrorCode::InvalidFrame,
+                format!(
+                    "`patterns` goes only with `\"response\":\"always\"`, not with `{}`",
+                    match response {
+                        Reply::Once => "once",
+                        Reply::Reject => "reject",
+                        Reply::Always => "always",
+                    }
+                ),
+            ));
+        }
         Ok(ClientFrame::PermissionResponse(PermissionResponse {
             permission_id,
             response,
             message: self.optional_str(&self.message, "message", frame)?,
             scope,
+            patterns,
         }))
     }
 
@@ -886,6 +932,26 @@ mod tests {
             (
                 r#"{"type":"permission_response","permissionID":"per_1","response":"always","scope":"project"}"#,
                 r#"ok {"type":"permission_response","permissionID":"per_1","response":"always","scope":"project"}"#,
+            ),
+            (
+                r#"{"type":"permission_response","permissionID":"per_1","response":"always","patterns":["src/*"]}"#,
+                r#"ok {"type":"permission_response","permissionID":"per_1","response":"always","patterns":["src/*"]}"#,
+            ),
+            (
+                r#"{"type":"permission_response","permissionID":"per_1","response":"once","patterns":["src/*"]}"#,
+                "err invalid_frame call=- tool_call=false :: `patterns` goes only with `\"response\":\"always\"`, not with `once`",
+            ),
+            (
+                r#"{"type":"permission_response","permissionID":"per_1","response":"always","patterns":"src/*"}"#,
+                "err invalid_frame call=- tool_call=false :: `patterns` of permission_response must be a list of strings, not a string",
+            ),
+            (
+                r#"{"type":"permission_response","permissionID":"per_1","response":"always","patterns":[["src/*"]]}"#,
+                "err invalid_frame call=- tool_call=false :: `patterns` of permission_response must be a list of strings, not a list holding an array",
+            ),
+            (
+                r#"{"type":"permission_response","permissionID":"per_1","response":"always","patterns":[],"patterns":["*"]}"#,
+                "err invalid_frame call=- tool_call=false :: the frame is ambiguous: duplicate field `patterns` at line 1 column 97",
             ),
             (
                 r#"{"type":"permission_response","permissionID":"per_1","response":"always","scope":"global"}"#,

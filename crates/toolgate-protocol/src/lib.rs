@@ -110,6 +110,10 @@ pub struct PermissionResponse {
     /// every session of the project.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scope: Option<GrantScope>,
+    /// With `always` only: one of the request's `alwaysOptions` (the same
+    /// patterns, in any order), granted instead of the request's `always`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub patterns: Option<Vec<String>>,
 }
 
 /// The schema of `permission_response` names link-assistant/agent's spelling
@@ -161,7 +165,8 @@ impl GrantScope {
 pub enum Reply {
     /// Allow this call only.
     Once,
-    /// Allow this call and grant the request's `always` patterns for the session.
+    /// Allow this call and grant the request's `always` patterns (or the
+    /// `alwaysOptions` list named by `patterns`) for the session or project.
     Always,
     /// Deny this call and end the session's other pending asks.
     Reject,
@@ -428,6 +433,11 @@ pub struct PermissionRequest {
     pub patterns: Vec<String>,
     /// What an `always` answer grants.
     pub always: Vec<String>,
+    /// What an `always` answer may grant instead, narrow to wide (the file,
+    /// its directory, everything; the command, its prefix): the last list is
+    /// `always`. Empty for a plan approval.
+    #[serde(rename = "alwaysOptions")]
+    pub always_options: Vec<Vec<String>>,
     /// The command, file path or URL.
     pub title: String,
     /// `plan` for a plan approval.
@@ -551,6 +561,11 @@ pub struct GrantInfo {
     pub permission: String,
     /// The pattern it covers.
     pub pattern: String,
+    /// `plan` for a kind grant made in plan mode: it covers only in plan
+    /// mode, and a session grant of this sort ends when the session leaves
+    /// plan mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
 }
 
 /// `error`: a frame could not be handled. The broker carries on.

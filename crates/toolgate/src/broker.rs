@@ -91,6 +91,9 @@ struct Pending {
     answered: Option<wire::Reply>,
     /// After an `always`: where the grants went, and whether saving them failed.
     granted: Option<(wire::GrantScope, Option<String>)>,
+    /// After an `always` with `patterns`: the option chosen, when narrower
+    /// than the request's `always`.
+    chosen: Option<Vec<String>>,
     question: Question,
     deadline: Option<u64>,
     /// `(permission, subject)` pairs that still ask, from the latest
@@ -504,7 +507,36 @@ impl Broker {
             Some(session) => &session.scope,
             None => &Scope::NONE,
         };
-        toolgate_policy::reminder_in(&self.policy, mode, scope, self.config.on_ask == OnAsk::Deny)
+        toolgate_policy::reminder_granted(
+            &self.policy,
+            mode,
+            scope,
+            self.config.on_ask == OnAsk::Deny,
+            &self.kind_grants(session_id, mode),
+        )
+    }
+
+    /// The permissions a session's and the project's grants cover whole
+    /// (`*`) in `mode`, each once, with whether that grant lasts only while in
+    /// plan mode (a grant for every mode wins).
+    fn kind_grants(&self, session_id: &str, mode: Mode) -> Vec<(String, bool)> {
+        let own = self.sessions.get(session_id).map(|session| &session.grants);
+        let mut granted: Vec<(String, bool)> = Vec::new();
+        for grant in own
+            .into_iter()
+            .flat_map(Grants::iter)
+            .chain(self.project_grants.iter())
+        {
+            let whole = grant.pattern.literal_len() == 0 && grant.pattern.as_str() == "*";
+            if !whole || (grant.plan_only && mode != Mode::Plan) {
+                continue;
+            }
+            match granted.iter_mut().find(|(p, _)| *p == grant.permission) {
+                Some(entry) => entry.1 &= grant.plan_only,
+                None => granted.push((grant.permission.clone(), grant.plan_only)),
+            }
+        }
+        granted
     }
 
     /// Remember that a session may not run calls (for good: only the
@@ -923,6 +955,7 @@ impl Broker {
             approvals: Vec::new(),
             answered: None,
             granted: None,
+            chosen: None,
             question: Question::default(),
             deadline: None,
             asking: Vec::new(),
@@ -1018,9 +1051,20 @@ impl Broker {
                             wire::GrantScope::Session => "the session",
                             wire::GrantScope::Project => "every session of the project",
                         };
+                        let what = match &pending.chosen {
+                            None => "its `always` patterns".to_string(),
+                            Some(patterns) => format!(
+                                "{} (of its `alwaysOptions`)",
+                                patterns
+                                    .iter()
+                                    .map(|pattern| format!("`{pattern}`"))
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
+                            ),
+                        };
                         match failed {
-                            None => format!("the user allowed this call and granted its `always` patterns for {place}"),
-                            Some(err) => format!("the user allowed this call and granted its `always` patterns for {place}, but the grants could not be saved and will not survive a restart ({err})"),
+                            None => format!("the user allowed this call and granted {what} for {place}"),
+                            Some(err) => format!("the user allowed this call and granted {what} for {place}, but the grants could not be saved and will not survive a restart ({err})"),
                         }
                     }
                     _ => evaluation.reason,
@@ -1046,6 +1090,44 @@ impl Broker {
         out: &mut Vec<ServerFrame>,
     ) {
         let id = response.permission_id;
+        // `patterns` must name one of the lists the request offered; anything
+        // else grants nothing and leaves the question open.
+        let mut option: Option<toolgate_policy::AlwaysOption> = None;
+        if let (Some(patterns), Some(pending)) = (&response.patterns, self.pending.get(&id)) {
+            let offered = pending.question.options();
+            let same = |listed: &[String]| {
+                listed.iter().all(|p| patterns.contains(p))
+                    && patterns.iter().all(|p| listed.contains(p))
+            };
+            match offered.into_iter().find(|offer| same(&offer.patterns)) {
+                Some(found) => option = Some(found),
+                None => {
+                    let shown: Vec<String> = patterns
+                        .iter()
+                        .take(8)
+                        .map(|p| format!("`{}`", p.chars().take(100).collect::<String>()))
+                        .collect();
+                    let message = if pending.question.plan.is_some() {
+                        format!("the request `{id}` is a plan approval, which offers no `alwaysOptions`; answer it without `patterns`")
+                    } else {
+                        format!(
+                            "`patterns` [{}{}] is not one of the lists the request `{id}` offered in `alwaysOptions`; nothing was granted and the request is still open",
+                            shown.join(", "),
+                            if patterns.len() > 8 { ", ..." } else { "" }
+                        )
+                    };
+                    out.push(ServerFrame::Error(wire::ErrorFrame {
+                        code: ErrorCode::InvalidFrame,
+                        message,
+                        call_id: Some(pending.call_id.clone()),
+                        session_id: Some(pending.session_id.clone()),
+                        permission_id: Some(id),
+                        line: Some(number),
+                    }));
+                    return;
+                }
+            }
+        }
         let Some(mut pending) = self.take_pending(&id) else {
             let (code, message) = if self.resolved.contains(&id) {
                 (
@@ -1128,18 +1210,24 @@ impl Broker {
                     .extend(pending.question.approve.iter().cloned());
                 let always = response.response == wire::Reply::Always;
                 pending.answered = Some(response.response);
+                // What `always` grants: the chosen option, else the request's `always`.
+                let granted = match (always, option) {
+                    (false, _) => Vec::new(),
+                    (true, None) => pending.question.grants.clone(),
+                    (true, Some(option)) => {
+                        if option.patterns != pending.question.always {
+                            pending.chosen = Some(option.patterns);
+                        }
+                        option.grants
+                    }
+                };
                 if always {
                     let scope = response.scope.unwrap_or(wire::GrantScope::Session);
                     // The grants are on disk before the decision that reports them.
-                    let saved = self.record_grants(&pending.session_id, &pending.question, scope);
+                    let saved = self.record_grants(&pending.session_id, &granted, scope);
                     pending.granted = Some((scope, saved.err()));
                 }
                 let session_id = pending.session_id.clone();
-                let granted = if always {
-                    pending.question.grants.clone()
-                } else {
-                    Vec::new()
-                };
                 self.reevaluate(pending, out);
                 if always {
                     let why = format!("an `always` answer to {id} covers it");
@@ -1165,18 +1253,14 @@ impl Broker {
     fn record_grants(
         &mut self,
         session_id: &str,
-        question: &Question,
+        granted: &[GrantSpec],
         scope: wire::GrantScope,
     ) -> Result<(), String> {
-        let ids: Vec<String> = question
-            .grants
-            .iter()
-            .map(|_| self.ids.grant_id())
-            .collect();
+        let ids: Vec<String> = granted.iter().map(|_| self.ids.grant_id()).collect();
         let mut changes = Vec::new();
         match scope {
             wire::GrantScope::Project => {
-                for (id, spec) in ids.into_iter().zip(&question.grants) {
+                for (id, spec) in ids.into_iter().zip(granted) {
                     if self.project_grants.add(id.clone(), spec) {
                         changes.push(Change::ProjectGrant(spec_grant(&id, spec, session_id)));
                         self.project_grant_owners.insert(id, session_id.to_string());
@@ -1187,7 +1271,7 @@ impl Broker {
                 let session = self.session_entry(session_id);
                 // A session already stored gets just its new grants.
                 let stored = is_stored(session);
-                for (id, spec) in ids.into_iter().zip(&question.grants) {
+                for (id, spec) in ids.into_iter().zip(granted) {
                     if session.grants.add(id.clone(), spec) && stored {
                         changes.push(Change::SessionGrant(spec_grant(&id, spec, session_id)));
                     }
@@ -1318,11 +1402,18 @@ impl Broker {
             session.mode = mode;
             session.explicit = true;
         }
+        let left_plan = self.end_plan_grants(&affected, &before);
+        let changes: Vec<Change> = std::iter::once(session_id.to_string())
+            .chain(left_plan.into_iter().filter(|id| id != session_id))
+            .map(|id| self.stored_change(&id))
+            .collect();
         // A failed save is logged; the mode applies in memory either way.
-        let _ = self.persist(&[self.stored_change(session_id)]);
-        // Sessions with the same mode and the same scope layers (children
-        // that added none) get the same reminder: it is written once.
-        let mut reminders: HashMap<(Mode, Vec<usize>), String> = HashMap::new();
+        let _ = self.persist(&changes);
+        // Sessions with the same mode, the same scope layers (children that
+        // added none) and the same kind grants get the same reminder: it is
+        // written once.
+        type Key = (Mode, Vec<usize>, Vec<(String, bool)>);
+        let mut reminders: HashMap<Key, String> = HashMap::new();
         for (id, previous) in affected.iter().zip(before) {
             let now = self.effective_mode(id);
             if id != session_id && now == previous {
@@ -1339,8 +1430,9 @@ impl Broker {
                         .collect()
                 })
                 .unwrap_or_default();
+            let granted = self.kind_grants(id, now);
             let reminder = reminders
-                .entry((now, layers))
+                .entry((now, layers, granted))
                 .or_insert_with(|| self.reminder(id, now))
                 .clone();
             out.push(ServerFrame::ModeChanged(wire::ModeChanged {
@@ -1358,6 +1450,24 @@ impl Broker {
                 );
             }
         }
+    }
+
+    /// A kind grant made in plan mode ends when its session leaves plan mode:
+    /// drop the plan-only grants of each of `ids` whose effective mode was
+    /// plan (`before`, in the same order) and is no longer. Returns the
+    /// sessions that lost grants (to be saved).
+    fn end_plan_grants(&mut self, ids: &[String], before: &[Mode]) -> Vec<String> {
+        let mut changed = Vec::new();
+        for (id, previous) in ids.iter().zip(before) {
+            if *previous == Mode::Plan && self.effective_mode(id) != Mode::Plan {
+                if let Some(session) = self.sessions.get_mut(id) {
+                    if !session.grants.drop_plan_only().is_empty() {
+                        changed.push(id.clone());
+                    }
+                }
+            }
+        }
+        changed
     }
 
     /// The effective mode of a session's parent, if it has one.
@@ -1485,6 +1595,12 @@ impl Broker {
             .or(parent_mode)
             .unwrap_or(default_mode);
         self.closed.remove(session_fingerprint(&id));
+        // The modes before the start, to end plan-mode kind grants it ends.
+        let subtree_before = self.subtree(&id);
+        let modes_before: Vec<Mode> = subtree_before
+            .iter()
+            .map(|session| self.effective_mode(session))
+            .collect();
         let session = self.session_entry(&id);
         session.mode = own_mode;
         let previous_parent = std::mem::replace(&mut session.parent, start.parent_id.clone());
@@ -1510,6 +1626,11 @@ impl Broker {
             // the child that names it.
             if !parent_stored {
                 changes.push(self.stored_change(parent));
+            }
+        }
+        for ended in self.end_plan_grants(&subtree_before, &modes_before) {
+            if ended != id {
+                changes.push(self.stored_change(&ended));
             }
         }
         // The whole session: also reopens it if it was closed.
@@ -1781,6 +1902,7 @@ impl Broker {
             scope: wire::GrantScope::Project,
             permission: grant.permission.clone(),
             pattern: grant.pattern.as_str().to_string(),
+            mode: grant.plan_only.then(|| "plan".to_string()),
         });
         let grants = project
             .chain(sessions.into_iter().flat_map(|(session_id, session)| {
@@ -1790,6 +1912,7 @@ impl Broker {
                     scope: wire::GrantScope::Session,
                     permission: grant.permission.clone(),
                     pattern: grant.pattern.as_str().to_string(),
+                    mode: grant.plan_only.then(|| "plan".to_string()),
                 })
             }))
             .collect();
@@ -1999,6 +2122,7 @@ fn stored_grant(grant: &toolgate_policy::Grant, session_id: &str) -> StoredGrant
         pattern: grant.pattern.as_str().to_string(),
         literal: grant.pattern.literal_len(),
         session_id: session_id.to_string(),
+        mode: grant.plan_only.then(|| "plan".to_string()),
     }
 }
 
@@ -2010,6 +2134,7 @@ fn spec_grant(id: &str, spec: &GrantSpec, session_id: &str) -> StoredGrant {
         pattern: spec.pattern.as_str().to_string(),
         literal: spec.pattern.literal_len(),
         session_id: session_id.to_string(),
+        mode: spec.plan_only.then(|| "plan".to_string()),
     }
 }
 
@@ -2026,6 +2151,11 @@ fn stored_spec(stored: &StoredGrant) -> Option<GrantSpec> {
     Some(GrantSpec {
         permission: stored.permission.clone(),
         pattern: GrantPattern::from_parts(&stored.pattern, stored.literal)?,
+        plan_only: match stored.mode.as_deref() {
+            None => false,
+            Some("plan") => true,
+            Some(_) => return None,
+        },
     })
 }
 

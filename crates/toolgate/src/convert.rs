@@ -108,6 +108,11 @@ pub fn request(
         pattern: question.always.clone(),
         patterns: question.patterns.clone(),
         always: question.always.clone(),
+        always_options: question
+            .options()
+            .into_iter()
+            .map(|option| option.patterns)
+            .collect(),
         title: question.title.clone(),
         kind: question.plan.as_ref().map(|_| "plan".to_string()),
         metadata,

@@ -127,6 +127,10 @@ pub struct StoredGrant {
     /// The session whose `always` answer made the grant.
     #[serde(rename = "sessionID")]
     pub session_id: String,
+    /// `plan` for a kind grant made in plan mode, which covers only in plan
+    /// mode; absent for every other grant (and in files of earlier builds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
 }
 
 /// One session as stored.
@@ -1060,6 +1064,12 @@ fn check_grant(grant: &StoredGrant) -> Result<(), String> {
             grant.grant_id, grant.literal, grant.pattern
         ));
     }
+    if let Some(mode) = grant.mode.as_deref().filter(|mode| *mode != "plan") {
+        return Err(format!(
+            "grant {}: `mode` must be `plan` when given, not `{mode}`",
+            grant.grant_id
+        ));
+    }
     Ok(())
 }
 
@@ -1278,6 +1288,9 @@ pub struct GrantRow {
     pub permission: String,
     /// The pattern.
     pub pattern: String,
+    /// `plan` for a plan-mode kind grant (covers only in plan mode).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
     /// The project the state file belongs to.
     #[serde(rename = "projectRoot")]
     pub project_root: String,
@@ -1305,6 +1318,7 @@ fn rows_of(path: &Path, snapshot: &Snapshot) -> Vec<GrantRow> {
         session_id: grant.session_id.clone(),
         permission: grant.permission.clone(),
         pattern: grant.pattern.clone(),
+        mode: grant.mode.clone(),
         project_root: snapshot.project_root.clone(),
         file: path.to_path_buf(),
     };
@@ -1507,7 +1521,10 @@ pub fn grants_table(rows: &[GrantRow]) -> String {
             row.scope.as_str().to_string(),
             cell(&row.session_id),
             cell(&row.permission),
-            cell(&row.pattern),
+            match row.mode.as_deref() {
+                Some(mode) => format!("{} (only in {mode} mode)", cell(&row.pattern)),
+                None => cell(&row.pattern),
+            },
             cell(&row.project_root),
         ]);
     }

@@ -258,3 +258,53 @@ fn an_empty_state_dir_lists_nothing() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A plan-mode kind grant as the broker stores it: listed with its mode, in
+/// the table and in `--json`; a file of an earlier build (no `mode`) lists as before.
+#[test]
+fn plan_mode_grants_are_listed_with_their_mode() {
+    let dir = state_dir("plan");
+    std::fs::write(
+        dir.join("project-000000000000000d.json"),
+        r#"{"version":1,"projectRoot":"/work/d","projectGrants":[
+            {"grantID":"grant_p","permission":"webfetch","pattern":"*","literal":0,"sessionID":"main","mode":"plan"},
+            {"grantID":"grant_q","permission":"websearch","pattern":"*","literal":0,"sessionID":"main"}],
+            "sessions":[]}"#,
+    )
+    .unwrap();
+    let (code, stdout, stderr) = toolgate(&["grants", "list", "--state-dir", "$DIR"], &dir, None);
+    assert_eq!(code, 0, "{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(
+        lines[1].contains("webfetch") && lines[1].contains("* (only in plan mode)"),
+        "{stdout}"
+    );
+    assert!(
+        lines[2].contains("websearch") && !lines[2].contains("plan"),
+        "{stdout}"
+    );
+    let (code, stdout, stderr) = toolgate(
+        &["grants", "list", "--json", "--state-dir", "$DIR"],
+        &dir,
+        None,
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let rows: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(rows[0]["mode"], "plan", "{stdout}");
+    assert!(rows[1].get("mode").is_none(), "{stdout}");
+    // A mode toolgate does not know makes the file unusable, never a looser grant.
+    std::fs::write(
+        dir.join("project-000000000000000d.json"),
+        r#"{"version":1,"projectRoot":"/work/d","projectGrants":[
+            {"grantID":"grant_p","permission":"webfetch","pattern":"*","literal":0,"sessionID":"main","mode":"ask"}],
+            "sessions":[]}"#,
+    )
+    .unwrap();
+    let (_, stdout, stderr) = toolgate(&["grants", "list", "--state-dir", "$DIR"], &dir, None);
+    assert!(!stdout.contains("grant_p"), "{stdout}");
+    assert!(stderr.contains("`mode` must be `plan`"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -214,6 +214,7 @@ fn an_unusable_stored_grant_is_dropped_with_a_warning() {
             pattern: "ls *".to_string(),
             literal: 99,
             session_id: "s".to_string(),
+            mode: None,
         }],
         sessions: Vec::new(),
         closed: Vec::new(),

@@ -37,6 +37,7 @@ fn grant(id: &str, permission: &str, pattern: &str, literal: usize, session: &st
         pattern: pattern.to_string(),
         literal,
         session_id: session.to_string(),
+        mode: None,
     }
 }
 
@@ -452,6 +453,7 @@ fn the_table_keeps_each_grant_on_one_line() {
         session_id: session.to_string(),
         permission: "bash".to_string(),
         pattern: pattern.to_string(),
+        mode: None,
         project_root: "/r".to_string(),
         file: PathBuf::new(),
     };
