@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use crate::error::PolicyError;
 use crate::mode::{mode_answer, Action, Kind, Mode};
+use crate::names::check_permission_keys;
 use crate::rules::{merge_deep, Ruleset};
 use crate::tools::{Registry, ToolSpec};
 use crate::wildcard::Wildcard;
@@ -248,6 +249,7 @@ impl Policy {
             }
             if let Some(permission) = &policy.permission {
                 rules.extend(Ruleset::parse(permission, name, "permission", name, home)?);
+                check_permission_keys(&registry, permission, name, &mut warnings)?;
             }
             for (i, tool) in policy.plan_mode_allowed_tools.iter().enumerate() {
                 match plan_mode_extra(&registry, tool) {
@@ -272,6 +274,7 @@ impl Policy {
         for (origin, value) in &sources.overrides {
             // Check each source on its own so the error names it.
             Ruleset::parse(value, origin, "permission", origin, home)?;
+            check_permission_keys(&registry, value, origin, &mut warnings)?;
             merged = Some(match merged {
                 Some(base) => merge_deep(&base, value),
                 None => value.clone(),

@@ -44,6 +44,7 @@ mod evaluate;
 mod globs;
 mod grants;
 mod mode;
+mod names;
 mod paths;
 mod reminder;
 mod rules;
@@ -66,11 +67,13 @@ pub use globs::{
 };
 pub use grants::{Grant, GrantPattern, GrantSpec, Grants};
 pub use mode::{mode_answer, Action, Kind, Mode, UnknownMode};
+pub use names::OPENCODE_PERMISSIONS;
 pub use paths::{normalize, RootedPath};
 pub use reminder::{reminder, reminder_in};
 pub use rules::{merge_deep, Rule, Ruleset};
 pub use scope::{
-    EffectiveScope, Scope, ScopeError, ScopeLayer, ScopeRefusal, ScopeRules, ScopeTarget,
+    regex_like, EffectiveScope, PatternSyntax, Scope, ScopeError, ScopeLayer, ScopeRefusal,
+    ScopeRules, ScopeTarget, MAX_REGEX_LEN, REGEX_SIZE_LIMIT,
 };
 pub use tools::{patch_files, Registry, ShellInput, Subject, SubjectField, ToolSpec};
 pub use wildcard::Wildcard;
