@@ -21,7 +21,8 @@
 //! A scope's `allowedTools` and `deniedTools` entries are checked by
 //! [`Policy::scope_layer`], more strictly: an entry must be a pattern, a
 //! tool name or permission name the registry knows, an always-available
-//! tool, a batch tool or an MCP name; anything else is refused (with a hint
+//! tool, a batch tool, a tool of a supported agent that toolgate judges as
+//! of unknown kind (`use_mcp_tool`, `Skill`) or an MCP name; anything else is refused (with a hint
 //! when it is close to a known name), since an entry that matches nothing
 //! is a scope that silently does not do what it says. A custom tool is
 //! declared in the policy file's `tools` to be named in a scope.
@@ -64,6 +65,22 @@ const BATCH_TOOLS: &[&str] = &[
     "multi_tool_use.parallel",
     "BatchTool",
     "batch-tool",
+];
+
+/// Tools of supported agents that toolgate judges as tools of unknown kind
+/// (a scope must name them to let a session use them): Roo Code's MCP and
+/// mode tools, Claude Code's MCP resource and skill tools, GitHub Copilot
+/// CLI's background shell tools.
+const OTHER_AGENT_TOOLS: &[&str] = &[
+    "use_mcp_tool",
+    "access_mcp_resource",
+    "switch_mode",
+    "ListMcpResourcesTool",
+    "ReadMcpResourceTool",
+    "Skill",
+    "write_bash",
+    "read_bash",
+    "stop_bash",
 ];
 
 /// Every permission name the registry or OpenCode knows.
@@ -201,6 +218,7 @@ impl Policy {
         if is_mcp(entry)
             || permissions.contains(&entry)
             || BATCH_TOOLS.contains(&entry)
+            || OTHER_AGENT_TOOLS.contains(&entry)
             || self.always_available.iter().any(|tool| tool == entry)
         {
             return Ok(None);
@@ -211,6 +229,7 @@ impl Policy {
             .map(|(name, _)| name)
             .chain(permissions.iter().copied())
             .chain(BATCH_TOOLS.iter().copied())
+            .chain(OTHER_AGENT_TOOLS.iter().copied())
             .chain(self.always_available.iter().map(String::as_str));
         let hint = closest(entry, names)
             .map(|near| format!(" (did you mean `{near}`?)"))

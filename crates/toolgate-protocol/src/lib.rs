@@ -201,6 +201,15 @@ pub struct ScopeSpec {
         skip_serializing_if = "Option::is_none"
     )]
     pub command_patterns: Option<Vec<String>>,
+    /// How `filePatterns` and `commandPatterns` are read: `glob` (the
+    /// default: path globs and OpenCode wildcards) or `regex` (regular
+    /// expressions matched against the whole path or command, Roo Code's).
+    #[serde(
+        rename = "patternSyntax",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub pattern_syntax: Option<String>,
 }
 
 /// A frame that names only a session (`session_end`, `get_reminder`).
