@@ -44,7 +44,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use globset::{GlobBuilder, GlobMatcher};
-use regex::{Regex, RegexBuilder};
+use regex::{RegexBuilder, RegexSet, RegexSetBuilder};
 
 use crate::wildcard::Wildcard;
 
@@ -68,9 +68,14 @@ pub struct ScopeRules {
 /// The longest regular expression a scope takes, in bytes.
 pub const MAX_REGEX_LEN: usize = 1024;
 
-/// The most memory one compiled scope regular expression may take, in bytes
-/// (its program, and separately the cache of its lazy DFA).
-pub const REGEX_SIZE_LIMIT: usize = 1 << 20;
+/// The most regular expressions one list (`filePatterns`, `commandPatterns`)
+/// takes.
+pub const MAX_REGEX_PATTERNS: usize = 256;
+
+/// The most memory one list of scope regular expressions may take once
+/// compiled, in bytes: its program, and separately the cache of its lazy
+/// DFA. Each expression alone must fit too.
+pub const REGEX_SIZE_LIMIT: usize = 256 * 1024;
 
 /// How a scope's file and command patterns are read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -154,7 +159,9 @@ impl AsRef<str> for ToolEntry {
 enum Matcher {
     Glob(GlobMatcher),
     Wildcard(Wildcard),
-    Regex(Regex),
+    /// A whole list of regular expressions, compiled together so that the
+    /// list is bounded as one.
+    Regex(RegexSet),
 }
 
 impl Matcher {
@@ -162,7 +169,7 @@ impl Matcher {
         match self {
             Matcher::Glob(glob) => glob.is_match(subject),
             Matcher::Wildcard(wildcard) => wildcard.matches(subject),
-            Matcher::Regex(regex) => regex.is_match(subject),
+            Matcher::Regex(set) => set.is_match(subject),
         }
     }
 }
@@ -223,9 +230,12 @@ impl ScopeLayer {
         };
         let patterns = |field: &'static str, list: &Option<Vec<String>>| match list {
             None => Ok(None),
+            Some(list) if syntax == PatternSyntax::Regex => {
+                compile_regex_list(field, list).map(Some)
+            }
             Some(list) => list
                 .iter()
-                .map(|pattern| compile_pattern(field, pattern, syntax))
+                .map(|pattern| compile_pattern(field, pattern))
                 .collect::<Result<Vec<_>, ScopeError>>()
                 .map(Some),
         };
@@ -276,11 +286,67 @@ impl ScopeLayer {
     }
 }
 
-fn compile_pattern(
-    field: &'static str,
-    pattern: &str,
-    syntax: PatternSyntax,
-) -> Result<Matcher, ScopeError> {
+fn empty_pattern(field: &'static str) -> ScopeError {
+    let what = if field == "filePatterns" {
+        "path"
+    } else {
+        "command"
+    };
+    ScopeError {
+        field,
+        pattern: String::new(),
+        reason: format!("an empty pattern matches no {what}"),
+    }
+}
+
+/// Compile a list of regular expressions into one matcher (none for an empty
+/// list, which admits nothing). Each is checked alone first, so that an
+/// error names it.
+fn compile_regex_list(field: &'static str, list: &[String]) -> Result<Vec<Matcher>, ScopeError> {
+    if list.len() > MAX_REGEX_PATTERNS {
+        return Err(ScopeError {
+            field,
+            pattern: list.get(MAX_REGEX_PATTERNS).cloned().unwrap_or_default(),
+            reason: format!(
+                "the list has {} regular expressions, more than the limit of {MAX_REGEX_PATTERNS}",
+                list.len()
+            ),
+        });
+    }
+    for pattern in list {
+        if pattern.is_empty() {
+            return Err(empty_pattern(field));
+        }
+        check_regex(pattern).map_err(|reason| ScopeError {
+            field,
+            pattern: pattern.clone(),
+            reason,
+        })?;
+    }
+    if list.is_empty() {
+        return Ok(Vec::new());
+    }
+    RegexSetBuilder::new(list.iter().map(|pattern| format!("^(?:{pattern})$")))
+        .size_limit(REGEX_SIZE_LIMIT)
+        .dfa_size_limit(REGEX_SIZE_LIMIT)
+        .build()
+        .map(|set| vec![Matcher::Regex(set)])
+        .map_err(|err| ScopeError {
+            field,
+            pattern: list.join("`, `"),
+            reason: match err {
+                regex::Error::CompiledTooBig(limit) if list.len() == 1 => format!(
+                    "the compiled regular expression is larger than the limit of {limit} bytes"
+                ),
+                regex::Error::CompiledTooBig(limit) => {
+                    format!("together they compile to more than the limit of {limit} bytes")
+                }
+                other => format!("not usable together: {other}"),
+            },
+        })
+}
+
+fn compile_pattern(field: &'static str, pattern: &str) -> Result<Matcher, ScopeError> {
     let error = |reason: String| ScopeError {
         field,
         pattern: pattern.to_string(),
@@ -288,69 +354,56 @@ fn compile_pattern(
     };
     let files = field == "filePatterns";
     if pattern.is_empty() {
-        let what = if files { "path" } else { "command" };
-        return Err(error(format!("an empty pattern matches no {what}")));
+        return Err(empty_pattern(field));
     }
-    match syntax {
-        PatternSyntax::Regex => compile_regex(pattern).map(Matcher::Regex).map_err(error),
-        PatternSyntax::Glob => {
-            if let Some(feature) = regex_like(pattern, files) {
-                return Err(error(format!(
-                    "it reads as a regular expression ({feature}), but these patterns are {}; write one (such as `{}`), or send `\"patternSyntax\": \"regex\"`",
-                    if files { "path globs" } else { "OpenCode wildcards" },
-                    if files { "src/**" } else { "npm *" },
-                )));
-            }
-            if !files {
-                return Ok(Matcher::Wildcard(Wildcard::new(pattern)));
-            }
-            // Paths are matched project-relative: `./src/**` means `src/**`.
-            let trimmed = pattern.strip_prefix("./").unwrap_or(pattern);
-            GlobBuilder::new(trimmed)
-                .literal_separator(true)
-                .backslash_escape(true)
-                .build()
-                .map(|glob| Matcher::Glob(glob.compile_matcher()))
-                .map_err(|err| error(err.kind().to_string()))
-        }
+    if let Some(feature) = regex_like(pattern, files) {
+        return Err(error(format!(
+            "it reads as a regular expression ({feature}), but these patterns are {}; write one (such as `{}`), or send `\"patternSyntax\": \"regex\"`",
+            if files { "path globs" } else { "OpenCode wildcards" },
+            if files { "src/**" } else { "npm *" },
+        )));
     }
+    if !files {
+        return Ok(Matcher::Wildcard(Wildcard::new(pattern)));
+    }
+    // Paths are matched project-relative: `./src/**` means `src/**`.
+    let trimmed = pattern.strip_prefix("./").unwrap_or(pattern);
+    GlobBuilder::new(trimmed)
+        .literal_separator(true)
+        .backslash_escape(true)
+        .build()
+        .map(|glob| Matcher::Glob(glob.compile_matcher()))
+        .map_err(|err| error(err.kind().to_string()))
 }
 
-/// Compile a scope regular expression to match whole subjects. `Err` is the
-/// reason it cannot be used.
-fn compile_regex(pattern: &str) -> Result<Regex, String> {
+/// Check one scope regular expression on its own, cheaply (it is parsed,
+/// not compiled): `Err` is the reason it cannot be used. The list it is in
+/// is compiled, within [`REGEX_SIZE_LIMIT`], by [`compile_regex_list`].
+fn check_regex(pattern: &str) -> Result<(), String> {
     if pattern.len() > MAX_REGEX_LEN {
         return Err(format!(
             "the regular expression is {} bytes long, more than the limit of {MAX_REGEX_LEN}",
             pattern.len()
         ));
     }
-    // Verbose mode (`x`) would let a `#` comment swallow the anchoring below.
+    // Verbose mode (`x`) would let a `#` comment swallow the anchoring.
     if has_verbose_flag(pattern) {
         return Err("the `x` flag (verbose mode) is not supported".to_string());
     }
-    let build = |source: &str| {
-        RegexBuilder::new(source)
-            .size_limit(REGEX_SIZE_LIMIT)
-            .dfa_size_limit(REGEX_SIZE_LIMIT)
-            .build()
-            .map_err(|err| match err {
-                regex::Error::CompiledTooBig(limit) => format!(
-                    "the compiled regular expression is larger than the limit of {limit} bytes"
-                ),
-                regex::Error::Syntax(text) => {
-                    let last = text.lines().rev().find(|line| !line.trim().is_empty());
-                    let reason = last.unwrap_or(&text).trim();
-                    let reason = reason.strip_prefix("error: ").unwrap_or(reason);
-                    format!("not a valid regular expression: {reason}")
-                }
-                other => format!("not a usable regular expression: {other}"),
-            })
-    };
-    // On its own first, so that the error points into the pattern as written
-    // and an unbalanced `)` cannot close the group that anchors it.
-    build(pattern)?;
-    build(&format!("^(?:{pattern})$"))
+    // A size limit of 0 stops the compiler as soon as the expression has
+    // been parsed: a syntax error is all this can report. Alone, so that
+    // the error points into the pattern as written and an unbalanced `)`
+    // cannot close the group that anchors it.
+    match RegexBuilder::new(pattern).size_limit(0).build() {
+        Ok(_) | Err(regex::Error::CompiledTooBig(_)) => Ok(()),
+        Err(regex::Error::Syntax(text)) => {
+            let last = text.lines().rev().find(|line| !line.trim().is_empty());
+            let reason = last.unwrap_or(&text).trim();
+            let reason = reason.strip_prefix("error: ").unwrap_or(reason);
+            Err(format!("not a valid regular expression: {reason}"))
+        }
+        Err(other) => Err(format!("not a usable regular expression: {other}")),
+    }
 }
 
 fn has_verbose_flag(pattern: &str) -> bool {
@@ -1048,6 +1101,38 @@ mod tests {
         for (pattern, expected) in cases {
             assert_eq!(error_of(regex(&pattern)), expected, "{pattern}");
         }
+        // Each fits alone; the list is bounded as a whole.
+        let big: Vec<String> = (0..8).map(|i| format!("{i}\\w{{4}}")).collect();
+        let alone = error_of(ScopeRules {
+            file_patterns: Some(vec![big[0].clone()]),
+            pattern_syntax: Some("regex".to_string()),
+            ..ScopeRules::default()
+        });
+        assert_eq!(alone, "ok");
+        let together = error_of(ScopeRules {
+            file_patterns: Some(big.clone()),
+            pattern_syntax: Some("regex".to_string()),
+            ..ScopeRules::default()
+        });
+        assert!(
+            together.ends_with(&format!(
+                "`: together they compile to more than the limit of {REGEX_SIZE_LIMIT} bytes"
+            )),
+            "{together}"
+        );
+        let many = error_of(ScopeRules {
+            command_patterns: Some(
+                (0..=MAX_REGEX_PATTERNS)
+                    .map(|i| format!("cmd{i}"))
+                    .collect(),
+            ),
+            pattern_syntax: Some("regex".to_string()),
+            ..ScopeRules::default()
+        });
+        assert_eq!(
+            many,
+            format!("`permissions.commandPatterns` has an unusable pattern `cmd{MAX_REGEX_PATTERNS}`: the list has {} regular expressions, more than the limit of {MAX_REGEX_PATTERNS}", MAX_REGEX_PATTERNS + 1)
+        );
         let bad_syntax = ScopeRules {
             pattern_syntax: Some("pcre".to_string()),
             ..ScopeRules::default()
