@@ -3,7 +3,11 @@
 //! A permission key (`permission` in the policy file, `--permission`,
 //! `TOOLGATE_PERMISSION`) is checked by [`check_permission_keys`]:
 //!
-//! - a key with `*` or `?` is a pattern, and kept;
+//! - a key written in Claude Code's rule syntax (`Bash(git *)`,
+//!   `Read(./.env)`) is an error showing the same rule in OpenCode's form;
+//! - a key with `*` or `?` is a pattern, and kept; with a warning when it
+//!   matches no known permission name and starts with neither a wildcard nor
+//!   `mcp_` (`my_*`: it can only match tools toolgate does not know);
 //! - a known permission name is kept: the permission of a tool the registry
 //!   knows (built in, or declared in the policy file's `tools`, with its
 //!   `permission`), or one of OpenCode's ([`OPENCODE_PERMISSIONS`]);
@@ -32,6 +36,7 @@ use serde_json::Value;
 use crate::error::PolicyError;
 use crate::scope::{ScopeError, ScopeLayer, ScopeRules};
 use crate::tools::Registry;
+use crate::wildcard::Wildcard;
 use crate::Policy;
 
 /// OpenCode's permission names (its `permission` config keys and the
@@ -165,10 +170,39 @@ pub(crate) fn check_permission_keys(
     };
     let permissions = permission_names(registry);
     for key in object.keys() {
-        if is_pattern(key) || is_mcp(key) || permissions.contains(&key.as_str()) {
+        let here = format!("permission.{key}");
+        if let Some((tool, inner)) = key
+            .strip_suffix(')')
+            .and_then(|key| key.split_once('('))
+            .filter(|(tool, _)| !tool.is_empty())
+        {
+            let permission = registry
+                .known()
+                .find(|(name, _)| *name == tool)
+                .map_or(tool, |(_, spec)| spec.permission.as_str());
+            return Err(PolicyError::new(
+                origin,
+                &here,
+                &format!(
+                    "`{key}` is Claude Code's rule syntax; here a rule is written {{\"{permission}\": {{\"{inner}\": \"allow\"}}}} (permission name, then pattern)"
+                ),
+            ));
+        }
+        if is_pattern(key) {
+            let wildcard = Wildcard::new(key);
+            let matches_known = key.starts_with(['*', '?'])
+                || key.starts_with("mcp_")
+                || permissions.iter().any(|name| wildcard.matches(name));
+            if !matches_known {
+                warnings.push(format!(
+                    "{origin}: {here}: `{key}` matches no permission toolgate knows: its rules apply only to tools of matching names (MCP or custom tools)"
+                ));
+            }
             continue;
         }
-        let here = format!("permission.{key}");
+        if is_mcp(key) || permissions.contains(&key.as_str()) {
+            continue;
+        }
         if let Some((_, spec)) = registry.known().find(|(name, _)| *name == key) {
             return Err(PolicyError::new(
                 origin,
@@ -286,6 +320,12 @@ mod tests {
             ("mcp__github__*", "ok"),
             ("mcp__docs__search", "ok"),
             ("edi?", "ok"),
+            ("web*", "ok"),
+            ("*_file", "ok"),
+            ("mcp__docs__*", "ok"),
+            ("my_*", "warn"),
+            ("Bash(git *)", "`Bash(git *)` is Claude Code's rule syntax; here a rule is written {\"bash\": {\"git *\": \"allow\"}} (permission name, then pattern)"),
+            ("Read(./.env)", "`Read(./.env)` is Claude Code's rule syntax; here a rule is written {\"read\": {\"./.env\": \"allow\"}} (permission name, then pattern)"),
             ("frobnicate", "warn"),
             ("my_custom_tool", "warn"),
             ("rg", "warn"),
