@@ -84,7 +84,6 @@ const MORE: &[(&str, &[Builtin])] = &[
     ("Codex", CODEX_MORE),
     ("Gemini CLI and qwen-code", GEMINI_MORE),
     ("Roo Code, Kilo Code and Cline", ROO_CODE),
-    ("GitHub Copilot CLI", COPILOT_CLI),
 ];
 
 const CLAUDE_CODE: &[Builtin] = &[
@@ -282,10 +281,6 @@ const ROO_CODE: &[Builtin] = &[
         SubjectField::None,
     ),
 ];
-
-// GitHub Copilot CLI's file viewer (`path`); its `bash` and `edit` are the
-// entries above.
-const COPILOT_CLI: &[Builtin] = &[("view", "read", Kind::Read, SubjectField::Path)];
 
 /// The tools the reminder takes examples from, with their agent's index.
 fn example_builtins() -> impl Iterator<Item = (usize, &'static Builtin)> {
