@@ -141,10 +141,14 @@ fn distance(a: &str, b: &str) -> usize {
 /// The known name closest to `name` within the misspelling limit, if any
 /// (the first of the closest, in the order given).
 fn closest<'a>(name: &str, known: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
-    let limit = max_edits(name.chars().count());
+    let length = name.chars().count();
+    let limit = max_edits(length);
     known
         .into_iter()
         .filter(|candidate| *candidate != name)
+        // Names whose lengths differ by more than the limit are farther
+        // apart: skip them, so a long entry costs no quadratic work.
+        .filter(|candidate| candidate.chars().count().abs_diff(length) <= limit)
         .map(|candidate| (distance(name, candidate), candidate))
         .filter(|(edits, _)| *edits <= limit)
         .min_by_key(|(edits, _)| *edits)
