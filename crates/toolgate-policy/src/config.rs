@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use crate::error::PolicyError;
 use crate::mode::{mode_answer, Action, Kind, Mode};
+use crate::names::check_permission_keys;
 use crate::rules::Ruleset;
 use crate::tools::{Registry, ToolSpec};
 use crate::wildcard::Wildcard;
@@ -254,11 +255,13 @@ impl Policy {
             }
             if let Some(permission) = &policy.permission {
                 rules.extend(Ruleset::parse(permission, name, "permission", name, home)?);
+                check_permission_keys(&registry, permission, name, &mut warnings)?;
             }
             if let Some((agent, permission)) = &policy.agent {
                 let key = format!("agent.{agent}.permission");
                 let origin = format!("{name}#agent.{agent}");
                 rules.extend(Ruleset::parse(permission, name, &key, &origin, home)?);
+                check_permission_keys(&registry, permission, &origin, &mut warnings)?;
             }
             for (i, tool) in policy.plan_mode_allowed_tools.iter().enumerate() {
                 match plan_mode_extra(&registry, tool) {
@@ -282,6 +285,7 @@ impl Policy {
         // keep their origin, and the last match over all layers decides.
         for (origin, value) in &sources.overrides {
             rules.extend(Ruleset::parse(value, origin, "permission", origin, home)?);
+            check_permission_keys(&registry, value, origin, &mut warnings)?;
         }
 
         let policy_file = file.map(|(_, policy)| policy);

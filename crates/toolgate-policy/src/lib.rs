@@ -44,6 +44,7 @@ mod evaluate;
 mod globs;
 mod grants;
 mod mode;
+mod names;
 pub mod opencode;
 mod paths;
 mod reminder;
@@ -67,11 +68,13 @@ pub use globs::{
 };
 pub use grants::{Grant, GrantPattern, GrantSpec, Grants};
 pub use mode::{mode_answer, Action, Kind, Mode, UnknownMode};
+pub use names::OPENCODE_PERMISSIONS;
 pub use paths::{normalize, RootedPath};
 pub use reminder::{reminder, reminder_granted, reminder_in};
 pub use rules::{Rule, Ruleset};
 pub use scope::{
-    EffectiveScope, Scope, ScopeError, ScopeLayer, ScopeRefusal, ScopeRules, ScopeTarget,
+    regex_like, EffectiveScope, PatternSyntax, Scope, ScopeError, ScopeLayer, ScopeRefusal,
+    ScopeRules, ScopeTarget, MAX_REGEX_LEN, REGEX_SIZE_LIMIT,
 };
 pub use tools::{
     extract, patch_files, variants, Registry, ShellInput, Subject, SubjectField, ToolSpec,

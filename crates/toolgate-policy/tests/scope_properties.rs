@@ -68,6 +68,24 @@ const COMMAND_PATTERNS: &[&str] = &[
     "*",
     "rm *",
 ];
+/// The same sorts of limits as regular expressions (`"patternSyntax": "regex"`).
+const REGEX_FILE_PATTERNS: &[&str] = &[
+    "src/.*",
+    "docs/.*",
+    ".*\\.md",
+    "src/[^/]*\\.rs",
+    ".*",
+    "README\\.md",
+    "/tmp/.*",
+];
+const REGEX_COMMAND_PATTERNS: &[&str] = &[
+    "git .*",
+    "git status.*",
+    "cargo( .*)?",
+    "ls( .*)?",
+    ".*",
+    "rm .*",
+];
 const PATHS: &[&str] = &[
     "src/a.rs",
     "src/x/y.rs",
@@ -108,15 +126,29 @@ fn rules() -> impl Strategy<Value = ScopeRules> {
     (
         proptest::option::weighted(0.5, subset(TOOL_ENTRIES)),
         proptest::option::weighted(0.4, subset(TOOL_ENTRIES)),
-        proptest::option::weighted(0.5, subset(FILE_PATTERNS)),
-        proptest::option::weighted(0.5, subset(COMMAND_PATTERNS)),
+        proptest::bool::weighted(0.3),
+        proptest::option::weighted(0.5, (subset(FILE_PATTERNS), subset(REGEX_FILE_PATTERNS))),
+        proptest::option::weighted(
+            0.5,
+            (subset(COMMAND_PATTERNS), subset(REGEX_COMMAND_PATTERNS)),
+        ),
     )
         .prop_map(
-            |(allowed_tools, denied_tools, file_patterns, command_patterns)| ScopeRules {
-                allowed_tools,
-                denied_tools,
-                file_patterns,
-                command_patterns,
+            |(allowed_tools, denied_tools, regex, file_patterns, command_patterns)| {
+                let pick = |(glob, regex_list): (Vec<String>, Vec<String>)| {
+                    if regex {
+                        regex_list
+                    } else {
+                        glob
+                    }
+                };
+                ScopeRules {
+                    allowed_tools,
+                    denied_tools,
+                    file_patterns: file_patterns.map(pick),
+                    command_patterns: command_patterns.map(pick),
+                    pattern_syntax: regex.then(|| "regex".to_string()),
+                }
             },
         )
 }
@@ -152,11 +184,11 @@ fn call() -> impl Strategy<Value = (String, Value)> {
         })
 }
 
-fn layers(chain: &[ScopeRules]) -> Vec<ScopeLayer> {
+fn layers(policy: &Policy, chain: &[ScopeRules]) -> Vec<ScopeLayer> {
     chain
         .iter()
         .enumerate()
-        .map(|(i, rules)| ScopeLayer::new(&format!("s{i}"), rules.clone()).unwrap())
+        .map(|(i, rules)| policy.scope_layer(&format!("s{i}"), rules.clone()).unwrap())
         .collect()
 }
 
@@ -184,7 +216,7 @@ proptest! {
     #[test]
     fn a_child_never_allows_what_an_ancestor_denies(chain in chain(), (tool, input) in call()) {
         let policy = policy();
-        let layers = layers(&chain);
+        let layers = layers(&policy, &chain);
         let full = judge(&policy, &Scope::from_layers(layers.clone()), &tool, &input);
         for i in 0..layers.len() {
             // Any ancestor chain (a prefix), and any single layer on its own.
@@ -203,7 +235,7 @@ proptest! {
         // The chain's answer is the strictest of each layer's alone, so it does
         // not depend on how the layers are grouped or ordered.
         let policy = policy();
-        let layers = layers(&chain);
+        let layers = layers(&policy, &chain);
         let full = judge(&policy, &Scope::from_layers(layers.clone()), &tool, &input);
         let unscoped = judge(&policy, &Scope::NONE, &tool, &input);
         let strictest = layers
@@ -219,8 +251,8 @@ proptest! {
     fn the_effective_scope_does_not_depend_on_order(chain in chain()) {
         let policy = policy();
         let permission_of = |tool: &str| policy.registry.lookup(tool).permission.clone();
-        let forward = Scope::from_layers(layers(&chain)).effective(permission_of);
-        let backward = Scope::from_layers(layers(&chain).into_iter().rev()).effective(permission_of);
+        let forward = Scope::from_layers(layers(&policy, &chain)).effective(permission_of);
+        let backward = Scope::from_layers(layers(&policy, &chain).into_iter().rev()).effective(permission_of);
         let set = |list: &Option<Vec<String>>| list.as_ref().map(|l| l.iter().cloned().collect::<BTreeSet<_>>());
         prop_assert_eq!(set(&forward.allowed_tools), set(&backward.allowed_tools));
         let denied = |list: &[String]| list.iter().cloned().collect::<BTreeSet<_>>();
@@ -241,9 +273,23 @@ fn effective_allowed_tools_are_admitted_by_every_layer() {
     let policy = policy();
     let permission_of = |tool: &str| policy.registry.lookup(tool).permission.clone();
     let cases: &[(&[&[&str]], &[&str])] = &[
+        // Entries are matched by permission name across agents.
         (
             &[&["Read", "Bash"], &["read", "bash", "Edit"]],
-            &["Read", "Bash"],
+            &["Read", "Bash", "read", "bash"],
+        ),
+        (
+            &[
+                &["Read", "shell"],
+                &["read_file", "view_image", "run_shell_command", "Write"],
+            ],
+            &[
+                "Read",
+                "shell",
+                "read_file",
+                "view_image",
+                "run_shell_command",
+            ],
         ),
         (
             &[&["*"], &["Read", "mcp__docs__search"]],
@@ -257,14 +303,15 @@ fn effective_allowed_tools_are_admitted_by_every_layer() {
     ];
     for (layers, expected) in cases {
         let scope = Scope::from_layers(layers.iter().enumerate().map(|(i, allowed)| {
-            ScopeLayer::new(
-                &format!("s{i}"),
-                ScopeRules {
-                    allowed_tools: Some(allowed.iter().map(|s| s.to_string()).collect()),
-                    ..ScopeRules::default()
-                },
-            )
-            .unwrap()
+            policy
+                .scope_layer(
+                    &format!("s{i}"),
+                    ScopeRules {
+                        allowed_tools: Some(allowed.iter().map(|s| s.to_string()).collect()),
+                        ..ScopeRules::default()
+                    },
+                )
+                .unwrap()
         }));
         let effective: Vec<String> = scope.effective(permission_of).allowed_tools.unwrap();
         let mut got: Vec<&str> = effective.iter().map(String::as_str).collect();

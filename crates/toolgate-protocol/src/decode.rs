@@ -713,11 +713,25 @@ impl Envelope {
                 )),
             }
         };
+        let pattern_syntax = match object.get("patternSyntax") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(syntax)) => Some(syntax.clone()),
+            Some(other) => {
+                return Err(self.error(
+                    ErrorCode::InvalidFrame,
+                    format!(
+                        "`permissions.patternSyntax` must be a string (`glob` or `regex`), not {}",
+                        type_name(other)
+                    ),
+                ))
+            }
+        };
         Ok(ScopeSpec {
             allowed_tools: list("allowedTools")?,
             denied_tools: list("deniedTools")?,
             file_patterns: list("filePatterns")?,
             command_patterns: list("commandPatterns")?,
+            pattern_syntax,
         })
     }
 

@@ -216,20 +216,31 @@ pub struct ScopeSpec {
         skip_serializing_if = "Option::is_none"
     )]
     pub denied_tools: Option<Vec<String>>,
-    /// Globs every file path must match.
+    /// Patterns every file path must match one of (path globs, or regular
+    /// expressions with `patternSyntax: "regex"`).
     #[serde(
         rename = "filePatterns",
         default,
         skip_serializing_if = "Option::is_none"
     )]
     pub file_patterns: Option<Vec<String>>,
-    /// Globs every simple shell command must match.
+    /// Patterns every simple shell command must match one of (OpenCode
+    /// wildcards, or regular expressions with `patternSyntax: "regex"`).
     #[serde(
         rename = "commandPatterns",
         default,
         skip_serializing_if = "Option::is_none"
     )]
     pub command_patterns: Option<Vec<String>>,
+    /// How `filePatterns` and `commandPatterns` are read: `glob` (the
+    /// default: path globs and OpenCode wildcards) or `regex` (regular
+    /// expressions matched against the whole path or command, Roo Code's).
+    #[serde(
+        rename = "patternSyntax",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub pattern_syntax: Option<String>,
 }
 
 /// A frame that names only a session (`session_end`, `get_reminder`).
@@ -506,10 +517,13 @@ pub struct EffectiveScope {
     /// Tools never allowed.
     #[serde(rename = "deniedTools", default)]
     pub denied_tools: Vec<String>,
-    /// Layers of file globs: a path must match one glob of every layer.
+    /// Layers of file patterns: a path must match one pattern of every layer.
+    /// A `patternSyntax: "regex"` layer shows its expressions anchored, as
+    /// they are matched (`^(?:src/.*)$`).
     #[serde(rename = "filePatterns", default)]
     pub file_patterns: Vec<Vec<String>>,
-    /// Layers of command globs: each simple command must match one glob of every layer.
+    /// Layers of command patterns: each simple command must match one pattern
+    /// of every layer (a regex layer's shown anchored, as for `filePatterns`).
     #[serde(rename = "commandPatterns", default)]
     pub command_patterns: Vec<Vec<String>>,
     /// Tools exempt from `allowedTools`/`deniedTools`.

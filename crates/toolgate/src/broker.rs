@@ -357,7 +357,7 @@ impl Broker {
         let rules = stored.permissions.clone().map(convert::scope_rules);
         let scope = match &rules {
             None => parent_scope,
-            Some(rules) => match ScopeLayer::new(&stored.session_id, rules.clone()) {
+            Some(rules) => match self.policy.scope_layer(&stored.session_id, rules.clone()) {
                 Ok(layer) => parent_scope.with(layer),
                 Err(err) => {
                     warnings.push(format!(
@@ -1550,7 +1550,7 @@ impl Broker {
         let rules = start.permissions.map(convert::scope_rules);
         let layer = match &rules {
             None => None,
-            Some(rules) => match ScopeLayer::new(&id, rules.clone()) {
+            Some(rules) => match self.policy.scope_layer(&id, rules.clone()) {
                 Ok(layer) => Some(layer),
                 Err(err) => {
                     refuse(
@@ -1655,7 +1655,7 @@ impl Broker {
             );
             if let Some(session) = self.sessions.get_mut(child) {
                 session.scope = match &session.rules {
-                    Some(rules) => match ScopeLayer::new(child, rules.clone()) {
+                    Some(rules) => match self.policy.scope_layer(child, rules.clone()) {
                         Ok(layer) => parent_scope.with(layer),
                         Err(_) => parent_scope.with(ScopeLayer::deny_all(child)),
                     },

@@ -204,6 +204,7 @@ pub fn scope_rules(spec: wire::ScopeSpec) -> toolgate_policy::ScopeRules {
         denied_tools: spec.denied_tools,
         file_patterns: spec.file_patterns,
         command_patterns: spec.command_patterns,
+        pattern_syntax: spec.pattern_syntax,
     }
 }
 
@@ -214,6 +215,7 @@ pub fn scope_spec(rules: &toolgate_policy::ScopeRules) -> wire::ScopeSpec {
         denied_tools: rules.denied_tools.clone(),
         file_patterns: rules.file_patterns.clone(),
         command_patterns: rules.command_patterns.clone(),
+        pattern_syntax: rules.pattern_syntax.clone(),
     }
 }
 
