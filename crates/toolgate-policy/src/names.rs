@@ -75,8 +75,7 @@ const BATCH_TOOLS: &[&str] = &[
 /// Tools of supported agents that toolgate judges as tools of unknown kind
 /// (a scope must name them to let a session use them): Roo Code's MCP and
 /// mode tools, Claude Code's MCP resource and skill tools, GitHub Copilot
-/// CLI's file viewer and creator and background shell tools (not in the
-/// registry's built-in table, which holds the shared spec's tools).
+/// CLI's background shell tools (not in the registry's built-in table).
 const OTHER_AGENT_TOOLS: &[&str] = &[
     "use_mcp_tool",
     "access_mcp_resource",
@@ -84,8 +83,6 @@ const OTHER_AGENT_TOOLS: &[&str] = &[
     "ListMcpResourcesTool",
     "ReadMcpResourceTool",
     "Skill",
-    "view",
-    "create",
     "write_bash",
     "read_bash",
     "stop_bash",

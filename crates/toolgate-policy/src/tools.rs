@@ -84,6 +84,7 @@ const MORE: &[(&str, &[Builtin])] = &[
     ("Codex", CODEX_MORE),
     ("Gemini CLI and qwen-code", GEMINI_MORE),
     ("Roo Code, Kilo Code and Cline", ROO_CODE),
+    ("GitHub Copilot CLI", COPILOT_CLI),
 ];
 
 const CLAUDE_CODE: &[Builtin] = &[
@@ -280,6 +281,13 @@ const ROO_CODE: &[Builtin] = &[
         Kind::Think,
         SubjectField::None,
     ),
+];
+
+// GitHub Copilot CLI's file viewer and file creator (`path`); its `bash` and
+// `edit` are the entries above.
+const COPILOT_CLI: &[Builtin] = &[
+    ("view", "read", Kind::Read, SubjectField::Path),
+    ("create", "edit", Kind::Edit, SubjectField::Path),
 ];
 
 /// The tools the reminder takes examples from, with their agent's index.

@@ -76,13 +76,7 @@ fn run(row: &Row) -> String {
             Some(prefix) => GrantPattern::prefixed(prefix, "*"),
             None => GrantPattern::exact(pattern),
         };
-        grants.add(
-            "grant_1".to_string(),
-            &GrantSpec {
-                permission: permission.to_string(),
-                pattern,
-            },
-        );
+        grants.add("grant_1".to_string(), &GrantSpec::new(permission, pattern));
     }
     let input = row.input.as_object().unwrap().clone();
     let evaluation = policy.evaluate(

@@ -136,6 +136,8 @@ const SPEC: &[(&str, &[(&str, Kind)])] = &[
             ("plan_mode_respond", Kind::Think),
         ],
     ),
+    // Its `bash` and `edit` are OpenCode's names above.
+    ("GitHub Copilot CLI", &[("view", Kind::Read), ("create", Kind::Edit)]),
 ];
 
 fn spec_names() -> impl Iterator<Item = (&'static str, Kind)> {
