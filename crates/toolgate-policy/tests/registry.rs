@@ -137,7 +137,10 @@ const SPEC: &[(&str, &[(&str, Kind)])] = &[
         ],
     ),
     // Its `bash` and `edit` are OpenCode's names above.
-    ("GitHub Copilot CLI", &[("view", Kind::Read), ("create", Kind::Edit)]),
+    (
+        "GitHub Copilot CLI",
+        &[("view", Kind::Read), ("create", Kind::Edit)],
+    ),
 ];
 
 fn spec_names() -> impl Iterator<Item = (&'static str, Kind)> {

@@ -163,6 +163,114 @@ fn readme_example_session_is_real() {
     );
 }
 
+/// Every exchange the README shows (`→` lines sent, `←` lines answered, in a
+/// fenced block) is replayed through the binary in the default mode. A `…`
+/// in a `←` line stands for any text; `per_…` in a `→` line is the id of the
+/// latest request the block shows. The `ready` line is not shown in the
+/// README and not compared.
+#[test]
+fn readme_exchanges_are_real() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md");
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut blocks: Vec<Vec<&str>> = Vec::new();
+    let mut current: Option<Vec<&str>> = None;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            match current.take() {
+                Some(block) => blocks.push(block),
+                None => current = Some(Vec::new()),
+            }
+        } else if let Some(block) = current.as_mut() {
+            block.push(line);
+        }
+    }
+    let exchanges: Vec<Vec<&str>> = blocks
+        .into_iter()
+        .filter(|block| block.iter().any(|line| line.starts_with("→ ")))
+        .collect();
+    assert!(
+        exchanges.len() >= 2,
+        "the README's exchanges were not found"
+    );
+    let mut problems = Vec::new();
+    for (index, block) in exchanges.iter().enumerate() {
+        let mut input = String::new();
+        let mut expected: Vec<&str> = Vec::new();
+        let mut requests = 0;
+        for line in block {
+            if let Some(sent) = line.strip_prefix("→ ") {
+                input.push_str(&sent.replace("\"per_…\"", &format!("\"per_{requests}\"")));
+                input.push('\n');
+            } else if let Some(answer) = line.strip_prefix("← ") {
+                if answer.contains("\"type\":\"permission_request\"") {
+                    requests += 1;
+                }
+                expected.push(answer);
+            }
+        }
+        let (actual, run_problems) = run_input(&format!("readme-exchange-{index}"), &input);
+        problems.extend(run_problems);
+        let actual: Vec<&str> = actual
+            .lines()
+            .filter(|line| !line.starts_with("{\"type\":\"ready\""))
+            .collect();
+        if actual.len() != expected.len()
+            || !expected
+                .iter()
+                .zip(&actual)
+                .all(|(shown, real)| matches_shown(shown, real))
+        {
+            problems.push(format!(
+                "README exchange {} is stale:\n  shown:\n    {}\n  real:\n    {}",
+                index + 1,
+                expected.join("\n    "),
+                actual.join("\n    ")
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// Does a line shown in the README (where `…` is any text) match a real one?
+fn matches_shown(shown: &str, real: &str) -> bool {
+    let pieces: Vec<&str> = shown.split('…').collect();
+    let (first, last) = (pieces[0], pieces[pieces.len() - 1]);
+    if pieces.len() == 1 {
+        return shown == real;
+    }
+    if !real.starts_with(first) || !real[first.len()..].ends_with(last) {
+        return false;
+    }
+    let mut rest = &real[first.len()..real.len() - last.len()];
+    for piece in &pieces[1..pieces.len() - 1] {
+        match rest.find(piece) {
+            Some(at) => rest = &rest[at + piece.len()..],
+            None => return false,
+        }
+    }
+    true
+}
+
+#[test]
+fn shown_lines_match_with_ellipses() {
+    let cases = [
+        ("{\"a\":1}", "{\"a\":1}", true),
+        ("{\"a\":1}", "{\"a\":2}", false),
+        ("{\"a\":…,\"b\":2}", "{\"a\":[1,2],\"b\":2}", true),
+        ("{\"a\":…,\"b\":2}", "{\"a\":[1,2],\"b\":3}", false),
+        ("{\"id\":\"per_…\",…}", "{\"id\":\"per_1\",\"x\":1}", true),
+        (
+            "{\"id\":\"per_…\",…}",
+            "{\"id\":\"grant_1\",\"x\":1}",
+            false,
+        ),
+        ("ab…ba", "aba", false),
+    ];
+    for (shown, real, expected) in cases {
+        assert_eq!(matches_shown(shown, real), expected, "{shown} / {real}");
+    }
+}
+
 /// Run one transcript's input through the binary: the normalised output and any problems.
 fn run_input(name: &str, input: &str) -> (String, Vec<String>) {
     let root = support::project_dir(name);
