@@ -686,7 +686,7 @@ impl Policy {
                 action: Action::Allow,
                 source: Source::Mode,
                 reason: format!("auto mode allows what would ask ({})", outcome.reason),
-                rule: None,
+                rule: outcome.rule,
             };
         }
         outcome

@@ -305,8 +305,17 @@ fn the_last_matching_layer_decides() {
                 "deny rule edit:secrets/*@policy.json",
             )
         },
-        // Auto lifts the mode's questions and the built-in defaults' ...
-        row(None, None, None, Auto, "Read", read(".env"), "allow mode"),
+        // Auto lifts the mode's questions and the built-in defaults' (the
+        // rule that asked stays in the provenance) ...
+        row(
+            None,
+            None,
+            None,
+            Auto,
+            "Read",
+            read(".env"),
+            "allow mode read:*.env@built-in",
+        ),
         row(
             None,
             None,
@@ -314,7 +323,7 @@ fn the_last_matching_layer_decides() {
             Auto,
             "Read",
             read("/etc/hosts"),
-            "allow mode",
+            "allow mode external_directory:*@built-in",
         ),
         // ... not the user's ...
         row(
