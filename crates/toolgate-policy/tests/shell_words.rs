@@ -144,7 +144,7 @@ fn shell_words_as_paths() {
         (&default, Plan, "cat .en?", "ask read [\".en?\"]"),
         (&default, ReadOnly, "cat .env*", "deny read:*.env"),
         (&default, Plan, "cat .env.example", "allow"),
-        (&default, Auto, "cat .en?", "allow"),
+        (&default, Auto, "cat .en?", "allow read:*.env"),
         // Directories read recursively reach the files under them.
         (
             &guarded,
@@ -216,7 +216,12 @@ fn shell_words_as_paths() {
             "deny read:secrets/**",
         ),
         (&guarded, Auto, "cd - && cat key", "deny read:*.env"),
-        (&default, Auto, "cat \"$PWD/.env\"", "allow"),
+        (
+            &default,
+            Auto,
+            "cat \"$PWD/.env\"",
+            "allow external_directory:*",
+        ),
         // `~user`, `~+`, `~-`, `$HOME` are paths outside the project, also as
         // `--flag=PATH`, attached to a flag and as a redirection target.
         (
