@@ -69,7 +69,20 @@ pub const POLICY_FILE_NAME: &str = "toolgate.json";
 ///   first directory on the way up that holds `.git`, a directory or a file)
 ///   or, outside a repository, the filesystem root. An `opencode.json` is
 ///   never picked up this way: name it with `--policy`.
+///
+/// A `toolgate.json` found by the search that belongs to another user than
+/// the working directory's owner (`/tmp/toolgate.json` planted by someone
+/// else, for a broker started in `/tmp/work`) is not used, and the search
+/// stops there: a policy can loosen every answer, so only the user's own
+/// files are picked up without being named. The warning says so.
 pub fn find_policy_file(settings: &Settings) -> Option<(PathBuf, bool)> {
+    find_policy_file_warning(settings, &mut Vec::new())
+}
+
+fn find_policy_file_warning(
+    settings: &Settings,
+    warnings: &mut Vec<String>,
+) -> Option<(PathBuf, bool)> {
     let home = settings.home.as_deref();
     if let Some(path) = &settings.policy {
         return Some((
@@ -82,9 +95,22 @@ pub fn find_policy_file(settings: &Settings) -> Option<(PathBuf, bool)> {
         let candidate = root.join(POLICY_FILE_NAME);
         return candidate.is_file().then_some((candidate, false));
     }
+    let owner = owner_of(&settings.cwd);
     for dir in settings.cwd.ancestors() {
         let candidate = dir.join(POLICY_FILE_NAME);
         if candidate.is_file() {
+            let found = owner_of(&candidate);
+            if found != owner {
+                let show =
+                    |uid: Option<u32>| uid.map_or("unknown".to_string(), |uid| uid.to_string());
+                warnings.push(format!(
+                    "{} is not used: it belongs to user {}, not to the owner of the working directory (user {}); name it with --policy to use it",
+                    candidate.display(),
+                    show(found),
+                    show(owner)
+                ));
+                return None;
+            }
             return Some((candidate, true));
         }
         if dir.join(".git").symlink_metadata().is_ok() {
@@ -92,6 +118,20 @@ pub fn find_policy_file(settings: &Settings) -> Option<(PathBuf, bool)> {
         }
     }
     None
+}
+
+/// The user id that owns a file (`None` where the platform has none).
+fn owner_of(path: &Path) -> Option<u32> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(path).ok().map(|meta| meta.uid())
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = path;
+        None
+    }
 }
 
 /// The policy, its warnings and its sources.
@@ -103,8 +143,8 @@ pub fn load(settings: &Settings) -> Result<Loaded, PolicyError> {
         .project_root
         .as_deref()
         .map(|root| absolute(root, &settings.cwd));
-    let found = find_policy_file(settings);
     let mut warnings = Vec::new();
+    let found = find_policy_file_warning(settings, &mut warnings);
     let mut sources = vec!["built-in".to_string()];
     let file = match &found {
         Some((path, _)) => {

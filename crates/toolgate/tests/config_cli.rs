@@ -128,6 +128,40 @@ fn the_upward_search_stops_at_the_repository_root() {
     let _ = std::fs::remove_dir_all(&root);
 }
 
+/// A `toolgate.json` above the working directory that belongs to another
+/// user (as one planted in `/tmp` would) is not picked up by the search, and
+/// the warning names it; naming it with `--policy` still uses it.
+#[cfg(unix)]
+#[test]
+fn the_upward_search_skips_another_users_file() {
+    let root = support::project_dir("config-upward-owner");
+    let file = root.join("toolgate.json");
+    std::fs::write(&file, r#"{"mode":"auto"}"#).unwrap();
+    let work = root.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    // Someone else's file: only root can give a file away.
+    if let Err(err) = std::os::unix::fs::chown(&file, Some(65534), Some(65534)) {
+        eprintln!("skipped: cannot chown a file to another user here ({err})");
+        let _ = std::fs::remove_dir_all(&root);
+        return;
+    }
+    let broker = support::Broker::start(&work, &[], &[]);
+    broker.wait_for("ready", |lines| !lines.is_empty());
+    let (status, lines, stderr) = broker.finish();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    let frame: Value = serde_json::from_str(&lines[0]).unwrap();
+    assert_eq!(frame["mode"], "ask", "another user's policy was used");
+    assert_eq!(frame["policySources"], serde_json::json!(["built-in"]));
+    assert!(
+        stderr.contains("toolgate.json is not used: it belongs to user 65534"),
+        "{stderr}"
+    );
+    // Named, it is used.
+    let named = ready(&work, &["--policy", file.to_str().unwrap()], &[]);
+    assert_eq!(named["mode"], "auto");
+    let _ = std::fs::remove_dir_all(&root);
+}
+
 #[cfg(unix)]
 #[test]
 fn a_sighup_reload_names_the_same_sources_as_ready() {
