@@ -74,15 +74,13 @@ const BATCH_TOOLS: &[&str] = &[
 
 /// Tools of supported agents that toolgate judges as tools of unknown kind
 /// (a scope must name them to let a session use them): Roo Code's MCP and
-/// mode tools, Claude Code's MCP resource and skill tools, GitHub Copilot
+/// mode tools, Claude Code's MCP resource tools, GitHub Copilot
 /// CLI's background shell tools (not in the registry's built-in table).
 const OTHER_AGENT_TOOLS: &[&str] = &[
     "use_mcp_tool",
     "access_mcp_resource",
-    "switch_mode",
     "ListMcpResourcesTool",
     "ReadMcpResourceTool",
-    "Skill",
     "write_bash",
     "read_bash",
     "stop_bash",

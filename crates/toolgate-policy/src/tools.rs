@@ -192,6 +192,27 @@ const CLAUDE_CODE_MORE: &[Builtin] = &[
         Kind::Execute,
         SubjectField::None,
     ),
+    // Claude Code 2.1: loads a skill, whose text can run commands (as a
+    // slash command's can); schedules the agent's own next turn; runs a
+    // workflow of further steps. None of them is shown to be read-only.
+    ("Skill", "skill", Kind::Execute, SubjectField::None),
+    (
+        "ScheduleWakeup",
+        "ScheduleWakeup",
+        Kind::Execute,
+        SubjectField::None,
+    ),
+    ("Workflow", "Workflow", Kind::Execute, SubjectField::None),
+    // Lists agents, reports a sub-agent's findings to its parent, looks up
+    // deferred tool definitions: the conversation only.
+    ("ListAgents", "ListAgents", Kind::Think, SubjectField::None),
+    (
+        "ReportFindings",
+        "ReportFindings",
+        Kind::Think,
+        SubjectField::None,
+    ),
+    ("ToolSearch", "tool_search", Kind::Think, SubjectField::None),
 ];
 
 const OPENCODE_MORE: &[Builtin] = &[
@@ -212,6 +233,22 @@ const CODEX_MORE: &[Builtin] = &[
     ("list_dir", "list", Kind::List, SubjectField::Path),
     ("grep_files", "grep", Kind::Search, SubjectField::Search),
     ("update_plan", "todowrite", Kind::Think, SubjectField::None),
+    // Codex 0.169: asks the user, keeps the session's goal, looks up tools.
+    (
+        "request_user_input",
+        "question",
+        Kind::Think,
+        SubjectField::None,
+    ),
+    ("get_goal", "todoread", Kind::Think, SubjectField::None),
+    ("create_goal", "todowrite", Kind::Think, SubjectField::None),
+    ("update_goal", "todowrite", Kind::Think, SubjectField::None),
+    (
+        "tool_search",
+        "tool_search",
+        Kind::Think,
+        SubjectField::None,
+    ),
 ];
 
 // Gemini CLI's and qwen-code's.
@@ -220,6 +257,51 @@ const GEMINI_MORE: &[Builtin] = &[
     ("web_search", "websearch", Kind::Fetch, SubjectField::Url),
     ("write_todos", "todowrite", Kind::Think, SubjectField::None),
     ("todo_write", "todowrite", Kind::Think, SubjectField::None),
+    // Gemini CLI 0.61 and qwen-code 0.15.
+    ("grep_search", "grep", Kind::Search, SubjectField::Search),
+    ("invoke_agent", "task", Kind::Task, SubjectField::Agent),
+    ("agent", "task", Kind::Task, SubjectField::Agent),
+    // Skills: their text can run commands (see Claude Code's `Skill`).
+    ("activate_skill", "skill", Kind::Execute, SubjectField::None),
+    ("skill", "skill", Kind::Execute, SubjectField::None),
+    // Background processes: listing them and reading their output changes
+    // nothing; stopping one, or watching one with `monitor` (which keeps a
+    // process running), does.
+    (
+        "list_background_processes",
+        "list_background_processes",
+        Kind::Think,
+        SubjectField::None,
+    ),
+    (
+        "read_background_output",
+        "read_background_output",
+        Kind::Think,
+        SubjectField::None,
+    ),
+    ("task_stop", "task_stop", Kind::Execute, SubjectField::None),
+    ("monitor", "monitor", Kind::Execute, SubjectField::None),
+    // The conversation only: the topic, a message to another agent (which is
+    // gated on its own), entering plan mode (stricter, never looser). Their
+    // `tool_search` is Codex's entry.
+    (
+        "update_topic",
+        "update_topic",
+        Kind::Think,
+        SubjectField::None,
+    ),
+    (
+        "send_message",
+        "send_message",
+        Kind::Think,
+        SubjectField::None,
+    ),
+    (
+        "enter_plan_mode",
+        "enter_plan_mode",
+        Kind::Think,
+        SubjectField::None,
+    ),
 ];
 
 // Roo Code's tools; `read_file` is Gemini CLI's entry, which reads Roo's
@@ -279,6 +361,23 @@ const ROO_CODE: &[Builtin] = &[
         "plan_mode_respond",
         "question",
         Kind::Think,
+        SubjectField::None,
+    ),
+    // Reports the task done, and may carry a `command` that Roo runs to show
+    // the result: never read-only (in a scope, its command fields are checked
+    // as an unknown tool's are).
+    (
+        "attempt_completion",
+        "attempt_completion",
+        Kind::Execute,
+        SubjectField::None,
+    ),
+    // Switches Roo's mode (to `code`, say): a way out of a restricted mode,
+    // so never read-only.
+    (
+        "switch_mode",
+        "switch_mode",
+        Kind::Execute,
         SubjectField::None,
     ),
 ];

@@ -141,7 +141,97 @@ const SPEC: &[(&str, &[(&str, Kind)])] = &[
         "GitHub Copilot CLI",
         &[("view", Kind::Read), ("create", Kind::Edit)],
     ),
+    (
+        "Claude Code 2.1 (further)",
+        &[
+            ("Skill", Kind::Execute),
+            ("ScheduleWakeup", Kind::Execute),
+            ("Workflow", Kind::Execute),
+            ("ListAgents", Kind::Think),
+            ("ReportFindings", Kind::Think),
+            ("ToolSearch", Kind::Think),
+        ],
+    ),
+    (
+        "Codex 0.169 (further)",
+        &[
+            ("request_user_input", Kind::Think),
+            ("get_goal", Kind::Think),
+            ("create_goal", Kind::Think),
+            ("update_goal", Kind::Think),
+            ("tool_search", Kind::Think),
+        ],
+    ),
+    (
+        "Gemini CLI 0.61 and qwen-code 0.15 (further)",
+        &[
+            ("grep_search", Kind::Search),
+            ("invoke_agent", Kind::Task),
+            ("agent", Kind::Task),
+            ("activate_skill", Kind::Execute),
+            ("skill", Kind::Execute),
+            ("list_background_processes", Kind::Think),
+            ("read_background_output", Kind::Think),
+            ("task_stop", Kind::Execute),
+            ("monitor", Kind::Execute),
+            ("update_topic", Kind::Think),
+            ("send_message", Kind::Think),
+            ("enter_plan_mode", Kind::Think),
+        ],
+    ),
+    (
+        "Roo Code (further)",
+        &[
+            ("attempt_completion", Kind::Execute),
+            ("switch_mode", Kind::Execute),
+        ],
+    ),
 ];
+
+/// The tools each current CLI sends, as measured from its own model requests
+/// (issue 11): every one must be known with a kind, never fall through to
+/// "unknown tool".
+const SENT_TODAY: &[(&str, &str)] = &[
+    (
+        "Claude Code 2.1.328",
+        "Agent, Bash, Edit, ListAgents, Read, ReportFindings, ScheduleWakeup, Skill, ToolSearch, Workflow, Write",
+    ),
+    (
+        "Codex 0.169.0",
+        "exec_command, write_stdin, request_user_input, apply_patch, view_image, get_goal, create_goal, update_goal, tool_search, web_search",
+    ),
+    (
+        "Gemini CLI 0.61.0",
+        "update_topic, list_directory, read_file, grep_search, glob, replace, write_file, web_fetch, run_shell_command, list_background_processes, read_background_output, google_web_search, enter_plan_mode, invoke_agent, activate_skill",
+    ),
+    (
+        "qwen-code 0.15.10",
+        "tool_search, agent, task_stop, send_message, skill, list_directory, read_file, grep_search, glob, edit, write_file, run_shell_command, todo_write, web_fetch, monitor",
+    ),
+    (
+        "Roo Code",
+        "execute_command, write_to_file, apply_diff, read_file, list_files, search_files, new_task, ask_followup_question, attempt_completion, update_todo_list, switch_mode",
+    ),
+];
+
+#[test]
+fn every_tool_the_current_clis_send_has_a_kind() {
+    let registry = Registry::default();
+    let mut missing = Vec::new();
+    for (agent, names) in SENT_TODAY {
+        for name in names.split(", ") {
+            let spec = registry.lookup(name);
+            if !spec.known || spec.kind == Kind::Other {
+                missing.push(format!("{agent}: `{name}`"));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "tools with no kind:\n{}",
+        missing.join("\n")
+    );
+}
 
 fn spec_names() -> impl Iterator<Item = (&'static str, Kind)> {
     SPEC.iter().flat_map(|(_, tools)| tools.iter().copied())
@@ -193,8 +283,6 @@ fn names_outside_the_table_are_unclassified() {
         "BASH",
         "edit_files",
         "Shell",
-        "agent",
-        "attempt_completion",
         "use_mcp_tool",
         "",
     ] {
