@@ -9,6 +9,7 @@ pub mod broker;
 pub mod clock;
 pub mod convert;
 pub mod globs;
+pub mod hook;
 pub mod repo;
 pub mod serve;
 pub mod setup;

@@ -43,6 +43,20 @@ enum Command {
     /// frame instead.
     #[command(subcommand)]
     Grants(GrantsCommand),
+    /// Decide one call from an agent's PreToolUse hook (JSON on stdin) and
+    /// answer in the agent's format; see README "Hooks".
+    ///
+    /// The policy flags of `serve` apply. The agent's own permission mode is
+    /// used; with --mode, TOOLGATE_MODE or a policy file's mode too, the
+    /// stricter applies. With --state-dir the sessions and grants of earlier
+    /// calls count. An `ask` is answered `ask`: the agent asks the user.
+    Hook {
+        /// The agent: claude (Claude Code) or qwen (qwen-code).
+        #[arg(value_enum, value_name = "AGENT")]
+        target: HookAgent,
+        #[command(flatten)]
+        args: ServeArgs,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -145,6 +159,14 @@ struct ServeArgs {
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
+enum HookAgent {
+    /// Claude Code's PreToolUse hook.
+    Claude,
+    /// qwen-code's PreToolUse hook.
+    Qwen,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
 enum OnAskArg {
     /// Ask and wait for the answer.
     Wait,
@@ -221,6 +243,7 @@ fn main() -> ExitCode {
         Some(Command::Serve(args)) => args.or(cli.serve),
         None => cli.serve,
         Some(Command::Grants(command)) => return grants(command, cli.serve.state_dir),
+        Some(Command::Hook { target, args }) => return hook(target, args.or(cli.serve)),
     };
     serve(args)
 }
@@ -351,6 +374,7 @@ fn watch_signals(
                         policy,
                         warnings,
                         sources,
+                        ..
                     }) => {
                         for warning in &warnings {
                             tracing::warn!("{warning}");
@@ -386,13 +410,23 @@ fn watch_signals(
     None
 }
 
-fn serve(args: ServeArgs) -> ExitCode {
+/// A broker built from the flags, the environment, the policy and the state
+/// directory, as `serve` and `hook` both start.
+struct Opened {
+    broker: Broker,
+    settings: Settings,
+    policy: Arc<toolgate_policy::Policy>,
+    configured_mode: Option<Mode>,
+    max_frame_bytes: usize,
+}
+
+fn open(args: ServeArgs) -> Result<Opened, ExitCode> {
     let env_mode = std::env::var("TOOLGATE_MODE").ok();
     let mode = match choose_mode(args.mode, args.permission_mode, env_mode.as_deref()) {
         Ok(mode) => mode,
         Err(err) => {
             eprintln!("toolgate: {err}");
-            return ExitCode::from(2);
+            return Err(ExitCode::from(2));
         }
     };
     let settings = Settings {
@@ -412,11 +446,12 @@ fn serve(args: ServeArgs) -> ExitCode {
         policy,
         warnings,
         sources,
+        configured_mode,
     } = match setup::load(&settings) {
         Ok(loaded) => loaded,
         Err(err) => {
             eprintln!("toolgate: invalid policy: {err}");
-            return ExitCode::from(2);
+            return Err(ExitCode::from(2));
         }
     };
     for warning in &warnings {
@@ -425,7 +460,7 @@ fn serve(args: ServeArgs) -> ExitCode {
     let max_frame_bytes = args.max_frame_bytes.unwrap_or(1 << 20);
     if max_frame_bytes == 0 {
         eprintln!("toolgate: --max-frame-bytes must be at least 1");
-        return ExitCode::from(2);
+        return Err(ExitCode::from(2));
     }
     tracing::info!(
         mode = %policy.default_mode,
@@ -462,6 +497,26 @@ fn serve(args: ServeArgs) -> ExitCode {
             eprintln!("toolgate: warning: {warning}");
         }
     }
+    Ok(Opened {
+        broker,
+        settings,
+        policy,
+        configured_mode,
+        max_frame_bytes,
+    })
+}
+
+fn serve(args: ServeArgs) -> ExitCode {
+    let Opened {
+        broker,
+        settings,
+        policy,
+        max_frame_bytes,
+        ..
+    } = match open(args) {
+        Ok(opened) => opened,
+        Err(code) => return code,
+    };
     let control = watch_signals(settings, policy.project_root.clone());
     let result = toolgate::serve::run_controlled(
         std::io::stdin(),
@@ -478,4 +533,85 @@ fn serve(args: ServeArgs) -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// `toolgate hook claude|qwen`: decide the one call on stdin, answer on
+/// stdout in the agent's format (see `toolgate::hook`). Never fails open: a
+/// broker that cannot start, input that cannot be read, or an answer that
+/// cannot be written is a denial, or exit code 2 (which the agents read as
+/// "blocked").
+fn hook(agent: HookAgent, args: ServeArgs) -> ExitCode {
+    use std::io::Read;
+    use toolgate::hook::{self, Answer};
+    let agent = match agent {
+        HookAgent::Claude => hook::Agent::Claude,
+        HookAgent::Qwen => hook::Agent::Qwen,
+    };
+    let write = |answer: &Answer| -> ExitCode {
+        let mut out = std::io::stdout().lock();
+        match writeln!(out, "{}", answer.to_json()).and_then(|()| out.flush()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(err) => {
+                eprintln!(
+                    "toolgate hook: cannot write the answer: {err}; {}",
+                    answer.reason
+                );
+                ExitCode::from(2)
+            }
+        }
+    };
+    let deny = |reason: String| Answer {
+        decision: "deny",
+        reason,
+    };
+    let mut text = String::new();
+    let limit = 16 << 20;
+    match std::io::stdin().take(limit + 1).read_to_string(&mut text) {
+        Ok(n) if n as u64 > limit => {
+            return write(&deny(format!(
+                "toolgate hook: the hook input is longer than {limit} bytes"
+            )))
+        }
+        Ok(_) => {}
+        Err(err) => {
+            return write(&deny(format!(
+                "toolgate hook: cannot read the hook input: {err}"
+            )))
+        }
+    }
+    let input: serde_json::Value = match serde_json::from_str(&text) {
+        Ok(input) => input,
+        Err(err) => {
+            return write(&deny(format!(
+                "toolgate hook: the hook input is not JSON: {err}"
+            )))
+        }
+    };
+    // Questions are put to the user by the agent itself: the broker only
+    // has to say that one would be asked.
+    let args = ServeArgs {
+        on_ask: Some(OnAskArg::Wait),
+        ..args
+    };
+    let Opened {
+        mut broker,
+        policy,
+        configured_mode,
+        ..
+    } = match open(args) {
+        Ok(opened) => opened,
+        Err(_) => {
+            return write(&deny(
+                "toolgate hook: the broker could not start (its error is on stderr)".to_string(),
+            ))
+        }
+    };
+    let answer = hook::decide(
+        agent,
+        &input,
+        configured_mode,
+        policy.default_mode,
+        &mut broker,
+    );
+    write(&answer)
 }

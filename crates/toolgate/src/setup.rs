@@ -49,6 +49,10 @@ pub struct Loaded {
     /// `--agent`, `TOOLGATE_PERMISSION`, `--permission` (what `ready`
     /// reports as `policySources`).
     pub sources: Vec<String>,
+    /// The mode the user set: `--mode`/`--permission-mode`, else
+    /// `TOOLGATE_MODE`, else the policy file's `mode`; `None` when the
+    /// default (`ask`) applies.
+    pub configured_mode: Option<toolgate_policy::Mode>,
 }
 
 /// The sources for a message: `built-in + /p/toolgate.json + --permission`.
@@ -213,7 +217,7 @@ pub fn load(settings: &Settings) -> Result<Loaded, PolicyError> {
         project_root,
         home: settings.home.clone(),
         mode: settings.mode,
-        file,
+        file: file.clone(),
         overrides,
         ask_timeout_seconds: settings.ask_timeout,
     })?;
@@ -224,9 +228,13 @@ pub fn load(settings: &Settings) -> Result<Loaded, PolicyError> {
     // Shell globs are judged by what they match on the disk.
     policy.glob_oracle = Some(Arc::new(crate::globs::DiskGlobs));
     warnings.extend(built);
+    let configured_mode = settings
+        .mode
+        .or(file.as_ref().and_then(|(_, policy)| policy.mode));
     Ok(Loaded {
         policy,
         warnings,
         sources,
+        configured_mode,
     })
 }

@@ -1,0 +1,215 @@
+//! `toolgate hook claude|qwen`: one tool call from an agent's `PreToolUse`
+//! hook, decided in-process by the same broker core `serve` drives, and
+//! answered in the agent's own format.
+//!
+//! The hook reads the agent's JSON on stdin (`session_id`, `cwd`,
+//! `permission_mode`, `tool_name`, `tool_input`, `tool_use_id`), turns it into
+//! a `set_mode` and a `tool_call` frame for one broker (with the policy and,
+//! with `--state-dir`, the sessions and grants of earlier calls), and writes
+//! `{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":…}}`.
+//! An `ask` is answered `ask`, so the agent puts its own prompt to the user.
+//!
+//! It never fails open: input it cannot read, a call it cannot decide, or an
+//! error of its own is a `deny` naming what went wrong; if even that cannot
+//! be written, the exit code is 2, which both agents read as "blocked".
+
+use serde_json::{json, Map, Value};
+use toolgate_policy::Mode;
+use toolgate_protocol::{ServerFrame, Verdict};
+
+use crate::broker::Broker;
+
+/// The agents whose hook protocol this module speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Agent {
+    /// Claude Code's `PreToolUse` hook.
+    Claude,
+    /// qwen-code's `PreToolUse` hook (Claude Code's format, its own tool
+    /// names and `permission_mode` values).
+    Qwen,
+}
+
+/// What the hook answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    /// `allow`, `deny` or `ask`.
+    pub decision: &'static str,
+    /// Why, for the model (and the user).
+    pub reason: String,
+}
+
+impl Answer {
+    fn deny(reason: String) -> Answer {
+        Answer {
+            decision: "deny",
+            reason,
+        }
+    }
+
+    /// The JSON the agent reads on the hook's stdout.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "hookSpecificOutput": {
+                "hookEventName": "PreToolUse",
+                "permissionDecision": self.decision,
+                "permissionDecisionReason": self.reason,
+            }
+        })
+    }
+}
+
+/// The agent's permission mode as a toolgate mode. `dontAsk` (Claude Code:
+/// deny what no rule allows) is `ask` with every question answered `deny`.
+/// `Err` names a value toolgate does not know.
+pub fn agent_mode(agent: Agent, value: &str) -> Result<(Mode, bool), String> {
+    match (agent, value) {
+        (_, "dontAsk") => Ok((Mode::Ask, true)),
+        (Agent::Qwen, "yolo") => Ok((Mode::Auto, false)),
+        (Agent::Qwen, "auto-edit" | "autoEdit") => Ok((Mode::AutoEdit, false)),
+        (_, value) => value
+            .parse::<Mode>()
+            .map(|mode| (mode, false))
+            .map_err(|err| err.to_string()),
+    }
+}
+
+/// Decide the call `input` (the hook's stdin, parsed) with `broker`. `flag`
+/// is `--mode` (or `TOOLGATE_MODE`): with the agent's own mode, the stricter
+/// applies; with neither, `default` (the policy's mode).
+pub fn decide(
+    agent: Agent,
+    input: &Value,
+    flag: Option<Mode>,
+    default: Mode,
+    broker: &mut Broker,
+) -> Answer {
+    let Value::Object(fields) = input else {
+        return Answer::deny("toolgate hook: the hook input is not a JSON object".into());
+    };
+    let text = |key: &str| fields.get(key).and_then(Value::as_str);
+    let Some(tool) = text("tool_name").filter(|tool| !tool.is_empty()) else {
+        return Answer::deny("toolgate hook: the hook input has no `tool_name`".into());
+    };
+    let tool_input = match fields.get("tool_input") {
+        Some(Value::Object(object)) => object.clone(),
+        None | Some(Value::Null) => Map::new(),
+        Some(_) => return Answer::deny("toolgate hook: `tool_input` is not a JSON object".into()),
+    };
+    let session = text("session_id").unwrap_or("main");
+    let call = text("tool_use_id").unwrap_or("hook");
+    let (own, never_ask) = match text("permission_mode") {
+        None => (None, false),
+        Some(value) => match agent_mode(agent, value) {
+            Ok((mode, never_ask)) => (Some(mode), never_ask),
+            Err(err) => return Answer::deny(format!(
+                "toolgate hook: `permission_mode` {value:?} is not a mode toolgate knows ({err})"
+            )),
+        },
+    };
+    let mode = match (flag, own) {
+        (Some(flag), Some(own)) if own.strictness() > flag.strictness() => own,
+        (Some(flag), _) => flag,
+        (None, Some(own)) => own,
+        (None, None) => default,
+    };
+    let mut frame = json!({
+        "type": "tool_call",
+        "sessionID": session,
+        "callID": call,
+        "tool": tool,
+        "input": tool_input,
+    });
+    if let Some(cwd) = text("cwd") {
+        frame["cwd"] = json!(cwd);
+    }
+    let set_mode = json!({"type": "set_mode", "sessionID": session, "mode": mode.as_str()});
+    let mut out = Vec::new();
+    for (number, line) in [set_mode, frame].iter().enumerate() {
+        broker.handle_line(line.to_string().as_bytes(), number as u64 + 1, &mut out);
+    }
+    broker.commit();
+    answer(&out, call, never_ask)
+}
+
+/// The answer for `call` among the frames the broker wrote.
+fn answer(out: &[ServerFrame], call: &str, never_ask: bool) -> Answer {
+    for frame in out {
+        match frame {
+            ServerFrame::Decision(decision) if decision.call_id == call => {
+                let mut reason = decision.reason.clone();
+                if let Some(message) = &decision.message {
+                    reason = format!("{reason}: {message}");
+                }
+                if let Some(reminder) = &decision.reminder {
+                    reason = format!("{reason}\n\n{reminder}");
+                }
+                return Answer {
+                    decision: match decision.decision {
+                        Verdict::Allow => "allow",
+                        Verdict::Deny => "deny",
+                    },
+                    reason: format!("toolgate: {reason}"),
+                };
+            }
+            ServerFrame::PermissionRequest(request) if request.call_id == call => {
+                let why = request
+                    .metadata
+                    .get("reason")
+                    .and_then(Value::as_str)
+                    .unwrap_or("the policy asks the user first")
+                    .to_string();
+                return if never_ask {
+                    Answer::deny(format!(
+                        "toolgate: {why}; the agent runs without asking (dontAsk), so it is denied"
+                    ))
+                } else {
+                    Answer {
+                        decision: "ask",
+                        reason: format!("toolgate: {why}"),
+                    }
+                };
+            }
+            _ => {}
+        }
+    }
+    let errors: Vec<String> = out
+        .iter()
+        .filter_map(|frame| match frame {
+            ServerFrame::Error(error) => Some(error.message.clone()),
+            _ => None,
+        })
+        .collect();
+    Answer::deny(format!(
+        "toolgate hook: the call got no decision ({})",
+        if errors.is_empty() {
+            "no error was reported".to_string()
+        } else {
+            errors.join("; ")
+        }
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // tests may panic
+
+    use super::*;
+
+    #[test]
+    fn agent_modes() {
+        let cases = [
+            (Agent::Claude, "default", Ok((Mode::Ask, false))),
+            (Agent::Claude, "plan", Ok((Mode::Plan, false))),
+            (Agent::Claude, "acceptEdits", Ok((Mode::AutoEdit, false))),
+            (Agent::Claude, "bypassPermissions", Ok((Mode::Auto, false))),
+            (Agent::Claude, "dontAsk", Ok((Mode::Ask, true))),
+            (Agent::Qwen, "yolo", Ok((Mode::Auto, false))),
+            (Agent::Qwen, "auto-edit", Ok((Mode::AutoEdit, false))),
+            (Agent::Qwen, "plan", Ok((Mode::Plan, false))),
+        ];
+        for (agent, value, expected) in cases {
+            assert_eq!(agent_mode(agent, value), expected, "{value}");
+        }
+        assert!(agent_mode(Agent::Claude, "careful").is_err());
+    }
+}
