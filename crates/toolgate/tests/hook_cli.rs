@@ -2,7 +2,7 @@
 //! stdin, the agent's answer on stdout. A data table of inputs and the
 //! decision and reason each must get; every failure of input, mode or policy
 //! is a denial (never an allow, never a crash). The same hook driven by the
-//! real Claude Code is `scripts/e2e-claude`.
+//! real Claude Code and qwen-code is `scripts/e2e-hooks`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may panic
 
 mod support;
