@@ -1,13 +1,16 @@
-//! `toolgate hook claude|qwen`: one tool call from an agent's `PreToolUse`
-//! hook, decided in-process by the same broker core `serve` drives, and
-//! answered in the agent's own format.
+//! `toolgate hook claude|qwen|gemini`: one tool call from an agent's
+//! `PreToolUse` (Gemini CLI: `BeforeTool`) hook, decided in-process by the
+//! same broker core `serve` drives, and answered in the agent's own format.
 //!
 //! The hook reads the agent's JSON on stdin (`session_id`, `cwd`,
 //! `permission_mode`, `tool_name`, `tool_input`, `tool_use_id`), turns it into
 //! a `set_mode` and a `tool_call` frame for one broker (with the policy and,
 //! with `--state-dir`, the sessions and grants of earlier calls), and writes
-//! `{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":…}}`.
-//! An `ask` is answered `ask`, so the agent puts its own prompt to the user.
+//! `{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":…}}`
+//! (Gemini CLI: `{"decision":…,"reason":…}`). An `ask` is answered `ask`, so
+//! the agent puts its own prompt to the user; Gemini CLI's hooks cannot ask,
+//! and it sends no permission mode (so a `yolo` run would not prompt), so
+//! there an `ask` is a denial that says so.
 //!
 //! It never fails open: input it cannot read, a call it cannot decide, or an
 //! error of its own is a `deny` naming what went wrong; if even that cannot
@@ -27,6 +30,9 @@ pub enum Agent {
     /// qwen-code's `PreToolUse` hook (Claude Code's format, its own tool
     /// names and `permission_mode` values).
     Qwen,
+    /// Gemini CLI's `BeforeTool` hook (`decision` / `reason`, no permission
+    /// mode, no way to ask).
+    Gemini,
 }
 
 /// What the hook answers.
@@ -46,15 +52,18 @@ impl Answer {
         }
     }
 
-    /// The JSON the agent reads on the hook's stdout.
-    pub fn to_json(&self) -> Value {
-        json!({
-            "hookSpecificOutput": {
-                "hookEventName": "PreToolUse",
-                "permissionDecision": self.decision,
-                "permissionDecisionReason": self.reason,
-            }
-        })
+    /// The JSON `agent` reads on the hook's stdout.
+    pub fn to_json(&self, agent: Agent) -> Value {
+        match agent {
+            Agent::Claude | Agent::Qwen => json!({
+                "hookSpecificOutput": {
+                    "hookEventName": "PreToolUse",
+                    "permissionDecision": self.decision,
+                    "permissionDecisionReason": self.reason,
+                }
+            }),
+            Agent::Gemini => json!({"decision": self.decision, "reason": self.reason}),
+        }
     }
 }
 
@@ -101,9 +110,11 @@ pub fn decide(
         None => (None, false),
         Some(value) => match agent_mode(agent, value) {
             Ok((mode, never_ask)) => (Some(mode), never_ask),
-            Err(err) => return Answer::deny(format!(
+            Err(err) => {
+                return Answer::deny(format!(
                 "toolgate hook: `permission_mode` {value:?} is not a mode toolgate knows ({err})"
-            )),
+            ))
+            }
         },
     };
     let mode = match (flag, own) {
@@ -128,7 +139,8 @@ pub fn decide(
         broker.handle_line(line.to_string().as_bytes(), number as u64 + 1, &mut out);
     }
     broker.commit();
-    answer(&out, call, never_ask)
+    // Gemini CLI cannot ask, and its hook does not say whether it would.
+    answer(&out, call, never_ask || agent == Agent::Gemini)
 }
 
 /// The answer for `call` among the frames the broker wrote.
@@ -160,7 +172,7 @@ fn answer(out: &[ServerFrame], call: &str, never_ask: bool) -> Answer {
                     .to_string();
                 return if never_ask {
                     Answer::deny(format!(
-                        "toolgate: {why}; the agent runs without asking (dontAsk), so it is denied"
+                        "toolgate: {why}; nobody can be asked here (the agent runs without asking, or its hook cannot ask), so it is denied"
                     ))
                 } else {
                     Answer {

@@ -51,7 +51,7 @@ enum Command {
     /// stricter applies. With --state-dir the sessions and grants of earlier
     /// calls count. An `ask` is answered `ask`: the agent asks the user.
     Hook {
-        /// The agent: claude (Claude Code) or qwen (qwen-code).
+        /// The agent: claude (Claude Code), qwen (qwen-code) or gemini (Gemini CLI).
         #[arg(value_enum, value_name = "AGENT")]
         target: HookAgent,
         #[command(flatten)]
@@ -164,6 +164,8 @@ enum HookAgent {
     Claude,
     /// qwen-code's PreToolUse hook.
     Qwen,
+    /// Gemini CLI's BeforeTool hook.
+    Gemini,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -546,10 +548,11 @@ fn hook(agent: HookAgent, args: ServeArgs) -> ExitCode {
     let agent = match agent {
         HookAgent::Claude => hook::Agent::Claude,
         HookAgent::Qwen => hook::Agent::Qwen,
+        HookAgent::Gemini => hook::Agent::Gemini,
     };
     let write = |answer: &Answer| -> ExitCode {
         let mut out = std::io::stdout().lock();
-        match writeln!(out, "{}", answer.to_json()).and_then(|()| out.flush()) {
+        match writeln!(out, "{}", answer.to_json(agent)).and_then(|()| out.flush()) {
             Ok(()) => ExitCode::SUCCESS,
             Err(err) => {
                 eprintln!(

@@ -48,8 +48,17 @@ fn hook(dir: &Path, agent: &str, args: &[&str], env: &[(&str, &str)], input: &st
     (out.status.code().unwrap_or(-1), answer)
 }
 
-/// `decision: reason` of an answer, checked to be in Claude Code's format.
+/// `decision: reason` of an answer, checked to be in the agent's format
+/// (Gemini CLI's `decision`/`reason`, else Claude Code's).
 fn render(answer: &Value) -> String {
+    if let Some(decision) = answer.get("decision") {
+        assert_eq!(answer.as_object().unwrap().len(), 2, "{answer}");
+        return format!(
+            "{}: {}",
+            decision.as_str().unwrap(),
+            answer["reason"].as_str().unwrap()
+        );
+    }
     let inner = &answer["hookSpecificOutput"];
     assert_eq!(inner["hookEventName"], "PreToolUse", "{answer}");
     format!(
@@ -90,7 +99,7 @@ fn hook_answers_in_the_agents_format_and_fails_closed() {
         ("claude", vec![], call(Some("default"), "Write", write.clone()), "ask: toolgate: ask mode asks before file edits"),
         ("claude", vec![], call(Some("bypassPermissions"), "Write", write.clone()), "allow: toolgate: auto mode allows file edits"),
         // dontAsk: what would ask is denied.
-        ("claude", vec![], call(Some("dontAsk"), "Write", write.clone()), "deny: toolgate: ask mode asks before file edits, writes, patches, deletes and moves; the agent runs without asking (dontAsk), so it is denied"),
+        ("claude", vec![], call(Some("dontAsk"), "Write", write.clone()), "deny: toolgate: ask mode asks before file edits, writes, patches, deletes and moves; nobody can be asked here"),
         // --mode with the agent's mode: the stricter applies.
         ("claude", vec!["--mode", "plan"], call(Some("bypassPermissions"), "Write", write.clone()), "deny: toolgate: plan mode does not allow file edits"),
         ("claude", vec!["--mode", "auto"], call(Some("plan"), "Write", write.clone()), "deny: toolgate: plan mode does not allow file edits"),
@@ -100,6 +109,11 @@ fn hook_answers_in_the_agents_format_and_fails_closed() {
         // qwen-code's own names and modes.
         ("qwen", vec![], call(Some("yolo"), "write_file", json!({"file_path": "a.txt", "content": "x"})), "allow: toolgate: auto mode allows file edits"),
         ("qwen", vec![], call(Some("plan"), "run_shell_command", json!({"command": "touch x"})), "deny: toolgate: plan mode allows only read-only shell commands"),
+        // Gemini CLI: no permission mode, no way to ask.
+        ("gemini", vec![], call(None, "read_file", json!({"file_path": "a"})), "allow: toolgate: ask mode allows file reads"),
+        ("gemini", vec![], call(None, "write_file", json!({"file_path": "a", "content": "x"})), "deny: toolgate: ask mode asks before file edits, writes, patches, deletes and moves; nobody can be asked here"),
+        ("gemini", vec!["--mode", "auto_edit"], call(None, "write_file", json!({"file_path": "a", "content": "x"})), "allow: toolgate: auto_edit mode allows file edits"),
+        ("gemini", vec![], "{".to_string(), "deny: toolgate hook: the hook input is not JSON"),
         // Whatever cannot be read or decided is denied.
         ("claude", vec![], "not json".to_string(), "deny: toolgate hook: the hook input is not JSON"),
         ("claude", vec![], "[1]".to_string(), "deny: toolgate hook: the hook input is not a JSON object"),
