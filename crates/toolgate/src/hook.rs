@@ -1,4 +1,4 @@
-//! `toolgate hook claude|qwen|gemini`: one tool call from an agent's
+//! `toolgate hook claude|qwen|gemini|codex`: one tool call from an agent's
 //! `PreToolUse` (Gemini CLI: `BeforeTool`) hook, decided in-process by the
 //! same broker core `serve` drives, and answered in the agent's own format.
 //!
@@ -33,6 +33,10 @@ pub enum Agent {
     /// Gemini CLI's `BeforeTool` hook (`decision` / `reason`, no permission
     /// mode, no way to ask).
     Gemini,
+    /// Codex's `PreToolUse` hook (Claude Code's format; its shell arrives as
+    /// `Bash` with `command`, its patches as `apply_patch` with the patch
+    /// text in `command`).
+    Codex,
 }
 
 /// What the hook answers.
@@ -55,7 +59,7 @@ impl Answer {
     /// The JSON `agent` reads on the hook's stdout.
     pub fn to_json(&self, agent: Agent) -> Value {
         match agent {
-            Agent::Claude | Agent::Qwen => json!({
+            Agent::Claude | Agent::Qwen | Agent::Codex => json!({
                 "hookSpecificOutput": {
                     "hookEventName": "PreToolUse",
                     "permissionDecision": self.decision,
@@ -100,6 +104,14 @@ pub fn decide(
         return Answer::deny("toolgate hook: the hook input has no `tool_name`".into());
     };
     let tool_input = match fields.get("tool_input") {
+        // Codex hands a patch over as `command`: the patch field toolgate reads.
+        Some(Value::Object(object)) if agent == Agent::Codex && tool == "apply_patch" => {
+            let mut object = object.clone();
+            if let Some(patch) = object.remove("command") {
+                object.insert("patch".to_string(), patch);
+            }
+            object
+        }
         Some(Value::Object(object)) => object.clone(),
         None | Some(Value::Null) => Map::new(),
         Some(_) => return Answer::deny("toolgate hook: `tool_input` is not a JSON object".into()),

@@ -51,7 +51,8 @@ enum Command {
     /// stricter applies. With --state-dir the sessions and grants of earlier
     /// calls count. An `ask` is answered `ask`: the agent asks the user.
     Hook {
-        /// The agent: claude (Claude Code), qwen (qwen-code) or gemini (Gemini CLI).
+        /// The agent: claude (Claude Code), qwen (qwen-code), gemini (Gemini
+        /// CLI) or codex (Codex).
         #[arg(value_enum, value_name = "AGENT")]
         target: HookAgent,
         #[command(flatten)]
@@ -166,6 +167,8 @@ enum HookAgent {
     Qwen,
     /// Gemini CLI's BeforeTool hook.
     Gemini,
+    /// Codex's PreToolUse hook.
+    Codex,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -549,6 +552,7 @@ fn hook(agent: HookAgent, args: ServeArgs) -> ExitCode {
         HookAgent::Claude => hook::Agent::Claude,
         HookAgent::Qwen => hook::Agent::Qwen,
         HookAgent::Gemini => hook::Agent::Gemini,
+        HookAgent::Codex => hook::Agent::Codex,
     };
     let write = |answer: &Answer| -> ExitCode {
         let mut out = std::io::stdout().lock();

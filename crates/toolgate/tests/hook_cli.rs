@@ -2,7 +2,7 @@
 //! stdin, the agent's answer on stdout. A data table of inputs and the
 //! decision and reason each must get; every failure of input, mode or policy
 //! is a denial (never an allow, never a crash). The same hook driven by the
-//! real Claude Code and qwen-code is `scripts/e2e-hooks`.
+//! real agents is `scripts/e2e-hooks`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may panic
 
 mod support;
@@ -114,6 +114,10 @@ fn hook_answers_in_the_agents_format_and_fails_closed() {
         ("gemini", vec![], call(None, "write_file", json!({"file_path": "a", "content": "x"})), "deny: toolgate: ask mode asks before file edits, writes, patches, deletes and moves; nobody can be asked here"),
         ("gemini", vec!["--mode", "auto_edit"], call(None, "write_file", json!({"file_path": "a", "content": "x"})), "allow: toolgate: auto_edit mode allows file edits"),
         ("gemini", vec![], "{".to_string(), "deny: toolgate hook: the hook input is not JSON"),
+        // Codex: its shell as `Bash`, its patch text in `command`.
+        ("codex", vec!["--mode", "plan"], call(Some("bypassPermissions"), "Bash", json!({"command": "echo hi > made.txt"})), "deny: toolgate: plan mode allows only read-only shell commands"),
+        ("codex", vec![], call(Some("bypassPermissions"), "apply_patch", json!({"command": "*** Begin Patch\n*** Add File: /etc/cron.d/x\n+x\n*** End Patch\n"})), "allow: toolgate: auto mode allows what would ask (the built-in rule `external_directory: *`"),
+        ("codex", vec!["--mode", "ask"], call(Some("bypassPermissions"), "apply_patch", json!({"command": "*** Begin Patch\n*** Add File: src/x.rs\n+x\n*** End Patch\n"})), "ask: toolgate: ask mode asks before file edits"),
         // Whatever cannot be read or decided is denied.
         ("claude", vec![], "not json".to_string(), "deny: toolgate hook: the hook input is not JSON"),
         ("claude", vec![], "[1]".to_string(), "deny: toolgate hook: the hook input is not a JSON object"),
