@@ -8,7 +8,8 @@ use toolgate_protocol as wire;
 use toolgate_protocol::{ErrorCode, ServerFrame};
 
 use super::persistence::{is_stored, spec_grant};
-use super::{error, Broker, Session};
+use super::sessions::Session;
+use super::{error, Broker};
 use crate::state::Change;
 
 impl Broker {

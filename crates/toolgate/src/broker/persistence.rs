@@ -1,12 +1,13 @@
 //! What the broker keeps in the state directory: [`Change`] records staged
-//! and committed as frames are handled, the whole [`Snapshot`] it would
-//! write, and restoring from one. Invariant: what is stored is never looser
-//! than what the broker holds; an unusable stored part is dropped or kept
-//! more strictly (readonly mode, deny-all scope), with a warning.
+//! as frames are handled and made durable by `commit` before the transport
+//! writes the frames that report them, the whole [`Snapshot`], and restoring
+//! from one. Invariant: a stored part that cannot be used is dropped or kept
+//! more strictly than written (readonly mode, deny-all scope), never more loosely.
 
 use toolgate_policy::{GrantPattern, GrantSpec, Mode, ScopeLayer};
 
-use super::{new_session, Broker, Closed, Session};
+use super::sessions::{new_session, Closed, Session};
+use super::Broker;
 use crate::convert;
 use crate::state::{
     session_fingerprint, Change, Snapshot, Store, StoredClosed, StoredGrant, StoredSession,

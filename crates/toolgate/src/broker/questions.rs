@@ -14,7 +14,8 @@ use toolgate_policy::{
 use toolgate_protocol as wire;
 use toolgate_protocol::{ErrorCode, ServerFrame};
 
-use super::{duplicate, error, stricter, Broker, OnAsk};
+use super::sessions::stricter;
+use super::{duplicate, error, Broker, OnAsk};
 use crate::convert;
 
 /// How many answered permission ids are remembered to tell `already_resolved`
