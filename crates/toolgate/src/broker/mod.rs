@@ -1,0 +1,409 @@
+//! The broker's state machine: sessions, pending questions, grants and
+//! deadlines. It is synchronous and owns no I/O: the transport hands it frames
+//! and the current time, and it appends the frames to write to an output list.
+//! One broker can therefore serve stdio, a socket or a replay alike.
+//!
+//! This module holds the [`Broker`], its settings and the entry points that
+//! dispatch each frame; the parts live in `sessions` (the session tree and
+//! modes), `questions` (calls, pending questions, answers, deadlines),
+//! `grants` (`always` grants) and `persistence` (the state directory).
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+
+use serde_json::Value;
+use toolgate_policy::{Grants, Policy};
+use toolgate_protocol as wire;
+use toolgate_protocol::{ClientFrame, DecodeError, ErrorCode, ServerFrame};
+
+use crate::clock::{Clock, IdSource};
+use crate::state::Store;
+use questions::{Pending, Queue};
+use sessions::{ClosedSet, RepeatMemory, Session};
+
+pub use sessions::MAX_DEPTH;
+
+mod grants;
+mod persistence;
+mod questions;
+mod sessions;
+
+/// What to do when the answer is "ask".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnAsk {
+    /// Emit a `permission_request` and wait for the answer.
+    Wait,
+    /// Deny at once without asking (non-interactive runs).
+    Deny,
+}
+
+/// Settings of a broker that are not part of the policy.
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    /// What to do when the answer is "ask".
+    pub on_ask: OnAsk,
+    /// How long an ask waits, in milliseconds; 0 waits forever.
+    pub ask_timeout_ms: u64,
+}
+
+/// The state of one broker.
+pub struct Broker {
+    policy: Arc<Policy>,
+    config: BrokerConfig,
+    clock: Box<dyn Clock>,
+    ids: Box<dyn IdSource>,
+    sessions: HashMap<String, Session>,
+    /// Open questions by permission id.
+    pending: HashMap<String, Pending>,
+    /// Each session's open questions (only sessions that have some).
+    queues: HashMap<String, Queue>,
+    /// Deadlines: (monotonic ms, permission id), earliest first. Stale entries are skipped.
+    deadlines: BinaryHeap<Reverse<(u64, String)>>,
+    resolved: HashSet<String>,
+    resolved_order: VecDeque<String>,
+    next_seq: u64,
+    stopped: bool,
+    /// Grants kept for every session of the project.
+    project_grants: Grants,
+    /// The session that made each project grant.
+    project_grant_owners: HashMap<String, String>,
+    /// Where the state survives restarts, when it does.
+    store: Option<Box<dyn Store>>,
+    /// Sessions that ended or whose `session_start` was refused, and why, by
+    /// the fingerprint of their id (never forgotten): their calls are denied
+    /// rather than run in a fresh unscoped session.
+    closed: ClosedSet,
+    /// The repeat counts of forgotten idle sessions.
+    idle_repeats: RepeatMemory,
+    /// What `ready` says about where the policy and the state come from.
+    origin: Origin,
+}
+
+/// Where a broker's policy and state come from, for `ready` (set by the
+/// binary, which read the flags and files).
+#[derive(Debug, Clone, Default)]
+pub struct Origin {
+    /// The policy's layers, lowest first (`built-in`, the policy file, ...).
+    pub policy_sources: Vec<String>,
+    /// The state directory, when state is kept.
+    pub state_dir: Option<String>,
+}
+
+impl Broker {
+    /// A broker with no sessions.
+    pub fn new(
+        policy: Arc<Policy>,
+        config: BrokerConfig,
+        clock: Box<dyn Clock>,
+        ids: Box<dyn IdSource>,
+    ) -> Broker {
+        Broker {
+            policy,
+            config,
+            clock,
+            ids,
+            sessions: HashMap::new(),
+            pending: HashMap::new(),
+            queues: HashMap::new(),
+            deadlines: BinaryHeap::new(),
+            resolved: HashSet::new(),
+            resolved_order: VecDeque::new(),
+            next_seq: 0,
+            stopped: false,
+            project_grants: Grants::default(),
+            project_grant_owners: HashMap::new(),
+            store: None,
+            closed: ClosedSet::default(),
+            idle_repeats: RepeatMemory::default(),
+            origin: Origin::default(),
+        }
+    }
+
+    /// Say in `ready` where the policy and the state come from.
+    pub fn set_origin(&mut self, origin: Origin) {
+        self.origin = origin;
+    }
+
+    /// The `ready` frame.
+    pub fn ready(&self) -> ServerFrame {
+        ServerFrame::Ready(wire::Ready {
+            protocol: wire::PROTOCOL_VERSION,
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            mode: self.policy.default_mode.as_str().to_string(),
+            project_root: self.policy.project_root.to_string_lossy().into_owned(),
+            policy_sources: self.origin.policy_sources.clone(),
+            state_dir: self.origin.state_dir.clone(),
+        })
+    }
+
+    /// True once `shutdown` was handled: the transport stops reading.
+    pub fn stopped(&self) -> bool {
+        self.stopped
+    }
+
+    /// How many calls wait for an answer.
+    pub fn pending_count(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// The current monotonic time.
+    pub fn now_ms(&self) -> u64 {
+        self.clock.monotonic_ms()
+    }
+
+    /// Handle one input line (1-based `line` number for error frames).
+    pub fn handle_line(&mut self, line: &[u8], number: u64, out: &mut Vec<ServerFrame>) {
+        if line.iter().all(u8::is_ascii_whitespace) {
+            return;
+        }
+        match toolgate_protocol::decode_line(line, number) {
+            Ok(frame) => {
+                // Error frames about a frame that decoded carry the ids it names.
+                let ids = FrameIds::of(&frame);
+                let start = out.len();
+                self.handle(frame, number, out);
+                ids.fill(&mut out[start..]);
+            }
+            Err(err) => {
+                self.reject_line(err, number, out);
+                if !self.stopped {
+                    self.shut_unreadable_start(line, out);
+                }
+            }
+        }
+    }
+
+    /// A `session_start` refused because it could not be decoded shuts its
+    /// session too, when the line is JSON naming the session.
+    fn shut_unreadable_start(&mut self, line: &[u8], out: &mut Vec<ServerFrame>) {
+        let Ok(Value::Object(frame)) = serde_json::from_slice::<Value>(line) else {
+            return;
+        };
+        if frame.get("type").and_then(Value::as_str) != Some("session_start") {
+            return;
+        }
+        if let Some(id) = frame.get("sessionID").and_then(Value::as_str) {
+            self.shut_refused(id, out);
+        }
+    }
+
+    /// A line that did not decode: a `deny` (source `invalid`) for each
+    /// `tool_call` on it whose `callID` could be read, an `error` frame for
+    /// the rest (with the `callID` and `permissionID` that could be read).
+    pub fn reject_line(&mut self, mut err: DecodeError, number: u64, out: &mut Vec<ServerFrame>) {
+        let others = std::mem::take(&mut err.others);
+        match (&err.call_id, err.tool_call) {
+            (Some(call_id), true) => {
+                let session_id = err
+                    .session_id
+                    .unwrap_or_else(|| toolgate_protocol::DEFAULT_SESSION.to_string());
+                if self.live_permission(&session_id, call_id).is_some() {
+                    out.push(duplicate(call_id, &session_id, number));
+                } else {
+                    out.push(ServerFrame::Decision(wire::Decision {
+                        session_id,
+                        call_id: call_id.clone(),
+                        decision: wire::Verdict::Deny,
+                        source: wire::Source::Invalid,
+                        reason: format!("the tool_call is malformed: {}", err.message),
+                        rule: None,
+                        message: None,
+                        reminder: None,
+                    }))
+                }
+            }
+            _ => out.push(ServerFrame::Error(wire::ErrorFrame {
+                code: err.code,
+                message: err.message,
+                call_id: err.call_id,
+                session_id: err.session_id,
+                permission_id: err.permission_id,
+                line: Some(number),
+            })),
+        }
+        for other in others.into_vec() {
+            self.reject_line(other, number, out);
+        }
+    }
+
+    /// Handle one decoded frame.
+    pub fn handle(&mut self, frame: ClientFrame, number: u64, out: &mut Vec<ServerFrame>) {
+        if self.stopped {
+            // Lines already read when the broker stopped (a `shutdown` frame
+            // or a signal): their calls are denied, nothing else is done.
+            if let ClientFrame::ToolCall(call) = frame {
+                out.push(ServerFrame::Decision(wire::Decision {
+                    session_id: call.session_id,
+                    call_id: call.call_id,
+                    decision: wire::Verdict::Deny,
+                    source: wire::Source::Shutdown,
+                    reason: "the broker was shutting down when the call arrived".to_string(),
+                    rule: None,
+                    message: None,
+                    reminder: None,
+                }));
+            }
+            return;
+        }
+        match frame {
+            ClientFrame::ToolCall(call) => self.tool_call(call, number, out),
+            ClientFrame::PermissionResponse(response) => {
+                let session = self
+                    .pending
+                    .get(&response.permission_id)
+                    .map(|pending| pending.session_id.clone());
+                self.response(response, number, out);
+                if let Some(session) = session {
+                    self.forget_idle(&session);
+                }
+            }
+            ClientFrame::SetMode(set) => self.set_mode(set, number, out),
+            ClientFrame::SessionStart(start) => self.session_start(start, number, out),
+            ClientFrame::SessionEnd(end) => self.session_end(&end.session_id, number, out),
+            ClientFrame::Cancel(cancel) => {
+                let session = cancel.session_id.clone();
+                self.cancel(cancel, number, out);
+                self.forget_idle(&session);
+            }
+            ClientFrame::GetReminder(session) => {
+                let mode = self.effective_mode(&session.session_id);
+                out.push(ServerFrame::Reminder(wire::Reminder {
+                    text: self.reminder(&session.session_id, mode),
+                    session_id: session.session_id,
+                    mode: mode.as_str().to_string(),
+                }));
+            }
+            ClientFrame::ListGrants(list) => {
+                out.push(self.grants_frame(list.session_id.as_deref()))
+            }
+            ClientFrame::RevokeGrant(revoke) => self.revoke_grant(revoke, number, out),
+            ClientFrame::Shutdown(_) => self.shutdown(out),
+        }
+    }
+
+    /// Deny every pending call (source `shutdown`) and stop.
+    pub fn shutdown(&mut self, out: &mut Vec<ServerFrame>) {
+        let mut ids: Vec<(u64, String)> = self
+            .pending
+            .iter()
+            .map(|(id, pending)| (pending.seq, id.clone()))
+            .collect();
+        ids.sort();
+        for (_, id) in ids {
+            self.end_ask(
+                &id,
+                wire::Source::Shutdown,
+                "the broker shut down before the question was answered".to_string(),
+                out,
+            );
+        }
+        self.stopped = true;
+    }
+
+    /// Judge under `policy` from now on (SIGHUP reloaded it) and decide every
+    /// pending call whose answer under it is no longer "ask", as a mode
+    /// change does (`permission_resolved`, then the decision); the others
+    /// keep their question. Sessions keep the mode they are in; a new
+    /// default mode applies to sessions that appear after the reload.
+    pub fn replace_policy(
+        &mut self,
+        policy: Arc<Policy>,
+        ask_timeout_ms: u64,
+        out: &mut Vec<ServerFrame>,
+    ) {
+        self.policy = policy;
+        self.config.ask_timeout_ms = ask_timeout_ms;
+        // Sessions in the order of their oldest pending call.
+        let mut oldest: HashMap<&str, u64> = HashMap::new();
+        for pending in self.pending.values() {
+            let seq = oldest
+                .entry(pending.session_id.as_str())
+                .or_insert(u64::MAX);
+            *seq = (*seq).min(pending.seq);
+        }
+        let mut sessions: Vec<(u64, String)> = oldest
+            .into_iter()
+            .map(|(id, seq)| (seq, id.to_string()))
+            .collect();
+        sessions.sort();
+        for (_, session_id) in sessions {
+            self.revisit_session(&session_id, "the policy was reloaded", None, out);
+        }
+    }
+}
+
+fn error(
+    code: ErrorCode,
+    message: String,
+    call_id: Option<String>,
+    line: Option<u64>,
+) -> ServerFrame {
+    ServerFrame::Error(wire::ErrorFrame {
+        code,
+        message,
+        call_id,
+        session_id: None,
+        permission_id: None,
+        line,
+    })
+}
+
+/// The ids a decoded frame names: every `error` frame it gets carries them
+/// (unless the error names its own).
+struct FrameIds {
+    call_id: Option<String>,
+    session_id: Option<String>,
+    permission_id: Option<String>,
+}
+
+impl FrameIds {
+    fn of(frame: &ClientFrame) -> FrameIds {
+        let (call_id, session_id, permission_id) = match frame {
+            ClientFrame::ToolCall(call) => (Some(&call.call_id), Some(&call.session_id), None),
+            ClientFrame::PermissionResponse(response) => {
+                (None, None, Some(&response.permission_id))
+            }
+            ClientFrame::SetMode(set) => (None, Some(&set.session_id), None),
+            ClientFrame::SessionStart(start) => (None, Some(&start.session_id), None),
+            ClientFrame::SessionEnd(end) | ClientFrame::GetReminder(end) => {
+                (None, Some(&end.session_id), None)
+            }
+            ClientFrame::Cancel(cancel) => (Some(&cancel.call_id), Some(&cancel.session_id), None),
+            ClientFrame::ListGrants(list) => (None, list.session_id.as_ref(), None),
+            ClientFrame::RevokeGrant(_) | ClientFrame::Shutdown(_) => (None, None, None),
+        };
+        FrameIds {
+            call_id: call_id.cloned(),
+            session_id: session_id.cloned(),
+            permission_id: permission_id.cloned(),
+        }
+    }
+
+    fn fill(&self, frames: &mut [ServerFrame]) {
+        for frame in frames {
+            if let ServerFrame::Error(error) = frame {
+                if error.call_id.is_none() {
+                    error.call_id.clone_from(&self.call_id);
+                }
+                if error.session_id.is_none() {
+                    error.session_id.clone_from(&self.session_id);
+                }
+                if error.permission_id.is_none() {
+                    error.permission_id.clone_from(&self.permission_id);
+                }
+            }
+        }
+    }
+}
+
+fn duplicate(call_id: &str, session_id: &str, number: u64) -> ServerFrame {
+    error(
+        ErrorCode::DuplicateCall,
+        format!(
+            "a call `{call_id}` is already pending in session `{session_id}`; this one is ignored"
+        ),
+        Some(call_id.to_string()),
+        Some(number),
+    )
+}

@@ -1,0 +1,768 @@
+//! Calls and the questions they raise: judging a `tool_call`, settling an
+//! evaluation (decide, or ask and keep the call [`Pending`]), answers,
+//! cancels, deadlines, and judging pending calls again after a change.
+//! Invariant: a pending call is in `pending`, its session's [`Queue`] and
+//! its session's `live` map at once; `take_pending` removes it from all.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::{Map, Value};
+use toolgate_policy::{
+    Action, Call, Context, Evaluation, GrantSpec, Grants, Mode, Question, Scope,
+};
+use toolgate_protocol as wire;
+use toolgate_protocol::{ErrorCode, ServerFrame};
+
+use super::sessions::stricter;
+use super::{duplicate, error, Broker, OnAsk};
+use crate::convert;
+
+/// How many answered permission ids are remembered to tell `already_resolved`
+/// from `unknown_permission`.
+const RESOLVED_MEMORY: usize = 1 << 16;
+
+pub(super) struct Pending {
+    /// Creation order, so shutdown denies in the order calls arrived.
+    pub(super) seq: u64,
+    pub(super) session_id: String,
+    pub(super) call_id: String,
+    pub(super) tool: String,
+    pub(super) input: Map<String, Value>,
+    pub(super) cwd: Option<String>,
+    pub(super) repeats: u32,
+    /// `(permission, subject)` the user allowed for this call.
+    pub(super) approvals: Vec<(String, String)>,
+    /// The last answer the user gave for this call, for the decision's reason.
+    pub(super) answered: Option<wire::Reply>,
+    /// After an `always`: where the grants went, and whether saving them failed.
+    pub(super) granted: Option<(wire::GrantScope, Option<String>)>,
+    /// After an `always` with `patterns`: the option chosen, when narrower
+    /// than the request's `always`.
+    pub(super) chosen: Option<Vec<String>>,
+    pub(super) question: Question,
+    pub(super) deadline: Option<u64>,
+    /// `(permission, subject)` pairs that still ask, from the latest
+    /// evaluation: unless a new grant covers one of them the call keeps
+    /// asking, so an `always` judges again only the calls it may decide.
+    /// Empty means "judge again on every new grant" (a plan approval).
+    pub(super) asking: Vec<(String, String)>,
+}
+
+/// A session's open questions, indexed so that neither listing them nor
+/// finding those a new grant may decide scans every pending call.
+#[derive(Default)]
+pub(super) struct Queue {
+    /// Creation order → permission id: oldest first.
+    order: BTreeMap<u64, String>,
+    /// `(permission, subject)` still asked about → the calls (by creation
+    /// order) that ask about it ([`Pending::asking`]).
+    asking: BTreeMap<(String, String), BTreeSet<u64>>,
+    /// Calls with nothing in `asking` (a plan approval): judged again on
+    /// every new grant.
+    unindexed: BTreeSet<u64>,
+}
+
+impl Queue {
+    fn add(&mut self, seq: u64, permission_id: String, asking: &[(String, String)]) {
+        self.order.insert(seq, permission_id);
+        self.index(seq, asking);
+    }
+
+    fn index(&mut self, seq: u64, asking: &[(String, String)]) {
+        if asking.is_empty() {
+            self.unindexed.insert(seq);
+        }
+        for pair in asking {
+            self.asking.entry(pair.clone()).or_default().insert(seq);
+        }
+    }
+
+    fn unindex(&mut self, seq: u64, asking: &[(String, String)]) {
+        self.unindexed.remove(&seq);
+        for pair in asking {
+            if let Some(seqs) = self.asking.get_mut(pair) {
+                seqs.remove(&seq);
+                if seqs.is_empty() {
+                    self.asking.remove(pair);
+                }
+            }
+        }
+    }
+
+    /// The calls a new grant may decide, oldest first: those asking about a
+    /// subject one of `granted` covers, and the unindexed ones.
+    fn covered_by(&self, granted: &[GrantSpec]) -> Vec<String> {
+        let mut seqs = self.unindexed.clone();
+        for grant in granted {
+            // Every subject the pattern covers starts with its literal part.
+            let text = grant.pattern.as_str();
+            let literal = text.get(..grant.pattern.literal_len()).unwrap_or_default();
+            let from = (grant.permission.clone(), literal.to_string());
+            for ((permission, subject), calls) in self.asking.range(from..) {
+                if *permission != grant.permission || !subject.starts_with(literal) {
+                    break;
+                }
+                if grant.pattern.matches(subject) {
+                    seqs.extend(calls.iter().copied());
+                }
+            }
+        }
+        seqs.iter()
+            .filter_map(|seq| self.order.get(seq).cloned())
+            .collect()
+    }
+}
+
+impl Broker {
+    /// The earliest deadline on the monotonic clock, if any ask can time out.
+    pub fn next_deadline(&mut self) -> Option<u64> {
+        while let Some(Reverse((deadline, permission_id))) = self.deadlines.peek() {
+            match self.pending.get(permission_id) {
+                Some(pending) if pending.deadline == Some(*deadline) => return Some(*deadline),
+                _ => {
+                    self.deadlines.pop();
+                }
+            }
+        }
+        None
+    }
+
+    /// Deny every ask whose deadline has passed.
+    pub fn expire(&mut self, out: &mut Vec<ServerFrame>) {
+        let now = self.clock.monotonic_ms();
+        while let Some(deadline) = self.next_deadline() {
+            if deadline > now {
+                break;
+            }
+            let Some(Reverse((_, id))) = self.deadlines.pop() else {
+                break;
+            };
+            let reason = format!(
+                "nobody answered the question within {}",
+                duration_text(self.config.ask_timeout_ms)
+            );
+            let session = self
+                .pending
+                .get(&id)
+                .map(|pending| pending.session_id.clone());
+            self.end_ask(&id, wire::Source::Timeout, reason, out);
+            if let Some(session) = session {
+                self.forget_idle(&session);
+            }
+        }
+    }
+
+    pub(super) fn tool_call(
+        &mut self,
+        call: wire::ToolCall,
+        number: u64,
+        out: &mut Vec<ServerFrame>,
+    ) {
+        if self
+            .live_permission(&call.session_id, &call.call_id)
+            .is_some()
+        {
+            out.push(duplicate(&call.call_id, &call.session_id, number));
+            return;
+        }
+        if !self.sessions.contains_key(&call.session_id) {
+            if let Some(why) = self.closed_why(&call.session_id) {
+                let why = why.text(&call.session_id);
+                out.push(ServerFrame::Decision(wire::Decision {
+                    session_id: call.session_id.clone(),
+                    call_id: call.call_id,
+                    decision: wire::Verdict::Deny,
+                    source: wire::Source::Scope,
+                    reason: format!(
+                        "{why}; its calls are denied until a session_start for it succeeds"
+                    ),
+                    rule: None,
+                    message: None,
+                    reminder: None,
+                }));
+                return;
+            }
+            self.session_entry(&call.session_id);
+        }
+        let mode = self.effective_mode(&call.session_id);
+        let Some(session) = self.sessions.get_mut(&call.session_id) else {
+            return;
+        };
+        let hash = call_hash(&call.tool, &call.input);
+        let repeats = match session.last_call {
+            Some((last, count)) if last == hash => count.saturating_add(1),
+            _ => 1,
+        };
+        session.last_call = Some((hash, repeats));
+        let evaluation = self.policy.evaluate(
+            &Call {
+                tool: &call.tool,
+                input: &call.input,
+                cwd: call.cwd.as_deref(),
+            },
+            &Context {
+                mode,
+                grants: &session.grants,
+                project_grants: &self.project_grants,
+                scope: &session.scope,
+                approvals: &[],
+                repeats,
+            },
+        );
+        let pending = Pending {
+            seq: 0,
+            session_id: call.session_id,
+            call_id: call.call_id,
+            tool: call.tool,
+            input: call.input,
+            cwd: call.cwd,
+            repeats,
+            approvals: Vec::new(),
+            answered: None,
+            granted: None,
+            chosen: None,
+            question: Question::default(),
+            deadline: None,
+            asking: Vec::new(),
+        };
+        let session_id = pending.session_id.clone();
+        self.settle(pending, evaluation, mode, out);
+        self.forget_idle(&session_id);
+    }
+
+    /// Act on an evaluation: decide the call, or ask (registering it as pending).
+    fn settle(
+        &mut self,
+        mut pending: Pending,
+        evaluation: Evaluation,
+        mode: Mode,
+        out: &mut Vec<ServerFrame>,
+    ) {
+        match (evaluation.action, evaluation.question) {
+            (Action::Ask, Some(question)) if self.config.on_ask == OnAsk::Wait => {
+                let permission_id = self.ids.permission_id();
+                if pending.seq == 0 {
+                    self.next_seq += 1;
+                    pending.seq = self.next_seq;
+                }
+                pending.deadline = match self.config.ask_timeout_ms {
+                    0 => None,
+                    timeout => Some(self.clock.monotonic_ms().saturating_add(timeout)),
+                };
+                if let Some(deadline) = pending.deadline {
+                    self.deadlines
+                        .push(Reverse((deadline, permission_id.clone())));
+                }
+                let mut request = convert::request(
+                    &permission_id,
+                    self.clock.wall_ms(),
+                    &pending.session_id,
+                    &pending.call_id,
+                    &pending.tool,
+                    &pending.input,
+                    pending.cwd.as_deref(),
+                    &question,
+                );
+                // A sub-agent's question names the session that started it.
+                request.parent_id = self
+                    .sessions
+                    .get(&pending.session_id)
+                    .and_then(|session| session.parent.clone());
+                convert::link_assistant_metadata(
+                    &mut request,
+                    &self.policy.registry,
+                    &pending.tool,
+                    &pending.input,
+                    &question,
+                );
+                out.push(ServerFrame::PermissionRequest(request));
+                pending.asking = question.approve.clone();
+                pending.question = question;
+                self.queues
+                    .entry(pending.session_id.clone())
+                    .or_default()
+                    .add(pending.seq, permission_id.clone(), &pending.asking);
+                self.session_entry(&pending.session_id)
+                    .live
+                    .insert(pending.call_id.clone(), permission_id.clone());
+                self.pending.insert(permission_id, pending);
+            }
+            (Action::Ask, _) => {
+                let reason = format!(
+                    "{}; toolgate runs with --on-ask deny, so nothing is asked",
+                    evaluation.reason
+                );
+                out.push(convert::decision(
+                    &pending.session_id,
+                    &pending.call_id,
+                    Action::Deny,
+                    evaluation.source,
+                    reason,
+                    evaluation.rule,
+                    None,
+                    (mode == Mode::Plan).then(|| self.reminder(&pending.session_id, mode)),
+                ));
+            }
+            (action, _) => {
+                let reminder = (action == Action::Deny && mode == Mode::Plan)
+                    .then(|| self.reminder(&pending.session_id, mode));
+                let reason = match (evaluation.source, pending.answered, &pending.granted) {
+                    (
+                        toolgate_policy::Source::User,
+                        Some(wire::Reply::Always),
+                        Some((scope, failed)),
+                    ) => {
+                        let place = match scope {
+                            wire::GrantScope::Session => "the session",
+                            wire::GrantScope::Project => "every session of the project",
+                        };
+                        let what = match &pending.chosen {
+                            None => "its `always` patterns".to_string(),
+                            Some(patterns) => format!(
+                                "{} (of its `alwaysOptions`)",
+                                patterns
+                                    .iter()
+                                    .map(|pattern| format!("`{pattern}`"))
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
+                            ),
+                        };
+                        match failed {
+                            None => format!("the user allowed this call and granted {what} for {place}"),
+                            Some(err) => format!("the user allowed this call and granted {what} for {place}, but the grants could not be saved and will not survive a restart ({err})"),
+                        }
+                    }
+                    _ => evaluation.reason,
+                };
+                out.push(convert::decision(
+                    &pending.session_id,
+                    &pending.call_id,
+                    action,
+                    evaluation.source,
+                    reason,
+                    evaluation.rule,
+                    None,
+                    reminder,
+                ));
+            }
+        }
+    }
+
+    pub(super) fn response(
+        &mut self,
+        response: wire::PermissionResponse,
+        number: u64,
+        out: &mut Vec<ServerFrame>,
+    ) {
+        let id = response.permission_id;
+        // `patterns` must name one of the lists the request offered; anything
+        // else grants nothing and leaves the question open.
+        let mut option: Option<toolgate_policy::AlwaysOption> = None;
+        if let (Some(patterns), Some(pending)) = (&response.patterns, self.pending.get(&id)) {
+            let offered = pending.question.options();
+            let same = |listed: &[String]| {
+                listed.iter().all(|p| patterns.contains(p))
+                    && patterns.iter().all(|p| listed.contains(p))
+            };
+            match offered.into_iter().find(|offer| same(&offer.patterns)) {
+                Some(found) => option = Some(found),
+                None => {
+                    let shown: Vec<String> = patterns
+                        .iter()
+                        .take(8)
+                        .map(|p| format!("`{}`", p.chars().take(100).collect::<String>()))
+                        .collect();
+                    let message = if pending.question.plan.is_some() {
+                        format!("the request `{id}` is a plan approval, which offers no `alwaysOptions`; answer it without `patterns`")
+                    } else {
+                        format!(
+                            "`patterns` [{}{}] is not one of the lists the request `{id}` offered in `alwaysOptions`; nothing was granted and the request is still open",
+                            shown.join(", "),
+                            if patterns.len() > 8 { ", ..." } else { "" }
+                        )
+                    };
+                    out.push(ServerFrame::Error(wire::ErrorFrame {
+                        code: ErrorCode::InvalidFrame,
+                        message,
+                        call_id: Some(pending.call_id.clone()),
+                        session_id: Some(pending.session_id.clone()),
+                        permission_id: Some(id),
+                        line: Some(number),
+                    }));
+                    return;
+                }
+            }
+        }
+        let Some(mut pending) = self.take_pending(&id) else {
+            let (code, message) = if self.resolved.contains(&id) {
+                (
+                    ErrorCode::AlreadyResolved,
+                    format!("the request `{id}` was already answered or ended"),
+                )
+            } else {
+                (
+                    ErrorCode::UnknownPermission,
+                    format!("no request has the id `{id}`"),
+                )
+            };
+            out.push(ServerFrame::Error(wire::ErrorFrame {
+                code,
+                message,
+                call_id: None,
+                session_id: None,
+                permission_id: Some(id),
+                line: Some(number),
+            }));
+            return;
+        };
+        let plan = pending.question.plan.is_some();
+        match response.response {
+            wire::Reply::Reject => {
+                let reason = if plan {
+                    "the user rejected the plan; the session stays in plan mode".to_string()
+                } else {
+                    "the user rejected this call".to_string()
+                };
+                out.push(ServerFrame::Decision(wire::Decision {
+                    session_id: pending.session_id.clone(),
+                    call_id: pending.call_id.clone(),
+                    decision: wire::Verdict::Deny,
+                    source: wire::Source::User,
+                    reason,
+                    rule: None,
+                    message: response.message,
+                    // The agent stays in plan mode: remind it what that means.
+                    reminder: plan.then(|| self.reminder(&pending.session_id, Mode::Plan)),
+                }));
+                // OpenCode semantics: a rejection ends the session's other questions.
+                for other in self.pending_of(&pending.session_id) {
+                    self.end_ask(
+                        &other,
+                        wire::Source::User,
+                        format!("the user rejected another call of this session ({id})"),
+                        out,
+                    );
+                }
+            }
+            wire::Reply::Once | wire::Reply::Always if plan => {
+                let (mode, answer) = if response.response == wire::Reply::Once {
+                    (Mode::Ask, "once")
+                } else {
+                    (Mode::AutoEdit, "always")
+                };
+                let effective = stricter(mode, self.parent_mode(&pending.session_id));
+                out.push(ServerFrame::Decision(wire::Decision {
+                    session_id: pending.session_id.clone(),
+                    call_id: pending.call_id.clone(),
+                    decision: wire::Verdict::Allow,
+                    source: wire::Source::User,
+                    reason: if effective == mode {
+                        format!("the user approved the plan ({answer}); the session is now in {mode} mode")
+                    } else {
+                        format!("the user approved the plan ({answer}); the session stays in {effective} mode, the mode of its parent session")
+                    },
+                    rule: None,
+                    message: response.message,
+                    reminder: None,
+                }));
+                self.change_mode(&pending.session_id, mode, out);
+            }
+            wire::Reply::Once | wire::Reply::Always => {
+                // What the question asked about, per permission (a batch asks
+                // about several).
+                pending
+                    .approvals
+                    .extend(pending.question.approve.iter().cloned());
+                let always = response.response == wire::Reply::Always;
+                pending.answered = Some(response.response);
+                // What `always` grants: the chosen option, else the request's `always`.
+                let granted = match (always, option) {
+                    (false, _) => Vec::new(),
+                    (true, None) => pending.question.grants.clone(),
+                    (true, Some(option)) => {
+                        if option.patterns != pending.question.always {
+                            pending.chosen = Some(option.patterns);
+                        }
+                        option.grants
+                    }
+                };
+                if always {
+                    let scope = response.scope.unwrap_or(wire::GrantScope::Session);
+                    // The grants are on disk before the decision that reports them.
+                    let saved = self.record_grants(&pending.session_id, &granted, scope);
+                    pending.granted = Some((scope, saved.err()));
+                }
+                let session_id = pending.session_id.clone();
+                self.reevaluate(pending, out);
+                if always {
+                    let why = format!("an `always` answer to {id} covers it");
+                    let only = Some(granted.as_slice());
+                    match response.scope {
+                        Some(wire::GrantScope::Project) => {
+                            // Only sessions with open questions can have a call decided.
+                            let mut ids: Vec<String> = self.queues.keys().cloned().collect();
+                            ids.sort();
+                            for session in ids {
+                                self.revisit_session(&session, &why, only, out);
+                            }
+                        }
+                        _ => self.revisit_session(&session_id, &why, only, out),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Evaluate a pending call again (after `once`/`always`, a mode change or new
+    /// grants) and settle it: decided, or asked about what still needs an answer.
+    fn reevaluate(&mut self, pending: Pending, out: &mut Vec<ServerFrame>) {
+        let (evaluation, mode) = self.evaluate_pending(&pending);
+        self.settle(pending, evaluation, mode, out);
+    }
+
+    fn evaluate_pending(&self, pending: &Pending) -> (Evaluation, Mode) {
+        let no_grants = Grants::default();
+        let no_scope = Scope::default();
+        let mode = self.effective_mode(&pending.session_id);
+        let (grants, scope) = match self.sessions.get(&pending.session_id) {
+            Some(session) => (&session.grants, &session.scope),
+            None => (&no_grants, &no_scope),
+        };
+        let evaluation = self.policy.evaluate(
+            &Call {
+                tool: &pending.tool,
+                input: &pending.input,
+                cwd: pending.cwd.as_deref(),
+            },
+            &Context {
+                mode,
+                grants,
+                project_grants: &self.project_grants,
+                scope,
+                approvals: &pending.approvals,
+                repeats: pending.repeats,
+            },
+        );
+        (evaluation, mode)
+    }
+
+    /// After the session's grants, mode or scope changed: decide every pending
+    /// call of the session whose answer is no longer "ask"; the others keep
+    /// their question. With `granted` (after an `always`: the only change is
+    /// these new grants), a call is judged again only when one of them covers
+    /// a `(permission, subject)` it still asks about: grants only ever turn an
+    /// ask into an allow, so any other call would ask again.
+    pub(super) fn revisit_session(
+        &mut self,
+        session_id: &str,
+        why: &str,
+        granted: Option<&[GrantSpec]>,
+        out: &mut Vec<ServerFrame>,
+    ) {
+        let ids = match granted {
+            None => self.pending_of(session_id),
+            Some(granted) => self
+                .queues
+                .get(session_id)
+                .map(|queue| queue.covered_by(granted))
+                .unwrap_or_default(),
+        };
+        for id in ids {
+            let Some(pending) = self.pending.get(&id) else {
+                continue;
+            };
+            let (evaluation, mode) = self.evaluate_pending(pending);
+            if evaluation.action == Action::Ask {
+                // What it asks about now (other grants may have covered part of it).
+                let asking = evaluation
+                    .question
+                    .map(|question| question.approve)
+                    .unwrap_or_default();
+                if let Some(pending) = self.pending.get_mut(&id) {
+                    if pending.asking != asking {
+                        if let Some(queue) = self.queues.get_mut(&pending.session_id) {
+                            queue.unindex(pending.seq, &pending.asking);
+                            queue.index(pending.seq, &asking);
+                        }
+                        pending.asking = asking;
+                    }
+                }
+                continue;
+            }
+            if let Some(pending) = self.take_pending(&id) {
+                out.push(ServerFrame::PermissionResolved(wire::PermissionResolved {
+                    permission_id: id.clone(),
+                    session_id: pending.session_id.clone(),
+                    call_id: pending.call_id.clone(),
+                    reason: why.to_string(),
+                }));
+                self.settle(pending, evaluation, mode, out);
+            }
+        }
+    }
+
+    pub(super) fn cancel(&mut self, cancel: wire::Cancel, number: u64, out: &mut Vec<ServerFrame>) {
+        match self
+            .live_permission(&cancel.session_id, &cancel.call_id)
+            .map(str::to_string)
+        {
+            Some(id) => self.end_ask(
+                &id,
+                wire::Source::Cancel,
+                "the client cancelled the call".to_string(),
+                out,
+            ),
+            None => out.push(error(
+                ErrorCode::UnknownCall,
+                format!(
+                    "no call `{}` is pending in session `{}` (already decided, or never sent)",
+                    cancel.call_id, cancel.session_id
+                ),
+                Some(cancel.call_id),
+                Some(number),
+            )),
+        }
+    }
+
+    /// End a pending ask other than by its own response: `permission_resolved`,
+    /// then the call's `deny`.
+    pub(super) fn end_ask(
+        &mut self,
+        id: &str,
+        source: wire::Source,
+        reason: String,
+        out: &mut Vec<ServerFrame>,
+    ) {
+        let Some(pending) = self.take_pending(id) else {
+            return;
+        };
+        out.push(ServerFrame::PermissionResolved(wire::PermissionResolved {
+            permission_id: id.to_string(),
+            session_id: pending.session_id.clone(),
+            call_id: pending.call_id.clone(),
+            reason: reason.clone(),
+        }));
+        out.push(ServerFrame::Decision(wire::Decision {
+            session_id: pending.session_id,
+            call_id: pending.call_id,
+            decision: wire::Verdict::Deny,
+            source,
+            reason,
+            rule: None,
+            message: None,
+            reminder: None,
+        }));
+    }
+
+    /// Remove a pending call from every index and remember its id as answered.
+    fn take_pending(&mut self, id: &str) -> Option<Pending> {
+        let pending = self.pending.remove(id)?;
+        if let Some(queue) = self.queues.get_mut(&pending.session_id) {
+            queue.order.remove(&pending.seq);
+            queue.unindex(pending.seq, &pending.asking);
+            if queue.order.is_empty() {
+                self.queues.remove(&pending.session_id);
+            }
+        }
+        if let Some(session) = self.sessions.get_mut(&pending.session_id) {
+            session.live.remove(&pending.call_id);
+        }
+        if self.resolved.insert(id.to_string()) {
+            self.resolved_order.push_back(id.to_string());
+            if self.resolved_order.len() > RESOLVED_MEMORY {
+                if let Some(old) = self.resolved_order.pop_front() {
+                    self.resolved.remove(&old);
+                }
+            }
+        }
+        Some(pending)
+    }
+
+    /// The permission id of a pending call.
+    pub(super) fn live_permission(&self, session_id: &str, call_id: &str) -> Option<&str> {
+        self.sessions
+            .get(session_id)?
+            .live
+            .get(call_id)
+            .map(String::as_str)
+    }
+
+    /// The permission ids of a session's pending calls, oldest first.
+    pub(super) fn pending_of(&self, session_id: &str) -> Vec<String> {
+        self.queues
+            .get(session_id)
+            .map(|queue| queue.order.values().cloned().collect())
+            .unwrap_or_default()
+    }
+}
+
+/// `1 second`, `300 seconds`, `1.5 seconds`.
+fn duration_text(ms: u64) -> String {
+    match ms {
+        1000 => "1 second".to_string(),
+        ms if ms % 1000 == 0 => format!("{} seconds", ms / 1000),
+        ms => format!("{} seconds", ms as f64 / 1000.0),
+    }
+}
+
+/// A hash of the tool and its input, for spotting identical calls in a row
+/// (FNV-1a over a canonical walk of the JSON; keys in the order sent).
+fn call_hash(tool: &str, input: &Map<String, Value>) -> u64 {
+    let mut hash = Fnv(0xcbf2_9ce4_8422_2325);
+    hash.bytes(tool.as_bytes());
+    hash.map(input);
+    hash.0
+}
+
+struct Fnv(u64);
+
+impl Fnv {
+    fn bytes(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.0 ^= u64::from(byte);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+        // A terminator keeps `ab`+`c` apart from `a`+`bc`.
+        self.0 ^= 0xff;
+        self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+    }
+
+    fn map(&mut self, map: &Map<String, Value>) {
+        self.bytes(&(map.len() as u64).to_le_bytes());
+        for (key, value) in map {
+            self.bytes(key.as_bytes());
+            self.value(value);
+        }
+    }
+
+    fn value(&mut self, value: &Value) {
+        match value {
+            Value::Null => self.bytes(b"n"),
+            Value::Bool(b) => self.bytes(if *b { b"t" } else { b"f" }),
+            Value::Number(n) => {
+                self.bytes(b"#");
+                match (n.as_u64(), n.as_i64(), n.as_f64()) {
+                    (Some(u), _, _) => self.bytes(&u.to_le_bytes()),
+                    (None, Some(i), _) => self.bytes(&i.to_le_bytes()),
+                    (None, None, Some(f)) => self.bytes(&f.to_bits().to_le_bytes()),
+                    _ => {}
+                }
+            }
+            Value::String(s) => {
+                self.bytes(b"\"");
+                self.bytes(s.as_bytes());
+            }
+            Value::Array(items) => {
+                self.bytes(&(items.len() as u64).to_le_bytes());
+                for item in items {
+                    self.value(item);
+                }
+            }
+            Value::Object(map) => {
+                self.bytes(b"{");
+                self.map(map);
+            }
+        }
+    }
+}
