@@ -1547,17 +1547,21 @@ fn always_options(asking: &[&Check], mode: Mode) -> Vec<AlwaysOption> {
                 option.grants.push(spec);
             }
         }
-        // A wider level showing the same patterns replaces the narrower one:
-        // the last level must stay what a bare `always` grants.
-        if options
-            .last()
-            .is_some_and(|previous| same_patterns(previous, &option))
-        {
-            options.pop();
-        }
-        options.push(option);
+        push_level(&mut options, option);
     }
     options
+}
+
+/// Add the next (wider) level: one that shows the same patterns as the level
+/// before it replaces it, so the last level stays what a bare `always` grants.
+fn push_level(options: &mut Vec<AlwaysOption>, option: AlwaysOption) {
+    if options
+        .last()
+        .is_some_and(|previous| same_patterns(previous, &option))
+    {
+        options.pop();
+    }
+    options.push(option);
 }
 
 /// The options of two questions asked as one (a call whose input was split
@@ -1581,13 +1585,7 @@ fn merge_options(first: &[AlwaysOption], second: &[AlwaysOption]) -> Vec<AlwaysO
                 option.grants.push(grant.clone());
             }
         }
-        if options
-            .last()
-            .is_some_and(|previous| same_patterns(previous, &option))
-        {
-            options.pop();
-        }
-        options.push(option);
+        push_level(&mut options, option);
     }
     options
 }

@@ -86,6 +86,14 @@ const OTHER_AGENT_TOOLS: &[&str] = &[
     "stop_bash",
 ];
 
+/// The permission of a tool the registry knows, else `name` itself.
+fn permission_of<'a>(registry: &'a Registry, name: &'a str) -> &'a str {
+    registry
+        .known()
+        .find(|(known, _)| *known == name)
+        .map_or(name, |(_, spec)| spec.permission.as_str())
+}
+
 /// Every permission name the registry or OpenCode knows.
 fn permission_names(registry: &Registry) -> Vec<&str> {
     let mut names: Vec<&str> = OPENCODE_PERMISSIONS.to_vec();
@@ -178,10 +186,7 @@ pub(crate) fn check_permission_keys(
             .and_then(|key| key.split_once('('))
             .filter(|(tool, _)| !tool.is_empty())
         {
-            let permission = registry
-                .known()
-                .find(|(name, _)| *name == tool)
-                .map_or(tool, |(_, spec)| spec.permission.as_str());
+            let permission = permission_of(registry, tool);
             return Err(PolicyError::new(
                 origin,
                 &here,
@@ -218,10 +223,7 @@ pub(crate) fn check_permission_keys(
         let tools = registry.known().map(|(name, _)| name);
         let near = closest(key, permissions.iter().copied()).or_else(|| closest(key, tools));
         if let Some(near) = near {
-            let permission = registry
-                .known()
-                .find(|(name, _)| *name == near)
-                .map_or(near, |(_, spec)| spec.permission.as_str());
+            let permission = permission_of(registry, near);
             return Err(PolicyError::new(
                 origin,
                 &here,

@@ -37,7 +37,7 @@ pub enum SubjectField {
     OptionalPath,
     /// Several paths: `paths` or `file_paths` (arrays), else one path.
     Paths,
-    /// A patch (`input`, `patch`, `patchText`): every file it touches.
+    /// A patch (`input`, `patch`, `patchText`, `command`): every file it touches.
     Patch,
     /// `url`, else `query`.
     Url,
@@ -636,19 +636,17 @@ pub fn extract(spec: &ToolSpec, input: &Map<String, Value>) -> Result<Subject, S
         }
         SubjectField::Patch => {
             let mut files = Vec::new();
-            for text in strings_of(input, &["input", "patch", "patchText"])? {
+            for text in strings_of(input, PATCH_FIELDS)? {
                 for file in patch_files(&text) {
                     push_new(&mut files, file);
                 }
             }
             if files.is_empty() {
-                return Err(
-                    if strings_of(input, &["input", "patch", "patchText"])?.is_empty() {
-                        "the input has no patch text".to_string()
-                    } else {
-                        "the patch names no file".to_string()
-                    },
-                );
+                return Err(if strings_of(input, PATCH_FIELDS)?.is_empty() {
+                    "the input has no patch text".to_string()
+                } else {
+                    "the patch names no file".to_string()
+                });
             }
             // A path field beside the patch is a file too.
             collect_paths(input, false, &mut files)?;
@@ -696,6 +694,9 @@ const PATH_LIST_FIELDS: &[&str] = &["paths", "file_paths"];
 /// Fields that hold a shell command: `command` (a string, or an argv array)
 /// and Codex's `cmd`.
 const COMMAND_FIELDS: &[&str] = &["command", "cmd"];
+/// Where a patch tool's text is: Codex's `input` (its hooks hand the same
+/// text over as `command`), OpenCode's `patchText`, others' `patch`.
+const PATCH_FIELDS: &[&str] = &["input", "patch", "patchText", "command"];
 
 /// Fields that name the directory a shell command runs in: Codex and OpenCode
 /// `workdir`, Gemini CLI and qwen-code `directory` (`dir_path` in newer
@@ -1371,6 +1372,8 @@ mod tests {
             ("new_task", json!({"mode": "code", "message": "x"}), r#"task Task Text("code")"#),
             ("Agent", json!({"subagent_type": "explore", "prompt": "x"}), r#"task Task Text("explore")"#),
             ("shell_command", json!({"command": "ls", "workdir": "src"}), r#"bash Shell Shell(Text("ls"))"#),
+            // Codex's hooks hand apply_patch's text over as `command`.
+            ("apply_patch", json!({"command": "*** Begin Patch\n*** Add File: a.txt\n+x\n*** End Patch\n"}), r#"edit Edit Paths(["a.txt"])"#),
             ("write_stdin", json!({"session_id": 1, "chars": "y"}), "write_stdin Execute None"),
             // The command a shell tool runs, as the agent runs it.
             ("exec_command", json!({"cmd": "ls", "shell": "python3"}), r#"bash Shell Shell(Argv(["python3", "-c", "ls"]))"#),

@@ -35,7 +35,7 @@ pub enum Agent {
     Gemini,
     /// Codex's `PreToolUse` hook (Claude Code's format; its shell arrives as
     /// `Bash` with `command`, its patches as `apply_patch` with the patch
-    /// text in `command`).
+    /// text in `command`, which the registry reads as a patch).
     Codex,
 }
 
@@ -104,14 +104,6 @@ pub fn decide(
         return Answer::deny("toolgate hook: the hook input has no `tool_name`".into());
     };
     let tool_input = match fields.get("tool_input") {
-        // Codex hands a patch over as `command`: the patch field toolgate reads.
-        Some(Value::Object(object)) if agent == Agent::Codex && tool == "apply_patch" => {
-            let mut object = object.clone();
-            if let Some(patch) = object.remove("command") {
-                object.insert("patch".to_string(), patch);
-            }
-            object
-        }
         Some(Value::Object(object)) => object.clone(),
         None | Some(Value::Null) => Map::new(),
         Some(_) => return Answer::deny("toolgate hook: `tool_input` is not a JSON object".into()),
