@@ -1,0 +1,489 @@
+//! `toolgate mcp`: an MCP server on stdio whose one tool, `approve`, is
+//! Claude Code's permission-prompt tool (`claude -p --permission-prompt-tool
+//! mcp__toolgate__approve`).
+//!
+//! Claude Code calls `approve` with `{tool_name, input, tool_use_id}` for a
+//! call that none of its own rules allows, and obeys one text content block
+//! holding `{"behavior":"allow","updatedInput":INPUT}` or
+//! `{"behavior":"deny","message":…}`. The decision is made by a [`Decide`]:
+//! in-process from the policy (as `toolgate hook claude` decides), or by a
+//! running broker over its socket, where a human approver may answer.
+//!
+//! A hand-written JSON-RPC 2.0 server (one JSON object per line), speaking
+//! both eras of MCP:
+//! - the `initialize` handshake, for protocol versions 2024-11-05,
+//!   2025-03-26, 2025-06-18 and 2025-11-25: the client's version is echoed
+//!   when it is one of them, else 2025-11-25 is offered; until `initialize`
+//!   only `ping` is served;
+//! - 2026-07-28, which has no handshake: `server/discover`, then requests
+//!   carrying `_meta["io.modelcontextprotocol/protocolVersion"]`; another
+//!   version there is answered with error -32022 naming the supported ones.
+//!
+//! Claude Code 2.1.328 probes `server/discover` at 2026-07-28 first and falls
+//! back to `initialize` 2025-11-25 when the server does not know the method;
+//! the official Python SDK's client does the same.
+//!
+//! Fail closed: whatever goes wrong while deciding a well-formed `approve`
+//! call (bad arguments, a broker that cannot be reached, a question nobody
+//! can answer) is a `deny` naming the reason; JSON-RPC errors are only for
+//! messages that are not a valid request. End of input ends the server.
+
+use std::io::{BufRead, Read, Write};
+
+use serde_json::{json, Map, Value};
+use toolgate_policy::Mode;
+
+use crate::broker::Broker;
+use crate::hook;
+
+/// The versions served through the `initialize` handshake, oldest first.
+pub const HANDSHAKE_VERSIONS: [&str; 4] = ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
+/// The version without a handshake (`server/discover`, per-request `_meta`).
+pub const MODERN_VERSION: &str = "2026-07-28";
+/// The `_meta` key naming a modern request's protocol version.
+const VERSION_KEY: &str = "io.modelcontextprotocol/protocolVersion";
+
+/// JSON-RPC error codes.
+const PARSE_ERROR: i64 = -32700;
+const INVALID_REQUEST: i64 = -32600;
+const METHOD_NOT_FOUND: i64 = -32601;
+const INVALID_PARAMS: i64 = -32602;
+/// MCP 2026-07-28: the request's protocol version is not supported.
+const UNSUPPORTED_VERSION: i64 = -32022;
+
+/// One permission question from Claude Code.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Approval {
+    /// Claude Code's tool name (`Bash`, `Write`, `mcp__server__tool`, ...).
+    pub tool_name: String,
+    /// The tool's input, as the model wrote it.
+    pub input: Map<String, Value>,
+    /// Claude Code's id of the call, when it sent one.
+    pub tool_use_id: Option<String>,
+}
+
+/// The answer to an [`Approval`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// The call may run with its input unchanged.
+    Allow,
+    /// The call is refused; the message reaches the model.
+    Deny(String),
+}
+
+/// Whatever decides approvals: the in-process broker, or a broker over its
+/// socket. It must always answer; what it cannot decide it denies.
+pub trait Decide {
+    /// Decide one call.
+    fn decide(&mut self, approval: &Approval) -> Verdict;
+}
+
+/// Decides in this process with a broker built from the policy flags, as
+/// `toolgate hook claude` does. An `ask` cannot reach a human here: it is a
+/// denial saying how to attach one.
+pub struct InProcess {
+    broker: Broker,
+    session: String,
+    flag: Option<Mode>,
+    default: Mode,
+    calls: u64,
+}
+
+impl InProcess {
+    /// Decide in `session`, in mode `flag` (`--mode`, `TOOLGATE_MODE` or the
+    /// policy file's `mode`) or else `default`.
+    pub fn new(broker: Broker, session: String, flag: Option<Mode>, default: Mode) -> InProcess {
+        InProcess {
+            broker,
+            session,
+            flag,
+            default,
+            calls: 0,
+        }
+    }
+}
+
+/// What to say when no human can be asked in-process.
+pub const NO_HUMAN: &str = "no human can be asked here: `toolgate mcp` decides in-process; to have a person answer, start a broker (`toolgate serve --listen unix`) and an approver (`toolgate approve`), and give `toolgate mcp` `--socket PATH` (or TOOLGATE_SOCKET)";
+
+impl Decide for InProcess {
+    fn decide(&mut self, approval: &Approval) -> Verdict {
+        self.calls += 1;
+        let call = approval
+            .tool_use_id
+            .clone()
+            .filter(|id| !id.is_empty())
+            .unwrap_or_else(|| format!("mcp-{}", self.calls));
+        let mut input = json!({
+            "session_id": self.session,
+            "tool_name": approval.tool_name,
+            "tool_input": approval.input,
+            "tool_use_id": call,
+        });
+        if let Ok(cwd) = std::env::current_dir() {
+            input["cwd"] = json!(cwd.to_string_lossy());
+        }
+        let answer = hook::decide(
+            hook::Agent::Claude,
+            &input,
+            self.flag,
+            self.default,
+            &mut self.broker,
+        );
+        let reason = match answer.reason.strip_prefix("toolgate hook: ") {
+            Some(rest) => format!("toolgate: {rest}"),
+            None => answer.reason,
+        };
+        match answer.decision {
+            "allow" => Verdict::Allow,
+            "ask" => {
+                // The question stays pending in the broker: withdraw it, so
+                // the same call can be asked again and nothing waits on it.
+                let cancel = json!({"type": "cancel", "sessionID": self.session, "callID": call});
+                let mut out = Vec::new();
+                self.broker
+                    .handle_line(cancel.to_string().as_bytes(), 1, &mut out);
+                self.broker.commit();
+                Verdict::Deny(format!("{reason}; {NO_HUMAN}"))
+            }
+            _ => Verdict::Deny(reason),
+        }
+    }
+}
+
+/// The MCP server: JSON-RPC messages in, responses out.
+pub struct Server<D> {
+    decide: D,
+    /// The version agreed by `initialize`, once it was answered.
+    handshake: Option<String>,
+}
+
+/// The reply to one message: `None` for notifications and responses.
+type Reply = Option<Value>;
+
+fn error(id: Value, code: i64, message: impl Into<String>) -> Reply {
+    Some(json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message.into()}}))
+}
+
+fn result(id: Value, result: Value) -> Reply {
+    Some(json!({"jsonrpc": "2.0", "id": id, "result": result}))
+}
+
+/// The `approve` tool, as `tools/list` describes it.
+pub fn approve_tool() -> Value {
+    json!({
+        "name": "approve",
+        "title": "toolgate permission prompt",
+        "description": "Decide whether a tool call may run, by toolgate's policy (and a human approver when toolgate runs a shared broker). Claude Code calls this as its --permission-prompt-tool. Answers one text block: {\"behavior\":\"allow\",\"updatedInput\":...} or {\"behavior\":\"deny\",\"message\":...}.",
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "tool_name": {"type": "string", "description": "The tool the agent wants to call (Bash, Write, Edit, ...)."},
+                "input": {"type": "object", "description": "The tool's input."},
+                "tool_use_id": {"type": "string", "description": "The agent's id of the call."}
+            },
+            "required": ["tool_name", "input"]
+        }
+    })
+}
+
+fn server_info() -> Value {
+    json!({"name": "toolgate", "version": env!("CARGO_PKG_VERSION")})
+}
+
+impl<D: Decide> Server<D> {
+    /// A server deciding with `decide`.
+    pub fn new(decide: D) -> Server<D> {
+        Server {
+            decide,
+            handshake: None,
+        }
+    }
+
+    /// The reply to one line of input.
+    pub fn handle_line(&mut self, line: &[u8]) -> Reply {
+        let message: Value = match serde_json::from_slice(line) {
+            Ok(message) => message,
+            Err(err) => return error(Value::Null, PARSE_ERROR, format!("not JSON: {err}")),
+        };
+        let Value::Object(message) = message else {
+            return error(
+                Value::Null,
+                INVALID_REQUEST,
+                "a message must be one JSON object (batches are not supported)",
+            );
+        };
+        let id = message.get("id").cloned();
+        let answer_to = id.clone().unwrap_or(Value::Null);
+        if let Some(id) = &id {
+            if !(id.is_string() || id.is_i64() || id.is_u64()) {
+                return error(
+                    Value::Null,
+                    INVALID_REQUEST,
+                    "`id` must be a string or an integer",
+                );
+            }
+        }
+        if message.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+            return error(answer_to, INVALID_REQUEST, "`jsonrpc` must be \"2.0\"");
+        }
+        let method = match message.get("method") {
+            Some(Value::String(method)) => method.as_str(),
+            // A response to a request of ours: we send none.
+            None if id.is_some()
+                && (message.contains_key("result") || message.contains_key("error")) =>
+            {
+                return None
+            }
+            _ => return error(answer_to, INVALID_REQUEST, "`method` must be a string"),
+        };
+        let params = match message.get("params") {
+            None | Some(Value::Null) => Map::new(),
+            Some(Value::Object(params)) => params.clone(),
+            Some(_) => return error(answer_to, INVALID_PARAMS, "`params` must be an object"),
+        };
+        let Some(id) = id else {
+            // Notifications (`notifications/initialized`, `.../cancelled`, ...)
+            // need no answer; none changes what this server does.
+            return None;
+        };
+        self.request(id, method, &params)
+    }
+
+    fn request(&mut self, id: Value, method: &str, params: &Map<String, Value>) -> Reply {
+        let requested = params
+            .get("_meta")
+            .and_then(|meta| meta.get(VERSION_KEY))
+            .map(|version| version.as_str().unwrap_or("").to_string());
+        // A modern request names its version; one we serve is answered in
+        // the modern form (`resultType`), another is refused with the list.
+        let modern = match (&requested, &self.handshake) {
+            (Some(version), None) if version == MODERN_VERSION => true,
+            (Some(version), None) => {
+                return Some(json!({"jsonrpc": "2.0", "id": id, "error": {
+                    "code": UNSUPPORTED_VERSION,
+                    "message": format!("protocol version {version:?} is not supported (supported: {MODERN_VERSION}, or {} through `initialize`)", HANDSHAKE_VERSIONS.join(", ")),
+                    "data": {"supported": [MODERN_VERSION], "requested": version},
+                }}))
+            }
+            _ => false,
+        };
+        let answer = match method {
+            "ping" => json!({}),
+            "initialize" => return self.initialize(id, params),
+            "server/discover" => {
+                if self.handshake.is_some() {
+                    return error(
+                        id,
+                        INVALID_REQUEST,
+                        "the connection was initialized: `server/discover` is for 2026-07-28",
+                    );
+                }
+                let mut versions: Vec<&str> = HANDSHAKE_VERSIONS.to_vec();
+                versions.push(MODERN_VERSION);
+                json!({
+                    "supportedVersions": versions,
+                    "capabilities": {"tools": {}},
+                    "ttlMs": 0,
+                    "cacheScope": "private",
+                    "_meta": {"io.modelcontextprotocol/serverInfo": server_info()},
+                })
+            }
+            "tools/list" | "tools/call" if !modern && self.handshake.is_none() => {
+                return error(
+                    id,
+                    INVALID_REQUEST,
+                    "the server is not initialized: send `initialize` first (or name protocol version 2026-07-28 in `_meta`)",
+                )
+            }
+            "tools/list" => {
+                let mut list = json!({"tools": [approve_tool()]});
+                if modern {
+                    list["ttlMs"] = json!(0);
+                    list["cacheScope"] = json!("private");
+                }
+                list
+            }
+            "tools/call" => match self.call(params) {
+                Ok(answer) => answer,
+                Err(message) => return error(id, INVALID_PARAMS, message),
+            },
+            _ => return error(id, METHOD_NOT_FOUND, format!("unknown method `{method}`")),
+        };
+        let mut answer = answer;
+        if modern {
+            answer["resultType"] = json!("complete");
+        }
+        result(id, answer)
+    }
+
+    fn initialize(&mut self, id: Value, params: &Map<String, Value>) -> Reply {
+        if self.handshake.is_some() {
+            return error(id, INVALID_REQUEST, "the server is already initialized");
+        }
+        let Some(asked) = params.get("protocolVersion").and_then(Value::as_str) else {
+            return error(
+                id,
+                INVALID_PARAMS,
+                "`initialize` needs `protocolVersion` (a string)",
+            );
+        };
+        // The client's version when we speak it, else the newest we do.
+        let version = HANDSHAKE_VERSIONS
+            .iter()
+            .find(|version| **version == asked)
+            .unwrap_or(&HANDSHAKE_VERSIONS[HANDSHAKE_VERSIONS.len() - 1]);
+        self.handshake = Some(version.to_string());
+        result(
+            id,
+            json!({
+                "protocolVersion": version,
+                "capabilities": {"tools": {"listChanged": false}},
+                "serverInfo": server_info(),
+                "instructions": "toolgate's permission-prompt tool: pass `--permission-prompt-tool mcp__toolgate__approve` to Claude Code.",
+            }),
+        )
+    }
+
+    /// `tools/call`: `Err` for a call that is not one of the tool (a protocol
+    /// error); arguments the tool cannot read are a denial.
+    fn call(&mut self, params: &Map<String, Value>) -> Result<Value, String> {
+        let name = match params.get("name") {
+            Some(Value::String(name)) => name,
+            _ => return Err("`tools/call` needs `name` (a string)".into()),
+        };
+        if name != "approve" {
+            return Err(format!("unknown tool `{name}` (this server has `approve`)"));
+        }
+        let verdict = match params.get("arguments") {
+            Some(Value::Object(arguments)) => match approval(arguments) {
+                Ok(approval) => Some((approval.input.clone(), self.decide.decide(&approval))),
+                Err(message) => Some((Map::new(), Verdict::Deny(message))),
+            },
+            None | Some(Value::Null) => None,
+            Some(_) => Some((
+                Map::new(),
+                Verdict::Deny("toolgate: the `approve` arguments are not a JSON object".into()),
+            )),
+        };
+        let (input, verdict) = verdict.unwrap_or_else(|| {
+            (
+                Map::new(),
+                Verdict::Deny("toolgate: `approve` was called without arguments".into()),
+            )
+        });
+        let text = match verdict {
+            Verdict::Allow => json!({"behavior": "allow", "updatedInput": input}),
+            Verdict::Deny(message) => json!({"behavior": "deny", "message": message}),
+        };
+        Ok(json!({"content": [{"type": "text", "text": text.to_string()}], "isError": false}))
+    }
+}
+
+/// The approval the arguments of `approve` ask for; `Err` says what is wrong.
+fn approval(arguments: &Map<String, Value>) -> Result<Approval, String> {
+    let tool_name = match arguments.get("tool_name") {
+        Some(Value::String(name)) if !name.is_empty() => name.clone(),
+        _ => return Err("toolgate: `approve` needs `tool_name` (a non-empty string)".into()),
+    };
+    let input = match arguments.get("input") {
+        Some(Value::Object(input)) => input.clone(),
+        None | Some(Value::Null) => Map::new(),
+        Some(_) => return Err("toolgate: the `input` of `approve` is not a JSON object".into()),
+    };
+    let tool_use_id = match arguments.get("tool_use_id") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(id)) => Some(id.clone()),
+        Some(_) => return Err("toolgate: `tool_use_id` of `approve` is not a string".into()),
+    };
+    Ok(Approval {
+        tool_name,
+        input,
+        tool_use_id,
+    })
+}
+
+/// Serve MCP on `input`/`output` until end of input. Lines longer than
+/// `limit` bytes are skipped without being buffered, answered with a parse
+/// error.
+pub fn run<R: BufRead, W: Write, D: Decide>(
+    mut input: R,
+    mut output: W,
+    server: &mut Server<D>,
+    limit: usize,
+) -> std::io::Result<()> {
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let read = (&mut input)
+            .take(limit as u64 + 1)
+            .read_until(b'\n', &mut line)?;
+        if read == 0 {
+            return Ok(());
+        }
+        let reply = if line.len() > limit && line.last() != Some(&b'\n') {
+            // Skip the rest of the line.
+            loop {
+                let buffer = input.fill_buf()?;
+                if buffer.is_empty() {
+                    break;
+                }
+                match buffer.iter().position(|byte| *byte == b'\n') {
+                    Some(at) => {
+                        input.consume(at + 1);
+                        break;
+                    }
+                    None => {
+                        let length = buffer.len();
+                        input.consume(length);
+                    }
+                }
+            }
+            error(
+                Value::Null,
+                PARSE_ERROR,
+                format!("the message is longer than {limit} bytes"),
+            )
+        } else if line.iter().all(u8::is_ascii_whitespace) {
+            None
+        } else {
+            server.handle_line(&line)
+        };
+        if let Some(reply) = reply {
+            writeln!(output, "{reply}")?;
+            output.flush()?;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // tests may panic
+
+    use super::*;
+
+    struct Fixed(Verdict);
+
+    impl Decide for Fixed {
+        fn decide(&mut self, _approval: &Approval) -> Verdict {
+            self.0.clone()
+        }
+    }
+
+    #[test]
+    fn handshake_versions() {
+        for (asked, answered) in [
+            ("2024-11-05", "2024-11-05"),
+            ("2025-03-26", "2025-03-26"),
+            ("2025-06-18", "2025-06-18"),
+            ("2025-11-25", "2025-11-25"),
+            ("2026-07-28", "2025-11-25"),
+            ("1999-01-01", "2025-11-25"),
+        ] {
+            let mut server = Server::new(Fixed(Verdict::Allow));
+            let line = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": asked, "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}});
+            let reply = server.handle_line(line.to_string().as_bytes()).unwrap();
+            assert_eq!(reply["result"]["protocolVersion"], answered, "{asked}");
+        }
+    }
+}
