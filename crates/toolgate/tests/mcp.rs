@@ -1,0 +1,427 @@
+//! `toolgate mcp` through the spawned binary: JSON-RPC lines on stdin, the
+//! replies on stdout, the process gone at end of input. The handshake of
+//! each protocol version, `tools/list`, the `approve` tool deciding allow,
+//! deny (rule, plan mode with its reminder) and `ask` (a denial in-process:
+//! no human here), and what malformed JSON-RPC gets. The same server driven
+//! by the real Claude Code and by the official MCP SDK client is
+//! `scripts/e2e-mcp`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may panic
+
+mod support;
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use serde_json::{json, Value};
+
+/// Run `toolgate mcp ARGS` in `dir` with `lines` on stdin, then end of input:
+/// the exit code and the replies, one JSON value per line.
+fn mcp(dir: &Path, args: &[&str], lines: &[String]) -> (i32, Vec<Value>) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .arg("mcp")
+        .args(args)
+        .current_dir(dir)
+        .env_remove("TOOLGATE_MODE")
+        .env_remove("TOOLGATE_PERMISSION")
+        .env_remove("TOOLGATE_STATE_DIR")
+        .env_remove("TOOLGATE_SOCKET")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    for line in lines {
+        stdin.write_all(line.as_bytes()).unwrap();
+        stdin.write_all(b"\n").unwrap();
+    }
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let replies = stdout
+        .lines()
+        .map(|line| {
+            serde_json::from_str(line).unwrap_or_else(|_| {
+                panic!(
+                    "not JSON: {line:?}; stderr: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                )
+            })
+        })
+        .collect();
+    (out.status.code().unwrap_or(-1), replies)
+}
+
+fn initialize(version: &str) -> String {
+    json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": version, "capabilities": {},
+        "clientInfo": {"name": "test", "version": "0"}}})
+    .to_string()
+}
+
+const INITIALIZED: &str = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+
+/// A `tools/call` of `approve`; the tool_use_id is `toolu_ID`, or the
+/// input's `"use"` when it has one (taken out).
+fn approve(id: u64, tool: &str, mut input: Value) -> String {
+    let use_id = match input.as_object_mut().and_then(|input| input.remove("use")) {
+        Some(Value::String(use_id)) => use_id,
+        _ => format!("toolu_{id}"),
+    };
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+        "name": "approve",
+        "arguments": {"tool_name": tool, "input": input, "tool_use_id": use_id}}})
+    .to_string()
+}
+
+/// The decision in a `tools/call` reply: the JSON in its one text block.
+fn behavior(reply: &Value) -> Value {
+    let content = reply["result"]["content"].as_array().unwrap_or_else(|| {
+        panic!("not a tool result: {reply}");
+    });
+    assert_eq!(content.len(), 1, "{reply}");
+    assert_eq!(content[0]["type"], "text", "{reply}");
+    serde_json::from_str(content[0]["text"].as_str().unwrap()).unwrap()
+}
+
+/// Decide `calls` after a 2025-11-25 handshake: the behaviours, in order.
+fn decide(dir: &Path, args: &[&str], calls: &[(&str, Value)]) -> Vec<Value> {
+    let mut lines = vec![initialize("2025-11-25"), INITIALIZED.to_string()];
+    for (n, (tool, input)) in calls.iter().enumerate() {
+        lines.push(approve(n as u64 + 1, tool, input.clone()));
+    }
+    let (code, replies) = mcp(dir, args, &lines);
+    assert_eq!(code, 0);
+    assert_eq!(replies.len(), calls.len() + 1, "{replies:?}");
+    for (n, reply) in replies[1..].iter().enumerate() {
+        assert_eq!(reply["id"], n as u64 + 1, "{reply}");
+    }
+    replies[1..].iter().map(behavior).collect()
+}
+
+#[test]
+fn each_handshake_version_is_echoed_and_others_get_the_latest() {
+    let dir = support::project_dir("mcp-versions");
+    for (asked, answered) in [
+        ("2024-11-05", "2024-11-05"),
+        ("2025-03-26", "2025-03-26"),
+        ("2025-06-18", "2025-06-18"),
+        ("2025-11-25", "2025-11-25"),
+        ("2026-07-28", "2025-11-25"),
+        ("2099-01-01", "2025-11-25"),
+    ] {
+        let (code, replies) = mcp(
+            &dir,
+            &[],
+            &[
+                initialize(asked),
+                INITIALIZED.to_string(),
+                r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#.into(),
+                r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#.into(),
+            ],
+        );
+        assert_eq!(code, 0);
+        assert_eq!(replies.len(), 3, "{asked}: {replies:?}");
+        let init = &replies[0]["result"];
+        assert_eq!(init["protocolVersion"], answered, "{asked}");
+        assert_eq!(init["serverInfo"]["name"], "toolgate");
+        assert!(init["capabilities"]["tools"].is_object(), "{init}");
+        assert_eq!(replies[1], json!({"jsonrpc": "2.0", "id": 1, "result": {}}));
+        assert_eq!(replies[2]["result"]["tools"][0]["name"], "approve");
+        // The handshake era's results carry no `resultType`.
+        assert!(replies[2]["result"].get("resultType").is_none());
+    }
+}
+
+#[test]
+fn the_modern_era_discovers_and_names_its_version_per_request() {
+    // What Claude Code 2.1.328 sends first.
+    let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "claude-code", "version": "2.1.328"},
+        "io.modelcontextprotocol/clientCapabilities": {}});
+    let dir = support::project_dir("mcp-modern");
+    let (code, replies) = mcp(
+        &dir,
+        &["--mode", "plan"],
+        &[
+            json!({"jsonrpc": "2.0", "id": "server-discover-probe-1", "method": "server/discover", "params": {"_meta": meta}}).to_string(),
+            json!({"jsonrpc": "2.0", "id": 0, "method": "tools/list", "params": {"_meta": meta}}).to_string(),
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "approve",
+                "arguments": {"tool_name": "Write", "input": {"file_path": "a.txt", "content": "x"}, "tool_use_id": "toolu_1"},
+                "_meta": meta}}).to_string(),
+            json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {"_meta": {"io.modelcontextprotocol/protocolVersion": "2030-01-01"}}}).to_string(),
+        ],
+    );
+    assert_eq!(code, 0);
+    assert_eq!(replies.len(), 4, "{replies:?}");
+    let discover = &replies[0];
+    assert_eq!(discover["id"], "server-discover-probe-1");
+    assert_eq!(discover["result"]["resultType"], "complete");
+    assert_eq!(
+        discover["result"]["supportedVersions"],
+        json!([
+            "2024-11-05",
+            "2025-03-26",
+            "2025-06-18",
+            "2025-11-25",
+            "2026-07-28"
+        ])
+    );
+    assert!(discover["result"]["capabilities"]["tools"].is_object());
+    assert_eq!(replies[1]["result"]["resultType"], "complete");
+    assert_eq!(replies[1]["result"]["tools"][0]["name"], "approve");
+    assert_eq!(replies[2]["result"]["resultType"], "complete");
+    assert_eq!(behavior(&replies[2])["behavior"], "deny");
+    let unsupported = &replies[3]["error"];
+    assert_eq!(unsupported["code"], -32022, "{}", replies[3]);
+    assert_eq!(
+        unsupported["data"],
+        json!({"supported": ["2026-07-28"], "requested": "2030-01-01"})
+    );
+}
+
+#[test]
+fn tools_list_describes_approve() {
+    let dir = support::project_dir("mcp-list");
+    let (_, replies) = mcp(
+        &dir,
+        &[],
+        &[
+            initialize("2025-06-18"),
+            r#"{"jsonrpc":"2.0","id":"l","method":"tools/list","params":{}}"#.into(),
+        ],
+    );
+    let tools = replies[1]["result"]["tools"].as_array().unwrap();
+    assert_eq!(tools.len(), 1);
+    let schema = &tools[0]["inputSchema"];
+    assert_eq!(schema["type"], "object");
+    assert_eq!(schema["properties"]["tool_name"]["type"], "string");
+    assert_eq!(schema["properties"]["input"]["type"], "object");
+    assert_eq!(schema["properties"]["tool_use_id"]["type"], "string");
+    assert_eq!(schema["required"], json!(["tool_name", "input"]));
+}
+
+#[test]
+fn approve_allows_with_the_input_unchanged() {
+    let dir = support::project_dir("mcp-allow");
+    std::fs::write(dir.join("notes.txt"), "x").unwrap();
+    // Keys out of order, nested values: the input comes back as it went.
+    let input = json!({"file_path": "notes.txt", "b": {"z": 1, "a": [1, "2", null]}, "a": true});
+    let answers = decide(
+        &dir,
+        &["--project-root", dir.to_str().unwrap()],
+        &[
+            ("Read", input.clone()),
+            ("Bash", json!({"command": "ls -la"})),
+        ],
+    );
+    assert_eq!(
+        answers[0],
+        json!({"behavior": "allow", "updatedInput": input})
+    );
+    assert_eq!(
+        serde_json::to_string(&answers[0]["updatedInput"]).unwrap(),
+        serde_json::to_string(&input).unwrap(),
+        "key order kept"
+    );
+    assert_eq!(answers[1]["behavior"], "allow", "{}", answers[1]);
+}
+
+#[test]
+fn approve_denies_by_rule_plan_mode_and_ask() {
+    let dir = support::project_dir("mcp-deny");
+    let root = dir.to_str().unwrap();
+    let answers = decide(
+        &dir,
+        &[
+            "--project-root",
+            root,
+            "--permission",
+            r#"{"bash":{"rm *":"deny"}}"#,
+        ],
+        &[
+            ("Bash", json!({"command": "rm -rf src"})),
+            // Asks in the default mode: no human can be asked here.
+            (
+                "Bash",
+                json!({"command": "touch made", "use": "toolu_same"}),
+            ),
+            // The same call again: the question was withdrawn, so it is
+            // asked (and denied) again, not reported as a duplicate.
+            (
+                "Bash",
+                json!({"command": "touch made", "use": "toolu_same"}),
+            ),
+        ],
+    );
+    let message = |answer: &Value| {
+        assert_eq!(answer["behavior"], "deny", "{answer}");
+        assert_eq!(answer.as_object().unwrap().len(), 2, "{answer}");
+        answer["message"].as_str().unwrap().to_string()
+    };
+    let rule = message(&answers[0]);
+    assert!(rule.starts_with("toolgate: "), "{rule}");
+    assert!(rule.contains("rule `bash: rm *` denies"), "{rule}");
+    for ask in &answers[1..] {
+        let ask = message(ask);
+        assert!(ask.starts_with("toolgate: "), "{ask}");
+        assert!(ask.contains("no human can be asked here"), "{ask}");
+        assert!(ask.contains("--socket PATH"), "{ask}");
+    }
+
+    let answers = decide(
+        &dir,
+        &["--project-root", root, "--mode", "plan"],
+        &[
+            ("Write", json!({"file_path": "out.txt", "content": "x"})),
+            ("Read", json!({"file_path": "out.txt"})),
+        ],
+    );
+    let plan = message(&answers[0]);
+    assert!(
+        plan.contains("plan mode does not allow file edits"),
+        "{plan}"
+    );
+    assert!(plan.contains("<system-reminder>"), "{plan}");
+    assert!(plan.contains("Plan mode is active"), "{plan}");
+    assert_eq!(answers[1]["behavior"], "allow", "{}", answers[1]);
+}
+
+#[test]
+fn arguments_the_tool_cannot_read_are_denied() {
+    let dir = support::project_dir("mcp-arguments");
+    let call = |id: u64, arguments: Value| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "approve", "arguments": arguments}})
+        .to_string()
+    };
+    let (code, replies) = mcp(
+        &dir,
+        &["--mode", "auto"],
+        &[
+            initialize("2025-11-25"),
+            call(1, json!({"input": {"command": "ls"}})),
+            call(2, json!({"tool_name": "Bash", "input": "ls"})),
+            call(3, json!({"tool_name": "", "input": {}})),
+            call(4, json!({"tool_name": "Bash", "input": {}, "tool_use_id": 7})),
+            json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "approve"}})
+                .to_string(),
+            call(6, json!("Bash")),
+        ],
+    );
+    assert_eq!(code, 0);
+    assert_eq!(replies.len(), 7, "{replies:?}");
+    for reply in &replies[1..] {
+        let answer = behavior(reply);
+        assert_eq!(answer["behavior"], "deny", "{reply}");
+        assert!(
+            answer["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("toolgate: "),
+            "{reply}"
+        );
+    }
+}
+
+#[test]
+fn malformed_json_rpc_gets_errors_and_nothing_else() {
+    let dir = support::project_dir("mcp-malformed");
+    let (code, replies) = mcp(
+        &dir,
+        &["--mode", "auto", "--max-frame-bytes", "4096"],
+        &[
+            // Before `initialize`: only ping.
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#.into(),
+            r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#.into(),
+            initialize("2025-11-25"),
+            initialize("2025-11-25"),
+            "not json".into(),
+            "[]".into(),
+            r#"{"id":3,"method":"ping"}"#.into(),
+            r#"{"jsonrpc":"2.0","id":4,"method":7}"#.into(),
+            r#"{"jsonrpc":"2.0","id":5,"method":"resources/list"}"#.into(),
+            r#"{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"rm","arguments":{}}}"#.into(),
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":[1]}"#.into(),
+            r#"{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}"#.into(),
+            r#"{"jsonrpc":"2.0","id":8,"method":"initialize","params":{}}"#.into(),
+            format!(
+                r#"{{"jsonrpc":"2.0","id":9,"method":"ping","params":{{"pad":"{}"}}}}"#,
+                "x".repeat(5000)
+            ),
+            // Notifications and responses get no reply.
+            r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}"#.into(),
+            r#"{"jsonrpc":"2.0","id":99,"result":{}}"#.into(),
+            "".into(),
+            r#"{"jsonrpc":"2.0","id":10,"method":"ping"}"#.into(),
+        ],
+    );
+    assert_eq!(code, 0);
+    let got: Vec<(Value, Value)> = replies
+        .iter()
+        .map(|reply| (reply["id"].clone(), reply["error"]["code"].clone()))
+        .collect();
+    let expected: Vec<(Value, Value)> = [
+        (json!(1), json!(-32600)),
+        (json!(2), Value::Null),
+        (json!(0), Value::Null),
+        (json!(0), json!(-32600)),
+        (Value::Null, json!(-32700)),
+        (Value::Null, json!(-32600)),
+        (json!(3), json!(-32600)),
+        (json!(4), json!(-32600)),
+        (json!(5), json!(-32601)),
+        (json!(6), json!(-32602)),
+        (json!(7), json!(-32602)),
+        (Value::Null, json!(-32600)),
+        (json!(8), json!(-32600)),
+        (Value::Null, json!(-32700)),
+        (json!(10), Value::Null),
+    ]
+    .into();
+    assert_eq!(got, expected, "{replies:#?}");
+    for reply in &replies {
+        assert_eq!(reply["jsonrpc"], "2.0");
+        if let Some(message) = reply["error"]["message"].as_str() {
+            assert!(!message.is_empty());
+        }
+    }
+}
+
+#[test]
+fn end_of_input_ends_the_server() {
+    let dir = support::project_dir("mcp-eof");
+    let (code, replies) = mcp(&dir, &[], &[]);
+    assert_eq!((code, replies.len()), (0, 0));
+    // A call in the last line without a newline is still answered.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(["mcp", "--mode", "plan"])
+        .current_dir(&dir)
+        .env_remove("TOOLGATE_SOCKET")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, "{}", initialize("2025-11-25")).unwrap();
+    write!(stdin, "{}", approve(1, "Write", json!({"file_path": "a"}))).unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let last: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    assert_eq!(behavior(&last)["behavior"], "deny");
+}
+
+#[test]
+fn a_policy_that_does_not_load_stops_it_before_any_answer() {
+    let dir = support::project_dir("mcp-bad-policy");
+    let (code, replies) = mcp(
+        &dir,
+        &["--permission", "{not json"],
+        &[initialize("2025-11-25")],
+    );
+    assert_eq!((code, replies.len()), (2, 0));
+}
