@@ -656,19 +656,49 @@ fn hook(agent: HookAgent, args: ServeArgs) -> ExitCode {
 /// (and, without its permission-prompt tool, asks nobody and allows nothing
 /// that its own rules do not allow).
 fn mcp(session: Option<String>, socket: Option<PathBuf>, args: ServeArgs) -> ExitCode {
-    use toolgate::mcp::{self, InProcess, Server};
+    use toolgate::mcp::{self, Remote, Server};
     let limit = args.max_frame_bytes.unwrap_or(16 << 20).max(1);
     let session = session
         .filter(|session| !session.is_empty())
         .unwrap_or_else(|| format!("mcp-{}", uuid::Uuid::new_v4().simple()));
     let socket = socket.or_else(|| std::env::var_os("TOOLGATE_SOCKET").map(PathBuf::from));
-    if let Some(path) = socket.filter(|path| !path.as_os_str().is_empty()) {
-        eprintln!(
-            "toolgate mcp: --socket {} is not supported yet",
-            path.display()
-        );
-        return ExitCode::from(2);
+    let stdin = std::io::stdin();
+    let served = if let Some(path) = socket.filter(|path| !path.as_os_str().is_empty()) {
+        // The broker there has its own policy: only the mode is ours to set.
+        let env_mode = std::env::var("TOOLGATE_MODE").ok();
+        let mode = match choose_mode(args.mode, args.permission_mode, env_mode.as_deref()) {
+            Ok(mode) => mode,
+            Err(err) => {
+                eprintln!("toolgate: {err}");
+                return ExitCode::from(2);
+            }
+        };
+        let mut server = Server::new(Remote::new(path, session, mode));
+        mcp::run(stdin.lock(), std::io::stdout().lock(), &mut server, limit)
+    } else {
+        match in_process(session, args, limit) {
+            Ok(served) => served,
+            Err(code) => return code,
+        }
+    };
+    match served {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("toolgate mcp: i/o error: {err}");
+            ExitCode::from(1)
+        }
     }
+}
+
+/// `toolgate mcp` deciding in-process until end of input; `Err` when the
+/// broker cannot start (its error is on stderr).
+fn in_process(
+    session: String,
+    args: ServeArgs,
+    limit: usize,
+) -> Result<std::io::Result<()>, ExitCode> {
+    use toolgate::mcp::{self, InProcess, Server};
     let args = ServeArgs {
         on_ask: args.on_ask.or(Some(OnAskArg::Wait)),
         ..args
@@ -678,10 +708,7 @@ fn mcp(session: Option<String>, socket: Option<PathBuf>, args: ServeArgs) -> Exi
         policy,
         configured_mode,
         ..
-    } = match open(args) {
-        Ok(opened) => opened,
-        Err(code) => return code,
-    };
+    } = open(args)?;
     let mut server = Server::new(InProcess::new(
         broker,
         session,
@@ -689,12 +716,10 @@ fn mcp(session: Option<String>, socket: Option<PathBuf>, args: ServeArgs) -> Exi
         policy.default_mode,
     ));
     let stdin = std::io::stdin();
-    match mcp::run(stdin.lock(), std::io::stdout().lock(), &mut server, limit) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
-        Err(err) => {
-            eprintln!("toolgate mcp: i/o error: {err}");
-            ExitCode::from(1)
-        }
-    }
+    Ok(mcp::run(
+        stdin.lock(),
+        std::io::stdout().lock(),
+        &mut server,
+        limit,
+    ))
 }

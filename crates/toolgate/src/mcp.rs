@@ -151,6 +151,149 @@ impl Decide for InProcess {
     }
 }
 
+/// Decides with the broker listening on a Unix socket (`toolgate serve
+/// --listen unix:PATH`), as a client of it (role `agent`, client `mcp`): the
+/// broker's policy, sessions and grants apply, and its approvers answer what
+/// asks. Fail closed: no broker there, a connection that breaks, an error
+/// from the broker, or a question no approver can see is a denial.
+pub struct Remote {
+    path: std::path::PathBuf,
+    session: String,
+    mode: Option<Mode>,
+    calls: u64,
+}
+
+impl Remote {
+    /// Ask the broker at `path`, in `session`; with `mode` (`--mode` or
+    /// `TOOLGATE_MODE`), the session is set to it before each call.
+    pub fn new(path: std::path::PathBuf, session: String, mode: Option<Mode>) -> Remote {
+        Remote {
+            path,
+            session,
+            mode,
+            calls: 0,
+        }
+    }
+
+    fn ask(&self, approval: &Approval, call: &str) -> Result<Verdict, String> {
+        use std::io::BufReader;
+        let path = self.path.display();
+        let stream = connect(&self.path).map_err(|err| {
+            format!("toolgate: no toolgate broker listens on {path} (start it with `toolgate serve --listen unix:{path}`): {err}")
+        })?;
+        let broken = |err: std::io::Error| {
+            format!("toolgate: the connection to the broker at {path} broke: {err}")
+        };
+        let mut writer = stream.try_clone().map_err(broken)?;
+        let mut reader = BufReader::new(stream);
+        let mut frames = vec![json!({"type": "hello", "role": "agent", "client": "mcp"})];
+        if let Some(mode) = self.mode {
+            frames.push(
+                json!({"type": "set_mode", "sessionID": self.session, "mode": mode.as_str()}),
+            );
+        }
+        let mut frame = json!({
+            "type": "tool_call",
+            "sessionID": self.session,
+            "callID": call,
+            "tool": approval.tool_name,
+            "input": approval.input,
+        });
+        if let Ok(cwd) = std::env::current_dir() {
+            frame["cwd"] = json!(cwd.to_string_lossy());
+        }
+        frames.push(frame);
+        for frame in &frames {
+            writeln!(writer, "{frame}").map_err(broken)?;
+        }
+        writer.flush().map_err(broken)?;
+        let mut line = String::new();
+        loop {
+            line.clear();
+            let read = (&mut reader)
+                .take(64 << 20)
+                .read_line(&mut line)
+                .map_err(broken)?;
+            if read == 0 {
+                return Err(format!(
+                    "toolgate: the broker at {path} closed the connection before deciding"
+                ));
+            }
+            let frame: Value = serde_json::from_str(&line).map_err(|err| {
+                format!("toolgate: the broker at {path} wrote a line that is not JSON: {err}")
+            })?;
+            let text = |key: &str| frame.get(key).and_then(Value::as_str);
+            let ours = text("callID") == Some(call);
+            match text("type") {
+                Some("decision") if ours => return Ok(verdict(&frame)),
+                Some("permission_request") if ours => {
+                    // No approver is connected: the question came back to us,
+                    // and nobody here can answer it.
+                    let why = frame
+                        .pointer("/metadata/reason")
+                        .and_then(Value::as_str)
+                        .unwrap_or("the policy asks a person first");
+                    let cancel =
+                        json!({"type": "cancel", "sessionID": self.session, "callID": call});
+                    let _ = writeln!(writer, "{cancel}").and_then(|()| writer.flush());
+                    return Err(format!(
+                        "toolgate: {why}; no approver is connected to the broker at {path} (start one with `toolgate approve --socket {path}`)"
+                    ));
+                }
+                Some("error") => {
+                    return Err(format!(
+                        "toolgate: the broker refused the call: {}",
+                        text("message").unwrap_or("(no message)")
+                    ))
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+#[cfg(unix)]
+fn connect(path: &std::path::Path) -> std::io::Result<std::os::unix::net::UnixStream> {
+    std::os::unix::net::UnixStream::connect(path)
+}
+
+#[cfg(not(unix))]
+fn connect(_path: &std::path::Path) -> std::io::Result<std::net::TcpStream> {
+    Err(std::io::Error::other("Unix sockets are not supported here"))
+}
+
+/// The verdict a broker's `decision` frame carries: its reason, the
+/// approver's message and the mode's reminder make the denial's message.
+fn verdict(decision: &Value) -> Verdict {
+    let text = |key: &str| decision.get(key).and_then(Value::as_str);
+    if text("decision") == Some("allow") {
+        return Verdict::Allow;
+    }
+    let mut message = format!("toolgate: {}", text("reason").unwrap_or("denied"));
+    if let Some(said) = text("message") {
+        message = format!("{message}: {said}");
+    }
+    if let Some(reminder) = text("reminder") {
+        message = format!("{message}\n\n{reminder}");
+    }
+    Verdict::Deny(message)
+}
+
+impl Decide for Remote {
+    fn decide(&mut self, approval: &Approval) -> Verdict {
+        self.calls += 1;
+        let call = approval
+            .tool_use_id
+            .clone()
+            .filter(|id| !id.is_empty())
+            .unwrap_or_else(|| format!("mcp-{}-{}", std::process::id(), self.calls));
+        match self.ask(approval, &call) {
+            Ok(verdict) => verdict,
+            Err(message) => Verdict::Deny(message),
+        }
+    }
+}
+
 /// The MCP server: JSON-RPC messages in, responses out.
 pub struct Server<D> {
     decide: D,

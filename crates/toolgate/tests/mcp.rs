@@ -425,3 +425,156 @@ fn a_policy_that_does_not_load_stops_it_before_any_answer() {
     );
     assert_eq!((code, replies.len()), (2, 0));
 }
+
+/// A stand-in for a broker on a Unix socket: for each connection, `ready`,
+/// then `ready` again after `hello`, then, once the `tool_call` arrives,
+/// what `answer` says for it (`None`: close the connection). Every line a
+/// client sent is kept, by connection.
+#[cfg(unix)]
+fn fake_broker(
+    path: &Path,
+    answers: Vec<Option<Value>>,
+) -> std::thread::JoinHandle<Vec<Vec<Value>>> {
+    use std::io::{BufRead, BufReader};
+    let listener = std::os::unix::net::UnixListener::bind(path).unwrap();
+    std::thread::spawn(move || {
+        let mut seen = Vec::new();
+        for answer in answers {
+            let (stream, _) = listener.accept().unwrap();
+            let mut writer = stream.try_clone().unwrap();
+            let mut reader = BufReader::new(stream);
+            let ready = json!({"type": "ready", "protocol": 1, "version": "0", "mode": "ask"});
+            writeln!(writer, "{ready}").unwrap();
+            let mut lines = Vec::new();
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap() == 0 {
+                    break;
+                }
+                let frame: Value = serde_json::from_str(&line).unwrap();
+                lines.push(frame.clone());
+                match frame["type"].as_str().unwrap() {
+                    "hello" => writeln!(writer, "{ready}").unwrap(),
+                    "tool_call" => match &answer {
+                        None => break,
+                        Some(answer) => {
+                            let mut answer = answer.clone();
+                            answer["callID"] = frame["callID"].clone();
+                            answer["sessionID"] = frame["sessionID"].clone();
+                            writeln!(writer, "{answer}").unwrap();
+                        }
+                    },
+                    _ => {}
+                }
+            }
+            seen.push(lines);
+        }
+        seen
+    })
+}
+
+#[cfg(unix)]
+#[test]
+fn with_a_socket_the_broker_decides() {
+    let dir = support::project_dir("mcp-socket");
+    let socket = dir.join("broker.sock");
+    let decision = |verdict: &str, reason: &str| json!({"type": "decision", "decision": verdict, "source": "user", "reason": reason});
+    let broker = fake_broker(
+        &socket,
+        vec![
+            Some(decision("allow", "the user allowed it once")),
+            Some({
+                let mut deny = decision("deny", "the user rejected it");
+                deny["message"] = json!("not in this repository");
+                deny
+            }),
+            // No approver: the question comes back to the caller.
+            Some(
+                json!({"type": "permission_request", "permissionID": "per_1", "tool": "bash",
+                "permission": "bash", "metadata": {"reason": "ask mode asks before shell commands"}}),
+            ),
+            Some(json!({"type": "error", "code": "invalid_frame", "message": "no such thing"})),
+            None,
+        ],
+    );
+    let calls: Vec<(&str, Value)> = vec![
+        ("Write", json!({"file_path": "a.txt", "content": "x"})),
+        ("Bash", json!({"command": "rm -rf /"})),
+        ("Bash", json!({"command": "touch made"})),
+        ("Bash", json!({"command": "ls"})),
+        ("Bash", json!({"command": "ls"})),
+    ];
+    let answers = decide(
+        &dir,
+        &[
+            "--socket",
+            socket.to_str().unwrap(),
+            "--session",
+            "s1",
+            "--mode",
+            "plan",
+        ],
+        &calls,
+    );
+    let seen = broker.join().unwrap();
+    assert_eq!(
+        answers[0],
+        json!({"behavior": "allow", "updatedInput": calls[0].1})
+    );
+    assert_eq!(
+        answers[1],
+        json!({"behavior": "deny", "message": "toolgate: the user rejected it: not in this repository"})
+    );
+    let message = |n: usize| answers[n]["message"].as_str().unwrap().to_string();
+    assert_eq!(answers[2]["behavior"], "deny");
+    assert!(
+        message(2).starts_with("toolgate: ask mode asks before shell commands; no approver is connected to the broker at "),
+        "{}",
+        message(2)
+    );
+    assert_eq!(answers[3]["behavior"], "deny");
+    assert!(message(3).contains("no such thing"), "{}", message(3));
+    assert_eq!(answers[4]["behavior"], "deny");
+    assert!(
+        message(4).contains("closed the connection before deciding"),
+        "{}",
+        message(4)
+    );
+    // What the client sent: hello as an agent named mcp, the mode, the call.
+    let first = &seen[0];
+    assert_eq!(
+        first[0],
+        json!({"type": "hello", "role": "agent", "client": "mcp"})
+    );
+    assert_eq!(
+        first[1],
+        json!({"type": "set_mode", "sessionID": "s1", "mode": "plan"})
+    );
+    assert_eq!(first[2]["type"], "tool_call");
+    assert_eq!(first[2]["sessionID"], "s1");
+    assert_eq!(first[2]["callID"], "toolu_1");
+    assert_eq!(first[2]["tool"], "Write");
+    assert_eq!(first[2]["input"], calls[0].1);
+    // The question nobody could see was withdrawn.
+    assert_eq!(
+        seen[2].last().unwrap(),
+        &json!({"type": "cancel", "sessionID": "s1", "callID": "toolu_3"})
+    );
+
+    // No broker listening there: every call is denied, naming the path.
+    std::fs::remove_file(&socket).unwrap();
+    let answers = decide(
+        &dir,
+        &["--socket", socket.to_str().unwrap()],
+        &[("Read", json!({"file_path": "a.txt"}))],
+    );
+    assert_eq!(answers[0]["behavior"], "deny");
+    let message = answers[0]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(&format!(
+            "toolgate: no toolgate broker listens on {}",
+            socket.display()
+        )),
+        "{message}"
+    );
+}
