@@ -664,16 +664,31 @@ fn mcp(session: Option<String>, socket: Option<PathBuf>, args: ServeArgs) -> Exi
     let socket = socket.or_else(|| std::env::var_os("TOOLGATE_SOCKET").map(PathBuf::from));
     let stdin = std::io::stdin();
     let served = if let Some(path) = socket.filter(|path| !path.as_os_str().is_empty()) {
-        // The broker there has its own policy: only the mode is ours to set.
-        let env_mode = std::env::var("TOOLGATE_MODE").ok();
-        let mode = match choose_mode(args.mode, args.permission_mode, env_mode.as_deref()) {
-            Ok(mode) => mode,
-            Err(err) => {
-                eprintln!("toolgate: {err}");
-                return ExitCode::from(2);
-            }
-        };
-        let mut server = Server::new(Remote::new(path, session, mode));
+        // The broker there has its own policy, and sessions it may have put
+        // in a stricter mode: nothing here may loosen them.
+        let given: Vec<&str> = [
+            ("--mode", args.mode.is_some()),
+            ("--permission-mode", args.permission_mode.is_some()),
+            ("--policy", args.policy.is_some()),
+            ("--agent", args.agent.is_some()),
+            ("--permission", args.permission.is_some()),
+            ("--project-root", args.project_root.is_some()),
+            ("--ask-timeout", args.ask_timeout.is_some()),
+            ("--on-ask", args.on_ask.is_some()),
+            ("--state-dir", args.state_dir.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(flag, given)| given.then_some(flag))
+        .collect();
+        if !given.is_empty() {
+            eprintln!(
+                "toolgate mcp: {} cannot be used with --socket: the broker listening on {} decides with its own policy (give these flags to `toolgate serve --listen`)",
+                given.join(", "),
+                path.display()
+            );
+            return ExitCode::from(2);
+        }
+        let mut server = Server::new(Remote::new(path, session));
         mcp::run(stdin.lock(), std::io::stdout().lock(), &mut server, limit)
     } else {
         match in_process(session, args, limit) {

@@ -159,18 +159,15 @@ impl Decide for InProcess {
 pub struct Remote {
     path: std::path::PathBuf,
     session: String,
-    mode: Option<Mode>,
     calls: u64,
 }
 
 impl Remote {
-    /// Ask the broker at `path`, in `session`; with `mode` (`--mode` or
-    /// `TOOLGATE_MODE`), the session is set to it before each call.
-    pub fn new(path: std::path::PathBuf, session: String, mode: Option<Mode>) -> Remote {
+    /// Ask the broker at `path`, in `session` (whose mode is the broker's).
+    pub fn new(path: std::path::PathBuf, session: String) -> Remote {
         Remote {
             path,
             session,
-            mode,
             calls: 0,
         }
     }
@@ -186,12 +183,6 @@ impl Remote {
         };
         let mut writer = stream.try_clone().map_err(broken)?;
         let mut reader = BufReader::new(stream);
-        let mut frames = vec![json!({"type": "hello", "role": "agent", "client": "mcp"})];
-        if let Some(mode) = self.mode {
-            frames.push(
-                json!({"type": "set_mode", "sessionID": self.session, "mode": mode.as_str()}),
-            );
-        }
         let mut frame = json!({
             "type": "tool_call",
             "sessionID": self.session,
@@ -202,7 +193,10 @@ impl Remote {
         if let Ok(cwd) = std::env::current_dir() {
             frame["cwd"] = json!(cwd.to_string_lossy());
         }
-        frames.push(frame);
+        let frames = [
+            json!({"type": "hello", "role": "agent", "client": "mcp"}),
+            frame,
+        ];
         for frame in &frames {
             writeln!(writer, "{frame}").map_err(broken)?;
         }

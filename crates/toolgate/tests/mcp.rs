@@ -506,14 +506,7 @@ fn with_a_socket_the_broker_decides() {
     ];
     let answers = decide(
         &dir,
-        &[
-            "--socket",
-            socket.to_str().unwrap(),
-            "--session",
-            "s1",
-            "--mode",
-            "plan",
-        ],
+        &["--socket", socket.to_str().unwrap(), "--session", "s1"],
         &calls,
     );
     let seen = broker.join().unwrap();
@@ -540,21 +533,18 @@ fn with_a_socket_the_broker_decides() {
         "{}",
         message(4)
     );
-    // What the client sent: hello as an agent named mcp, the mode, the call.
+    // What the client sent: hello as an agent named mcp, then the call.
     let first = &seen[0];
+    assert_eq!(first.len(), 2, "{first:?}");
     assert_eq!(
         first[0],
         json!({"type": "hello", "role": "agent", "client": "mcp"})
     );
-    assert_eq!(
-        first[1],
-        json!({"type": "set_mode", "sessionID": "s1", "mode": "plan"})
-    );
-    assert_eq!(first[2]["type"], "tool_call");
-    assert_eq!(first[2]["sessionID"], "s1");
-    assert_eq!(first[2]["callID"], "toolu_1");
-    assert_eq!(first[2]["tool"], "Write");
-    assert_eq!(first[2]["input"], calls[0].1);
+    assert_eq!(first[1]["type"], "tool_call");
+    assert_eq!(first[1]["sessionID"], "s1");
+    assert_eq!(first[1]["callID"], "toolu_1");
+    assert_eq!(first[1]["tool"], "Write");
+    assert_eq!(first[1]["input"], calls[0].1);
     // The question nobody could see was withdrawn.
     assert_eq!(
         seen[2].last().unwrap(),
@@ -577,4 +567,13 @@ fn with_a_socket_the_broker_decides() {
         )),
         "{message}"
     );
+
+    // The broker's policy decides: flags that would make another one (and
+    // could loosen a session the broker holds in a stricter mode) stop it.
+    let (code, replies) = mcp(
+        &dir,
+        &["--socket", socket.to_str().unwrap(), "--mode", "auto"],
+        &[initialize("2025-11-25")],
+    );
+    assert_eq!((code, replies.len()), (2, 0));
 }
