@@ -391,7 +391,10 @@ impl<D: Decide> Server<D> {
         let requested = params
             .get("_meta")
             .and_then(|meta| meta.get(VERSION_KEY))
-            .map(|version| version.as_str().unwrap_or("").to_string());
+            .map(|version| match version {
+                Value::String(version) => version.clone(),
+                other => other.to_string(),
+            });
         // A modern request names its version; one we serve is answered in
         // the modern form (`resultType`), another is refused with the list.
         let modern = match (&requested, &self.handshake) {
@@ -424,6 +427,7 @@ impl<D: Decide> Server<D> {
                     "ttlMs": 0,
                     "cacheScope": "private",
                     "_meta": {"io.modelcontextprotocol/serverInfo": server_info()},
+                    "resultType": "complete",
                 })
             }
             "tools/list" | "tools/call" if !modern && self.handshake.is_none() => {
@@ -448,7 +452,7 @@ impl<D: Decide> Server<D> {
             _ => return error(id, METHOD_NOT_FOUND, format!("unknown method `{method}`")),
         };
         let mut answer = answer;
-        if modern {
+        if modern && method != "server/discover" {
             answer["resultType"] = json!("complete");
         }
         result(id, answer)

@@ -355,6 +355,10 @@ fn malformed_json_rpc_gets_errors_and_nothing_else() {
             r#"{"jsonrpc":"2.0","id":99,"result":{}}"#.into(),
             "".into(),
             r#"{"jsonrpc":"2.0","id":10,"method":"ping"}"#.into(),
+            // A notification is never a decision, and gets no reply.
+            r#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"approve","arguments":{"tool_name":"Bash","input":{"command":"ls"}}}}"#.into(),
+            // After the handshake, `server/discover` is not for this connection.
+            r#"{"jsonrpc":"2.0","id":11,"method":"server/discover"}"#.into(),
         ],
     );
     assert_eq!(code, 0);
@@ -378,6 +382,7 @@ fn malformed_json_rpc_gets_errors_and_nothing_else() {
         (json!(8), json!(-32600)),
         (Value::Null, json!(-32700)),
         (json!(10), Value::Null),
+        (json!(11), json!(-32600)),
     ]
     .into();
     assert_eq!(got, expected, "{replies:#?}");
