@@ -689,7 +689,7 @@ fn mcp(session: Option<String>, socket: Option<PathBuf>, args: ServeArgs) -> Exi
             return ExitCode::from(2);
         }
         let mut server = Server::new(Remote::new(path, session));
-        mcp::run(stdin.lock(), std::io::stdout().lock(), &mut server, limit)
+        mcp::run(stdin.lock(), std::io::stdout(), &mut server, limit)
     } else {
         match in_process(session, args, limit) {
             Ok(served) => served,
@@ -733,7 +733,7 @@ fn in_process(
     let stdin = std::io::stdin();
     Ok(mcp::run(
         stdin.lock(),
-        std::io::stdout().lock(),
+        std::io::stdout(),
         &mut server,
         limit,
     ))

@@ -76,6 +76,27 @@ pub enum Verdict {
 pub trait Decide {
     /// Decide one call.
     fn decide(&mut self, approval: &Approval) -> Verdict;
+
+    /// Start deciding one call: decided at once, or (when the answer may
+    /// take a person's time) a job for another thread, so that the server
+    /// goes on reading: pings, other calls, cancellations.
+    fn start(&mut self, approval: &Approval) -> Started {
+        Started::Now(self.decide(approval))
+    }
+}
+
+/// A call being decided: see [`Decide::start`].
+pub enum Started {
+    /// Decided.
+    Now(Verdict),
+    /// To be decided by `run` on another thread; `cancel` (from any thread)
+    /// makes `run` return soon, with a denial.
+    Later {
+        /// Decides the call; may wait for a person.
+        run: Box<dyn FnOnce() -> Verdict + Send>,
+        /// Withdraws the call.
+        cancel: Box<dyn Fn() + Send>,
+    },
 }
 
 /// Decides in this process with a broker built from the policy flags, as
@@ -172,87 +193,104 @@ impl Remote {
         }
     }
 
-    fn ask(&self, approval: &Approval, call: &str) -> Result<Verdict, String> {
-        use std::io::BufReader;
-        let path = self.path.display();
-        let stream = connect(&self.path).map_err(|err| {
-            format!("toolgate: no toolgate broker listens on {path} (start it with `toolgate serve --listen unix:{path}`): {err}")
+    fn call_id(&mut self, approval: &Approval) -> String {
+        self.calls += 1;
+        approval
+            .tool_use_id
+            .clone()
+            .filter(|id| !id.is_empty())
+            .unwrap_or_else(|| format!("mcp-{}-{}", std::process::id(), self.calls))
+    }
+}
+
+/// Ask the broker on `stream` about `approval` as call `call` of `session`,
+/// and wait for its decision.
+fn exchange(
+    stream: Stream,
+    path: &str,
+    session: &str,
+    call: &str,
+    approval: &Approval,
+) -> Result<Verdict, String> {
+    use std::io::BufReader;
+    let broken = |err: std::io::Error| {
+        format!("toolgate: the connection to the broker at {path} broke: {err}")
+    };
+    let mut writer = stream.try_clone().map_err(broken)?;
+    let mut reader = BufReader::new(stream);
+    let mut frame = json!({
+        "type": "tool_call",
+        "sessionID": session,
+        "callID": call,
+        "tool": approval.tool_name,
+        "input": approval.input,
+    });
+    if let Ok(cwd) = std::env::current_dir() {
+        frame["cwd"] = json!(cwd.to_string_lossy());
+    }
+    let frames = [
+        json!({"type": "hello", "role": "agent", "client": "mcp"}),
+        frame,
+    ];
+    for frame in &frames {
+        writeln!(writer, "{frame}").map_err(broken)?;
+    }
+    writer.flush().map_err(broken)?;
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let read = (&mut reader)
+            .take(64 << 20)
+            .read_line(&mut line)
+            .map_err(broken)?;
+        if read == 0 {
+            return Err(format!(
+                "toolgate: the broker at {path} closed the connection before deciding"
+            ));
+        }
+        let frame: Value = serde_json::from_str(&line).map_err(|err| {
+            format!("toolgate: the broker at {path} wrote a line that is not JSON: {err}")
         })?;
-        let broken = |err: std::io::Error| {
-            format!("toolgate: the connection to the broker at {path} broke: {err}")
-        };
-        let mut writer = stream.try_clone().map_err(broken)?;
-        let mut reader = BufReader::new(stream);
-        let mut frame = json!({
-            "type": "tool_call",
-            "sessionID": self.session,
-            "callID": call,
-            "tool": approval.tool_name,
-            "input": approval.input,
-        });
-        if let Ok(cwd) = std::env::current_dir() {
-            frame["cwd"] = json!(cwd.to_string_lossy());
-        }
-        let frames = [
-            json!({"type": "hello", "role": "agent", "client": "mcp"}),
-            frame,
-        ];
-        for frame in &frames {
-            writeln!(writer, "{frame}").map_err(broken)?;
-        }
-        writer.flush().map_err(broken)?;
-        let mut line = String::new();
-        loop {
-            line.clear();
-            let read = (&mut reader)
-                .take(64 << 20)
-                .read_line(&mut line)
-                .map_err(broken)?;
-            if read == 0 {
+        let text = |key: &str| frame.get(key).and_then(Value::as_str);
+        let ours = text("callID") == Some(call);
+        match text("type") {
+            Some("decision") if ours => return Ok(verdict(&frame)),
+            Some("permission_request") if ours => {
+                // No approver is connected: the question came back to us,
+                // and nobody here can answer it.
+                let why = frame
+                    .pointer("/metadata/reason")
+                    .and_then(Value::as_str)
+                    .unwrap_or("the policy asks a person first");
+                let cancel = json!({"type": "cancel", "sessionID": session, "callID": call});
+                let _ = writeln!(writer, "{cancel}").and_then(|()| writer.flush());
                 return Err(format!(
-                    "toolgate: the broker at {path} closed the connection before deciding"
+                    "toolgate: {why}; no approver is connected to the broker at {path} (start one with `toolgate approve --socket {path}`)"
                 ));
             }
-            let frame: Value = serde_json::from_str(&line).map_err(|err| {
-                format!("toolgate: the broker at {path} wrote a line that is not JSON: {err}")
-            })?;
-            let text = |key: &str| frame.get(key).and_then(Value::as_str);
-            let ours = text("callID") == Some(call);
-            match text("type") {
-                Some("decision") if ours => return Ok(verdict(&frame)),
-                Some("permission_request") if ours => {
-                    // No approver is connected: the question came back to us,
-                    // and nobody here can answer it.
-                    let why = frame
-                        .pointer("/metadata/reason")
-                        .and_then(Value::as_str)
-                        .unwrap_or("the policy asks a person first");
-                    let cancel =
-                        json!({"type": "cancel", "sessionID": self.session, "callID": call});
-                    let _ = writeln!(writer, "{cancel}").and_then(|()| writer.flush());
-                    return Err(format!(
-                        "toolgate: {why}; no approver is connected to the broker at {path} (start one with `toolgate approve --socket {path}`)"
-                    ));
-                }
-                Some("error") => {
-                    return Err(format!(
-                        "toolgate: the broker refused the call: {}",
-                        text("message").unwrap_or("(no message)")
-                    ))
-                }
-                _ => {}
+            Some("error") => {
+                return Err(format!(
+                    "toolgate: the broker refused the call: {}",
+                    text("message").unwrap_or("(no message)")
+                ))
             }
+            _ => {}
         }
     }
 }
 
 #[cfg(unix)]
-fn connect(path: &std::path::Path) -> std::io::Result<std::os::unix::net::UnixStream> {
+type Stream = std::os::unix::net::UnixStream;
+#[cfg(not(unix))]
+type Stream = std::net::TcpStream;
+
+#[cfg(unix)]
+fn connect(path: &std::path::Path) -> std::io::Result<Stream> {
     std::os::unix::net::UnixStream::connect(path)
 }
 
 #[cfg(not(unix))]
-fn connect(_path: &std::path::Path) -> std::io::Result<std::net::TcpStream> {
+fn connect(_path: &std::path::Path) -> std::io::Result<Stream> {
     Err(std::io::Error::other("Unix sockets are not supported here"))
 }
 
@@ -275,15 +313,53 @@ fn verdict(decision: &Value) -> Verdict {
 
 impl Decide for Remote {
     fn decide(&mut self, approval: &Approval) -> Verdict {
-        self.calls += 1;
-        let call = approval
-            .tool_use_id
-            .clone()
-            .filter(|id| !id.is_empty())
-            .unwrap_or_else(|| format!("mcp-{}-{}", std::process::id(), self.calls));
-        match self.ask(approval, &call) {
-            Ok(verdict) => verdict,
-            Err(message) => Verdict::Deny(message),
+        match self.start(approval) {
+            Started::Now(verdict) => verdict,
+            Started::Later { run, .. } => run(),
+        }
+    }
+
+    fn start(&mut self, approval: &Approval) -> Started {
+        let call = self.call_id(approval);
+        let path = self.path.display().to_string();
+        let stream = match connect(&self.path) {
+            Ok(stream) => stream,
+            Err(err) => return Started::Now(Verdict::Deny(format!(
+                "toolgate: no toolgate broker listens on {path} (start it with `toolgate serve --listen unix:{path}`): {err}"
+            ))),
+        };
+        // Closing the connection withdraws the call: the broker denies it.
+        let withdrawn = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = withdrawn.clone();
+        let cancel: Box<dyn Fn() + Send> = match stream.try_clone() {
+            Ok(other) => Box::new(move || {
+                flag.store(true, std::sync::atomic::Ordering::SeqCst);
+                let _ = other.shutdown(std::net::Shutdown::Both);
+            }),
+            Err(err) => {
+                return Started::Now(Verdict::Deny(format!(
+                    "toolgate: the connection to the broker at {path} broke: {err}"
+                )))
+            }
+        };
+        let session = self.session.clone();
+        let approval = approval.clone();
+        Started::Later {
+            run: Box::new(move || {
+                let decided = exchange(stream, &path, &session, &call, &approval);
+                if withdrawn.load(std::sync::atomic::Ordering::SeqCst) {
+                    // Whatever the broker said last, the call was withdrawn.
+                    return Verdict::Deny(
+                        "toolgate: the call was withdrawn before the broker decided (the client cancelled it or closed its input)"
+                            .into(),
+                    );
+                }
+                match decided {
+                    Ok(verdict) => verdict,
+                    Err(message) => Verdict::Deny(message),
+                }
+            }),
+            cancel,
         }
     }
 }
@@ -297,6 +373,39 @@ pub struct Server<D> {
 
 /// The reply to one message: `None` for notifications and responses.
 type Reply = Option<Value>;
+
+/// What one message asks of [`run`].
+pub enum Handled {
+    /// Write this reply, if any.
+    Reply(Reply),
+    /// A `tools/call` being decided on another thread.
+    Later(Later),
+    /// `notifications/cancelled`: withdraw the call with this request id.
+    Cancel(Value),
+}
+
+/// A `tools/call` whose decision may wait for a person.
+pub struct Later {
+    id: Value,
+    modern: bool,
+    input: Map<String, Value>,
+    run: Box<dyn FnOnce() -> Verdict + Send>,
+    cancel: Box<dyn Fn() + Send>,
+}
+
+/// The `tools/call` result for `verdict` on a call whose input was `input`.
+fn tool_result(input: Map<String, Value>, verdict: Verdict, modern: bool) -> Value {
+    let text = match verdict {
+        Verdict::Allow => json!({"behavior": "allow", "updatedInput": input}),
+        Verdict::Deny(message) => json!({"behavior": "deny", "message": message}),
+    };
+    let mut result =
+        json!({"content": [{"type": "text", "text": text.to_string()}], "isError": false});
+    if modern {
+        result["resultType"] = json!("complete");
+    }
+    result
+}
 
 fn error(id: Value, code: i64, message: impl Into<String>) -> Reply {
     Some(json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message.into()}}))
@@ -337,32 +446,68 @@ impl<D: Decide> Server<D> {
         }
     }
 
-    /// The reply to one line of input.
+    /// The reply to one line of input, waiting for a decision that takes
+    /// time.
     pub fn handle_line(&mut self, line: &[u8]) -> Reply {
+        match self.handle(line) {
+            Handled::Reply(reply) => reply,
+            Handled::Later(later) => {
+                let verdict = (later.run)();
+                result(later.id, tool_result(later.input, verdict, later.modern))
+            }
+            Handled::Cancel(_) => None,
+        }
+    }
+
+    /// What one line of input asks for.
+    pub fn handle(&mut self, line: &[u8]) -> Handled {
+        Handled::Reply(match self.parse(line) {
+            Ok((id, method, params)) => match id {
+                Some(id) => return self.request(id, &method, &params),
+                None if method == "notifications/cancelled" => match params.get("requestId") {
+                    Some(id) => return Handled::Cancel(id.clone()),
+                    None => None,
+                },
+                // Other notifications (`notifications/initialized`, ...)
+                // need no answer; none changes what this server does.
+                None => None,
+            },
+            Err(reply) => reply,
+        })
+    }
+
+    /// A message's id, method and params; `Err` is the reply to a message
+    /// that is not a request or notification (`None`: a response).
+    #[allow(clippy::type_complexity)]
+    fn parse(&mut self, line: &[u8]) -> Result<(Option<Value>, String, Map<String, Value>), Reply> {
         let message: Value = match serde_json::from_slice(line) {
             Ok(message) => message,
-            Err(err) => return error(Value::Null, PARSE_ERROR, format!("not JSON: {err}")),
+            Err(err) => return Err(error(Value::Null, PARSE_ERROR, format!("not JSON: {err}"))),
         };
         let Value::Object(message) = message else {
-            return error(
+            return Err(error(
                 Value::Null,
                 INVALID_REQUEST,
                 "a message must be one JSON object (batches are not supported)",
-            );
+            ));
         };
         let id = message.get("id").cloned();
         let answer_to = id.clone().unwrap_or(Value::Null);
         if let Some(id) = &id {
             if !(id.is_string() || id.is_i64() || id.is_u64()) {
-                return error(
+                return Err(error(
                     Value::Null,
                     INVALID_REQUEST,
                     "`id` must be a string or an integer",
-                );
+                ));
             }
         }
         if message.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
-            return error(answer_to, INVALID_REQUEST, "`jsonrpc` must be \"2.0\"");
+            return Err(error(
+                answer_to,
+                INVALID_REQUEST,
+                "`jsonrpc` must be \"2.0\"",
+            ));
         }
         let method = match message.get("method") {
             Some(Value::String(method)) => method.as_str(),
@@ -370,24 +515,31 @@ impl<D: Decide> Server<D> {
             None if id.is_some()
                 && (message.contains_key("result") || message.contains_key("error")) =>
             {
-                return None
+                return Err(None)
             }
-            _ => return error(answer_to, INVALID_REQUEST, "`method` must be a string"),
+            _ => {
+                return Err(error(
+                    answer_to,
+                    INVALID_REQUEST,
+                    "`method` must be a string",
+                ))
+            }
         };
         let params = match message.get("params") {
             None | Some(Value::Null) => Map::new(),
             Some(Value::Object(params)) => params.clone(),
-            Some(_) => return error(answer_to, INVALID_PARAMS, "`params` must be an object"),
+            Some(_) => {
+                return Err(error(
+                    answer_to,
+                    INVALID_PARAMS,
+                    "`params` must be an object",
+                ))
+            }
         };
-        let Some(id) = id else {
-            // Notifications (`notifications/initialized`, `.../cancelled`, ...)
-            // need no answer; none changes what this server does.
-            return None;
-        };
-        self.request(id, method, &params)
+        Ok((id, method.to_string(), params))
     }
 
-    fn request(&mut self, id: Value, method: &str, params: &Map<String, Value>) -> Reply {
+    fn request(&mut self, id: Value, method: &str, params: &Map<String, Value>) -> Handled {
         let requested = params
             .get("_meta")
             .and_then(|meta| meta.get(VERSION_KEY))
@@ -400,24 +552,24 @@ impl<D: Decide> Server<D> {
         let modern = match (&requested, &self.handshake) {
             (Some(version), None) if version == MODERN_VERSION => true,
             (Some(version), None) => {
-                return Some(json!({"jsonrpc": "2.0", "id": id, "error": {
+                return Handled::Reply(Some(json!({"jsonrpc": "2.0", "id": id, "error": {
                     "code": UNSUPPORTED_VERSION,
                     "message": format!("protocol version {version:?} is not supported (supported: {MODERN_VERSION}, or {} through `initialize`)", HANDSHAKE_VERSIONS.join(", ")),
                     "data": {"supported": [MODERN_VERSION], "requested": version},
-                }}))
+                }})))
             }
             _ => false,
         };
         let answer = match method {
             "ping" => json!({}),
-            "initialize" => return self.initialize(id, params),
+            "initialize" => return Handled::Reply(self.initialize(id, params)),
             "server/discover" => {
                 if self.handshake.is_some() {
-                    return error(
+                    return Handled::Reply(error(
                         id,
                         INVALID_REQUEST,
                         "the connection was initialized: `server/discover` is for 2026-07-28",
-                    );
+                    ));
                 }
                 let mut versions: Vec<&str> = HANDSHAKE_VERSIONS.to_vec();
                 versions.push(MODERN_VERSION);
@@ -431,11 +583,11 @@ impl<D: Decide> Server<D> {
                 })
             }
             "tools/list" | "tools/call" if !modern && self.handshake.is_none() => {
-                return error(
+                return Handled::Reply(error(
                     id,
                     INVALID_REQUEST,
                     "the server is not initialized: send `initialize` first (or name protocol version 2026-07-28 in `_meta`)",
-                )
+                ))
             }
             "tools/list" => {
                 let mut list = json!({"tools": [approve_tool()]});
@@ -446,16 +598,27 @@ impl<D: Decide> Server<D> {
                 list
             }
             "tools/call" => match self.call(params) {
-                Ok(answer) => answer,
-                Err(message) => return error(id, INVALID_PARAMS, message),
+                Ok((input, Started::Now(verdict))) => {
+                    return Handled::Reply(result(id, tool_result(input, verdict, modern)))
+                }
+                Ok((input, Started::Later { run, cancel })) => {
+                    return Handled::Later(Later {
+                        id,
+                        modern,
+                        input,
+                        run,
+                        cancel,
+                    })
+                }
+                Err(message) => return Handled::Reply(error(id, INVALID_PARAMS, message)),
             },
-            _ => return error(id, METHOD_NOT_FOUND, format!("unknown method `{method}`")),
+            _ => return Handled::Reply(error(id, METHOD_NOT_FOUND, format!("unknown method `{method}`"))),
         };
         let mut answer = answer;
         if modern && method != "server/discover" {
             answer["resultType"] = json!("complete");
         }
-        result(id, answer)
+        Handled::Reply(result(id, answer))
     }
 
     fn initialize(&mut self, id: Value, params: &Map<String, Value>) -> Reply {
@@ -486,9 +649,13 @@ impl<D: Decide> Server<D> {
         )
     }
 
-    /// `tools/call`: `Err` for a call that is not one of the tool (a protocol
-    /// error); arguments the tool cannot read are a denial.
-    fn call(&mut self, params: &Map<String, Value>) -> Result<Value, String> {
+    /// `tools/call`: the call's input and its decision, started; `Err` for
+    /// a call that is not one of the tool (a protocol error). Arguments the
+    /// tool cannot read are a denial.
+    fn call(
+        &mut self,
+        params: &Map<String, Value>,
+    ) -> Result<(Map<String, Value>, Started), String> {
         let name = match params.get("name") {
             Some(Value::String(name)) => name,
             _ => return Err("`tools/call` needs `name` (a string)".into()),
@@ -496,28 +663,15 @@ impl<D: Decide> Server<D> {
         if name != "approve" {
             return Err(format!("unknown tool `{name}` (this server has `approve`)"));
         }
-        let verdict = match params.get("arguments") {
+        let deny = |message: &str| Ok((Map::new(), Started::Now(Verdict::Deny(message.into()))));
+        match params.get("arguments") {
             Some(Value::Object(arguments)) => match approval(arguments) {
-                Ok(approval) => Some((approval.input.clone(), self.decide.decide(&approval))),
-                Err(message) => Some((Map::new(), Verdict::Deny(message))),
+                Ok(approval) => Ok((approval.input.clone(), self.decide.start(&approval))),
+                Err(message) => deny(&message),
             },
-            None | Some(Value::Null) => None,
-            Some(_) => Some((
-                Map::new(),
-                Verdict::Deny("toolgate: the `approve` arguments are not a JSON object".into()),
-            )),
-        };
-        let (input, verdict) = verdict.unwrap_or_else(|| {
-            (
-                Map::new(),
-                Verdict::Deny("toolgate: `approve` was called without arguments".into()),
-            )
-        });
-        let text = match verdict {
-            Verdict::Allow => json!({"behavior": "allow", "updatedInput": input}),
-            Verdict::Deny(message) => json!({"behavior": "deny", "message": message}),
-        };
-        Ok(json!({"content": [{"type": "text", "text": text.to_string()}], "isError": false}))
+            None | Some(Value::Null) => deny("toolgate: `approve` was called without arguments"),
+            Some(_) => deny("toolgate: the `approve` arguments are not a JSON object"),
+        }
     }
 }
 
@@ -544,15 +698,36 @@ fn approval(arguments: &Map<String, Value>) -> Result<Approval, String> {
     })
 }
 
+/// The calls being decided on other threads: how to withdraw each, by
+/// request id (as JSON text).
+type Waiting =
+    std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, Box<dyn Fn() + Send>>>>;
+
+/// Write one reply line.
+fn send<W: Write>(output: &std::sync::Mutex<W>, reply: &Value) -> std::io::Result<()> {
+    let mut output = output
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    writeln!(output, "{reply}")?;
+    output.flush()
+}
+
 /// Serve MCP on `input`/`output` until end of input. Lines longer than
 /// `limit` bytes are skipped without being buffered, answered with a parse
-/// error.
-pub fn run<R: BufRead, W: Write, D: Decide>(
+/// error. A call whose decision may take a person's time is decided on a
+/// thread of its own, and answered when decided, unless the client
+/// cancelled it first (`notifications/cancelled`: the call is withdrawn and
+/// gets no reply). At end of input the calls still waiting are withdrawn,
+/// each answered with its denial, and then it returns.
+pub fn run<R: BufRead, W: Write + Send + 'static, D: Decide>(
     mut input: R,
-    mut output: W,
+    output: W,
     server: &mut Server<D>,
     limit: usize,
 ) -> std::io::Result<()> {
+    let output = std::sync::Arc::new(std::sync::Mutex::new(output));
+    let waiting: Waiting = Default::default();
+    let mut threads: Vec<std::thread::JoinHandle<()>> = Vec::new();
     let mut line = Vec::new();
     loop {
         line.clear();
@@ -560,9 +735,21 @@ pub fn run<R: BufRead, W: Write, D: Decide>(
             .take(limit as u64 + 1)
             .read_until(b'\n', &mut line)?;
         if read == 0 {
+            // The client is gone: withdraw what still waits (each thread
+            // then answers its denial), and end when all have answered.
+            for cancel in waiting
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .values()
+            {
+                cancel();
+            }
+            for thread in threads {
+                let _ = thread.join();
+            }
             return Ok(());
         }
-        let reply = if line.len() > limit && line.last() != Some(&b'\n') {
+        let handled = if line.len() > limit && line.last() != Some(&b'\n') {
             // Skip the rest of the line.
             loop {
                 let buffer = input.fill_buf()?;
@@ -580,19 +767,66 @@ pub fn run<R: BufRead, W: Write, D: Decide>(
                     }
                 }
             }
-            error(
+            Handled::Reply(error(
                 Value::Null,
                 PARSE_ERROR,
                 format!("the message is longer than {limit} bytes"),
-            )
+            ))
         } else if line.iter().all(u8::is_ascii_whitespace) {
-            None
+            Handled::Reply(None)
         } else {
-            server.handle_line(&line)
+            server.handle(&line)
         };
-        if let Some(reply) = reply {
-            writeln!(output, "{reply}")?;
-            output.flush()?;
+        match handled {
+            Handled::Reply(None) => {}
+            Handled::Reply(Some(reply)) => send(&output, &reply)?,
+            Handled::Cancel(id) => {
+                let cancel = waiting
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+                    .remove(&id.to_string());
+                if let Some(cancel) = cancel {
+                    cancel();
+                }
+            }
+            Handled::Later(later) => {
+                let key = later.id.to_string();
+                let mut pending = waiting
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                if pending.contains_key(&key) {
+                    drop(pending);
+                    (later.cancel)();
+                    let reply = error(
+                        later.id,
+                        INVALID_REQUEST,
+                        "a request with this id is still being answered",
+                    );
+                    if let Some(reply) = reply {
+                        send(&output, &reply)?;
+                    }
+                    continue;
+                }
+                pending.insert(key.clone(), later.cancel);
+                drop(pending);
+                let (output, waiting) = (output.clone(), waiting.clone());
+                let (id, input, modern, run) = (later.id, later.input, later.modern, later.run);
+                threads.retain(|thread| !thread.is_finished());
+                threads.push(std::thread::spawn(move || {
+                    let verdict = run();
+                    let answered = waiting
+                        .lock()
+                        .unwrap_or_else(|poisoned| poisoned.into_inner())
+                        .remove(&key)
+                        .is_some();
+                    // A cancelled call gets no reply.
+                    if answered {
+                        if let Some(reply) = result(id, tool_result(input, verdict, modern)) {
+                            let _ = send(&output, &reply);
+                        }
+                    }
+                }));
+            }
         }
     }
 }
