@@ -22,9 +22,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, TryLockError};
 use std::time::Duration;
 
 use toolgate_policy::Policy;
-use toolgate_protocol::{ErrorCode, ServerFrame};
+use toolgate_protocol::ErrorCode;
 
-use crate::broker::Broker;
+use crate::broker::{Broker, ConnId, Input, Output};
 
 /// One line from the reader, or what happened instead.
 #[derive(Debug, PartialEq, Eq)]
@@ -146,15 +146,16 @@ fn call_of(start: &[u8]) -> Start {
 /// The UTF-8 byte order mark, skipped at the very start of the input only.
 const BOM: &[u8] = b"\xEF\xBB\xBF";
 
-/// Hand one line (1-based `number`) to the broker, as the transport does.
-/// A UTF-8 byte order mark at the start of the first line is skipped; one
-/// anywhere else makes its line malformed.
+/// Hand one line (1-based `number`) from connection `conn` to the broker, as
+/// the transport does. A UTF-8 byte order mark at the start of the first
+/// line is skipped; one anywhere else makes its line malformed.
 pub fn handle_line(
     broker: &mut Broker,
+    conn: ConnId,
     line: Line,
     number: u64,
     max_frame_bytes: usize,
-    frames: &mut Vec<ServerFrame>,
+    out: &mut Vec<Output>,
 ) {
     match line {
         Line::Data(bytes) => {
@@ -162,31 +163,45 @@ pub fn handle_line(
                 1 => bytes.strip_prefix(BOM).unwrap_or(&bytes),
                 _ => &bytes,
             };
-            broker.handle_line(bytes, number, frames)
-        }
-        Line::TooLarge(start) => {
-            // A call is denied by its id; any other line gets an error frame
-            // with the ids its beginning gave.
-            let tool_call = start.call().is_some();
-            let message = if tool_call {
-                format!("the frame is longer than the limit of {max_frame_bytes} bytes and was discarded")
-            } else {
-                format!("the line is longer than the frame limit of {max_frame_bytes} bytes and was discarded")
-            };
-            broker.reject_line(
-                toolgate_protocol::DecodeError {
-                    code: ErrorCode::FrameTooLarge,
-                    message,
-                    call_id: start.call_id,
-                    permission_id: start.permission_id,
-                    session_id: start.session_id,
-                    tool_call,
-                    others: Box::default(),
+            broker.step(
+                Input::Line {
+                    conn,
+                    line: bytes,
+                    number,
                 },
-                number,
-                frames,
+                out,
             )
         }
+        Line::TooLarge(start) => broker.step(
+            Input::Unreadable {
+                conn,
+                error: too_large(start, max_frame_bytes),
+                number,
+            },
+            out,
+        ),
+    }
+}
+
+/// What a line longer than the limit gets: a call is denied by its id; any
+/// other line gets an error frame with the ids its beginning gave.
+pub fn too_large(start: Start, max_frame_bytes: usize) -> toolgate_protocol::DecodeError {
+    let tool_call = start.call().is_some();
+    let message = if tool_call {
+        format!("the frame is longer than the limit of {max_frame_bytes} bytes and was discarded")
+    } else {
+        format!(
+            "the line is longer than the frame limit of {max_frame_bytes} bytes and was discarded"
+        )
+    };
+    toolgate_protocol::DecodeError {
+        code: ErrorCode::FrameTooLarge,
+        message,
+        call_id: start.call_id,
+        permission_id: start.permission_id,
+        session_id: start.session_id,
+        tool_call,
+        others: Box::default(),
     }
 }
 
@@ -194,7 +209,7 @@ pub fn handle_line(
 struct Shared<W: Write> {
     broker: Broker,
     writer: BufWriter<W>,
-    frames: Vec<ServerFrame>,
+    frames: Vec<Output>,
     /// Set when the input ended or `shutdown` was handled: the deadline thread stops.
     done: bool,
     /// The first write error; the run reports it.
@@ -267,8 +282,11 @@ where
     R: Read,
     W: Write + Send,
 {
+    let mut frames = Vec::new();
+    let mut broker = broker;
+    broker.step(Input::Opened { conn: STDIO }, &mut frames);
     let mut shared = Shared {
-        frames: vec![broker.ready()],
+        frames,
         broker,
         writer: BufWriter::with_capacity(1 << 16, output),
         done: false,
@@ -325,11 +343,11 @@ where
             for line in batch.drain(..) {
                 number += 1;
                 let Shared { broker, frames, .. } = &mut *shared;
-                handle_line(broker, line, number, max_frame_bytes, frames);
+                handle_line(broker, STDIO, line, number, max_frame_bytes, frames);
             }
             if ended && !shared.broker.stopped() {
                 let Shared { broker, frames, .. } = &mut *shared;
-                broker.shutdown(frames);
+                broker.step(Input::Stop, frames);
             }
             shared.flush_frames();
             holding.store(false, Ordering::SeqCst);
@@ -376,7 +394,7 @@ fn expire_deadlines<W: Write>(state: &Mutex<Shared<W>>, wake: &Condvar) {
                 let now = shared.broker.now_ms();
                 if deadline <= now {
                     let Shared { broker, frames, .. } = &mut *shared;
-                    broker.expire(frames);
+                    broker.step(Input::Tick, frames);
                     shared.flush_frames();
                 } else {
                     let wait = Duration::from_millis(deadline - now);
@@ -445,7 +463,7 @@ fn obey<W: Write>(
             Control::Stop(signal) => {
                 let pending = shared.broker.pending_count();
                 let Shared { broker, frames, .. } = &mut *shared;
-                broker.shutdown(frames);
+                broker.step(Input::Stop, frames);
                 shared.flush_frames();
                 shared.done = true;
                 let calls = if pending == 1 { "call" } else { "calls" };
@@ -480,7 +498,13 @@ fn obey<W: Write>(
                 let before = shared.broker.pending_count();
                 let deadline_before = shared.broker.next_deadline();
                 let Shared { broker, frames, .. } = &mut *shared;
-                broker.replace_policy(policy, ask_timeout_ms, frames);
+                broker.step(
+                    Input::Reload {
+                        policy,
+                        ask_timeout_ms,
+                    },
+                    frames,
+                );
                 shared.flush_frames();
                 let decided = before.saturating_sub(shared.broker.pending_count());
                 eprintln!(
@@ -516,13 +540,17 @@ fn lock_within<T>(mutex: &Mutex<T>, patience: Duration) -> Option<MutexGuard<'_,
     }
 }
 
-/// Write and flush a batch of frames, one JSON line each.
-fn write_frames<W: Write>(writer: &mut W, frames: &mut Vec<ServerFrame>) -> io::Result<()> {
+/// The one connection of the stdio transport.
+const STDIO: ConnId = 0;
+
+/// Write and flush a batch of frames, one JSON line each (stdio has one
+/// connection: every output is for it).
+fn write_frames<W: Write>(writer: &mut W, frames: &mut Vec<Output>) -> io::Result<()> {
     if frames.is_empty() {
         return Ok(());
     }
-    for frame in frames.drain(..) {
-        serde_json::to_writer(&mut *writer, &frame).map_err(io::Error::other)?;
+    for output in frames.drain(..) {
+        serde_json::to_writer(&mut *writer, &output.frame).map_err(io::Error::other)?;
         writer.write_all(b"\n")?;
     }
     writer.flush()
