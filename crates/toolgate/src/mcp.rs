@@ -33,7 +33,7 @@ use std::io::{BufRead, Read, Write};
 use serde_json::{json, Map, Value};
 use toolgate_policy::Mode;
 
-use crate::broker::Broker;
+use crate::broker::{Broker, Input};
 use crate::hook;
 
 /// The versions served through the `initialize` handshake, oldest first.
@@ -162,8 +162,14 @@ impl Decide for InProcess {
                 // the same call can be asked again and nothing waits on it.
                 let cancel = json!({"type": "cancel", "sessionID": self.session, "callID": call});
                 let mut out = Vec::new();
-                self.broker
-                    .handle_line(cancel.to_string().as_bytes(), 1, &mut out);
+                self.broker.step(
+                    Input::Line {
+                        conn: 0,
+                        line: cancel.to_string().as_bytes(),
+                        number: 1,
+                    },
+                    &mut out,
+                );
                 self.broker.commit();
                 Verdict::Deny(format!("{reason}; {NO_HUMAN}"))
             }
