@@ -179,6 +179,13 @@ struct ServeArgs {
     /// TOOLGATE_STATE_DIR. [default: no state is kept]
     #[arg(long, value_name = "DIR")]
     state_dir: Option<PathBuf>,
+
+    /// Serve many connections on a Unix socket instead of stdin/stdout:
+    /// `unix:PATH`, or `unix` for the default path ($XDG_RUNTIME_DIR/toolgate/
+    /// broker.sock, else /tmp/toolgate-UID/broker.sock). The socket is made
+    /// 0600 in a directory only you can enter; other users are refused.
+    #[arg(long, value_name = "unix:PATH")]
+    listen: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -215,6 +222,7 @@ impl ServeArgs {
             on_ask: self.on_ask.or(other.on_ask),
             max_frame_bytes: self.max_frame_bytes.or(other.max_frame_bytes),
             state_dir: self.state_dir.or(other.state_dir),
+            listen: self.listen.or(other.listen),
         }
     }
 }
@@ -539,6 +547,13 @@ fn open(args: ServeArgs) -> Result<Opened, ExitCode> {
 }
 
 fn serve(args: ServeArgs) -> ExitCode {
+    let listen = match args.listen.as_deref().map(listen_path).transpose() {
+        Ok(listen) => listen,
+        Err(err) => {
+            eprintln!("toolgate: {err}");
+            return ExitCode::from(2);
+        }
+    };
     let Opened {
         broker,
         settings,
@@ -550,6 +565,24 @@ fn serve(args: ServeArgs) -> ExitCode {
         Err(code) => return code,
     };
     let control = watch_signals(settings, policy.project_root.clone());
+    #[cfg(unix)]
+    if let Some(path) = listen {
+        let listener = match toolgate::socket::listen(&path) {
+            Ok(listener) => listener,
+            Err(err) => {
+                eprintln!("toolgate: {err}");
+                return ExitCode::from(2);
+            }
+        };
+        eprintln!("toolgate: listening on {}", path.display());
+        return match toolgate::socket::run(listener, broker, max_frame_bytes, control) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(err) => {
+                eprintln!("toolgate: i/o error: {err}");
+                ExitCode::from(1)
+            }
+        };
+    }
     let result = toolgate::serve::run_controlled(
         std::io::stdin(),
         std::io::stdout(),
@@ -564,6 +597,28 @@ fn serve(args: ServeArgs) -> ExitCode {
             eprintln!("toolgate: i/o error: {err}");
             ExitCode::from(1)
         }
+    }
+}
+
+/// The socket path `--listen` names: `unix:PATH`, or `unix` for the default.
+fn listen_path(value: &str) -> Result<PathBuf, String> {
+    #[cfg(unix)]
+    {
+        match value {
+            "unix" | "unix:" => Ok(toolgate::socket::default_path()),
+            _ => match value.strip_prefix("unix:") {
+                Some(path) => Ok(PathBuf::from(path)),
+                None => Err(format!(
+                    "--listen {value:?}: expected unix:PATH (or unix for the default path)"
+                )),
+            },
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        Err(format!(
+            "--listen {value:?}: Unix sockets need a Unix system"
+        ))
     }
 }
 
