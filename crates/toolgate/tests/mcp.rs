@@ -661,3 +661,96 @@ fn with_a_socket_the_broker_decides() {
     );
     assert_eq!((code, replies.len()), (2, 0));
 }
+
+/// `toolgate serve --listen` and `toolgate mcp --socket` together, with a
+/// person's approver on the socket: the question names client `mcp`, the
+/// approver's answer is the answer (a reject's message reaches the model);
+/// with no approver left, the question comes back and is denied.
+#[cfg(unix)]
+#[test]
+fn a_real_broker_and_an_approver_answer_over_the_socket() {
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::fs::PermissionsExt;
+    let dir = support::project_dir("mcp-real-broker");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let socket = dir.join("broker.sock");
+    let mut broker = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(["serve", "--listen"])
+        .arg(format!("unix:{}", socket.display()))
+        .arg("--project-root")
+        .arg(&dir)
+        .current_dir(&dir)
+        .env_remove("TOOLGATE_MODE")
+        .env_remove("TOOLGATE_PERMISSION")
+        .env_remove("TOOLGATE_STATE_DIR")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let approver = loop {
+        match std::os::unix::net::UnixStream::connect(&socket) {
+            Ok(stream) => break stream,
+            Err(_) if started.elapsed() < support::PATIENCE => {
+                std::thread::sleep(std::time::Duration::from_millis(20))
+            }
+            Err(err) => panic!("no broker on {}: {err}", socket.display()),
+        }
+    };
+    let mut to_broker = approver.try_clone().unwrap();
+    let mut from_broker = BufReader::new(approver);
+    let mut read = || {
+        let mut line = String::new();
+        from_broker.read_line(&mut line).unwrap();
+        serde_json::from_str::<Value>(&line).unwrap()
+    };
+    assert_eq!(read()["type"], "ready");
+    writeln!(
+        to_broker,
+        r#"{{"type":"hello","role":"approver","client":"test"}}"#
+    )
+    .unwrap();
+    assert_eq!(read()["type"], "ready");
+
+    let mut live = Live::start(&dir, &["--socket", socket.to_str().unwrap()]);
+    live.send(&initialize("2025-11-25"));
+    assert_eq!(live.recv()["id"], 0);
+    live.send(&approve(1, "Bash", json!({"command": "touch made"})));
+    let request = read();
+    assert_eq!(request["type"], "permission_request", "{request}");
+    assert_eq!(request["metadata"]["client"], "mcp", "{request}");
+    assert_eq!(request["callID"], "toolu_1");
+    let answer = json!({"type": "permission_response", "permissionID": request["permissionID"],
+        "response": "reject", "message": "not here"});
+    writeln!(to_broker, "{answer}").unwrap();
+    let reply = live.recv();
+    assert_eq!(reply["id"], 1);
+    let denied = behavior(&reply);
+    assert_eq!(denied["behavior"], "deny");
+    assert!(
+        denied["message"].as_str().unwrap().ends_with(": not here"),
+        "{denied}"
+    );
+
+    // The approver leaves: a question now comes back to `toolgate mcp`.
+    drop(to_broker);
+    drop(from_broker);
+    live.send(&approve(2, "Bash", json!({"command": "touch made"})));
+    let reply = live.recv();
+    let denied = behavior(&reply);
+    assert!(
+        denied["message"]
+            .as_str()
+            .unwrap()
+            .contains("no approver is connected to the broker at"),
+        "{denied}"
+    );
+    // Read-only commands need nobody.
+    live.send(&approve(3, "Bash", json!({"command": "ls"})));
+    assert_eq!(behavior(&live.recv())["behavior"], "allow");
+    let (rest, code) = live.close();
+    assert_eq!((rest.len(), code), (0, 0));
+    let _ = broker.kill();
+    let _ = broker.wait();
+}
