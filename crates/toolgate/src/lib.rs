@@ -12,6 +12,7 @@ pub mod clock;
 pub mod convert;
 pub mod globs;
 pub mod hook;
+pub mod mcp;
 pub mod repo;
 pub mod serve;
 pub mod setup;

@@ -58,6 +58,28 @@ enum Command {
         #[command(flatten)]
         args: ServeArgs,
     },
+    /// An MCP server on stdio with one tool, `approve`: Claude Code's
+    /// permission-prompt tool (`claude -p --mcp-config FILE
+    /// --permission-prompt-tool mcp__toolgate__approve`); see README.
+    ///
+    /// The policy flags of `serve` apply. Without --socket (or
+    /// TOOLGATE_SOCKET) it decides in-process, and an `ask` is a denial: no
+    /// human can be asked here. With a socket it is a client of the broker
+    /// listening there, which may ask a human approver; with no broker
+    /// listening there, every call is denied.
+    Mcp {
+        /// The toolgate session the calls belong to. [default: a new
+        /// session for each `toolgate mcp` process]
+        #[arg(long, value_name = "ID")]
+        session: Option<String>,
+        /// Ask the broker listening on this Unix socket (`toolgate serve
+        /// --listen unix:PATH`) instead of deciding in-process. Also
+        /// TOOLGATE_SOCKET.
+        #[arg(long, value_name = "PATH")]
+        socket: Option<PathBuf>,
+        #[command(flatten)]
+        args: ServeArgs,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -257,6 +279,11 @@ fn main() -> ExitCode {
         None => cli.serve,
         Some(Command::Grants(command)) => return grants(command, cli.serve.state_dir),
         Some(Command::Hook { target, args }) => return hook(target, args.or(cli.serve)),
+        Some(Command::Mcp {
+            session,
+            socket,
+            args,
+        }) => return mcp(session, socket, args.or(cli.serve)),
     };
     serve(args)
 }
@@ -676,4 +703,93 @@ fn hook(agent: HookAgent, args: ServeArgs) -> ExitCode {
         &mut broker,
     );
     write(&answer)
+}
+
+/// `toolgate mcp`: serve MCP on stdin/stdout until end of input (see
+/// `toolgate::mcp`). A broker that cannot start stops it with exit code 2
+/// before it answers anything, so Claude Code reports the server as failed
+/// (and, without its permission-prompt tool, asks nobody and allows nothing
+/// that its own rules do not allow).
+fn mcp(session: Option<String>, socket: Option<PathBuf>, args: ServeArgs) -> ExitCode {
+    use toolgate::mcp::{self, Remote, Server};
+    let limit = args.max_frame_bytes.unwrap_or(16 << 20).max(1);
+    let session = session
+        .filter(|session| !session.is_empty())
+        .unwrap_or_else(|| format!("mcp-{}", uuid::Uuid::new_v4().simple()));
+    let socket = socket.or_else(|| std::env::var_os("TOOLGATE_SOCKET").map(PathBuf::from));
+    let stdin = std::io::stdin();
+    let served = if let Some(path) = socket.filter(|path| !path.as_os_str().is_empty()) {
+        // The broker there has its own policy, and sessions it may have put
+        // in a stricter mode: nothing here may loosen them.
+        let given: Vec<&str> = [
+            ("--mode", args.mode.is_some()),
+            ("--permission-mode", args.permission_mode.is_some()),
+            ("--policy", args.policy.is_some()),
+            ("--agent", args.agent.is_some()),
+            ("--permission", args.permission.is_some()),
+            ("--project-root", args.project_root.is_some()),
+            ("--ask-timeout", args.ask_timeout.is_some()),
+            ("--on-ask", args.on_ask.is_some()),
+            ("--state-dir", args.state_dir.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(flag, given)| given.then_some(flag))
+        .collect();
+        if !given.is_empty() {
+            eprintln!(
+                "toolgate mcp: {} cannot be used with --socket: the broker listening on {} decides with its own policy (give these flags to `toolgate serve --listen`)",
+                given.join(", "),
+                path.display()
+            );
+            return ExitCode::from(2);
+        }
+        let mut server = Server::new(Remote::new(path, session));
+        mcp::run(stdin.lock(), std::io::stdout(), &mut server, limit)
+    } else {
+        match in_process(session, args, limit) {
+            Ok(served) => served,
+            Err(code) => return code,
+        }
+    };
+    match served {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("toolgate mcp: i/o error: {err}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// `toolgate mcp` deciding in-process until end of input; `Err` when the
+/// broker cannot start (its error is on stderr).
+fn in_process(
+    session: String,
+    args: ServeArgs,
+    limit: usize,
+) -> Result<std::io::Result<()>, ExitCode> {
+    use toolgate::mcp::{self, InProcess, Server};
+    let args = ServeArgs {
+        on_ask: args.on_ask.or(Some(OnAskArg::Wait)),
+        ..args
+    };
+    let Opened {
+        broker,
+        policy,
+        configured_mode,
+        ..
+    } = open(args)?;
+    let mut server = Server::new(InProcess::new(
+        broker,
+        session,
+        configured_mode,
+        policy.default_mode,
+    ));
+    let stdin = std::io::stdin();
+    Ok(mcp::run(
+        stdin.lock(),
+        std::io::stdout(),
+        &mut server,
+        limit,
+    ))
 }
