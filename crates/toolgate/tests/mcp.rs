@@ -561,8 +561,11 @@ fn with_a_socket_the_broker_decides() {
             }),
             // No approver: the question comes back to the caller.
             Some(
-                json!({"type": "permission_request", "permissionID": "per_1", "tool": "bash",
-                "permission": "bash", "metadata": {"reason": "ask mode asks before shell commands"}}),
+                json!({"type": "permission_request", "timestamp": 0, "permissionID": "per_1",
+                "tool": "bash", "permission": "bash", "toolName": "Bash", "pattern": ["touch *"],
+                "patterns": ["touch made"], "always": ["touch *"],
+                "alwaysOptions": [["touch made"], ["touch *"]], "title": "touch made",
+                "metadata": {"reason": "ask mode asks before shell commands"}}),
             ),
             Some(json!({"type": "error", "code": "invalid_frame", "message": "no such thing"})),
             None,
