@@ -1,0 +1,8 @@
+//! Human and program approvers: what they show and how they answer.
+//!
+//! - [`view`]: a `permission_request` as lines a person reads (the command's
+//!   simple commands and why it is not read-only, an edit's diff, the
+//!   `alwaysOptions` to choose from) and the `permission_response` a choice
+//!   makes. Pure.
+
+pub mod view;
