@@ -58,6 +58,14 @@ enum Command {
         #[command(flatten)]
         args: ServeArgs,
     },
+    /// A terminal approver: attach to a broker started with `serve --listen`
+    /// and answer its questions (o once, a always, r reject, q quit).
+    Approve {
+        /// The broker's socket [env: TOOLGATE_SOCKET]; default
+        /// $XDG_RUNTIME_DIR/toolgate/broker.sock, else /tmp/toolgate-$UID/broker.sock.
+        #[arg(long, value_name = "PATH")]
+        socket: Option<PathBuf>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -249,8 +257,25 @@ fn main() -> ExitCode {
         None => cli.serve,
         Some(Command::Grants(command)) => return grants(command, cli.serve.state_dir),
         Some(Command::Hook { target, args }) => return hook(target, args.or(cli.serve)),
+        Some(Command::Approve { socket }) => return approve(socket),
     };
     serve(args)
+}
+
+/// `toolgate approve`: the socket from --socket, else TOOLGATE_SOCKET, else
+/// the default path.
+fn approve(socket: Option<PathBuf>) -> ExitCode {
+    let socket = socket
+        .or_else(|| {
+            std::env::var_os("TOOLGATE_SOCKET")
+                .filter(|value| !value.is_empty())
+                .map(PathBuf::from)
+        })
+        .unwrap_or_else(toolgate::approver::tui::default_socket);
+    match toolgate::approver::tui::run(&socket) {
+        0 => ExitCode::SUCCESS,
+        _ => ExitCode::from(1),
+    }
 }
 
 /// `TOOLGATE_STATE_DIR`, when set and not empty.

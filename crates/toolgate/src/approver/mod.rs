@@ -4,5 +4,7 @@
 //!   simple commands and why it is not read-only, an edit's diff, the
 //!   `alwaysOptions` to choose from) and the `permission_response` a choice
 //!   makes. Pure.
+//! - [`tui`]: `toolgate approve`, the terminal approver on a broker's socket.
 
+pub mod tui;
 pub mod view;
