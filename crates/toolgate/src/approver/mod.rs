@@ -5,6 +5,8 @@
 //!   `alwaysOptions` to choose from) and the `permission_response` a choice
 //!   makes. Pure.
 //! - [`tui`]: `toolgate approve`, the terminal approver on a broker's socket.
+//! - [`command`]: `--approver command:PROG`, one program per question.
 
+pub mod command;
 pub mod tui;
 pub mod view;
