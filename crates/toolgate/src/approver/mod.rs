@@ -5,8 +5,10 @@
 //!   `alwaysOptions` to choose from) and the `permission_response` a choice
 //!   makes. Pure.
 //! - [`tui`]: `toolgate approve`, the terminal approver on a broker's socket.
+//! - [`tty`]: `--approver tty`, a line-based prompt on /dev/tty.
 //! - [`command`]: `--approver command:PROG`, one program per question.
 
 pub mod command;
+pub mod tty;
 pub mod tui;
 pub mod view;
