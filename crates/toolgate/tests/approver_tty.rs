@@ -1,0 +1,268 @@
+//! The terminal approvers in a real pseudo-terminal (tmux): `toolgate
+//! approve` on a socket, and `serve --approver tty` on /dev/tty.
+//!
+//! Each test runs its own tmux server (`tmux -L NAME`), so tests never see
+//! each other's panes. Without tmux the tests say so and pass.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use serde_json::{json, Value};
+use support::PATIENCE;
+
+/// A tmux server of our own with one 200×50 window running `command`.
+struct Tmux {
+    server: String,
+}
+
+impl Tmux {
+    /// `None` (after saying why) when tmux is missing.
+    fn start(name: &str, command: &str) -> Option<Tmux> {
+        if Command::new("tmux").arg("-V").output().is_err() {
+            eprintln!("skipped: tmux is not installed");
+            return None;
+        }
+        let server = format!("toolgate-test-{}-{name}", std::process::id());
+        let status = Command::new("tmux")
+            .args([
+                "-L",
+                &server,
+                "-f",
+                "/dev/null",
+                "new-session",
+                "-d",
+                "-x",
+                "200",
+                "-y",
+                "50",
+            ])
+            .arg(command)
+            .env_remove("TMUX")
+            .status()
+            .expect("run tmux");
+        assert!(status.success(), "tmux new-session failed");
+        Some(Tmux { server })
+    }
+
+    fn tmux(&self, args: &[&str]) -> String {
+        let output = Command::new("tmux")
+            .args(["-L", &self.server])
+            .args(args)
+            .output()
+            .expect("run tmux");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    /// Type keys (tmux key names: `Enter`, `Left`, `j`).
+    fn keys(&self, keys: &[&str]) {
+        for key in keys {
+            self.tmux(&["send-keys", "-t", "0", key]);
+        }
+    }
+
+    /// Type text literally.
+    fn text(&self, text: &str) {
+        self.tmux(&["send-keys", "-t", "0", "-l", text]);
+    }
+
+    fn screen(&self) -> String {
+        self.tmux(&["capture-pane", "-p", "-t", "0"])
+    }
+
+    /// Wait until the pane shows `what`; the screen then.
+    fn wait_for(&self, what: &str) -> String {
+        let start = Instant::now();
+        loop {
+            let screen = self.screen();
+            if screen.contains(what) {
+                return screen;
+            }
+            if start.elapsed() > PATIENCE {
+                panic!("the pane never showed {what:?}; it shows:\n{screen}");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+
+    /// Wait until the pane no longer shows `what`.
+    fn wait_gone(&self, what: &str) -> String {
+        let start = Instant::now();
+        loop {
+            let screen = self.screen();
+            if !screen.contains(what) {
+                return screen;
+            }
+            if start.elapsed() > PATIENCE {
+                panic!("the pane still shows {what:?}:\n{screen}");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        self.tmux(&["kill-server"]);
+    }
+}
+
+fn toolgate() -> &'static str {
+    env!("CARGO_BIN_EXE_toolgate")
+}
+
+fn socket_path(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("toolgate-sock-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join("broker.sock")
+}
+
+/// One side of a line connection.
+struct Lines {
+    reader: BufReader<UnixStream>,
+    writer: UnixStream,
+}
+
+impl Lines {
+    fn new(stream: UnixStream) -> Lines {
+        stream.set_read_timeout(Some(PATIENCE)).unwrap();
+        Lines {
+            writer: stream.try_clone().unwrap(),
+            reader: BufReader::new(stream),
+        }
+    }
+
+    fn send(&mut self, frame: &Value) {
+        let mut line = serde_json::to_vec(frame).unwrap();
+        line.push(b'\n');
+        self.writer.write_all(&line).unwrap();
+    }
+
+    fn read(&mut self) -> Value {
+        let mut line = String::new();
+        self.reader.read_line(&mut line).expect("a line in time");
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"))
+    }
+}
+
+fn request(id: &str, session: &str, command: &str, options: Value) -> Value {
+    json!({
+        "type":"permission_request","timestamp":0,"sessionID":session,"permissionID":id,
+        "callID":format!("call-{id}"),"tool":"bash","permission":"bash","toolName":"Bash",
+        "pattern":[],"patterns":[command],"always":options.as_array().unwrap().last().unwrap(),
+        "alwaysOptions":options,"title":command,
+        "metadata":{"command":command,"client":"claude","reason":"ask mode asks before commands that are not read-only"}
+    })
+}
+
+/// `toolgate approve` against a scripted broker: what it shows and what it
+/// sends for each key, in a real terminal.
+#[test]
+fn approve_against_a_scripted_broker() {
+    let socket = socket_path("scripted");
+    let listener = UnixListener::bind(&socket).unwrap();
+    let command = format!(
+        "{} approve --socket {}; echo EXIT=$?; sleep 600",
+        toolgate(),
+        socket.display()
+    );
+    let Some(tmux) = Tmux::start("scripted", &command) else {
+        return;
+    };
+    let (stream, _) = listener.accept().unwrap();
+    let mut broker = Lines::new(stream);
+    broker.send(&json!({"type":"ready","protocol":1,"version":"0","mode":"ask","projectRoot":"/","policySources":[],"stateDir":null}));
+    assert_eq!(
+        broker.read(),
+        json!({"type":"hello","role":"approver","client":"approve"})
+    );
+    broker.send(&request(
+        "per_1",
+        "s1",
+        "rm -rf build",
+        json!([["rm -rf build"], ["rm *"]]),
+    ));
+    broker.send(&request(
+        "per_2",
+        "s2",
+        "git push origin main",
+        json!([["git push origin main"], ["git push *"]]),
+    ));
+    let screen = tmux.wait_for("2. s2 [claude]  bash (Bash)  git push origin main");
+    assert!(screen.contains("toolgate approve — 2 pending"), "{screen}");
+    assert!(
+        screen.contains("rm -rf build   not read-only: `rm` deletes files"),
+        "{screen}"
+    );
+    assert!(screen.contains(" ▶ bash rm *"), "{screen}");
+    // The second question first, always with the narrower entry.
+    tmux.keys(&["j"]);
+    tmux.wait_for("git push origin main   not read-only");
+    tmux.keys(&["Left"]);
+    tmux.wait_for(" ▶ bash git push origin main");
+    tmux.keys(&["a"]);
+    assert_eq!(
+        broker.read(),
+        json!({"type":"permission_response","permissionID":"per_2","response":"always","patterns":["git push origin main"]})
+    );
+    tmux.wait_for("answered always (git push origin main): git push origin main");
+    // Then the first: reject with a typed message.
+    tmux.keys(&["r"]);
+    tmux.wait_for("reject with message (Enter sends, Esc back):");
+    tmux.text("use cargo clean");
+    tmux.keys(&["Enter"]);
+    assert_eq!(
+        broker.read(),
+        json!({"type":"permission_response","permissionID":"per_1","response":"reject","message":"use cargo clean"})
+    );
+    tmux.wait_for("no pending questions");
+    // A question resolved elsewhere disappears, saying why.
+    broker.send(&request(
+        "per_3",
+        "s1",
+        "make install",
+        json!([["make install"], ["make *"]]),
+    ));
+    tmux.wait_for("1. s1 [claude]  bash (Bash)  make install");
+    broker.send(&json!({"type":"permission_resolved","permissionID":"per_3","sessionID":"s1","callID":"call-per_3","reason":"answered on another connection"}));
+    let screen = tmux.wait_for("closed: make install (answered on another connection)");
+    assert!(screen.contains("no pending questions"), "{screen}");
+    // The broker goes away: the approver says so and exits 1.
+    drop(broker);
+    drop(listener);
+    let screen = tmux.wait_for("EXIT=1");
+    assert!(
+        screen.contains(&format!(
+            "toolgate approve: the connection to {} was lost",
+            socket.display()
+        )),
+        "{screen}"
+    );
+}
+
+/// No broker at the socket: a clear error and exit 1.
+#[test]
+fn approve_without_a_broker() {
+    let socket = socket_path("nobroker");
+    let output = Command::new(toolgate())
+        .args(["approve", "--socket"])
+        .arg(&socket)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "no toolgate broker listens on {}",
+            socket.display()
+        )),
+        "{stderr}"
+    );
+    let _ = Path::new(&socket);
+}
