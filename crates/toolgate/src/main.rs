@@ -165,6 +165,15 @@ struct ServeArgs {
     /// TOOLGATE_STATE_DIR. [default: no state is kept]
     #[arg(long, value_name = "DIR")]
     state_dir: Option<PathBuf>,
+
+    /// Who answers the questions instead of the client on stdin/stdout:
+    /// `tty` asks on the controlling terminal (/dev/tty), line by line;
+    /// `command:PROG` runs `sh -c PROG` per question, the request as one
+    /// JSON line on its stdin, its first stdout line the answer (once,
+    /// always, reject, or {"response":…,"message":…,"patterns":[…]});
+    /// anything else is a reject saying why. See README "Human approvers".
+    #[arg(long, value_name = "tty|command:PROG", value_parser = toolgate::approver::parse_spec)]
+    approver: Option<toolgate::approver::Spec>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -201,6 +210,7 @@ impl ServeArgs {
             on_ask: self.on_ask.or(other.on_ask),
             max_frame_bytes: self.max_frame_bytes.or(other.max_frame_bytes),
             state_dir: self.state_dir.or(other.state_dir),
+            approver: self.approver.or(other.approver),
         }
     }
 }
@@ -537,6 +547,7 @@ fn open(args: ServeArgs) -> Result<Opened, ExitCode> {
 }
 
 fn serve(args: ServeArgs) -> ExitCode {
+    let spec = args.approver.clone();
     let Opened {
         broker,
         settings,
@@ -547,13 +558,31 @@ fn serve(args: ServeArgs) -> ExitCode {
         Ok(opened) => opened,
         Err(code) => return code,
     };
+    let approver = match spec {
+        None => None,
+        Some(spec) => {
+            let (answers, answered) = std::sync::mpsc::channel();
+            match toolgate::approver::InProcess::start(
+                &spec,
+                Some(policy.project_root.clone()),
+                answers,
+            ) {
+                Ok(approver) => Some((approver, answered)),
+                Err(err) => {
+                    eprintln!("toolgate: --approver tty: cannot open /dev/tty: {err}");
+                    return ExitCode::from(2);
+                }
+            }
+        }
+    };
     let control = watch_signals(settings, policy.project_root.clone());
-    let result = toolgate::serve::run_controlled(
+    let result = toolgate::serve::run_with_approver(
         std::io::stdin(),
         std::io::stdout(),
         broker,
         max_frame_bytes,
         control,
+        approver,
     );
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -571,6 +600,10 @@ fn serve(args: ServeArgs) -> ExitCode {
 /// cannot be written is a denial, or exit code 2 (which the agents read as
 /// "blocked").
 fn hook(agent: HookAgent, args: ServeArgs) -> ExitCode {
+    if args.approver.is_some() {
+        eprintln!("toolgate hook: --approver works with serve only (a hook asks the broker's approvers through --socket)");
+        return ExitCode::from(2);
+    }
     use std::io::Read;
     use toolgate::hook::{self, Answer};
     let agent = match agent {

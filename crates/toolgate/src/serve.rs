@@ -24,6 +24,7 @@ use std::time::Duration;
 use toolgate_policy::Policy;
 use toolgate_protocol::{ErrorCode, ServerFrame};
 
+use crate::approver::InProcess;
 use crate::broker::Broker;
 
 /// One line from the reader, or what happened instead.
@@ -199,12 +200,24 @@ struct Shared<W: Write> {
     done: bool,
     /// The first write error; the run reports it.
     failed: Option<io::Error>,
+    /// `serve --approver`: the in-process approver questions go to.
+    approver: Option<InProcess>,
 }
 
 impl<W: Write> Shared<W> {
     fn flush_frames(&mut self) {
         // Saved before reported: what these frames report is synced first.
         self.broker.commit();
+        if let Some(approver) = &self.approver {
+            // With an approver the questions, and their ends, are its only.
+            self.frames.retain(|frame| match frame {
+                ServerFrame::PermissionRequest(_) | ServerFrame::PermissionResolved(_) => {
+                    approver.deliver(frame);
+                    false
+                }
+                _ => true,
+            });
+        }
         if let Err(err) = write_frames(&mut self.writer, &mut self.frames) {
             self.frames.clear();
             if self.failed.is_none() {
@@ -267,12 +280,37 @@ where
     R: Read,
     W: Write + Send,
 {
+    run_with_approver(input, output, broker, max_frame_bytes, control, None)
+}
+
+/// [`run_controlled`] with an in-process approver (`serve --approver`):
+/// every `permission_request` and `permission_resolved` goes to it instead
+/// of the output, and each answer it sends on the channel is handled as a
+/// line of its own connection: the decision it makes goes to the output,
+/// an error it earns is logged.
+pub fn run_with_approver<R, W>(
+    input: R,
+    output: W,
+    broker: Broker,
+    max_frame_bytes: usize,
+    control: Option<(Sender<Control>, Receiver<Control>)>,
+    approver: Option<(InProcess, Receiver<toolgate_protocol::PermissionResponse>)>,
+) -> io::Result<()>
+where
+    R: Read,
+    W: Write + Send,
+{
+    let (approver, answers) = match approver {
+        Some((approver, answers)) => (Some(approver), Some(answers)),
+        None => (None, None),
+    };
     let mut shared = Shared {
         frames: vec![broker.ready()],
         broker,
         writer: BufWriter::with_capacity(1 << 16, output),
         done: false,
         failed: None,
+        approver,
     };
     shared.flush_frames();
     let state = Mutex::new(shared);
@@ -283,6 +321,10 @@ where
 
     std::thread::scope(|scope| {
         scope.spawn(|| expire_deadlines(&state, &wake));
+        if let Some(answers) = answers {
+            let (state, wake) = (&state, &wake);
+            scope.spawn(move || take_answers(state, wake, &answers));
+        }
         let finished = match control {
             Some((finished, control)) => {
                 let (state, wake, holding) = (&state, &wake, &holding);
@@ -354,9 +396,61 @@ where
         }
     });
     let shared = state.into_inner().unwrap_or_else(PoisonError::into_inner);
+    if let Some(approver) = &shared.approver {
+        approver.stop();
+    }
     match shared.failed {
         Some(err) => Err(err),
         None => Ok(()),
+    }
+}
+
+/// The approver's answers: each is a line of the approver's connection
+/// (numbered on its own); the decision it makes is written, anything else
+/// it earns (an `already_resolved` error) is only logged. Ends with the
+/// transport.
+fn take_answers<W: Write>(
+    state: &Mutex<Shared<W>>,
+    wake: &Condvar,
+    answers: &Receiver<toolgate_protocol::PermissionResponse>,
+) {
+    let mut number: u64 = 0;
+    loop {
+        let response = match answers.recv_timeout(Duration::from_millis(100)) {
+            Ok(response) => response,
+            Err(RecvTimeoutError::Timeout) => {
+                if lock(state).done {
+                    return;
+                }
+                continue;
+            }
+            Err(RecvTimeoutError::Disconnected) => return,
+        };
+        let frame = toolgate_protocol::ClientFrame::PermissionResponse(response);
+        let Ok(line) = serde_json::to_vec(&frame) else {
+            continue;
+        };
+        number += 1;
+        let mut shared = lock(state);
+        if shared.done {
+            return;
+        }
+        let mut own = Vec::new();
+        shared.broker.handle_line(&line, number, &mut own);
+        for frame in own {
+            match frame {
+                ServerFrame::Decision(_)
+                | ServerFrame::PermissionRequest(_)
+                | ServerFrame::PermissionResolved(_) => shared.frames.push(frame),
+                ServerFrame::Error(error) => {
+                    tracing::warn!(message = %error.message, "the approver's answer was refused")
+                }
+                other => tracing::debug!(?other, "for the approver"),
+            }
+        }
+        shared.flush_frames();
+        drop(shared);
+        wake.notify_one();
     }
 }
 
