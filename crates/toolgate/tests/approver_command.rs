@@ -29,14 +29,24 @@ fn decide(
     body: &str,
     extra: &[&str],
     calls: &[(&str, &str)],
+    one_by_one: bool,
 ) -> (Vec<Value>, std::path::PathBuf) {
     let root = project_dir(name);
     let program = script(&root, "approve.sh", body);
     let mut args = vec!["serve".to_string(), format!("--approver=command:{program}")];
     args.extend(extra.iter().map(|s| s.to_string()));
     let mut broker = Broker::start(&root, &args, &[]);
-    for (id, command) in calls {
+    for (index, (id, command)) in calls.iter().enumerate() {
         broker.send(&call(id, command));
+        if one_by_one {
+            broker.wait_for("the decision", |lines| {
+                lines
+                    .iter()
+                    .filter(|l| l.contains("\"type\":\"decision\""))
+                    .count()
+                    == index + 1
+            });
+        }
     }
     let want = calls.len();
     broker.wait_for("every decision", |lines| {
@@ -107,8 +117,13 @@ fn answers_from_programs() {
         ),
     ];
     for (index, (body, mut want)) in table.into_iter().enumerate() {
-        let (decisions, root) =
-            decide(&format!("cmd{index}"), body, &[], &[("c1", "rm -rf build")]);
+        let (decisions, root) = decide(
+            &format!("cmd{index}"),
+            body,
+            &[],
+            &[("c1", "rm -rf build")],
+            false,
+        );
         if let Some(message) = want.get("message").and_then(Value::as_str) {
             let program = root.join("approve.sh").display().to_string();
             want["message"] = json!(message.replace("PROG", &program));
@@ -125,6 +140,7 @@ fn the_program_gets_the_request() {
         r#"read -r line; printf '%s\n' "$line" > "$(dirname "$0")/seen.json"; echo once"#,
         &[],
         &[("c1", "rm -rf build")],
+        false,
     );
     assert_eq!(decisions[0]["decision"], "allow");
     let seen: Value =
@@ -152,6 +168,7 @@ esac"#;
             ("c2", "git commit -m one"),
             ("c3", "git commit -m two"),
         ],
+        true,
     );
     let by_id = |id: &str| {
         decisions
@@ -160,10 +177,10 @@ esac"#;
             .unwrap()
             .clone()
     };
-    assert_eq!(by_id("c1")["source"], "user");
     assert_eq!(by_id("c1")["decision"], "allow");
-    // c2 may have been asked before c1's grant existed; either way it is allowed.
+    assert_eq!(by_id("c1")["source"], "user");
     assert_eq!(by_id("c2")["decision"], "allow");
+    assert_eq!(by_id("c2")["source"], "grant");
     assert_eq!(by_id("c3")["decision"], "deny", "{decisions:?}");
 }
 
@@ -182,6 +199,7 @@ esac"#;
         body,
         &["--ask-timeout", "60"],
         &[("first", "rm -rf a"), ("second", "rm -rf b")],
+        false,
     );
     assert_eq!(decisions[0]["callID"], "second");
     assert_eq!(decisions[0]["decision"], "allow");
@@ -198,6 +216,7 @@ fn a_hanging_program_times_out_and_is_killed() {
         r#"echo $$ > "$(dirname "$0")/pid"; sleep 600; echo once"#,
         &["--ask-timeout", "1"],
         &[("c1", "rm -rf build")],
+        false,
     );
     assert_eq!(decisions[0]["decision"], "deny");
     assert_eq!(decisions[0]["source"], "timeout");
