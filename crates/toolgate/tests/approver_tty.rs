@@ -89,21 +89,6 @@ impl Tmux {
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
     }
-
-    /// Wait until the pane no longer shows `what`.
-    fn wait_gone(&self, what: &str) -> String {
-        let start = Instant::now();
-        loop {
-            let screen = self.screen();
-            if !screen.contains(what) {
-                return screen;
-            }
-            if start.elapsed() > PATIENCE {
-                panic!("the pane still shows {what:?}:\n{screen}");
-            }
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
-    }
 }
 
 impl Drop for Tmux {
@@ -265,4 +250,110 @@ fn approve_without_a_broker() {
         "{stderr}"
     );
     let _ = Path::new(&socket);
+}
+
+/// The frames `serve` wrote to `path` so far.
+fn frames_in(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
+
+/// Wait until `path` holds the decision of `call`; that decision.
+fn decision_of(path: &Path, call: &str) -> Value {
+    let start = Instant::now();
+    loop {
+        if let Some(decision) = frames_in(path)
+            .into_iter()
+            .find(|f| f["type"] == "decision" && f["callID"] == call)
+        {
+            return decision;
+        }
+        assert!(
+            start.elapsed() < PATIENCE,
+            "no decision for {call}: {:?}",
+            frames_in(path)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// `serve --approver tty` with stdin and stdout redirected (the agent's
+/// pipes) asks on the tmux pane, its /dev/tty.
+#[test]
+fn serve_asks_on_the_terminal() {
+    let root = support::project_dir("ttyserve");
+    let input = root.join("in.fifo");
+    let output = root.join("out.jsonl");
+    let status = Command::new("mkfifo").arg(&input).status().unwrap();
+    assert!(status.success());
+    let command = format!(
+        "cd {root} && {bin} serve --approver tty --ask-timeout 0 <{input} >{output} 2>{root}/err.txt; echo EXIT=$?; sleep 600",
+        root = root.display(),
+        bin = toolgate(),
+        input = input.display(),
+        output = output.display(),
+    );
+    let Some(tmux) = Tmux::start("ttyserve", &command) else {
+        return;
+    };
+    let mut agent = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&input)
+        .unwrap();
+    let mut send = |frame: Value| {
+        let mut line = serde_json::to_vec(&frame).unwrap();
+        line.push(b'\n');
+        agent.write_all(&line).unwrap();
+    };
+    let call = |id: &str, command: &str| json!({"type":"tool_call","callID":id,"tool":"bash","input":{"command":command}});
+    send(call("c1", "rm -rf build"));
+    let screen = tmux.wait_for("[o once · a always · r reject [message] · s next] >");
+    assert!(
+        screen.contains("── toolgate asks (1 pending) ──"),
+        "{screen}"
+    );
+    assert!(
+        screen.contains("rm -rf build   not read-only: `rm` deletes files"),
+        "{screen}"
+    );
+    send(call("c2", "git commit -m one"));
+    tmux.wait_for("(another question arrived: 2 pending; `s` shows the next)");
+    // Answer the second first: always, with the narrower entry.
+    tmux.keys(&["s", "Enter"]);
+    tmux.wait_for("a always (a1…a2 picks an entry above, 1 narrowest)");
+    tmux.text("a1");
+    tmux.keys(&["Enter"]);
+    let decision = decision_of(&output, "c2");
+    assert_eq!(decision["decision"], "allow");
+    assert_eq!(decision["source"], "user");
+    // The grant covers exactly `git commit -m one`.
+    send(call("c3", "git commit -m one"));
+    assert_eq!(decision_of(&output, "c3")["source"], "grant");
+    // The first: reject with a typed message.
+    tmux.wait_for("── toolgate asks (1 pending) ──");
+    tmux.keys(&["r", "Enter"]);
+    tmux.wait_for("message for the agent (Enter for none) >");
+    tmux.text("use make clean");
+    tmux.keys(&["Enter"]);
+    let decision = decision_of(&output, "c1");
+    assert_eq!(decision["decision"], "deny");
+    assert_eq!(decision["message"], "use make clean");
+    // A question the agent withdraws closes on the terminal.
+    send(call("c4", "git commit -m two"));
+    tmux.wait_for("git commit -m two   not read-only");
+    send(json!({"type":"cancel","callID":"c4"}));
+    tmux.wait_for("closed: git commit -m two (");
+    assert_eq!(decision_of(&output, "c4")["source"], "cancel");
+    drop(agent);
+    tmux.wait_for("EXIT=0");
+    let frames = frames_in(&output);
+    assert!(
+        frames
+            .iter()
+            .all(|f| f["type"] == "ready" || f["type"] == "decision"),
+        "the agent sees no question: {frames:?}"
+    );
 }
