@@ -236,3 +236,56 @@ fn a_hanging_program_times_out_and_is_killed() {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+/// `--approver tty` without a controlling terminal: exit 2, saying why;
+/// a bad `--approver` value is refused by the flag parser.
+#[test]
+fn approver_flag_errors() {
+    let root = project_dir("ttynone");
+    let output = std::process::Command::new("setsid")
+        .arg(env!("CARGO_BIN_EXE_toolgate"))
+        .args(["serve", "--approver", "tty"])
+        .current_dir(&root)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("toolgate: --approver tty: cannot open /dev/tty:"),
+        "{stderr}"
+    );
+    assert!(output.stdout.is_empty());
+    for (value, message) in [
+        (
+            "gui",
+            "unknown approver `gui` (expected tty or command:PROG)",
+        ),
+        (
+            "command:",
+            "command: needs a program, e.g. command:./approve.sh",
+        ),
+    ] {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_toolgate"))
+            .args(["serve", "--approver", value])
+            .current_dir(&root)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(2));
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(message), "{stderr}");
+    }
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(["hook", "claude", "--approver", "tty"])
+        .current_dir(&root)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--approver works with serve only"),
+        "{stderr}"
+    );
+}

@@ -11,7 +11,9 @@
 //! - `s` (or `skip`): show the next pending question (answers in any order).
 //!
 //! A question that ends otherwise (timeout, cancel, another approver) is
-//! closed with its reason and the next one is shown. Several questions can be
+//! closed with its reason and the next one is shown. When the terminal's
+//! input ends (it was closed), every pending and later question is rejected
+//! ("the approver's terminal closed: nobody can answer"). Several questions can be
 //! pending: the terminal is read on its own thread, so the broker never waits
 //! for it.
 
@@ -116,6 +118,13 @@ impl TtyApprover {
     }
 }
 
+/// The answer to every question once the terminal's input has ended.
+fn closed_terminal() -> Choice {
+    Choice::Reject {
+        message: Some("the approver's terminal closed: nobody can answer".to_string()),
+    }
+}
+
 struct Prompt {
     out: Box<dyn Write + Send>,
     pending: VecDeque<PermissionRequest>,
@@ -138,6 +147,12 @@ impl Prompt {
                         .iter()
                         .any(|q| q.permission_id == request.permission_id)
                     {
+                        continue;
+                    }
+                    if !open {
+                        // Nobody can answer on a closed terminal: fail closed.
+                        let response = view::answer(&request, &closed_terminal());
+                        let _ = self.answers.send(response);
                         continue;
                     }
                     self.pending.push_back(*request);
@@ -183,7 +198,14 @@ impl Prompt {
                 }
                 Event::Line(line) if open => self.typed(line.trim()),
                 Event::Line(_) => {}
-                Event::Closed => open = false,
+                Event::Closed => {
+                    open = false;
+                    self.shown = None;
+                    for request in std::mem::take(&mut self.pending) {
+                        let response = view::answer(&request, &closed_terminal());
+                        let _ = self.answers.send(response);
+                    }
+                }
             }
         }
     }
@@ -383,6 +405,23 @@ mod tests {
                 })
                 .collect();
             assert_eq!(got, want, "{lines:?}");
+        }
+    }
+
+    #[test]
+    fn a_closed_terminal_rejects() {
+        let (sender, answers) = mpsc::channel();
+        let approver = TtyApprover::start(Box::new(Screen::default()), None, sender);
+        approver.ask(request("p1", "rm a"));
+        approver.read_from(std::io::Cursor::new(Vec::new()));
+        approver.ask(request("p2", "rm b"));
+        for id in ["p1", "p2"] {
+            let got = serde_json::to_value(answers.recv_timeout(Duration::from_secs(10)).unwrap())
+                .unwrap();
+            assert_eq!(
+                got,
+                json!({"permissionID":id,"response":"reject","message":"the approver's terminal closed: nobody can answer"})
+            );
         }
     }
 
