@@ -265,9 +265,9 @@ fn run_one(program: &str, request: &PermissionRequest, running: &Running) -> Per
     }
     let mut answer = String::new();
     if let Some(stdout) = stdout {
-        let mut reader = BufReader::new(stdout.take(MAX_ANSWER));
-        let _ = reader.read_line(&mut answer);
-        // Drain the rest so the program never blocks on a full pipe.
+        let mut reader = BufReader::new(stdout);
+        let _ = (&mut reader).take(MAX_ANSWER).read_line(&mut answer);
+        // Drain the rest (unbounded) so the program never blocks on a full pipe.
         let _ = std::io::copy(&mut reader, &mut std::io::sink());
     }
     let status = loop {
@@ -443,6 +443,11 @@ mod tests {
             (
                 "kill -9 $$",
                 json!({"permissionID":"per_1","response":"reject","message":fail("it was killed by a signal")}),
+            ),
+            // An endless line: the first 64 KiB are read, the rest drained.
+            (
+                "head -c 300000 /dev/zero | tr '\\0' x",
+                json!({"permissionID":"per_1","response":"reject","message":fail(&format!("its answer is not once, always, reject or a JSON answer: {}…", "x".repeat(120)))}),
             ),
         ];
         for (program, mut want) in table {
