@@ -357,3 +357,132 @@ fn serve_asks_on_the_terminal() {
         "the agent sees no question: {frames:?}"
     );
 }
+
+/// A spawned `toolgate serve --listen unix:PATH`, stopped when dropped.
+struct Listening {
+    child: std::process::Child,
+}
+
+impl Listening {
+    fn start(root: &Path, socket: &Path) -> Listening {
+        let child = Command::new(toolgate())
+            .args(["serve", "--listen"])
+            .arg(format!("unix:{}", socket.display()))
+            .arg("--project-root")
+            .arg(root)
+            .current_dir(root)
+            .env("RUST_LOG", "warn")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        while UnixStream::connect(socket).is_err() {
+            assert!(
+                start.elapsed() < PATIENCE,
+                "the broker never listened on {}",
+                socket.display()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        Listening { child }
+    }
+}
+
+impl Drop for Listening {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An agent on the socket: it reads frames until the decision of a call.
+fn agent(socket: &Path) -> Lines {
+    let mut agent = Lines::new(UnixStream::connect(socket).unwrap());
+    assert_eq!(agent.read()["type"], "ready");
+    agent.send(&json!({"type":"hello","role":"agent","client":"tester"}));
+    assert_eq!(agent.read()["type"], "ready");
+    agent
+}
+
+impl Lines {
+    /// Frames until the decision of `call`; that decision.
+    fn decision(&mut self, call: &str) -> Value {
+        loop {
+            let frame = self.read();
+            if frame["type"] == "decision" && frame["callID"] == call {
+                return frame;
+            }
+        }
+    }
+}
+
+/// `toolgate approve` attached to a real broker on its socket, an agent on
+/// another connection: answers in any order, a narrower always grant, a
+/// reject with a message the agent receives, a cancelled question closes,
+/// the broker's end is reported.
+#[test]
+#[ignore = "needs serve --listen from branch i11-socket"]
+fn approve_a_real_broker() {
+    let root = support::project_dir("approve-live");
+    let socket = socket_path("live");
+    let mut broker = Listening::start(&root, &socket);
+    let command = format!(
+        "{} approve --socket {}; echo EXIT=$?; sleep 600",
+        toolgate(),
+        socket.display()
+    );
+    let Some(tmux) = Tmux::start("live", &command) else {
+        return;
+    };
+    let mut agent = agent(&socket);
+    let call = |id: &str, session: &str, command: &str| json!({"type":"tool_call","callID":id,"sessionID":session,"tool":"bash","input":{"command":command}});
+    agent.send(&call("c1", "s1", "git commit -m one"));
+    agent.send(&call("c2", "s2", "git push origin main"));
+    let screen = tmux.wait_for("2. s2 [tester]  bash  git push origin main");
+    assert!(
+        screen.contains("1. s1 [tester]  bash  git commit -m one"),
+        "{screen}"
+    );
+    // The second first: once.
+    tmux.keys(&["j"]);
+    tmux.wait_for("title    git push origin main");
+    tmux.keys(&["o"]);
+    let decision = agent.decision("c2");
+    assert_eq!(decision["decision"], "allow");
+    assert_eq!(decision["source"], "user");
+    // Then the first: always, the narrower entry.
+    tmux.wait_for("title    git commit -m one");
+    tmux.keys(&["Left"]);
+    tmux.wait_for(" ▶ bash git commit -m one");
+    tmux.keys(&["a"]);
+    assert_eq!(agent.decision("c1")["decision"], "allow");
+    // The grant covers exactly that command, in that session.
+    agent.send(&call("c3", "s1", "git commit -m one"));
+    assert_eq!(agent.decision("c3")["source"], "grant");
+    agent.send(&call("c4", "s1", "git commit -m two"));
+    tmux.wait_for("title    git commit -m two");
+    tmux.keys(&["r"]);
+    tmux.wait_for("reject with message (Enter sends, Esc back):");
+    tmux.text("squash them first");
+    tmux.keys(&["Enter"]);
+    let decision = agent.decision("c4");
+    assert_eq!(decision["decision"], "deny");
+    assert_eq!(decision["message"], "squash them first");
+    // A question that ends elsewhere leaves the list, saying why.
+    agent.send(&call("c5", "s2", "make install"));
+    tmux.wait_for("title    make install");
+    agent.send(&json!({"type":"cancel","callID":"c5","sessionID":"s2"}));
+    assert_eq!(agent.decision("c5")["source"], "cancel");
+    tmux.wait_for("closed: make install (");
+    // The broker stops: the approver says the connection was lost, exit 1.
+    let _ = Command::new("kill")
+        .arg(broker.child.id().to_string())
+        .status();
+    let _ = broker.child.wait();
+    let screen = tmux.wait_for("EXIT=1");
+    assert!(
+        screen.contains("toolgate approve: the connection to"),
+        "{screen}"
+    );
+}
