@@ -73,13 +73,23 @@ pub fn read_file(path: &Path) -> FileRead {
         Err(error) => FileRead::Unreadable(error.to_string()),
         Ok(meta) if !meta.is_file() => FileRead::Unreadable("not a regular file".to_string()),
         Ok(meta) if meta.len() > MAX_DIFF_BYTES => FileRead::TooLarge(meta.len()),
-        Ok(_) => match std::fs::read(path) {
-            Ok(bytes) => match String::from_utf8(bytes) {
-                Ok(text) => FileRead::Text(text),
-                Err(_) => FileRead::Unreadable("not UTF-8 text".to_string()),
-            },
-            Err(error) => FileRead::Unreadable(error.to_string()),
-        },
+        Ok(_) => {
+            // Bounded again while reading: a size can lie (`/proc` files say 0).
+            use std::io::Read;
+            let mut bytes = Vec::new();
+            let read = std::fs::File::open(path)
+                .and_then(|file| file.take(MAX_DIFF_BYTES + 1).read_to_end(&mut bytes));
+            match read {
+                Err(error) => FileRead::Unreadable(error.to_string()),
+                Ok(_) if bytes.len() as u64 > MAX_DIFF_BYTES => {
+                    FileRead::TooLarge(bytes.len() as u64)
+                }
+                Ok(_) => match String::from_utf8(bytes) {
+                    Ok(text) => FileRead::Text(text),
+                    Err(_) => FileRead::Unreadable("not UTF-8 text".to_string()),
+                },
+            }
+        }
     }
 }
 
@@ -821,6 +831,34 @@ mod tests {
         let big = |_: &Path| FileRead::TooLarge(999_999);
         let shown = text(&detail(&req, 0, None, &big));
         assert!(shown.contains("999999 bytes: too large to diff"), "{shown}");
+    }
+
+    #[test]
+    fn reading_files_is_bounded() {
+        let dir = std::env::temp_dir().join(format!("toolgate-view-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("small"), "a\n").unwrap();
+        std::fs::write(dir.join("big"), vec![b'x'; MAX_DIFF_BYTES as usize + 1]).unwrap();
+        std::fs::write(dir.join("binary"), [0xff, 0xfe]).unwrap();
+        assert_eq!(read_file(&dir.join("small")), FileRead::Text("a\n".into()));
+        assert_eq!(read_file(&dir.join("none")), FileRead::Missing);
+        assert_eq!(
+            read_file(&dir.join("big")),
+            FileRead::TooLarge(MAX_DIFF_BYTES + 1)
+        );
+        assert_eq!(
+            read_file(&dir.join("binary")),
+            FileRead::Unreadable("not UTF-8 text".into())
+        );
+        assert_eq!(
+            read_file(&dir),
+            FileRead::Unreadable("not a regular file".into())
+        );
+        assert_eq!(
+            read_file(Path::new("/dev/zero")),
+            FileRead::Unreadable("not a regular file".into())
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
