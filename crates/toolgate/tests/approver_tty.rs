@@ -185,12 +185,12 @@ fn approve_against_a_scripted_broker() {
         screen.contains("rm -rf build   not read-only: `rm` deletes files"),
         "{screen}"
     );
-    assert!(screen.contains(" ▶ bash rm *"), "{screen}");
+    assert!(screen.contains(" ▶ 2. bash rm *"), "{screen}");
     // The second question first, always with the narrower entry.
     tmux.keys(&["j"]);
     tmux.wait_for("git push origin main   not read-only");
     tmux.keys(&["Left"]);
-    tmux.wait_for(" ▶ bash git push origin main");
+    tmux.wait_for(" ▶ 1. bash git push origin main");
     tmux.keys(&["a"]);
     assert_eq!(
         broker.read(),
@@ -323,7 +323,7 @@ fn serve_asks_on_the_terminal() {
     tmux.wait_for("(another question arrived: 2 pending; `s` shows the next)");
     // Answer the second first: always, with the narrower entry.
     tmux.keys(&["s", "Enter"]);
-    tmux.wait_for("a always (a1…a2 picks an entry above, 1 narrowest)");
+    tmux.wait_for("a always (a1…a2: that entry)");
     tmux.text("a1");
     tmux.keys(&["Enter"]);
     let decision = decision_of(&output, "c2");
@@ -454,7 +454,7 @@ fn approve_a_real_broker() {
     // Then the first: always, the narrower entry.
     tmux.wait_for("title    git commit -m one");
     tmux.keys(&["Left"]);
-    tmux.wait_for(" ▶ bash git commit -m one");
+    tmux.wait_for(" ▶ 1. bash git commit -m one");
     tmux.keys(&["a"]);
     assert_eq!(agent.decision("c1")["decision"], "allow");
     // The grant covers exactly that command, in that session.

@@ -249,7 +249,7 @@ impl Prompt {
     fn hint(&mut self, request: &PermissionRequest) {
         let always = match request.always_options.len() {
             0 | 1 => "a always".to_string(),
-            n => format!("a always (a1…a{n} picks an entry above, 1 narrowest)"),
+            n => format!("a always (a1…a{n}: that entry)"),
         };
         let text = format!("[o once · {always} · r reject [message] · s next] > ");
         let _ = write!(self.out, "\x1b[1m{text}\x1b[0m");

@@ -332,7 +332,7 @@ impl App {
                 format!("reject with message (Enter sends, Esc back): {text}▏")
             }
             Input::Keys => {
-                "o once · a always · ←/→ tab: always level · r reject · j/k ↑/↓ move · PgUp/PgDn scroll · q quit"
+                "o once · a always (←/→ tab: which) · r reject · j/k ↑/↓ move · PgUp/PgDn scroll · q quit"
                     .to_string()
             }
         }

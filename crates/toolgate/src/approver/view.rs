@@ -606,7 +606,7 @@ fn always_lines(lines: &mut Vec<Line>, request: &PermissionRequest, level: usize
     }
     lines.push(Line::new(
         Tone::Heading,
-        "always grants (←/→ or tab to choose, narrow → wide)",
+        "always grants (narrow → wide; ▶ is what always would grant)",
     ));
     for (index, option) in request.always_options.iter().enumerate() {
         let mark = if index == level { "▶" } else { " " };
@@ -618,7 +618,8 @@ fn always_lines(lines: &mut Vec<Line>, request: &PermissionRequest, level: usize
         lines.push(Line::new(
             tone,
             format!(
-                " {mark} {} {}",
+                " {mark} {}. {} {}",
+                index + 1,
                 request.permission,
                 one_line(&option.join(", "))
             ),
@@ -736,8 +737,8 @@ mod tests {
                     "Heading|Simple commands",
                     "Plain|  ls   (reads only)",
                     "Warn|  rm -rf build   not read-only:",
-                    "Dim|   bash rm -rf build",
-                    "Plain| ▶ bash rm *",
+                    "Dim|   1. bash rm -rf build",
+                    "Plain| ▶ 2. bash rm *",
                 ],
             ),
             (
@@ -760,8 +761,8 @@ mod tests {
                     "Removed|-two",
                     "Added|+2",
                     "Plain| three",
-                    "Plain| ▶ edit src/a.rs",
-                    "Dim|   edit src/*",
+                    "Plain| ▶ 1. edit src/a.rs",
+                    "Dim|   2. edit src/*",
                 ],
             ),
             (
