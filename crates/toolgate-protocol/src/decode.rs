@@ -11,8 +11,9 @@ use serde_json::{Map, Value};
 
 use crate::scan;
 use crate::{
-    Cancel, ClientFrame, ErrorCode, GrantScope, ListGrants, PermissionResponse, Reply, RevokeGrant,
-    ScopeSpec, SessionRef, SessionStart, SetMode, Shutdown, ToolCall, DEFAULT_SESSION,
+    Cancel, ClientFrame, ErrorCode, GrantScope, Hello, ListGrants, PermissionResponse, Reply,
+    RevokeGrant, Role, ScopeSpec, SessionRef, SessionStart, SetMode, Shutdown, ToolCall,
+    DEFAULT_SESSION,
 };
 
 /// Why a line is not a usable frame.
@@ -73,6 +74,8 @@ struct Envelope {
     grant_id: Option<Value>,
     scope: Option<Value>,
     patterns: Option<Value>,
+    role: Option<Value>,
+    client: Option<Value>,
 }
 
 impl<'de> Deserialize<'de> for Envelope {
@@ -114,6 +117,8 @@ impl<'de> Visitor<'de> for EnvelopeVisitor {
                 "grantID" => &mut envelope.grant_id,
                 "scope" => &mut envelope.scope,
                 "patterns" => &mut envelope.patterns,
+                "role" => &mut envelope.role,
+                "client" => &mut envelope.client,
                 other => {
                     if unknown.iter().any(|seen| seen == other) {
                         return Err(de::Error::custom(format_args!("duplicate field `{other}`")));
@@ -458,11 +463,39 @@ impl Envelope {
                 grant_id: self.required_str(&self.grant_id, "grantID", "revoke_grant")?,
             })),
             "shutdown" => Ok(ClientFrame::Shutdown(Shutdown {})),
+            "hello" => self.hello(),
             other => Err(self.error(
                 ErrorCode::UnknownType,
                 format!("unknown frame type `{}`", truncate(other, 64)),
             )),
         }
+    }
+
+    fn hello(&self) -> Result<ClientFrame, DecodeError> {
+        let role = match self.optional_str(&self.role, "role", "hello")?.as_deref() {
+            None | Some("agent") => Role::Agent,
+            Some("approver") => Role::Approver,
+            Some(other) => {
+                return Err(self.error(
+                    ErrorCode::InvalidFrame,
+                    format!(
+                        "`role` of hello must be `agent` or `approver`, not `{}`",
+                        truncate(other, 64)
+                    ),
+                ))
+            }
+        };
+        let client = self.optional_str(&self.client, "client", "hello")?;
+        if client
+            .as_ref()
+            .is_some_and(|name| name.chars().count() > 128)
+        {
+            return Err(self.error(
+                ErrorCode::InvalidFrame,
+                "`client` of hello is longer than 128 characters".into(),
+            ));
+        }
+        Ok(ClientFrame::Hello(Hello { role, client }))
     }
 
     fn tool_call(mut self) -> Result<ClientFrame, DecodeError> {

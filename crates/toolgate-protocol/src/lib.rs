@@ -66,6 +66,8 @@ pub enum ClientFrame {
     RevokeGrant(RevokeGrant),
     /// Deny every pending call, flush, exit 0.
     Shutdown(Shutdown),
+    /// Say who is connecting (an agent or an approver); answered by [`Ready`].
+    Hello(Hello),
 }
 
 /// `tool_call`: a tool call the agent wants to make.
@@ -282,6 +284,42 @@ pub struct RevokeGrant {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Shutdown {}
 
+/// `hello`: who the connection is. An `approver` receives every question of
+/// every session; an `agent` (the default, also for connections that send no
+/// `hello`) receives the questions of its own calls when no approver is
+/// connected.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Hello {
+    /// `agent` (default) or `approver`.
+    #[serde(default)]
+    pub role: Role,
+    /// The client's name (at most 128 characters), shown to approvers and
+    /// echoed in `ready`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<String>,
+}
+
+/// What a connection is, as said by `hello`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Sends tool calls; answers its own questions when no approver is connected.
+    #[default]
+    Agent,
+    /// Receives every question and may answer it.
+    Approver,
+}
+
+impl Role {
+    /// The role as written on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Agent => "agent",
+            Role::Approver => "approver",
+        }
+    }
+}
+
 fn default_session() -> String {
     DEFAULT_SESSION.to_string()
 }
@@ -338,6 +376,12 @@ pub struct Ready {
     /// when nothing is kept across restarts.
     #[serde(rename = "stateDir")]
     pub state_dir: Option<String>,
+    /// The connection's role, once it said `hello`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<Role>,
+    /// The connection's client name, once it said `hello` with one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<String>,
 }
 
 /// `decision`: the one answer to a tool call.

@@ -3,7 +3,10 @@
 //! its proportions, 25:10). Plain `std::time` timing; prints commands/second
 //! for the normal path and for tree-sitter alone.
 //!
-//! Run with `cargo bench -p toolgate-shell` (about two seconds).
+//! Then the growth for twice the input on both paths (a quadratic path
+//! would show 4x; above 3x the benchmark fails).
+//!
+//! Run with `cargo bench -p toolgate-shell` (about three seconds).
 #![allow(clippy::print_stdout)] // a benchmark reports on stdout
 
 use std::hint::black_box;
@@ -57,6 +60,53 @@ fn measure(name: &str, budget: Duration, f: impl Fn(&str) -> Analysis) {
     );
 }
 
+/// The best of seven analyses of `script`, in turns with its partner so
+/// that a burst of load slows both.
+fn best_pair(options: &Options, small: &str, large: &str) -> (Duration, Duration) {
+    let mut best = (Duration::MAX, Duration::MAX);
+    for _ in 0..7 {
+        let start = Instant::now();
+        black_box(analyze(Script::Text(small), options));
+        best.0 = best.0.min(start.elapsed());
+        let start = Instant::now();
+        black_box(analyze(Script::Text(large), options));
+        best.1 = best.1.min(start.elapsed());
+    }
+    best
+}
+
+/// Twice the input must cost at most about twice the time (a quadratic path
+/// would cost four times): prints the growth on both paths and fails above 3x.
+fn growth(options: &Options) -> bool {
+    let unit = "git log --oneline -n 5 2>/dev/null && rg -n 'fn main' src | head\n";
+    let plain = "ls -la && git status; cat a | wc -l\n";
+    let cases = [
+        (
+            "growth, tree-sitter (100 KB -> 200 KB)",
+            unit.repeat(100_000 / unit.len()),
+            unit.repeat(200_000 / unit.len()),
+        ),
+        (
+            "growth, fast path (3000 -> 6000 lines)",
+            plain.repeat(3000),
+            plain.repeat(6000),
+        ),
+    ];
+    let mut linear = true;
+    for (name, small, large) in &cases {
+        let (t1, t2) = best_pair(options, small, large);
+        let ratio = t2.as_secs_f64() / t1.as_secs_f64().max(1e-9);
+        let verdict = if ratio < 3.0 {
+            "linear"
+        } else {
+            "WORSE THAN LINEAR"
+        };
+        println!("{name:<40} {ratio:>5.2}x ({t1:?} -> {t2:?}): {verdict}");
+        linear &= ratio < 3.0;
+    }
+    linear
+}
+
 fn main() {
     // git commands ask a repository oracle; this one answers without I/O, so
     // the benchmark measures analysis alone (the binary's probe is a few stats).
@@ -77,4 +127,7 @@ fn main() {
     measure("tree-sitter only", budget, |c| {
         analyze_tree_sitter_only(Script::Text(c), &options)
     });
+    if !growth(&options) {
+        std::process::exit(1);
+    }
 }

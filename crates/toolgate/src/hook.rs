@@ -20,7 +20,7 @@ use serde_json::{json, Map, Value};
 use toolgate_policy::Mode;
 use toolgate_protocol::{ServerFrame, Verdict};
 
-use crate::broker::Broker;
+use crate::broker::{Broker, Input};
 
 /// The agents whose hook protocol this module speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -138,11 +138,20 @@ pub fn decide(
         frame["cwd"] = json!(cwd);
     }
     let set_mode = json!({"type": "set_mode", "sessionID": session, "mode": mode.as_str()});
-    let mut out = Vec::new();
+    let mut outputs = Vec::new();
+    broker.step(Input::Opened { conn: 0 }, &mut outputs);
     for (number, line) in [set_mode, frame].iter().enumerate() {
-        broker.handle_line(line.to_string().as_bytes(), number as u64 + 1, &mut out);
+        broker.step(
+            Input::Line {
+                conn: 0,
+                line: line.to_string().as_bytes(),
+                number: number as u64 + 1,
+            },
+            &mut outputs,
+        );
     }
     broker.commit();
+    let out: Vec<ServerFrame> = outputs.into_iter().map(|output| output.frame).collect();
     // Gemini CLI cannot ask, and its hook does not say whether it would.
     answer(&out, call, never_ask || agent == Agent::Gemini)
 }

@@ -567,7 +567,13 @@ fn serve(args: ServeArgs) -> ExitCode {
                 Some(policy.project_root.clone()),
                 answers,
             ) {
-                Ok(approver) => Some((approver, answered)),
+                Ok(approver) => {
+                    let name = match spec {
+                        toolgate::approver::Spec::Tty => "tty",
+                        toolgate::approver::Spec::Command(_) => "command",
+                    };
+                    Some((approver, name, answered))
+                }
                 Err(err) => {
                     eprintln!("toolgate: --approver tty: cannot open /dev/tty: {err}");
                     return ExitCode::from(2);

@@ -22,10 +22,10 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, TryLockError};
 use std::time::Duration;
 
 use toolgate_policy::Policy;
-use toolgate_protocol::{ErrorCode, ServerFrame};
+use toolgate_protocol::ErrorCode;
 
 use crate::approver::InProcess;
-use crate::broker::Broker;
+use crate::broker::{Broker, ConnId, Input, Output};
 
 /// One line from the reader, or what happened instead.
 #[derive(Debug, PartialEq, Eq)]
@@ -147,15 +147,16 @@ fn call_of(start: &[u8]) -> Start {
 /// The UTF-8 byte order mark, skipped at the very start of the input only.
 const BOM: &[u8] = b"\xEF\xBB\xBF";
 
-/// Hand one line (1-based `number`) to the broker, as the transport does.
-/// A UTF-8 byte order mark at the start of the first line is skipped; one
-/// anywhere else makes its line malformed.
+/// Hand one line (1-based `number`) from connection `conn` to the broker, as
+/// the transport does. A UTF-8 byte order mark at the start of the first
+/// line is skipped; one anywhere else makes its line malformed.
 pub fn handle_line(
     broker: &mut Broker,
+    conn: ConnId,
     line: Line,
     number: u64,
     max_frame_bytes: usize,
-    frames: &mut Vec<ServerFrame>,
+    out: &mut Vec<Output>,
 ) {
     match line {
         Line::Data(bytes) => {
@@ -163,31 +164,45 @@ pub fn handle_line(
                 1 => bytes.strip_prefix(BOM).unwrap_or(&bytes),
                 _ => &bytes,
             };
-            broker.handle_line(bytes, number, frames)
-        }
-        Line::TooLarge(start) => {
-            // A call is denied by its id; any other line gets an error frame
-            // with the ids its beginning gave.
-            let tool_call = start.call().is_some();
-            let message = if tool_call {
-                format!("the frame is longer than the limit of {max_frame_bytes} bytes and was discarded")
-            } else {
-                format!("the line is longer than the frame limit of {max_frame_bytes} bytes and was discarded")
-            };
-            broker.reject_line(
-                toolgate_protocol::DecodeError {
-                    code: ErrorCode::FrameTooLarge,
-                    message,
-                    call_id: start.call_id,
-                    permission_id: start.permission_id,
-                    session_id: start.session_id,
-                    tool_call,
-                    others: Box::default(),
+            broker.step(
+                Input::Line {
+                    conn,
+                    line: bytes,
+                    number,
                 },
-                number,
-                frames,
+                out,
             )
         }
+        Line::TooLarge(start) => broker.step(
+            Input::Unreadable {
+                conn,
+                error: too_large(start, max_frame_bytes),
+                number,
+            },
+            out,
+        ),
+    }
+}
+
+/// What a line longer than the limit gets: a call is denied by its id; any
+/// other line gets an error frame with the ids its beginning gave.
+pub fn too_large(start: Start, max_frame_bytes: usize) -> toolgate_protocol::DecodeError {
+    let tool_call = start.call().is_some();
+    let message = if tool_call {
+        format!("the frame is longer than the limit of {max_frame_bytes} bytes and was discarded")
+    } else {
+        format!(
+            "the line is longer than the frame limit of {max_frame_bytes} bytes and was discarded"
+        )
+    };
+    toolgate_protocol::DecodeError {
+        code: ErrorCode::FrameTooLarge,
+        message,
+        call_id: start.call_id,
+        permission_id: start.permission_id,
+        session_id: start.session_id,
+        tool_call,
+        others: Box::default(),
     }
 }
 
@@ -195,12 +210,12 @@ pub fn handle_line(
 struct Shared<W: Write> {
     broker: Broker,
     writer: BufWriter<W>,
-    frames: Vec<ServerFrame>,
+    frames: Vec<Output>,
     /// Set when the input ended or `shutdown` was handled: the deadline thread stops.
     done: bool,
     /// The first write error; the run reports it.
     failed: Option<io::Error>,
-    /// `serve --approver`: the in-process approver questions go to.
+    /// `serve --approver`: the in-process approver, connection [`APPROVER`].
     approver: Option<InProcess>,
 }
 
@@ -209,13 +224,14 @@ impl<W: Write> Shared<W> {
         // Saved before reported: what these frames report is synced first.
         self.broker.commit();
         if let Some(approver) = &self.approver {
-            // With an approver the questions, and their ends, are its only.
-            self.frames.retain(|frame| match frame {
-                ServerFrame::PermissionRequest(_) | ServerFrame::PermissionResolved(_) => {
-                    approver.deliver(frame);
+            // What is addressed to the in-process approver is its own.
+            self.frames.retain(|output| {
+                if output.to.conn() == APPROVER {
+                    approver.deliver(&output.frame);
                     false
+                } else {
+                    true
                 }
-                _ => true,
             });
         }
         if let Err(err) = write_frames(&mut self.writer, &mut self.frames) {
@@ -283,29 +299,53 @@ where
     run_with_approver(input, output, broker, max_frame_bytes, control, None)
 }
 
-/// [`run_controlled`] with an in-process approver (`serve --approver`):
-/// every `permission_request` and `permission_resolved` goes to it instead
-/// of the output, and each answer it sends on the channel is handled as a
-/// line of its own connection: the decision it makes goes to the output,
-/// an error it earns is logged.
+/// The connection of the in-process approver (`serve --approver`).
+pub const APPROVER: ConnId = 1;
+
+/// [`run_controlled`] with an in-process approver (`serve --approver`): a
+/// second connection, [`APPROVER`], that says `hello` with role approver
+/// before stdin is read, so every question (and its end) is addressed to it
+/// and never to stdout. Each answer it sends on the channel is a line of
+/// that connection: the decision it makes goes to the caller on stdout,
+/// anything else the broker says to the approver (an error) is logged.
 pub fn run_with_approver<R, W>(
     input: R,
     output: W,
     broker: Broker,
     max_frame_bytes: usize,
     control: Option<(Sender<Control>, Receiver<Control>)>,
-    approver: Option<(InProcess, Receiver<toolgate_protocol::PermissionResponse>)>,
+    approver: Option<(
+        InProcess,
+        &'static str,
+        Receiver<toolgate_protocol::PermissionResponse>,
+    )>,
 ) -> io::Result<()>
 where
     R: Read,
     W: Write + Send,
 {
+    let mut frames = Vec::new();
+    let mut broker = broker;
+    broker.step(Input::Opened { conn: STDIO }, &mut frames);
     let (approver, answers) = match approver {
-        Some((approver, answers)) => (Some(approver), Some(answers)),
+        Some((approver, name, answers)) => {
+            broker.step(Input::Opened { conn: APPROVER }, &mut frames);
+            let hello = serde_json::json!({"type":"hello","role":"approver","client":name});
+            let hello = hello.to_string();
+            broker.step(
+                Input::Line {
+                    conn: APPROVER,
+                    line: hello.as_bytes(),
+                    number: 1,
+                },
+                &mut frames,
+            );
+            (Some(approver), Some(answers))
+        }
         None => (None, None),
     };
     let mut shared = Shared {
-        frames: vec![broker.ready()],
+        frames,
         broker,
         writer: BufWriter::with_capacity(1 << 16, output),
         done: false,
@@ -367,11 +407,11 @@ where
             for line in batch.drain(..) {
                 number += 1;
                 let Shared { broker, frames, .. } = &mut *shared;
-                handle_line(broker, line, number, max_frame_bytes, frames);
+                handle_line(broker, STDIO, line, number, max_frame_bytes, frames);
             }
             if ended && !shared.broker.stopped() {
                 let Shared { broker, frames, .. } = &mut *shared;
-                broker.shutdown(frames);
+                broker.step(Input::Stop, frames);
             }
             shared.flush_frames();
             holding.store(false, Ordering::SeqCst);
@@ -405,16 +445,14 @@ where
     }
 }
 
-/// The approver's answers: each is a line of the approver's connection
-/// (numbered on its own); the decision it makes is written, anything else
-/// it earns (an `already_resolved` error) is only logged. Ends with the
-/// transport.
+/// The in-process approver's answers, each a line of connection
+/// [`APPROVER`] (numbered after its `hello`). Ends with the transport.
 fn take_answers<W: Write>(
     state: &Mutex<Shared<W>>,
     wake: &Condvar,
     answers: &Receiver<toolgate_protocol::PermissionResponse>,
 ) {
-    let mut number: u64 = 0;
+    let mut number: u64 = 1;
     loop {
         let response = match answers.recv_timeout(Duration::from_millis(100)) {
             Ok(response) => response,
@@ -435,19 +473,15 @@ fn take_answers<W: Write>(
         if shared.done {
             return;
         }
-        let mut own = Vec::new();
-        shared.broker.handle_line(&line, number, &mut own);
-        for frame in own {
-            match frame {
-                ServerFrame::Decision(_)
-                | ServerFrame::PermissionRequest(_)
-                | ServerFrame::PermissionResolved(_) => shared.frames.push(frame),
-                ServerFrame::Error(error) => {
-                    tracing::warn!(message = %error.message, "the approver's answer was refused")
-                }
-                other => tracing::debug!(?other, "for the approver"),
-            }
-        }
+        let Shared { broker, frames, .. } = &mut *shared;
+        broker.step(
+            Input::Line {
+                conn: APPROVER,
+                line: &line,
+                number,
+            },
+            frames,
+        );
         shared.flush_frames();
         drop(shared);
         wake.notify_one();
@@ -470,7 +504,7 @@ fn expire_deadlines<W: Write>(state: &Mutex<Shared<W>>, wake: &Condvar) {
                 let now = shared.broker.now_ms();
                 if deadline <= now {
                     let Shared { broker, frames, .. } = &mut *shared;
-                    broker.expire(frames);
+                    broker.step(Input::Tick, frames);
                     shared.flush_frames();
                 } else {
                     let wait = Duration::from_millis(deadline - now);
@@ -539,7 +573,7 @@ fn obey<W: Write>(
             Control::Stop(signal) => {
                 let pending = shared.broker.pending_count();
                 let Shared { broker, frames, .. } = &mut *shared;
-                broker.shutdown(frames);
+                broker.step(Input::Stop, frames);
                 shared.flush_frames();
                 shared.done = true;
                 let calls = if pending == 1 { "call" } else { "calls" };
@@ -574,7 +608,13 @@ fn obey<W: Write>(
                 let before = shared.broker.pending_count();
                 let deadline_before = shared.broker.next_deadline();
                 let Shared { broker, frames, .. } = &mut *shared;
-                broker.replace_policy(policy, ask_timeout_ms, frames);
+                broker.step(
+                    Input::Reload {
+                        policy,
+                        ask_timeout_ms,
+                    },
+                    frames,
+                );
                 shared.flush_frames();
                 let decided = before.saturating_sub(shared.broker.pending_count());
                 eprintln!(
@@ -610,13 +650,17 @@ fn lock_within<T>(mutex: &Mutex<T>, patience: Duration) -> Option<MutexGuard<'_,
     }
 }
 
-/// Write and flush a batch of frames, one JSON line each.
-fn write_frames<W: Write>(writer: &mut W, frames: &mut Vec<ServerFrame>) -> io::Result<()> {
+/// The one connection of the stdio transport.
+const STDIO: ConnId = 0;
+
+/// Write and flush a batch of frames, one JSON line each (stdio has one
+/// connection: every output is for it).
+fn write_frames<W: Write>(writer: &mut W, frames: &mut Vec<Output>) -> io::Result<()> {
     if frames.is_empty() {
         return Ok(());
     }
-    for frame in frames.drain(..) {
-        serde_json::to_writer(&mut *writer, &frame).map_err(io::Error::other)?;
+    for output in frames.drain(..) {
+        serde_json::to_writer(&mut *writer, &output.frame).map_err(io::Error::other)?;
         writer.write_all(b"\n")?;
     }
     writer.flush()

@@ -18,7 +18,7 @@ fn broker() -> Broker {
 fn feed(broker: &mut Broker, lines: &[&str]) -> Vec<Value> {
     let mut out: Vec<ServerFrame> = Vec::new();
     for (number, line) in lines.iter().enumerate() {
-        broker.handle_line(line.as_bytes(), number as u64 + 1, &mut out);
+        support::feed_line(broker, line.as_bytes(), number as u64 + 1, &mut out);
     }
     out.iter()
         .map(|frame| serde_json::to_value(frame).unwrap())
@@ -460,7 +460,7 @@ mod journal_matches_the_broker {
             let text = line(step, n, &asked, &grants);
             script.push(text.clone());
             let mut out: Vec<ServerFrame> = Vec::new();
-            broker.handle_line(text.as_bytes(), n as u64 + 1, &mut out);
+            crate::support::feed_line(&mut broker, text.as_bytes(), n as u64 + 1, &mut out);
             broker.commit();
             for frame in &out {
                 let frame = serde_json::to_value(frame).unwrap();

@@ -205,9 +205,9 @@ proptest! {
         let mut owed: HashMap<(String, String), usize> = HashMap::new();
         for (number, line) in lines.iter().enumerate() {
             let before = out.len();
-            broker.handle_line(line, number as u64 + 1, &mut out);
+            support::feed_line(&mut broker, line, number as u64 + 1, &mut out);
             clock.advance(ticks[number % ticks.len()]);
-            broker.expire(&mut out);
+            support::step(&mut broker, toolgate::broker::Input::Tick, &mut out);
             let parsed: Option<serde_json::Value> = serde_json::from_slice(line).ok();
             let readable_call = parsed.as_ref().and_then(|frame| {
                 (frame.get("type")? == "tool_call")
@@ -222,7 +222,7 @@ proptest! {
             pay(&mut owed, &out[before..])?;
         }
         let before = out.len();
-        broker.shutdown(&mut out);
+        support::step(&mut broker, toolgate::broker::Input::Stop, &mut out);
         pay(&mut owed, &out[before..])?;
         prop_assert_eq!(broker.pending_count(), 0);
         owed.retain(|_, count| *count > 0);

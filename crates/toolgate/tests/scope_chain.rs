@@ -76,11 +76,11 @@ fn answer(setup: &[String], session: &str, tool: &str, input: &Value) -> String 
     let mut broker = support::in_process(ManualClock::new(), 0);
     let mut out: Vec<ServerFrame> = Vec::new();
     for (number, line) in setup.iter().enumerate() {
-        broker.handle_line(line.as_bytes(), number as u64 + 1, &mut out);
+        support::feed_line(&mut broker, line.as_bytes(), number as u64 + 1, &mut out);
     }
     out.clear();
     let frame = json!({"type": "tool_call", "sessionID": session, "callID": "probe", "tool": tool, "input": input});
-    broker.handle_line(frame.to_string().as_bytes(), 1000, &mut out);
+    support::feed_line(&mut broker, frame.to_string().as_bytes(), 1000, &mut out);
     let frames: Vec<Value> = out
         .iter()
         .map(|frame| serde_json::to_value(frame).unwrap())
@@ -97,11 +97,11 @@ fn reported_mode(setup: &[String], session: &str) -> Mode {
     let mut broker = support::in_process(ManualClock::new(), 0);
     let mut out: Vec<ServerFrame> = Vec::new();
     for (number, line) in setup.iter().enumerate() {
-        broker.handle_line(line.as_bytes(), number as u64 + 1, &mut out);
+        support::feed_line(&mut broker, line.as_bytes(), number as u64 + 1, &mut out);
     }
     out.clear();
     let frame = json!({"type": "get_reminder", "sessionID": session});
-    broker.handle_line(frame.to_string().as_bytes(), 1000, &mut out);
+    support::feed_line(&mut broker, frame.to_string().as_bytes(), 1000, &mut out);
     let frame = serde_json::to_value(&out[0]).unwrap();
     frame["mode"].as_str().unwrap().parse().unwrap()
 }

@@ -1,11 +1,13 @@
 //! The broker's state machine: sessions, pending questions, grants and
-//! deadlines. It is synchronous and owns no I/O: the transport hands it frames
-//! and the current time, and it appends the frames to write to an output list.
-//! One broker can therefore serve stdio, a socket or a replay alike.
+//! deadlines. It is synchronous and owns no I/O: a transport hands it one
+//! [`Input`] at a time through [`Broker::step`] and writes the [`Output`]s,
+//! each addressed to one connection. One broker can therefore serve stdio,
+//! a socket, a hook or a replay alike.
 //!
-//! This module holds the [`Broker`], its settings and the entry points that
-//! dispatch each frame; the parts live in `sessions` (the session tree and
-//! modes), `questions` (calls, pending questions, answers, deadlines),
+//! This module holds the [`Broker`], its settings and the dispatch of each
+//! decoded frame; the parts live in `routing` (the step function, the
+//! connections and who hears and answers what), `sessions` (the session tree
+//! and modes), `questions` (calls, pending questions, answers, deadlines),
 //! `grants` (`always` grants) and `persistence` (the state directory).
 
 use std::cmp::Reverse;
@@ -22,11 +24,13 @@ use crate::state::Store;
 use questions::{Pending, Queue};
 use sessions::{ClosedSet, RepeatMemory, Session};
 
+pub use routing::{ConnId, Input, Output, To};
 pub use sessions::MAX_DEPTH;
 
 mod grants;
 mod persistence;
 mod questions;
+mod routing;
 mod sessions;
 
 /// What to do when the answer is "ask".
@@ -78,6 +82,8 @@ pub struct Broker {
     idle_repeats: RepeatMemory,
     /// What `ready` says about where the policy and the state come from.
     origin: Origin,
+    /// The connections, and who hears and answers which question.
+    conns: routing::Connections,
 }
 
 /// Where a broker's policy and state come from, for `ready` (set by the
@@ -117,24 +123,13 @@ impl Broker {
             closed: ClosedSet::default(),
             idle_repeats: RepeatMemory::default(),
             origin: Origin::default(),
+            conns: routing::Connections::default(),
         }
     }
 
     /// Say in `ready` where the policy and the state come from.
     pub fn set_origin(&mut self, origin: Origin) {
         self.origin = origin;
-    }
-
-    /// The `ready` frame.
-    pub fn ready(&self) -> ServerFrame {
-        ServerFrame::Ready(wire::Ready {
-            protocol: wire::PROTOCOL_VERSION,
-            version: env!("CARGO_PKG_VERSION").to_string(),
-            mode: self.policy.default_mode.as_str().to_string(),
-            project_root: self.policy.project_root.to_string_lossy().into_owned(),
-            policy_sources: self.origin.policy_sources.clone(),
-            state_dir: self.origin.state_dir.clone(),
-        })
     }
 
     /// True once `shutdown` was handled: the transport stops reading.
@@ -150,28 +145,6 @@ impl Broker {
     /// The current monotonic time.
     pub fn now_ms(&self) -> u64 {
         self.clock.monotonic_ms()
-    }
-
-    /// Handle one input line (1-based `line` number for error frames).
-    pub fn handle_line(&mut self, line: &[u8], number: u64, out: &mut Vec<ServerFrame>) {
-        if line.iter().all(u8::is_ascii_whitespace) {
-            return;
-        }
-        match toolgate_protocol::decode_line(line, number) {
-            Ok(frame) => {
-                // Error frames about a frame that decoded carry the ids it names.
-                let ids = FrameIds::of(&frame);
-                let start = out.len();
-                self.handle(frame, number, out);
-                ids.fill(&mut out[start..]);
-            }
-            Err(err) => {
-                self.reject_line(err, number, out);
-                if !self.stopped {
-                    self.shut_unreadable_start(line, out);
-                }
-            }
-        }
     }
 
     /// A `session_start` refused because it could not be decoded shuts its
@@ -191,7 +164,7 @@ impl Broker {
     /// A line that did not decode: a `deny` (source `invalid`) for each
     /// `tool_call` on it whose `callID` could be read, an `error` frame for
     /// the rest (with the `callID` and `permissionID` that could be read).
-    pub fn reject_line(&mut self, mut err: DecodeError, number: u64, out: &mut Vec<ServerFrame>) {
+    fn reject_line(&mut self, mut err: DecodeError, number: u64, out: &mut Vec<ServerFrame>) {
         let others = std::mem::take(&mut err.others);
         match (&err.call_id, err.tool_call) {
             (Some(call_id), true) => {
@@ -228,7 +201,7 @@ impl Broker {
     }
 
     /// Handle one decoded frame.
-    pub fn handle(&mut self, frame: ClientFrame, number: u64, out: &mut Vec<ServerFrame>) {
+    fn handle(&mut self, frame: ClientFrame, number: u64, out: &mut Vec<ServerFrame>) {
         if self.stopped {
             // Lines already read when the broker stopped (a `shutdown` frame
             // or a signal): their calls are denied, nothing else is done.
@@ -279,11 +252,13 @@ impl Broker {
             }
             ClientFrame::RevokeGrant(revoke) => self.revoke_grant(revoke, number, out),
             ClientFrame::Shutdown(_) => self.shutdown(out),
+            // Answered by the routing, which knows the connection.
+            ClientFrame::Hello(_) => {}
         }
     }
 
     /// Deny every pending call (source `shutdown`) and stop.
-    pub fn shutdown(&mut self, out: &mut Vec<ServerFrame>) {
+    fn shutdown(&mut self, out: &mut Vec<ServerFrame>) {
         let mut ids: Vec<(u64, String)> = self
             .pending
             .iter()
@@ -306,7 +281,7 @@ impl Broker {
     /// change does (`permission_resolved`, then the decision); the others
     /// keep their question. Sessions keep the mode they are in; a new
     /// default mode applies to sessions that appear after the reload.
-    pub fn replace_policy(
+    fn replace_policy(
         &mut self,
         policy: Arc<Policy>,
         ask_timeout_ms: u64,
@@ -371,7 +346,9 @@ impl FrameIds {
             }
             ClientFrame::Cancel(cancel) => (Some(&cancel.call_id), Some(&cancel.session_id), None),
             ClientFrame::ListGrants(list) => (None, list.session_id.as_ref(), None),
-            ClientFrame::RevokeGrant(_) | ClientFrame::Shutdown(_) => (None, None, None),
+            ClientFrame::RevokeGrant(_) | ClientFrame::Shutdown(_) | ClientFrame::Hello(_) => {
+                (None, None, None)
+            }
         };
         FrameIds {
             call_id: call_id.cloned(),

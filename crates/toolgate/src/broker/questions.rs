@@ -129,7 +129,7 @@ impl Broker {
     }
 
     /// Deny every ask whose deadline has passed.
-    pub fn expire(&mut self, out: &mut Vec<ServerFrame>) {
+    pub(super) fn expire(&mut self, out: &mut Vec<ServerFrame>) {
         let now = self.clock.monotonic_ms();
         while let Some(deadline) = self.next_deadline() {
             if deadline > now {

@@ -142,8 +142,9 @@ pub fn feed(mut broker: Broker, input: &[u8], max: usize) -> Result<Tally, Strin
         number += 1;
         let owed = owed_calls(&line, number);
         let decoded = decodes(&line, number);
-        let mut frames = Vec::new();
-        serve::handle_line(&mut broker, line, number, max, &mut frames);
+        let mut outputs = Vec::new();
+        serve::handle_line(&mut broker, 0, line, number, max, &mut outputs);
+        let frames: Vec<_> = outputs.into_iter().map(|output| output.frame).collect();
         tally.lines += 1;
         check(&frames, owed, decoded, &mut pending, &mut tally)
             .map_err(|problem| format!("line {number}: {problem}"))?;
@@ -152,8 +153,9 @@ pub fn feed(mut broker: Broker, input: &[u8], max: usize) -> Result<Tally, Strin
         }
     }
     if !broker.stopped() {
-        let mut frames = Vec::new();
-        broker.shutdown(&mut frames);
+        let mut outputs = Vec::new();
+        broker.step(toolgate::broker::Input::Stop, &mut outputs);
+        let frames: Vec<_> = outputs.into_iter().map(|output| output.frame).collect();
         check(&frames, Vec::new(), true, &mut pending, &mut tally)
             .map_err(|problem| format!("end of input: {problem}"))?;
     }

@@ -231,3 +231,34 @@ pub fn in_process(
         Box::new(toolgate::clock::SequentialIds::default()),
     )
 }
+
+/// Hand one line to an in-process broker as connection 0 (as stdio does),
+/// appending the frames it writes.
+pub fn feed_line(
+    broker: &mut toolgate::broker::Broker,
+    line: &[u8],
+    number: u64,
+    out: &mut Vec<toolgate_protocol::ServerFrame>,
+) {
+    step(
+        broker,
+        toolgate::broker::Input::Line {
+            conn: 0,
+            line,
+            number,
+        },
+        out,
+    );
+}
+
+/// Run one step of an in-process broker, appending the frames it writes
+/// (whoever they are for).
+pub fn step(
+    broker: &mut toolgate::broker::Broker,
+    input: toolgate::broker::Input<'_>,
+    out: &mut Vec<toolgate_protocol::ServerFrame>,
+) {
+    let mut outputs = Vec::new();
+    broker.step(input, &mut outputs);
+    out.extend(outputs.into_iter().map(|output| output.frame));
+}

@@ -1,0 +1,544 @@
+//! The broker's one entry point, [`Broker::step`]: one [`Input`] in (a line
+//! from a connection, a timer tick, a connection closed, a stop, a reload),
+//! [`Output`]s out, each addressed to one connection and saying why it goes
+//! there ([`To`]). Every transport (stdio, the socket, the hook, the MCP
+//! server, an in-process approver) drives the broker through it, so none of
+//! them can decide differently.
+//!
+//! Who gets what:
+//! - A `decision` goes to the connection that sent the `tool_call`: at once
+//!   ([`To::Caller`]), or later ([`To::Owner`]) after an answer, a timeout, a
+//!   mode change, a reload or a close.
+//! - A `permission_request` goes to every approver connection
+//!   ([`To::Approver`]); with none connected, to the connection that sent the
+//!   call, as on stdio. The connections it went to are its *addressees*, and
+//!   only they may answer it; the first answer wins and the other addressees
+//!   get `permission_resolved`. An approver that connects later gets every
+//!   open question; when the last approver goes, its open questions go to
+//!   the connections that made the calls.
+//! - Everything else answers the connection whose line it answers.
+//!
+//! A session belongs to no connection: any connection may name any session
+//! (a hook opens a new one per call). A *call* belongs to the connection that
+//! sent it; when that connection closes, its open calls are denied (source
+//! `cancel`) and everything else (sessions, grants, scopes) stays.
+//!
+//! The routing happens after the fact: the parts of the broker produce
+//! frames as they always did, and [`Broker::step`] addresses each by its
+//! kind and the ids it carries. With one connection and no approver (stdio),
+//! every frame goes to that connection unchanged.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde_json::Value;
+use toolgate_policy::Policy;
+use toolgate_protocol as wire;
+use toolgate_protocol::{ClientFrame, DecodeError, ErrorCode, Role, ServerFrame};
+
+use super::{Broker, FrameIds};
+
+/// A connection, as the transport numbers it (stdio is 0).
+pub type ConnId = u64;
+
+/// What a transport hands the broker.
+pub enum Input<'a> {
+    /// A connection opened: it is greeted with `ready` (role agent until it
+    /// says `hello`).
+    Opened {
+        /// The new connection.
+        conn: ConnId,
+    },
+    /// One complete input line (without its `\n`), with its 1-based number
+    /// on its connection.
+    Line {
+        /// Where it came from.
+        conn: ConnId,
+        /// The line.
+        line: &'a [u8],
+        /// Its number on that connection, for error frames.
+        number: u64,
+    },
+    /// A line the transport could not read whole (longer than the frame
+    /// limit): what its first bytes said, as a decoding error. A `tool_call`
+    /// whose `callID` was read is denied; anything else gets an `error`.
+    Unreadable {
+        /// Where it came from.
+        conn: ConnId,
+        /// What was wrong, with the ids that could be read.
+        error: DecodeError,
+        /// Its number on that connection.
+        number: u64,
+    },
+    /// The clock moved: end the questions whose deadline passed.
+    Tick,
+    /// A connection closed: its open calls are denied (source `cancel`), the
+    /// approvers asked about them get `permission_resolved`.
+    Closed {
+        /// The connection that closed.
+        conn: ConnId,
+    },
+    /// Stop: deny every open call (source `shutdown`). End of stdin, a
+    /// signal, or the transport going away.
+    Stop,
+    /// Judge under a new policy from now on (SIGHUP), deciding the open calls
+    /// whose answer is no longer "ask".
+    Reload {
+        /// The new policy.
+        policy: Arc<Policy>,
+        /// Its ask timeout, in milliseconds (0 waits forever).
+        ask_timeout_ms: u64,
+    },
+}
+
+/// Where an output goes, and why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum To {
+    /// The connection whose input this answers.
+    Caller(ConnId),
+    /// The connection that sent the call this is about (a later decision, or
+    /// its question when no approver is connected).
+    Owner(ConnId),
+    /// An approver connection (a question, or the news that it was resolved).
+    Approver(ConnId),
+}
+
+impl To {
+    /// The connection to write to.
+    pub fn conn(self) -> ConnId {
+        match self {
+            To::Caller(conn) | To::Owner(conn) | To::Approver(conn) => conn,
+        }
+    }
+}
+
+/// One frame for one connection.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Output {
+    /// Its addressee.
+    pub to: To,
+    /// The frame.
+    pub frame: ServerFrame,
+}
+
+/// The connections the broker knows, and who may hear and answer what.
+#[derive(Default)]
+pub(super) struct Connections {
+    /// Every open connection: its role and client name.
+    open: HashMap<ConnId, Peer>,
+    /// The approver connections, in the order they said `hello`.
+    approvers: Vec<ConnId>,
+    /// Calls with an open question: session → call → (owner, permission id).
+    owners: HashMap<String, HashMap<String, (ConnId, String)>>,
+    /// Open questions by permission id.
+    asked: HashMap<String, Asked>,
+}
+
+#[derive(Default, Clone)]
+struct Peer {
+    role: Role,
+    client: Option<String>,
+}
+
+/// An open question: who made the call, who was asked, and the request as
+/// sent (for an approver that connects later).
+struct Asked {
+    owner: ConnId,
+    addressees: Vec<ConnId>,
+    request: wire::PermissionRequest,
+    /// A `permission_resolved` already went to the addressees.
+    resolved: bool,
+}
+
+impl Broker {
+    /// Handle one input; append what to write, addressed, to `out`.
+    pub fn step(&mut self, input: Input<'_>, out: &mut Vec<Output>) {
+        let mut frames = Vec::new();
+        let caller = match input {
+            Input::Opened { conn } => {
+                self.conns.open.entry(conn).or_default();
+                out.push(Output {
+                    to: To::Caller(conn),
+                    frame: self.ready(),
+                });
+                return;
+            }
+            Input::Line { conn, line, number } => {
+                self.conns.open.entry(conn).or_default();
+                self.line(conn, line, number, &mut frames, out);
+                Some(conn)
+            }
+            Input::Unreadable {
+                conn,
+                error,
+                number,
+            } => {
+                self.reject_line(error, number, &mut frames);
+                Some(conn)
+            }
+            Input::Tick => {
+                self.expire(&mut frames);
+                None
+            }
+            Input::Closed { conn } => {
+                self.closed(conn, &mut frames, out);
+                None
+            }
+            Input::Stop => {
+                if !self.stopped {
+                    self.shutdown(&mut frames);
+                }
+                None
+            }
+            Input::Reload {
+                policy,
+                ask_timeout_ms,
+            } => {
+                self.replace_policy(policy, ask_timeout_ms, &mut frames);
+                None
+            }
+        };
+        self.route(caller, frames, out);
+    }
+
+    /// The `ready` frame a connection gets when it opens.
+    pub fn ready(&self) -> ServerFrame {
+        ServerFrame::Ready(wire::Ready {
+            protocol: wire::PROTOCOL_VERSION,
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            mode: self.policy.default_mode.as_str().to_string(),
+            project_root: self.policy.project_root.to_string_lossy().into_owned(),
+            policy_sources: self.origin.policy_sources.clone(),
+            state_dir: self.origin.state_dir.clone(),
+            role: None,
+            client: None,
+        })
+    }
+
+    /// How many connections are approvers.
+    pub fn approver_count(&self) -> usize {
+        self.conns.approvers.len()
+    }
+
+    /// One line from `conn`: `hello` and answers are checked here (who may
+    /// answer what); everything else goes to the broker's parts.
+    fn line(
+        &mut self,
+        conn: ConnId,
+        line: &[u8],
+        number: u64,
+        frames: &mut Vec<ServerFrame>,
+        out: &mut Vec<Output>,
+    ) {
+        if line.iter().all(u8::is_ascii_whitespace) {
+            return;
+        }
+        match toolgate_protocol::decode_line(line, number) {
+            Ok(ClientFrame::Hello(hello)) => self.hello(conn, hello, out),
+            Ok(ClientFrame::PermissionResponse(response))
+                if self
+                    .conns
+                    .asked
+                    .get(&response.permission_id)
+                    .is_some_and(|asked| !asked.addressees.contains(&conn)) =>
+            {
+                // Not asked there: as if the question did not exist.
+                let id = response.permission_id;
+                frames.push(ServerFrame::Error(wire::ErrorFrame {
+                    code: ErrorCode::UnknownPermission,
+                    message: format!("no request has the id `{id}`"),
+                    call_id: None,
+                    session_id: None,
+                    permission_id: Some(id),
+                    line: Some(number),
+                }));
+            }
+            Ok(frame) => {
+                // Error frames about a frame that decoded carry the ids it names.
+                let ids = FrameIds::of(&frame);
+                let start = frames.len();
+                self.handle(frame, number, frames);
+                ids.fill(&mut frames[start..]);
+            }
+            Err(err) => {
+                self.reject_line(err, number, frames);
+                if !self.stopped {
+                    self.shut_unreadable_start(line, frames);
+                }
+            }
+        }
+    }
+
+    /// `hello`: the connection's role and name; an approver gets every open
+    /// question at once.
+    fn hello(&mut self, conn: ConnId, hello: wire::Hello, out: &mut Vec<Output>) {
+        let peer = self.conns.open.entry(conn).or_default();
+        let was = peer.role;
+        peer.role = hello.role;
+        peer.client.clone_from(&hello.client);
+        let mut ready = self.ready();
+        if let ServerFrame::Ready(ready) = &mut ready {
+            ready.role = Some(hello.role);
+            ready.client = hello.client;
+        }
+        out.push(Output {
+            to: To::Caller(conn),
+            frame: ready,
+        });
+        match (was, hello.role) {
+            (Role::Agent, Role::Approver) => {
+                self.conns.approvers.push(conn);
+                let mut open: Vec<(u64, &String)> = self
+                    .conns
+                    .asked
+                    .keys()
+                    .map(|id| (self.pending.get(id).map_or(u64::MAX, |p| p.seq), id))
+                    .collect();
+                open.sort();
+                let ids: Vec<String> = open.into_iter().map(|(_, id)| id.clone()).collect();
+                for id in ids {
+                    if let Some(asked) = self.conns.asked.get_mut(&id) {
+                        if !asked.addressees.contains(&conn) {
+                            asked.addressees.push(conn);
+                            out.push(Output {
+                                to: To::Approver(conn),
+                                frame: ServerFrame::PermissionRequest(asked.request.clone()),
+                            });
+                        }
+                    }
+                }
+            }
+            (Role::Approver, Role::Agent) => self.leave_approvers(conn, out),
+            _ => {}
+        }
+    }
+
+    /// `conn` is no longer an approver: it stops being asked, and questions
+    /// nobody else hears go back to the connections that made the calls.
+    fn leave_approvers(&mut self, conn: ConnId, out: &mut Vec<Output>) {
+        self.conns.approvers.retain(|&c| c != conn);
+        let mut orphans: Vec<(u64, String)> = Vec::new();
+        for (id, asked) in &mut self.conns.asked {
+            asked.addressees.retain(|&c| c != conn);
+            if asked.addressees.is_empty() && self.conns.open.contains_key(&asked.owner) {
+                let seq = self.pending.get(id).map_or(u64::MAX, |p| p.seq);
+                orphans.push((seq, id.clone()));
+            }
+        }
+        orphans.sort();
+        for (_, id) in orphans {
+            if let Some(asked) = self.conns.asked.get_mut(&id) {
+                asked.addressees.push(asked.owner);
+                out.push(Output {
+                    to: To::Owner(asked.owner),
+                    frame: ServerFrame::PermissionRequest(asked.request.clone()),
+                });
+            }
+        }
+    }
+
+    /// A connection closed: it stops hearing questions, and its own open
+    /// calls are denied.
+    fn closed(&mut self, conn: ConnId, frames: &mut Vec<ServerFrame>, out: &mut Vec<Output>) {
+        let Some(peer) = self.conns.open.remove(&conn) else {
+            return;
+        };
+        for asked in self.conns.asked.values_mut() {
+            asked.addressees.retain(|&c| c != conn);
+        }
+        let mut own: Vec<(u64, String)> = self
+            .conns
+            .asked
+            .iter()
+            .filter(|(_, asked)| asked.owner == conn)
+            .map(|(id, _)| (self.pending.get(id).map_or(u64::MAX, |p| p.seq), id.clone()))
+            .collect();
+        own.sort();
+        for (_, id) in own {
+            let session = self.pending.get(&id).map(|p| p.session_id.clone());
+            self.end_ask(
+                &id,
+                wire::Source::Cancel,
+                "the connection that made the call closed before the question was answered"
+                    .to_string(),
+                frames,
+            );
+            if let Some(session) = session {
+                self.forget_idle(&session);
+            }
+        }
+        if peer.role == Role::Approver {
+            self.leave_approvers(conn, out);
+        }
+    }
+
+    /// Address each frame the broker's parts produced for this input.
+    fn route(&mut self, caller: Option<ConnId>, frames: Vec<ServerFrame>, out: &mut Vec<Output>) {
+        for frame in frames {
+            match frame {
+                ServerFrame::PermissionRequest(request) => self.ask(caller, request, out),
+                ServerFrame::PermissionResolved(resolved) => {
+                    let Some(asked) = self.conns.asked.get_mut(&resolved.permission_id) else {
+                        if let Some(conn) = caller {
+                            out.push(Output {
+                                to: To::Caller(conn),
+                                frame: ServerFrame::PermissionResolved(resolved),
+                            });
+                        }
+                        continue;
+                    };
+                    asked.resolved = true;
+                    let owner = asked.owner;
+                    for &conn in &asked.addressees {
+                        out.push(Output {
+                            to: if conn == owner {
+                                To::Owner(conn)
+                            } else {
+                                To::Approver(conn)
+                            },
+                            frame: ServerFrame::PermissionResolved(resolved.clone()),
+                        });
+                    }
+                }
+                ServerFrame::Decision(decision) => {
+                    let owned = self
+                        .conns
+                        .owners
+                        .get_mut(decision.session_id.as_str())
+                        .and_then(|calls| calls.remove(decision.call_id.as_str()));
+                    let Some((owner, permission_id)) = owned else {
+                        match caller {
+                            Some(conn) => out.push(Output {
+                                to: To::Caller(conn),
+                                frame: ServerFrame::Decision(decision),
+                            }),
+                            None => tracing::warn!(
+                                call = %decision.call_id,
+                                "a decision with no connection to go to"
+                            ),
+                        }
+                        continue;
+                    };
+                    if self
+                        .conns
+                        .owners
+                        .get(decision.session_id.as_str())
+                        .is_some_and(HashMap::is_empty)
+                    {
+                        self.conns.owners.remove(decision.session_id.as_str());
+                    }
+                    if let Some(asked) = self.conns.asked.remove(&permission_id) {
+                        if !asked.resolved {
+                            let reason = self.answered_by(caller);
+                            for &conn in &asked.addressees {
+                                if Some(conn) != caller && conn != owner {
+                                    out.push(Output {
+                                        to: To::Approver(conn),
+                                        frame: ServerFrame::PermissionResolved(
+                                            wire::PermissionResolved {
+                                                permission_id: permission_id.clone(),
+                                                session_id: decision.session_id.clone(),
+                                                call_id: decision.call_id.clone(),
+                                                reason: reason.clone(),
+                                            },
+                                        ),
+                                    });
+                                }
+                            }
+                        }
+                    }
+                    out.push(Output {
+                        to: if Some(owner) == caller {
+                            To::Caller(owner)
+                        } else {
+                            To::Owner(owner)
+                        },
+                        frame: ServerFrame::Decision(decision),
+                    });
+                }
+                frame => match caller {
+                    Some(conn) => out.push(Output {
+                        to: To::Caller(conn),
+                        frame,
+                    }),
+                    None => tracing::warn!("a frame with no connection to go to: {frame:?}"),
+                },
+            }
+        }
+    }
+
+    /// A new question: to every approver, or to the call's connection.
+    fn ask(
+        &mut self,
+        caller: Option<ConnId>,
+        mut request: wire::PermissionRequest,
+        out: &mut Vec<Output>,
+    ) {
+        let calls = self
+            .conns
+            .owners
+            .entry(request.session_id.clone())
+            .or_default();
+        // A call asked again (its question changed) keeps its connection.
+        let previous = calls.get(request.call_id.as_str()).cloned();
+        let Some(owner) = previous.as_ref().map(|(owner, _)| *owner).or(caller) else {
+            tracing::warn!(call = %request.call_id, "a question with no connection to go to");
+            return;
+        };
+        calls.insert(
+            request.call_id.clone(),
+            (owner, request.permission_id.clone()),
+        );
+        if let Some((_, old)) = previous {
+            self.conns.asked.remove(&old);
+        }
+        if let Some(client) = self.conns.open.get(&owner).and_then(|p| p.client.clone()) {
+            request
+                .metadata
+                .insert("client".to_string(), Value::String(client));
+        }
+        let addressees = if self.conns.approvers.is_empty() {
+            vec![owner]
+        } else {
+            self.conns.approvers.clone()
+        };
+        for &conn in &addressees {
+            out.push(Output {
+                to: if conn == owner {
+                    if Some(owner) == caller {
+                        To::Caller(conn)
+                    } else {
+                        To::Owner(conn)
+                    }
+                } else {
+                    To::Approver(conn)
+                },
+                frame: ServerFrame::PermissionRequest(request.clone()),
+            });
+        }
+        self.conns.asked.insert(
+            request.permission_id.clone(),
+            Asked {
+                owner,
+                addressees,
+                request,
+                resolved: false,
+            },
+        );
+    }
+
+    /// Why the other addressees' question closed when `caller` answered it.
+    fn answered_by(&self, caller: Option<ConnId>) -> String {
+        match caller.and_then(|conn| self.conns.open.get(&conn)) {
+            Some(Peer {
+                role: Role::Approver,
+                client: Some(name),
+            }) => format!("answered by the approver `{name}`"),
+            Some(Peer {
+                role: Role::Approver,
+                client: None,
+            }) => "answered by another approver".to_string(),
+            _ => "answered on another connection".to_string(),
+        }
+    }
+}
