@@ -289,3 +289,49 @@ fn approver_flag_errors() {
         "{stderr}"
     );
 }
+
+/// With an approver, the agent on stdin is not asked and cannot answer: a
+/// `permission_response` from it is refused as for an unknown id, and the
+/// approver's answer decides.
+#[test]
+fn the_agent_cannot_answer_for_the_approver() {
+    let root = project_dir("cmdagent");
+    let program = script(
+        &root,
+        "approve.sh",
+        r#"read -r line
+dir="$(dirname "$0")"
+printf '%s' "$line" | sed 's/.*"permissionID":"\([^"]*\)".*/\1/' > "$dir/id.tmp"
+mv "$dir/id.tmp" "$dir/id"
+while [ ! -f "$dir/go" ]; do sleep 0.05; done
+echo '{"response":"reject","message":"from the program"}'"#,
+    );
+    let args = vec!["serve".to_string(), format!("--approver=command:{program}")];
+    let mut broker = Broker::start(&root, &args, &[]);
+    broker.send(&call("c1", "rm -rf build"));
+    let start = std::time::Instant::now();
+    while !root.join("id").exists() {
+        assert!(start.elapsed() < support::PATIENCE, "the program never ran");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let id = std::fs::read_to_string(root.join("id")).unwrap();
+    broker.send(
+        &json!({"type":"permission_response","permissionID":id,"response":"once"}).to_string(),
+    );
+    broker.wait_for("the error", |lines| {
+        lines.iter().any(|l| l.contains("unknown_permission"))
+    });
+    std::fs::write(root.join("go"), "").unwrap();
+    broker.wait_for("the decision", |lines| {
+        lines.iter().any(|l| l.contains("\"type\":\"decision\""))
+    });
+    let (_, lines, _) = broker.finish();
+    let frames: Vec<Value> = lines
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(frames[1]["code"], "unknown_permission");
+    assert_eq!(frames[2]["decision"], "deny");
+    assert_eq!(frames[2]["message"], "from the program");
+    assert_eq!(frames.len(), 3, "{frames:?}");
+}
