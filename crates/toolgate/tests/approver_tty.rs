@@ -91,6 +91,19 @@ impl Tmux {
     }
 }
 
+impl Tmux {
+    /// Wait until the pane no longer shows `what`.
+    fn wait_gone(&self, what: &str) {
+        let start = Instant::now();
+        while self.screen().contains(what) {
+            if start.elapsed() > PATIENCE {
+                panic!("the pane still shows {what:?}:\n{}", self.screen());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+}
+
 impl Drop for Tmux {
     fn drop(&mut self) {
         self.tmux(&["kill-server"]);
@@ -167,6 +180,9 @@ fn approve_against_a_scripted_broker() {
         broker.read(),
         json!({"type":"hello","role":"approver","client":"approve"})
     );
+    tmux.wait_for("(connecting…)");
+    broker.send(&json!({"type":"ready","protocol":1,"version":"0","mode":"ask","projectRoot":"/","policySources":[],"stateDir":null,"role":"approver","client":"approve"}));
+    tmux.wait_gone("(connecting…)");
     broker.send(&request(
         "per_1",
         "s1",
@@ -435,6 +451,9 @@ fn approve_a_real_broker() {
     let Some(tmux) = Tmux::start("live", &command) else {
         return;
     };
+    // Questions come to the approver once the broker has its hello.
+    tmux.wait_for("toolgate approve — 0 pending — ");
+    tmux.wait_gone("(connecting…)");
     let mut agent = agent(&socket);
     let call = |id: &str, session: &str, command: &str| json!({"type":"tool_call","callID":id,"sessionID":session,"tool":"bash","input":{"command":command}});
     agent.send(&call("c1", "s1", "git commit -m one"));

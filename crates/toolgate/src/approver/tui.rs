@@ -69,6 +69,8 @@ pub struct App {
     pub project_root: Option<PathBuf>,
     /// `q` was pressed.
     pub quit: bool,
+    /// The broker answered `hello`: questions come here.
+    pub approver: bool,
 }
 
 impl Default for App {
@@ -88,6 +90,7 @@ impl App {
             notices: Vec::new(),
             project_root: None,
             quit: false,
+            approver: false,
         }
     }
 
@@ -102,6 +105,9 @@ impl App {
     pub fn receive(&mut self, frame: ServerFrame) {
         match frame {
             ServerFrame::Ready(ready) => {
+                if ready.role == Some(toolgate_protocol::Role::Approver) {
+                    self.approver = true;
+                }
                 self.project_root = Some(PathBuf::from(ready.project_root));
             }
             ServerFrame::PermissionRequest(request) => {
@@ -271,9 +277,14 @@ impl App {
         rows.push((
             Tone::Heading,
             format!(
-                "toolgate approve — {} pending — {}",
+                "toolgate approve — {} pending — {}{}",
                 self.questions.len(),
-                socket
+                socket,
+                if self.approver {
+                    ""
+                } else {
+                    " (connecting…)"
+                }
             ),
         ));
         let list_rows = self.questions.len().clamp(1, (height / 3).max(1));
