@@ -681,6 +681,8 @@ pub enum ErrorCode {
     UnknownGrant,
     /// The frame names a mode that does not exist.
     InvalidMode,
+    /// The peer may not use this broker (another user on its socket).
+    Forbidden,
 }
 
 impl ErrorCode {
@@ -699,6 +701,7 @@ impl ErrorCode {
             ErrorCode::UnknownCall => "unknown_call",
             ErrorCode::UnknownGrant => "unknown_grant",
             ErrorCode::InvalidMode => "invalid_mode",
+            ErrorCode::Forbidden => "forbidden",
         }
     }
 }

@@ -14,4 +14,6 @@ pub mod hook;
 pub mod repo;
 pub mod serve;
 pub mod setup;
+#[cfg(unix)]
+pub mod socket;
 pub mod state;

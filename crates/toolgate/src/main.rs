@@ -174,6 +174,13 @@ struct ServeArgs {
     /// anything else is a reject saying why. See README "Human approvers".
     #[arg(long, value_name = "tty|command:PROG", value_parser = toolgate::approver::parse_spec)]
     approver: Option<toolgate::approver::Spec>,
+
+    /// Serve many connections on a Unix socket instead of stdin/stdout:
+    /// `unix:PATH`, or `unix` for the default path ($XDG_RUNTIME_DIR/toolgate/
+    /// broker.sock, else /tmp/toolgate-UID/broker.sock). The socket is made
+    /// 0600 in a directory only you can enter; other users are refused.
+    #[arg(long, value_name = "unix:PATH")]
+    listen: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -211,6 +218,7 @@ impl ServeArgs {
             max_frame_bytes: self.max_frame_bytes.or(other.max_frame_bytes),
             state_dir: self.state_dir.or(other.state_dir),
             approver: self.approver.or(other.approver),
+            listen: self.listen.or(other.listen),
         }
     }
 }
@@ -281,7 +289,7 @@ fn approve(socket: Option<PathBuf>) -> ExitCode {
                 .filter(|value| !value.is_empty())
                 .map(PathBuf::from)
         })
-        .unwrap_or_else(toolgate::approver::tui::default_socket);
+        .unwrap_or_else(toolgate::socket::default_path);
     match toolgate::approver::tui::run(&socket) {
         0 => ExitCode::SUCCESS,
         _ => ExitCode::from(1),
@@ -548,6 +556,17 @@ fn open(args: ServeArgs) -> Result<Opened, ExitCode> {
 
 fn serve(args: ServeArgs) -> ExitCode {
     let spec = args.approver.clone();
+    let listen = match args.listen.as_deref().map(listen_path).transpose() {
+        Ok(listen) => listen,
+        Err(err) => {
+            eprintln!("toolgate: {err}");
+            return ExitCode::from(2);
+        }
+    };
+    if spec.is_some() && listen.is_some() {
+        eprintln!("toolgate: --approver works with stdin/stdout only; with --listen, run `toolgate approve` beside the broker");
+        return ExitCode::from(2);
+    }
     let Opened {
         broker,
         settings,
@@ -582,6 +601,24 @@ fn serve(args: ServeArgs) -> ExitCode {
         }
     };
     let control = watch_signals(settings, policy.project_root.clone());
+    #[cfg(unix)]
+    if let Some(path) = listen {
+        let listener = match toolgate::socket::listen(&path) {
+            Ok(listener) => listener,
+            Err(err) => {
+                eprintln!("toolgate: {err}");
+                return ExitCode::from(2);
+            }
+        };
+        eprintln!("toolgate: listening on {}", path.display());
+        return match toolgate::socket::run(listener, broker, max_frame_bytes, control) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(err) => {
+                eprintln!("toolgate: i/o error: {err}");
+                ExitCode::from(1)
+            }
+        };
+    }
     let result = toolgate::serve::run_with_approver(
         std::io::stdin(),
         std::io::stdout(),
@@ -597,6 +634,28 @@ fn serve(args: ServeArgs) -> ExitCode {
             eprintln!("toolgate: i/o error: {err}");
             ExitCode::from(1)
         }
+    }
+}
+
+/// The socket path `--listen` names: `unix:PATH`, or `unix` for the default.
+fn listen_path(value: &str) -> Result<PathBuf, String> {
+    #[cfg(unix)]
+    {
+        match value {
+            "unix" | "unix:" => Ok(toolgate::socket::default_path()),
+            _ => match value.strip_prefix("unix:") {
+                Some(path) => Ok(PathBuf::from(path)),
+                None => Err(format!(
+                    "--listen {value:?}: expected unix:PATH (or unix for the default path)"
+                )),
+            },
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        Err(format!(
+            "--listen {value:?}: Unix sockets need a Unix system"
+        ))
     }
 }
 

@@ -265,9 +265,15 @@ fn approver_flag_errors() {
             "command:",
             "command: needs a program, e.g. command:./approve.sh",
         ),
+        (
+            "command:true --listen unix:/nonexistent/x.sock",
+            "--approver works with stdin/stdout only; with --listen, run `toolgate approve` beside the broker",
+        ),
     ] {
+        let mut words = value.split(' ');
         let output = std::process::Command::new(env!("CARGO_BIN_EXE_toolgate"))
-            .args(["serve", "--approver", value])
+            .args(["serve", "--approver", words.next().unwrap()])
+            .args(words)
             .current_dir(&root)
             .stdin(std::process::Stdio::null())
             .output()

@@ -118,6 +118,9 @@ fn socket_path(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("toolgate-sock-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
+    // The broker accepts only a directory nobody else can enter.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
     dir.join("broker.sock")
 }
 
@@ -438,7 +441,6 @@ impl Lines {
 /// reject with a message the agent receives, a cancelled question closes,
 /// the broker's end is reported.
 #[test]
-#[ignore = "needs serve --listen from branch i11-socket"]
 fn approve_a_real_broker() {
     let root = support::project_dir("approve-live");
     let socket = socket_path("live");

@@ -355,17 +355,6 @@ fn cut(text: &str, width: usize) -> String {
     text.chars().take(width).collect()
 }
 
-/// The broker's default socket (until `crate::socket::default_path` lands).
-pub fn default_socket() -> PathBuf {
-    match std::env::var_os("XDG_RUNTIME_DIR").filter(|dir| !dir.is_empty()) {
-        Some(dir) => PathBuf::from(dir).join("toolgate").join("broker.sock"),
-        None => {
-            let uid = std::env::var("UID").unwrap_or_default();
-            PathBuf::from(format!("/tmp/toolgate-{uid}/broker.sock"))
-        }
-    }
-}
-
 /// What the socket reader thread reports.
 enum FromBroker {
     Frame(Box<ServerFrame>),
