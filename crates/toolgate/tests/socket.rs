@@ -478,3 +478,25 @@ fn a_client_that_never_reads_is_dropped_without_holding_up_the_others() {
     let stderr = broker.stop();
     assert!(stderr.contains("stopped reading"), "{stderr}");
 }
+
+#[test]
+fn an_approved_plan_tells_the_agent_its_new_mode() {
+    let broker = Broker::start("plan", &["--mode", "plan"]);
+    let mut agent = broker.connect();
+    let mut ap = broker.connect();
+    ap.hello("approver", "me");
+    agent.send(json!({"type":"tool_call","sessionID":"p","callID":"x1","tool":"ExitPlanMode","input":{"plan":"1. fix it"}}));
+    let q = ap.recv();
+    assert_eq!(q["kind"], "plan");
+    ap.send(
+        json!({"type":"permission_response","permissionID":q["permissionID"],"response":"once"}),
+    );
+    let decision = agent.recv();
+    assert_eq!(decision["decision"], "allow");
+    let changed = agent.recv();
+    assert_eq!(changed["type"], "mode_changed");
+    assert_eq!(changed["mode"], "ask");
+    // The approver that answered hears it too.
+    assert_eq!(ap.recv()["type"], "mode_changed");
+    broker.stop();
+}

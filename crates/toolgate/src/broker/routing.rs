@@ -374,8 +374,46 @@ impl Broker {
 
     /// Address each frame the broker's parts produced for this input.
     fn route(&mut self, caller: Option<ConnId>, frames: Vec<ServerFrame>, out: &mut Vec<Output>) {
+        // A mode change this input caused (an approver's answer to a plan
+        // approval) is also news for the connections whose calls in that
+        // session it decided.
+        let mut told: Vec<(String, ConnId)> = Vec::new();
+        if frames
+            .iter()
+            .any(|frame| matches!(frame, ServerFrame::ModeChanged(_)))
+        {
+            for frame in &frames {
+                if let ServerFrame::Decision(decision) = frame {
+                    let owner = self
+                        .conns
+                        .owners
+                        .get(decision.session_id.as_str())
+                        .and_then(|calls| calls.get(decision.call_id.as_str()))
+                        .map(|(owner, _)| *owner);
+                    if let Some(owner) = owner.filter(|owner| Some(*owner) != caller) {
+                        if !told.contains(&(decision.session_id.clone(), owner)) {
+                            told.push((decision.session_id.clone(), owner));
+                        }
+                    }
+                }
+            }
+        }
         for frame in frames {
             match frame {
+                ServerFrame::ModeChanged(changed) => {
+                    for (_, owner) in told.iter().filter(|(s, _)| *s == changed.session_id) {
+                        out.push(Output {
+                            to: To::Owner(*owner),
+                            frame: ServerFrame::ModeChanged(changed.clone()),
+                        });
+                    }
+                    if let Some(conn) = caller {
+                        out.push(Output {
+                            to: To::Caller(conn),
+                            frame: ServerFrame::ModeChanged(changed),
+                        });
+                    }
+                }
                 ServerFrame::PermissionRequest(request) => self.ask(caller, request, out),
                 ServerFrame::PermissionResolved(resolved) => {
                     let Some(asked) = self.conns.asked.get_mut(&resolved.permission_id) else {
