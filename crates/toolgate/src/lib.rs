@@ -6,6 +6,8 @@
 #![deny(missing_docs)]
 
 pub mod broker;
+#[cfg(unix)]
+pub mod client;
 pub mod clock;
 pub mod convert;
 pub mod globs;

@@ -1,0 +1,215 @@
+//! A client of a running broker's socket (`toolgate serve --listen`), as the
+//! hook, the MCP server and the approver use it: connect, read `ready`, say
+//! `hello`, send frames, wait for the decision of a call until a deadline.
+//!
+//! Which socket: `--socket PATH`, else `TOOLGATE_SOCKET`; without either a
+//! client decides in-process instead. A socket that was named but has no
+//! broker behind it is an error the caller turns into a denial: falling back
+//! to an in-process policy could be looser than the broker's.
+
+use std::io::{self, BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde_json::Value;
+use toolgate_protocol::{Decision, PermissionRequest, Ready, Role, ServerFrame};
+
+/// The socket a client should use: `flag`, else `TOOLGATE_SOCKET`; `None`
+/// means "decide in-process".
+pub fn chosen_socket(flag: Option<&Path>) -> Option<PathBuf> {
+    flag.map(Path::to_path_buf).or_else(|| {
+        std::env::var_os("TOOLGATE_SOCKET")
+            .filter(|value| !value.is_empty())
+            .map(PathBuf::from)
+    })
+}
+
+/// What went wrong talking to a broker.
+#[derive(Debug)]
+pub enum ClientError {
+    /// Nothing listens on the socket.
+    NoBroker(PathBuf, io::Error),
+    /// The broker refused the connection (another user).
+    Refused(String),
+    /// The deadline passed before the answer came.
+    TimedOut,
+    /// The broker closed the connection.
+    Closed,
+    /// The broker said something this client did not expect.
+    Protocol(String),
+    /// Reading or writing failed.
+    Io(io::Error),
+}
+
+impl std::fmt::Display for ClientError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ClientError::NoBroker(path, err) => write!(
+                f,
+                "no toolgate broker listens on {} ({err}); start one with `toolgate serve --listen unix:{}`",
+                path.display(),
+                path.display()
+            ),
+            ClientError::Refused(why) => write!(f, "the broker refused the connection: {why}"),
+            ClientError::TimedOut => f.write_str("the broker did not answer in time"),
+            ClientError::Closed => f.write_str("the broker closed the connection"),
+            ClientError::Protocol(what) => write!(f, "unexpected frame from the broker: {what}"),
+            ClientError::Io(err) => write!(f, "talking to the broker failed: {err}"),
+        }
+    }
+}
+
+impl std::error::Error for ClientError {}
+
+/// How a call ended for this client.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// The broker decided.
+    Decided(Decision),
+    /// The broker asked *this* connection (no approver is connected): the
+    /// caller answers it, cancels the call, or puts the question elsewhere.
+    Asked(PermissionRequest),
+}
+
+/// One connection to a broker.
+pub struct Client {
+    writer: UnixStream,
+    reader: BufReader<UnixStream>,
+    /// The broker's `ready` answer to `hello`.
+    pub ready: Ready,
+}
+
+impl Client {
+    /// Connect to `path` as `role`, naming the client `name`.
+    pub fn connect(path: &Path, role: Role, name: &str) -> Result<Client, ClientError> {
+        let stream =
+            UnixStream::connect(path).map_err(|err| ClientError::NoBroker(path.into(), err))?;
+        let reader = BufReader::new(stream.try_clone().map_err(ClientError::Io)?);
+        let mut client = Client {
+            writer: stream,
+            reader,
+            ready: placeholder_ready(),
+        };
+        match client.recv(None)? {
+            ServerFrame::Ready(_) => {}
+            ServerFrame::Error(error) => return Err(ClientError::Refused(error.message)),
+            other => return Err(ClientError::Protocol(format!("{other:?}"))),
+        }
+        client.send(&serde_json::json!({
+            "type": "hello",
+            "role": role.as_str(),
+            "client": name,
+        }))?;
+        match client.recv(None)? {
+            ServerFrame::Ready(ready) => client.ready = ready,
+            other => return Err(ClientError::Protocol(format!("{other:?}"))),
+        }
+        Ok(client)
+    }
+
+    /// Send one frame.
+    pub fn send(&mut self, frame: &Value) -> Result<(), ClientError> {
+        let mut line = serde_json::to_vec(frame).map_err(|err| ClientError::Io(err.into()))?;
+        line.push(b'\n');
+        self.writer.write_all(&line).map_err(ClientError::Io)
+    }
+
+    /// The next frame, waiting at most until `deadline`.
+    pub fn recv(&mut self, deadline: Option<Instant>) -> Result<ServerFrame, ClientError> {
+        let timeout = match deadline {
+            None => None,
+            Some(deadline) => match deadline.checked_duration_since(Instant::now()) {
+                Some(left) if !left.is_zero() => Some(left),
+                _ => return Err(ClientError::TimedOut),
+            },
+        };
+        self.reader
+            .get_ref()
+            .set_read_timeout(timeout)
+            .map_err(ClientError::Io)?;
+        let mut line = String::new();
+        match self.reader.read_line(&mut line) {
+            Ok(0) => Err(ClientError::Closed),
+            Ok(_) => serde_json::from_str(&line)
+                .map_err(|err| ClientError::Protocol(format!("{err}: {}", line.trim_end()))),
+            Err(err)
+                if matches!(
+                    err.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                Err(ClientError::TimedOut)
+            }
+            Err(err) => Err(ClientError::Io(err)),
+        }
+    }
+
+    /// Send `frames` (the last one the `tool_call` of `session`/`call`) and
+    /// wait until `deadline` for its decision, or for a question put to this
+    /// connection. Other frames (`mode_changed`, `session_started`, errors
+    /// about the other frames) are skipped; an error about the call itself
+    /// is a protocol error.
+    pub fn call(
+        &mut self,
+        frames: &[Value],
+        session: &str,
+        call: &str,
+        deadline: Option<Instant>,
+    ) -> Result<Outcome, ClientError> {
+        for frame in frames {
+            self.send(frame)?;
+        }
+        loop {
+            match self.recv(deadline)? {
+                ServerFrame::Decision(decision)
+                    if decision.call_id == call && decision.session_id == session =>
+                {
+                    return Ok(Outcome::Decided(decision))
+                }
+                ServerFrame::PermissionRequest(request)
+                    if request.call_id == call && request.session_id == session =>
+                {
+                    return Ok(Outcome::Asked(request))
+                }
+                ServerFrame::Error(error)
+                    if error.call_id.as_deref() == Some(call)
+                        && error.session_id.as_deref().is_none_or(|s| s == session) =>
+                {
+                    return Err(ClientError::Protocol(error.message))
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Wait until `deadline` for the decision of `session`/`call` (after a
+    /// question this client passed on, or an answer it sent).
+    pub fn decision(
+        &mut self,
+        session: &str,
+        call: &str,
+        deadline: Option<Instant>,
+    ) -> Result<Decision, ClientError> {
+        loop {
+            if let ServerFrame::Decision(decision) = self.recv(deadline)? {
+                if decision.call_id == call && decision.session_id == session {
+                    return Ok(decision);
+                }
+            }
+        }
+    }
+}
+
+fn placeholder_ready() -> Ready {
+    Ready {
+        protocol: toolgate_protocol::PROTOCOL_VERSION,
+        version: String::new(),
+        mode: String::new(),
+        project_root: String::new(),
+        policy_sources: Vec::new(),
+        state_dir: None,
+        role: None,
+        client: None,
+    }
+}
