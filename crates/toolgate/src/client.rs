@@ -108,6 +108,13 @@ impl Client {
         Ok(client)
     }
 
+    /// A handle on this connection that another thread may use to end it
+    /// (`shutdown`): the broker then denies the connection's open calls, and
+    /// a `call` waiting here returns.
+    pub fn closer(&self) -> io::Result<UnixStream> {
+        self.writer.try_clone()
+    }
+
     /// Send one frame.
     pub fn send(&mut self, frame: &Value) -> Result<(), ClientError> {
         let mut line = serde_json::to_vec(frame).map_err(|err| ClientError::Io(err.into()))?;

@@ -32,8 +32,12 @@ use std::io::{BufRead, Read, Write};
 
 use serde_json::{json, Map, Value};
 use toolgate_policy::Mode;
+#[cfg(unix)]
+use toolgate_protocol::{Decision, Role};
 
 use crate::broker::{Broker, Input};
+#[cfg(unix)]
+use crate::client::{Client, ClientError, Outcome};
 use crate::hook;
 
 /// The versions served through the `initialize` handshake, oldest first.
@@ -178,6 +182,7 @@ impl Decide for InProcess {
     }
 }
 
+#[cfg(unix)]
 /// Decides with the broker listening on a Unix socket (`toolgate serve
 /// --listen unix:PATH`), as a client of it (role `agent`, client `mcp`): the
 /// broker's policy, sessions and grants apply, and its approvers answer what
@@ -189,6 +194,7 @@ pub struct Remote {
     calls: u64,
 }
 
+#[cfg(unix)]
 impl Remote {
     /// Ask the broker at `path`, in `session` (whose mode is the broker's).
     pub fn new(path: std::path::PathBuf, session: String) -> Remote {
@@ -209,21 +215,16 @@ impl Remote {
     }
 }
 
-/// Ask the broker on `stream` about `approval` as call `call` of `session`,
-/// and wait for its decision.
+#[cfg(unix)]
+/// Ask the broker `client` is connected to about `approval` as call `call`
+/// of `session`, and wait for its decision.
 fn exchange(
-    stream: Stream,
+    mut client: Client,
     path: &str,
     session: &str,
     call: &str,
     approval: &Approval,
 ) -> Result<Verdict, String> {
-    use std::io::BufReader;
-    let broken = |err: std::io::Error| {
-        format!("toolgate: the connection to the broker at {path} broke: {err}")
-    };
-    let mut writer = stream.try_clone().map_err(broken)?;
-    let mut reader = BufReader::new(stream);
     let mut frame = json!({
         "type": "tool_call",
         "sessionID": session,
@@ -234,89 +235,47 @@ fn exchange(
     if let Ok(cwd) = std::env::current_dir() {
         frame["cwd"] = json!(cwd.to_string_lossy());
     }
-    let frames = [
-        json!({"type": "hello", "role": "agent", "client": "mcp"}),
-        frame,
-    ];
-    for frame in &frames {
-        writeln!(writer, "{frame}").map_err(broken)?;
-    }
-    writer.flush().map_err(broken)?;
-    let mut line = String::new();
-    loop {
-        line.clear();
-        let read = (&mut reader)
-            .take(64 << 20)
-            .read_line(&mut line)
-            .map_err(broken)?;
-        if read == 0 {
-            return Err(format!(
-                "toolgate: the broker at {path} closed the connection before deciding"
-            ));
+    match client.call(&[frame], session, call, None) {
+        Ok(Outcome::Decided(decision)) => Ok(verdict(&decision)),
+        Ok(Outcome::Asked(request)) => {
+            // No approver is connected: the question came back to us, and
+            // nobody here can answer it.
+            let why = request
+                .metadata
+                .get("reason")
+                .and_then(Value::as_str)
+                .unwrap_or("the policy asks a person first");
+            let cancel = json!({"type": "cancel", "sessionID": session, "callID": call});
+            let _ = client.send(&cancel);
+            Err(format!(
+                "toolgate: {why}; no approver is connected to the broker at {path} (start one with `toolgate approve --socket {path}`)"
+            ))
         }
-        let frame: Value = serde_json::from_str(&line).map_err(|err| {
-            format!("toolgate: the broker at {path} wrote a line that is not JSON: {err}")
-        })?;
-        let text = |key: &str| frame.get(key).and_then(Value::as_str);
-        let ours = text("callID") == Some(call);
-        match text("type") {
-            Some("decision") if ours => return Ok(verdict(&frame)),
-            Some("permission_request") if ours => {
-                // No approver is connected: the question came back to us,
-                // and nobody here can answer it.
-                let why = frame
-                    .pointer("/metadata/reason")
-                    .and_then(Value::as_str)
-                    .unwrap_or("the policy asks a person first");
-                let cancel = json!({"type": "cancel", "sessionID": session, "callID": call});
-                let _ = writeln!(writer, "{cancel}").and_then(|()| writer.flush());
-                return Err(format!(
-                    "toolgate: {why}; no approver is connected to the broker at {path} (start one with `toolgate approve --socket {path}`)"
-                ));
-            }
-            Some("error") => {
-                return Err(format!(
-                    "toolgate: the broker refused the call: {}",
-                    text("message").unwrap_or("(no message)")
-                ))
-            }
-            _ => {}
-        }
+        Err(ClientError::Closed) => Err(format!(
+            "toolgate: the broker at {path} closed the connection before deciding"
+        )),
+        Err(err) => Err(format!("toolgate: {err}")),
     }
 }
 
 #[cfg(unix)]
-type Stream = std::os::unix::net::UnixStream;
-#[cfg(not(unix))]
-type Stream = std::net::TcpStream;
-
-#[cfg(unix)]
-fn connect(path: &std::path::Path) -> std::io::Result<Stream> {
-    std::os::unix::net::UnixStream::connect(path)
-}
-
-#[cfg(not(unix))]
-fn connect(_path: &std::path::Path) -> std::io::Result<Stream> {
-    Err(std::io::Error::other("Unix sockets are not supported here"))
-}
-
-/// The verdict a broker's `decision` frame carries: its reason, the
-/// approver's message and the mode's reminder make the denial's message.
-fn verdict(decision: &Value) -> Verdict {
-    let text = |key: &str| decision.get(key).and_then(Value::as_str);
-    if text("decision") == Some("allow") {
+/// The verdict a broker's `decision` carries: its reason, the approver's
+/// message and the mode's reminder make the denial's message.
+fn verdict(decision: &Decision) -> Verdict {
+    if decision.decision == toolgate_protocol::Verdict::Allow {
         return Verdict::Allow;
     }
-    let mut message = format!("toolgate: {}", text("reason").unwrap_or("denied"));
-    if let Some(said) = text("message") {
+    let mut message = format!("toolgate: {}", decision.reason);
+    if let Some(said) = &decision.message {
         message = format!("{message}: {said}");
     }
-    if let Some(reminder) = text("reminder") {
+    if let Some(reminder) = &decision.reminder {
         message = format!("{message}\n\n{reminder}");
     }
     Verdict::Deny(message)
 }
 
+#[cfg(unix)]
 impl Decide for Remote {
     fn decide(&mut self, approval: &Approval) -> Verdict {
         match self.start(approval) {
@@ -328,16 +287,14 @@ impl Decide for Remote {
     fn start(&mut self, approval: &Approval) -> Started {
         let call = self.call_id(approval);
         let path = self.path.display().to_string();
-        let stream = match connect(&self.path) {
-            Ok(stream) => stream,
-            Err(err) => return Started::Now(Verdict::Deny(format!(
-                "toolgate: no toolgate broker listens on {path} (start it with `toolgate serve --listen unix:{path}`): {err}"
-            ))),
+        let client = match Client::connect(&self.path, Role::Agent, "mcp") {
+            Ok(client) => client,
+            Err(err) => return Started::Now(Verdict::Deny(format!("toolgate: {err}"))),
         };
         // Closing the connection withdraws the call: the broker denies it.
         let withdrawn = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let flag = withdrawn.clone();
-        let cancel: Box<dyn Fn() + Send> = match stream.try_clone() {
+        let cancel: Box<dyn Fn() + Send> = match client.closer() {
             Ok(other) => Box::new(move || {
                 flag.store(true, std::sync::atomic::Ordering::SeqCst);
                 let _ = other.shutdown(std::net::Shutdown::Both);
@@ -352,7 +309,7 @@ impl Decide for Remote {
         let approval = approval.clone();
         Started::Later {
             run: Box::new(move || {
-                let decided = exchange(stream, &path, &session, &call, &approval);
+                let decided = exchange(client, &path, &session, &call, &approval);
                 if withdrawn.load(std::sync::atomic::Ordering::SeqCst) {
                     // Whatever the broker said last, the call was withdrawn.
                     return Verdict::Deny(

@@ -508,7 +508,8 @@ fn fake_broker(
             let (stream, _) = listener.accept().unwrap();
             let mut writer = stream.try_clone().unwrap();
             let mut reader = BufReader::new(stream);
-            let ready = json!({"type": "ready", "protocol": 1, "version": "0", "mode": "ask"});
+            let ready = json!({"type": "ready", "protocol": 1, "version": "0", "mode": "ask",
+                "projectRoot": "/", "policySources": ["built-in"], "stateDir": null});
             // A client may withdraw at any point: its errors end the connection.
             let _ = writeln!(writer, "{ready}");
             let mut lines = Vec::new();
@@ -561,8 +562,11 @@ fn with_a_socket_the_broker_decides() {
             }),
             // No approver: the question comes back to the caller.
             Some(
-                json!({"type": "permission_request", "permissionID": "per_1", "tool": "bash",
-                "permission": "bash", "metadata": {"reason": "ask mode asks before shell commands"}}),
+                json!({"type": "permission_request", "timestamp": 0, "permissionID": "per_1",
+                "tool": "bash", "permission": "bash", "toolName": "Bash", "pattern": ["touch *"],
+                "patterns": ["touch made"], "always": ["touch *"],
+                "alwaysOptions": [["touch made"], ["touch *"]], "title": "touch made",
+                "metadata": {"reason": "ask mode asks before shell commands"}}),
             ),
             Some(json!({"type": "error", "code": "invalid_frame", "message": "no such thing"})),
             None,
