@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use serde_json::Value;
-use toolgate_protocol::{Decision, PermissionRequest, Ready, Role, ServerFrame};
+use toolgate_protocol::{Decision, PermissionRequest, Role, ServerFrame};
 
 /// The socket a client should use: `flag`, else `TOOLGATE_SOCKET`; `None`
 /// means "decide in-process".
@@ -76,8 +76,9 @@ pub enum Outcome {
 pub struct Client {
     writer: UnixStream,
     reader: BufReader<UnixStream>,
-    /// The broker's `ready` answer to `hello`.
-    pub ready: Ready,
+    /// The broker's `ready` answer to `hello` (read leniently: a client
+    /// needs only its type).
+    pub ready: Value,
 }
 
 impl Client {
@@ -89,29 +90,38 @@ impl Client {
         let mut client = Client {
             writer: stream,
             reader,
-            ready: placeholder_ready(),
+            ready: Value::Null,
         };
-        match client.recv(None)? {
-            ServerFrame::Ready(_) => {}
-            ServerFrame::Error(error) => return Err(ClientError::Refused(error.message)),
-            other => return Err(ClientError::Protocol(format!("{other:?}"))),
+        let first = client.recv_value(None)?;
+        match first.get("type").and_then(Value::as_str) {
+            Some("ready") => {}
+            Some("error") => {
+                return Err(ClientError::Refused(
+                    first
+                        .get("message")
+                        .and_then(Value::as_str)
+                        .unwrap_or("no reason given")
+                        .to_string(),
+                ))
+            }
+            _ => return Err(ClientError::Protocol(first.to_string())),
         }
         client.send(&serde_json::json!({
             "type": "hello",
             "role": role.as_str(),
             "client": name,
         }))?;
-        match client.recv(None)? {
-            ServerFrame::Ready(ready) => client.ready = ready,
-            other => return Err(ClientError::Protocol(format!("{other:?}"))),
+        let ready = client.recv_value(None)?;
+        if ready.get("type").and_then(Value::as_str) != Some("ready") {
+            return Err(ClientError::Protocol(ready.to_string()));
         }
+        client.ready = ready;
         Ok(client)
     }
 
-    /// A handle on this connection that another thread may use to end it
-    /// (`shutdown`): the broker then denies the connection's open calls, and
-    /// a `call` waiting here returns.
-    pub fn closer(&self) -> io::Result<UnixStream> {
+    /// Another handle on the connection's socket, to shut it down from
+    /// another thread (which withdraws this client's open calls).
+    pub fn stream(&self) -> io::Result<UnixStream> {
         self.writer.try_clone()
     }
 
@@ -124,6 +134,19 @@ impl Client {
 
     /// The next frame, waiting at most until `deadline`.
     pub fn recv(&mut self, deadline: Option<Instant>) -> Result<ServerFrame, ClientError> {
+        let line = self.recv_line(deadline)?;
+        serde_json::from_str(&line)
+            .map_err(|err| ClientError::Protocol(format!("{err}: {}", line.trim_end())))
+    }
+
+    /// The next frame as JSON, waiting at most until `deadline`.
+    pub fn recv_value(&mut self, deadline: Option<Instant>) -> Result<Value, ClientError> {
+        let line = self.recv_line(deadline)?;
+        serde_json::from_str(&line)
+            .map_err(|err| ClientError::Protocol(format!("{err}: {}", line.trim_end())))
+    }
+
+    fn recv_line(&mut self, deadline: Option<Instant>) -> Result<String, ClientError> {
         let timeout = match deadline {
             None => None,
             Some(deadline) => match deadline.checked_duration_since(Instant::now()) {
@@ -138,8 +161,7 @@ impl Client {
         let mut line = String::new();
         match self.reader.read_line(&mut line) {
             Ok(0) => Err(ClientError::Closed),
-            Ok(_) => serde_json::from_str(&line)
-                .map_err(|err| ClientError::Protocol(format!("{err}: {}", line.trim_end()))),
+            Ok(_) => Ok(line),
             Err(err)
                 if matches!(
                     err.kind(),
@@ -205,18 +227,5 @@ impl Client {
                 }
             }
         }
-    }
-}
-
-fn placeholder_ready() -> Ready {
-    Ready {
-        protocol: toolgate_protocol::PROTOCOL_VERSION,
-        version: String::new(),
-        mode: String::new(),
-        project_root: String::new(),
-        policy_sources: Vec::new(),
-        state_dir: None,
-        role: None,
-        client: None,
     }
 }

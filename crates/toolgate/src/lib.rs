@@ -5,6 +5,7 @@
 //! same function over in-memory pipes.
 #![deny(missing_docs)]
 
+pub mod approver;
 pub mod broker;
 #[cfg(unix)]
 pub mod client;

@@ -80,6 +80,14 @@ enum Command {
         #[command(flatten)]
         args: ServeArgs,
     },
+    /// A terminal approver: attach to a broker started with `serve --listen`
+    /// and answer its questions (o once, a always, r reject, q quit).
+    Approve {
+        /// The broker's socket [env: TOOLGATE_SOCKET]; default
+        /// $XDG_RUNTIME_DIR/toolgate/broker.sock, else /tmp/toolgate-$UID/broker.sock.
+        #[arg(long, value_name = "PATH")]
+        socket: Option<PathBuf>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -180,6 +188,15 @@ struct ServeArgs {
     #[arg(long, value_name = "DIR")]
     state_dir: Option<PathBuf>,
 
+    /// Who answers the questions instead of the client on stdin/stdout:
+    /// `tty` asks on the controlling terminal (/dev/tty), line by line;
+    /// `command:PROG` runs `sh -c PROG` per question, the request as one
+    /// JSON line on its stdin, its first stdout line the answer (once,
+    /// always, reject, or {"response":…,"message":…,"patterns":[…]});
+    /// anything else is a reject saying why. See README "Human approvers".
+    #[arg(long, value_name = "tty|command:PROG", value_parser = toolgate::approver::parse_spec)]
+    approver: Option<toolgate::approver::Spec>,
+
     /// Serve many connections on a Unix socket instead of stdin/stdout:
     /// `unix:PATH`, or `unix` for the default path ($XDG_RUNTIME_DIR/toolgate/
     /// broker.sock, else /tmp/toolgate-UID/broker.sock). The socket is made
@@ -222,6 +239,7 @@ impl ServeArgs {
             on_ask: self.on_ask.or(other.on_ask),
             max_frame_bytes: self.max_frame_bytes.or(other.max_frame_bytes),
             state_dir: self.state_dir.or(other.state_dir),
+            approver: self.approver.or(other.approver),
             listen: self.listen.or(other.listen),
         }
     }
@@ -284,8 +302,25 @@ fn main() -> ExitCode {
             socket,
             args,
         }) => return mcp(session, socket, args.or(cli.serve)),
+        Some(Command::Approve { socket }) => return approve(socket),
     };
     serve(args)
+}
+
+/// `toolgate approve`: the socket from --socket, else TOOLGATE_SOCKET, else
+/// the default path.
+fn approve(socket: Option<PathBuf>) -> ExitCode {
+    let socket = socket
+        .or_else(|| {
+            std::env::var_os("TOOLGATE_SOCKET")
+                .filter(|value| !value.is_empty())
+                .map(PathBuf::from)
+        })
+        .unwrap_or_else(toolgate::socket::default_path);
+    match toolgate::approver::tui::run(&socket) {
+        0 => ExitCode::SUCCESS,
+        _ => ExitCode::from(1),
+    }
 }
 
 /// `TOOLGATE_STATE_DIR`, when set and not empty.
@@ -547,6 +582,7 @@ fn open(args: ServeArgs) -> Result<Opened, ExitCode> {
 }
 
 fn serve(args: ServeArgs) -> ExitCode {
+    let spec = args.approver.clone();
     let listen = match args.listen.as_deref().map(listen_path).transpose() {
         Ok(listen) => listen,
         Err(err) => {
@@ -554,6 +590,10 @@ fn serve(args: ServeArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if spec.is_some() && listen.is_some() {
+        eprintln!("toolgate: --approver works with stdin/stdout only; with --listen, run `toolgate approve` beside the broker");
+        return ExitCode::from(2);
+    }
     let Opened {
         broker,
         settings,
@@ -563,6 +603,29 @@ fn serve(args: ServeArgs) -> ExitCode {
     } = match open(args) {
         Ok(opened) => opened,
         Err(code) => return code,
+    };
+    let approver = match spec {
+        None => None,
+        Some(spec) => {
+            let (answers, answered) = std::sync::mpsc::channel();
+            match toolgate::approver::InProcess::start(
+                &spec,
+                Some(policy.project_root.clone()),
+                answers,
+            ) {
+                Ok(approver) => {
+                    let name = match spec {
+                        toolgate::approver::Spec::Tty => "tty",
+                        toolgate::approver::Spec::Command(_) => "command",
+                    };
+                    Some((approver, name, answered))
+                }
+                Err(err) => {
+                    eprintln!("toolgate: --approver tty: cannot open /dev/tty: {err}");
+                    return ExitCode::from(2);
+                }
+            }
+        }
     };
     let control = watch_signals(settings, policy.project_root.clone());
     #[cfg(unix)]
@@ -583,12 +646,13 @@ fn serve(args: ServeArgs) -> ExitCode {
             }
         };
     }
-    let result = toolgate::serve::run_controlled(
+    let result = toolgate::serve::run_with_approver(
         std::io::stdin(),
         std::io::stdout(),
         broker,
         max_frame_bytes,
         control,
+        approver,
     );
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -628,6 +692,10 @@ fn listen_path(value: &str) -> Result<PathBuf, String> {
 /// cannot be written is a denial, or exit code 2 (which the agents read as
 /// "blocked").
 fn hook(agent: HookAgent, args: ServeArgs) -> ExitCode {
+    if args.approver.is_some() {
+        eprintln!("toolgate hook: --approver works with serve only (a hook asks the broker's approvers through --socket)");
+        return ExitCode::from(2);
+    }
     use std::io::Read;
     use toolgate::hook::{self, Answer};
     let agent = match agent {

@@ -32,12 +32,8 @@ use std::io::{BufRead, Read, Write};
 
 use serde_json::{json, Map, Value};
 use toolgate_policy::Mode;
-#[cfg(unix)]
-use toolgate_protocol::{Decision, Role};
 
 use crate::broker::{Broker, Input};
-#[cfg(unix)]
-use crate::client::{Client, ClientError, Outcome};
 use crate::hook;
 
 /// The versions served through the `initialize` handshake, oldest first.
@@ -182,7 +178,6 @@ impl Decide for InProcess {
     }
 }
 
-#[cfg(unix)]
 /// Decides with the broker listening on a Unix socket (`toolgate serve
 /// --listen unix:PATH`), as a client of it (role `agent`, client `mcp`): the
 /// broker's policy, sessions and grants apply, and its approvers answer what
@@ -194,7 +189,6 @@ pub struct Remote {
     calls: u64,
 }
 
-#[cfg(unix)]
 impl Remote {
     /// Ask the broker at `path`, in `session` (whose mode is the broker's).
     pub fn new(path: std::path::PathBuf, session: String) -> Remote {
@@ -215,16 +209,16 @@ impl Remote {
     }
 }
 
-#[cfg(unix)]
-/// Ask the broker `client` is connected to about `approval` as call `call`
-/// of `session`, and wait for its decision.
+/// Ask the broker on `client` about `approval` as call `call` of `session`,
+/// and wait for its decision.
 fn exchange(
-    mut client: Client,
+    mut client: crate::client::Client,
     path: &str,
     session: &str,
     call: &str,
     approval: &Approval,
 ) -> Result<Verdict, String> {
+    use crate::client::{ClientError, Outcome};
     let mut frame = json!({
         "type": "tool_call",
         "sessionID": session,
@@ -236,7 +230,9 @@ fn exchange(
         frame["cwd"] = json!(cwd.to_string_lossy());
     }
     match client.call(&[frame], session, call, None) {
-        Ok(Outcome::Decided(decision)) => Ok(verdict(&decision)),
+        Ok(Outcome::Decided(decision)) => Ok(verdict(
+            &serde_json::to_value(&decision).unwrap_or(Value::Null),
+        )),
         Ok(Outcome::Asked(request)) => {
             // No approver is connected: the question came back to us, and
             // nobody here can answer it.
@@ -244,12 +240,15 @@ fn exchange(
                 .metadata
                 .get("reason")
                 .and_then(Value::as_str)
-                .unwrap_or("the policy asks a person first");
-            let cancel = json!({"type": "cancel", "sessionID": session, "callID": call});
-            let _ = client.send(&cancel);
+                .unwrap_or("the policy asks a person first")
+                .to_string();
+            let _ = client.send(&json!({"type": "cancel", "sessionID": session, "callID": call}));
             Err(format!(
                 "toolgate: {why}; no approver is connected to the broker at {path} (start one with `toolgate approve --socket {path}`)"
             ))
+        }
+        Err(ClientError::Protocol(message)) => {
+            Err(format!("toolgate: the broker refused the call: {message}"))
         }
         Err(ClientError::Closed) => Err(format!(
             "toolgate: the broker at {path} closed the connection before deciding"
@@ -258,24 +257,23 @@ fn exchange(
     }
 }
 
-#[cfg(unix)]
-/// The verdict a broker's `decision` carries: its reason, the approver's
-/// message and the mode's reminder make the denial's message.
-fn verdict(decision: &Decision) -> Verdict {
-    if decision.decision == toolgate_protocol::Verdict::Allow {
+/// The verdict a broker's `decision` frame carries: its reason, the
+/// approver's message and the mode's reminder make the denial's message.
+fn verdict(decision: &Value) -> Verdict {
+    let text = |key: &str| decision.get(key).and_then(Value::as_str);
+    if text("decision") == Some("allow") {
         return Verdict::Allow;
     }
-    let mut message = format!("toolgate: {}", decision.reason);
-    if let Some(said) = &decision.message {
+    let mut message = format!("toolgate: {}", text("reason").unwrap_or("denied"));
+    if let Some(said) = text("message") {
         message = format!("{message}: {said}");
     }
-    if let Some(reminder) = &decision.reminder {
+    if let Some(reminder) = text("reminder") {
         message = format!("{message}\n\n{reminder}");
     }
     Verdict::Deny(message)
 }
 
-#[cfg(unix)]
 impl Decide for Remote {
     fn decide(&mut self, approval: &Approval) -> Verdict {
         match self.start(approval) {
@@ -287,14 +285,16 @@ impl Decide for Remote {
     fn start(&mut self, approval: &Approval) -> Started {
         let call = self.call_id(approval);
         let path = self.path.display().to_string();
-        let client = match Client::connect(&self.path, Role::Agent, "mcp") {
-            Ok(client) => client,
-            Err(err) => return Started::Now(Verdict::Deny(format!("toolgate: {err}"))),
-        };
+        let client =
+            match crate::client::Client::connect(&self.path, toolgate_protocol::Role::Agent, "mcp")
+            {
+                Ok(client) => client,
+                Err(err) => return Started::Now(Verdict::Deny(format!("toolgate: {err}"))),
+            };
         // Closing the connection withdraws the call: the broker denies it.
         let withdrawn = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let flag = withdrawn.clone();
-        let cancel: Box<dyn Fn() + Send> = match client.closer() {
+        let cancel: Box<dyn Fn() + Send> = match client.stream() {
             Ok(other) => Box::new(move || {
                 flag.store(true, std::sync::atomic::Ordering::SeqCst);
                 let _ = other.shutdown(std::net::Shutdown::Both);

@@ -24,6 +24,7 @@ use std::time::Duration;
 use toolgate_policy::Policy;
 use toolgate_protocol::ErrorCode;
 
+use crate::approver::InProcess;
 use crate::broker::{Broker, ConnId, Input, Output};
 
 /// One line from the reader, or what happened instead.
@@ -214,12 +215,25 @@ struct Shared<W: Write> {
     done: bool,
     /// The first write error; the run reports it.
     failed: Option<io::Error>,
+    /// `serve --approver`: the in-process approver, connection [`APPROVER`].
+    approver: Option<InProcess>,
 }
 
 impl<W: Write> Shared<W> {
     fn flush_frames(&mut self) {
         // Saved before reported: what these frames report is synced first.
         self.broker.commit();
+        if let Some(approver) = &self.approver {
+            // What is addressed to the in-process approver is its own.
+            self.frames.retain(|output| {
+                if output.to.conn() == APPROVER {
+                    approver.deliver(&output.frame);
+                    false
+                } else {
+                    true
+                }
+            });
+        }
         if let Err(err) = write_frames(&mut self.writer, &mut self.frames) {
             self.frames.clear();
             if self.failed.is_none() {
@@ -282,15 +296,61 @@ where
     R: Read,
     W: Write + Send,
 {
+    run_with_approver(input, output, broker, max_frame_bytes, control, None)
+}
+
+/// The connection of the in-process approver (`serve --approver`).
+pub const APPROVER: ConnId = 1;
+
+/// [`run_controlled`] with an in-process approver (`serve --approver`): a
+/// second connection, [`APPROVER`], that says `hello` with role approver
+/// before stdin is read, so every question (and its end) is addressed to it
+/// and never to stdout. Each answer it sends on the channel is a line of
+/// that connection: the decision it makes goes to the caller on stdout,
+/// anything else the broker says to the approver (an error) is logged.
+pub fn run_with_approver<R, W>(
+    input: R,
+    output: W,
+    broker: Broker,
+    max_frame_bytes: usize,
+    control: Option<(Sender<Control>, Receiver<Control>)>,
+    approver: Option<(
+        InProcess,
+        &'static str,
+        Receiver<toolgate_protocol::PermissionResponse>,
+    )>,
+) -> io::Result<()>
+where
+    R: Read,
+    W: Write + Send,
+{
     let mut frames = Vec::new();
     let mut broker = broker;
     broker.step(Input::Opened { conn: STDIO }, &mut frames);
+    let (approver, answers) = match approver {
+        Some((approver, name, answers)) => {
+            broker.step(Input::Opened { conn: APPROVER }, &mut frames);
+            let hello = serde_json::json!({"type":"hello","role":"approver","client":name});
+            let hello = hello.to_string();
+            broker.step(
+                Input::Line {
+                    conn: APPROVER,
+                    line: hello.as_bytes(),
+                    number: 1,
+                },
+                &mut frames,
+            );
+            (Some(approver), Some(answers))
+        }
+        None => (None, None),
+    };
     let mut shared = Shared {
         frames,
         broker,
         writer: BufWriter::with_capacity(1 << 16, output),
         done: false,
         failed: None,
+        approver,
     };
     shared.flush_frames();
     let state = Mutex::new(shared);
@@ -301,6 +361,10 @@ where
 
     std::thread::scope(|scope| {
         scope.spawn(|| expire_deadlines(&state, &wake));
+        if let Some(answers) = answers {
+            let (state, wake) = (&state, &wake);
+            scope.spawn(move || take_answers(state, wake, &answers));
+        }
         let finished = match control {
             Some((finished, control)) => {
                 let (state, wake, holding) = (&state, &wake, &holding);
@@ -372,9 +436,55 @@ where
         }
     });
     let shared = state.into_inner().unwrap_or_else(PoisonError::into_inner);
+    if let Some(approver) = &shared.approver {
+        approver.stop();
+    }
     match shared.failed {
         Some(err) => Err(err),
         None => Ok(()),
+    }
+}
+
+/// The in-process approver's answers, each a line of connection
+/// [`APPROVER`] (numbered after its `hello`). Ends with the transport.
+fn take_answers<W: Write>(
+    state: &Mutex<Shared<W>>,
+    wake: &Condvar,
+    answers: &Receiver<toolgate_protocol::PermissionResponse>,
+) {
+    let mut number: u64 = 1;
+    loop {
+        let response = match answers.recv_timeout(Duration::from_millis(100)) {
+            Ok(response) => response,
+            Err(RecvTimeoutError::Timeout) => {
+                if lock(state).done {
+                    return;
+                }
+                continue;
+            }
+            Err(RecvTimeoutError::Disconnected) => return,
+        };
+        let frame = toolgate_protocol::ClientFrame::PermissionResponse(response);
+        let Ok(line) = serde_json::to_vec(&frame) else {
+            continue;
+        };
+        number += 1;
+        let mut shared = lock(state);
+        if shared.done {
+            return;
+        }
+        let Shared { broker, frames, .. } = &mut *shared;
+        broker.step(
+            Input::Line {
+                conn: APPROVER,
+                line: &line,
+                number,
+            },
+            frames,
+        );
+        shared.flush_frames();
+        drop(shared);
+        wake.notify_one();
     }
 }
 

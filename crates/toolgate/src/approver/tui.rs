@@ -1,0 +1,696 @@
+//! `toolgate approve`: a terminal approver attached to a broker's socket.
+//!
+//! It connects, says `hello` (role approver, client `approve`), and lists
+//! every `permission_request` it receives; the selected one is shown in
+//! detail ([`super::view`]). Keys: `o` once, `a` always (with the
+//! `alwaysOptions` entry chosen by ←/→ or tab), `r` reject then an optional
+//! message (Enter sends, Esc goes back), `j`/`k` or the arrows move, PgUp/PgDn
+//! scroll the detail, `q` quits. A `permission_resolved` removes its question
+//! (the reason is shown for a few seconds). When the connection ends the
+//! approver says so and exits 1.
+//!
+//! The terminal is driven with crossterm (raw mode, keys, colours); the
+//! state and the keys are plain data ([`App`]), so they are tested without
+//! a terminal.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, Receiver};
+use std::time::{Duration, Instant};
+
+use crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use crossterm::style::{Attribute, Color, Print, ResetColor, SetAttribute, SetForegroundColor};
+use crossterm::{cursor, queue, terminal};
+use toolgate_protocol::{ClientFrame, PermissionRequest, ServerFrame};
+
+use super::view::{self, Choice, Line, Tone};
+
+/// How long a notice (a question resolved elsewhere, an error) stays shown.
+const NOTICE_FOR: Duration = Duration::from_secs(6);
+
+/// One pending question.
+#[derive(Debug, Clone)]
+pub struct Question {
+    /// The request as received.
+    pub request: PermissionRequest,
+    /// The `alwaysOptions` entry an `always` would grant.
+    pub level: usize,
+}
+
+/// What the keys are doing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Input {
+    /// Keys choose.
+    Keys,
+    /// A reject's message is being typed for this permission.
+    Message {
+        /// The question rejected.
+        permission_id: String,
+        /// What was typed so far.
+        text: String,
+    },
+}
+
+/// The approver's state.
+#[derive(Debug)]
+pub struct App {
+    /// Pending questions, oldest first.
+    pub questions: Vec<Question>,
+    /// The selected question's index.
+    pub selected: usize,
+    /// How far the detail pane is scrolled.
+    pub scroll: usize,
+    /// What the keys are doing.
+    pub input: Input,
+    /// Recent notices, newest last.
+    pub notices: Vec<(Instant, String)>,
+    /// The broker's project root (from `ready`): a write's relative path is read there.
+    pub project_root: Option<PathBuf>,
+    /// `q` was pressed.
+    pub quit: bool,
+    /// The broker answered `hello`: questions come here.
+    pub approver: bool,
+}
+
+impl Default for App {
+    fn default() -> Self {
+        App::new()
+    }
+}
+
+impl App {
+    /// No questions yet.
+    pub fn new() -> App {
+        App {
+            questions: Vec::new(),
+            selected: 0,
+            scroll: 0,
+            input: Input::Keys,
+            notices: Vec::new(),
+            project_root: None,
+            quit: false,
+            approver: false,
+        }
+    }
+
+    fn notice(&mut self, text: String) {
+        self.notices.push((Instant::now(), text));
+        if self.notices.len() > 3 {
+            self.notices.remove(0);
+        }
+    }
+
+    /// Take in a frame from the broker.
+    pub fn receive(&mut self, frame: ServerFrame) {
+        match frame {
+            ServerFrame::Ready(ready) => {
+                if ready.role == Some(toolgate_protocol::Role::Approver) {
+                    self.approver = true;
+                }
+                self.project_root = Some(PathBuf::from(ready.project_root));
+            }
+            ServerFrame::PermissionRequest(request) => {
+                if self
+                    .questions
+                    .iter()
+                    .any(|q| q.request.permission_id == request.permission_id)
+                {
+                    return;
+                }
+                let level = view::default_level(&request);
+                self.questions.push(Question { request, level });
+            }
+            ServerFrame::PermissionResolved(resolved) => {
+                if let Some(index) = self
+                    .questions
+                    .iter()
+                    .position(|q| q.request.permission_id == resolved.permission_id)
+                {
+                    let question = self.questions.remove(index);
+                    self.notice(format!(
+                        "closed: {} ({})",
+                        view::one_line(&question.request.title),
+                        view::one_line(&resolved.reason)
+                    ));
+                    self.after_removal(index, &resolved.permission_id);
+                }
+            }
+            ServerFrame::Error(error) => {
+                self.notice(format!("broker error: {}", view::one_line(&error.message)));
+            }
+            _ => {}
+        }
+    }
+
+    fn after_removal(&mut self, index: usize, permission_id: &str) {
+        if index < self.selected || self.selected >= self.questions.len() {
+            self.selected = self.selected.saturating_sub(1);
+        }
+        if index == self.selected {
+            self.scroll = 0;
+        }
+        if let Input::Message {
+            permission_id: typing,
+            ..
+        } = &self.input
+        {
+            if typing == permission_id {
+                self.input = Input::Keys;
+            }
+        }
+    }
+
+    /// Take in a key; what it answers is returned, to be sent.
+    pub fn key(&mut self, key: KeyEvent) -> Option<ClientFrame> {
+        if key.kind == KeyEventKind::Release {
+            return None;
+        }
+        if let Input::Message {
+            permission_id,
+            text,
+        } = &mut self.input
+        {
+            match key.code {
+                KeyCode::Enter => {
+                    let message = Some(std::mem::take(text));
+                    let permission_id = permission_id.clone();
+                    self.input = Input::Keys;
+                    return self.answer(&permission_id, Choice::Reject { message });
+                }
+                KeyCode::Esc => self.input = Input::Keys,
+                KeyCode::Backspace => {
+                    text.pop();
+                }
+                KeyCode::Char('c') if key.modifiers.contains(KeyModifiers::CONTROL) => {
+                    self.input = Input::Keys;
+                }
+                KeyCode::Char(ch) if !ch.is_control() => text.push(ch),
+                _ => {}
+            }
+            return None;
+        }
+        let count = self.questions.len();
+        match key.code {
+            KeyCode::Char('q') => self.quit = true,
+            KeyCode::Char('c') if key.modifiers.contains(KeyModifiers::CONTROL) => self.quit = true,
+            KeyCode::Char('j') | KeyCode::Down if self.selected + 1 < count => {
+                self.selected += 1;
+                self.scroll = 0;
+            }
+            KeyCode::Char('k') | KeyCode::Up if self.selected > 0 => {
+                self.selected -= 1;
+                self.scroll = 0;
+            }
+            KeyCode::PageDown | KeyCode::Char(' ') => self.scroll += 10,
+            KeyCode::PageUp => self.scroll = self.scroll.saturating_sub(10),
+            KeyCode::Left | KeyCode::Char('h') | KeyCode::BackTab => {
+                if let Some(q) = self.questions.get_mut(self.selected) {
+                    q.level = q.level.saturating_sub(1);
+                }
+            }
+            KeyCode::Right | KeyCode::Char('l') => {
+                if let Some(q) = self.questions.get_mut(self.selected) {
+                    q.level = (q.level + 1).min(view::default_level(&q.request));
+                }
+            }
+            KeyCode::Tab => {
+                if let Some(q) = self.questions.get_mut(self.selected) {
+                    let last = view::default_level(&q.request);
+                    q.level = if q.level >= last { 0 } else { q.level + 1 };
+                }
+            }
+            KeyCode::Char('o') => {
+                let id = self.selected_id()?;
+                return self.answer(&id, Choice::Once);
+            }
+            KeyCode::Char('a') => {
+                let question = self.questions.get(self.selected)?;
+                let (id, level) = (question.request.permission_id.clone(), question.level);
+                return self.answer(&id, Choice::Always { level });
+            }
+            KeyCode::Char('r') => {
+                let permission_id = self.selected_id()?;
+                self.input = Input::Message {
+                    permission_id,
+                    text: String::new(),
+                };
+            }
+            _ => {}
+        }
+        None
+    }
+
+    fn selected_id(&self) -> Option<String> {
+        self.questions
+            .get(self.selected)
+            .map(|q| q.request.permission_id.clone())
+    }
+
+    /// Answer a question: it leaves the list and the frame is returned.
+    fn answer(&mut self, permission_id: &str, choice: Choice) -> Option<ClientFrame> {
+        let index = self
+            .questions
+            .iter()
+            .position(|q| q.request.permission_id == permission_id)?;
+        let question = self.questions.remove(index);
+        self.after_removal(index, permission_id);
+        let response = view::answer(&question.request, &choice);
+        let what = match &choice {
+            Choice::Once => "once".to_string(),
+            Choice::Always { .. } => match &response.patterns {
+                Some(patterns) => format!("always ({})", patterns.join(", ")),
+                None => format!("always ({})", question.request.always.join(", ")),
+            },
+            Choice::Reject { .. } => "reject".to_string(),
+        };
+        self.notice(format!(
+            "answered {what}: {}",
+            view::one_line(&question.request.title)
+        ));
+        Some(ClientFrame::PermissionResponse(response))
+    }
+
+    /// The screen as lines of (tone, text), `width` columns by `height` rows.
+    pub fn screen(&self, width: usize, height: usize, socket: &str) -> Vec<(Tone, String)> {
+        let mut rows: Vec<(Tone, String)> = Vec::new();
+        rows.push((
+            Tone::Heading,
+            format!(
+                "toolgate approve — {} pending — {}{}",
+                self.questions.len(),
+                socket,
+                if self.approver {
+                    ""
+                } else {
+                    " (connecting…)"
+                }
+            ),
+        ));
+        let list_rows = self.questions.len().clamp(1, (height / 3).max(1));
+        let first = self.selected.saturating_sub(list_rows.saturating_sub(1));
+        for index in first..first + list_rows {
+            match self.questions.get(index) {
+                Some(q) => {
+                    let mark = if index == self.selected { '▶' } else { ' ' };
+                    let tone = if index == self.selected {
+                        Tone::Plain
+                    } else {
+                        Tone::Dim
+                    };
+                    rows.push((
+                        tone,
+                        format!("{mark} {}. {}", index + 1, view::summary(&q.request)),
+                    ));
+                }
+                None if index == 0 => rows.push((Tone::Dim, "  no pending questions".into())),
+                None => rows.push((Tone::Plain, String::new())),
+            }
+        }
+        rows.push((Tone::Dim, "─".repeat(width)));
+        let footer = self.footer();
+        let notices: Vec<&String> = self
+            .notices
+            .iter()
+            .filter(|(at, _)| at.elapsed() < NOTICE_FOR)
+            .map(|(_, text)| text)
+            .collect();
+        let detail_rows = height.saturating_sub(rows.len() + 1 + notices.len());
+        if let Some(q) = self.questions.get(self.selected) {
+            let root = self.project_root.as_deref();
+            let lines: Vec<Line> = view::detail(&q.request, q.level, root, &view::read_file);
+            let scroll = self.scroll.min(lines.len().saturating_sub(1));
+            for line in lines.into_iter().skip(scroll).take(detail_rows) {
+                rows.push((line.tone, line.text));
+            }
+        }
+        while rows.len() < height.saturating_sub(1 + notices.len()) {
+            rows.push((Tone::Plain, String::new()));
+        }
+        for text in notices {
+            rows.push((Tone::Warn, text.clone()));
+        }
+        rows.push((Tone::Heading, footer));
+        rows.truncate(height);
+        rows.into_iter()
+            .map(|(tone, text)| (tone, cut(&text, width)))
+            .collect()
+    }
+
+    fn footer(&self) -> String {
+        match &self.input {
+            Input::Message { text, .. } => {
+                format!("reject with message (Enter sends, Esc back): {text}▏")
+            }
+            Input::Keys => {
+                "o once · a always (←/→ tab: which) · r reject · j/k ↑/↓ move · PgUp/PgDn scroll · q quit"
+                    .to_string()
+            }
+        }
+    }
+}
+
+/// At most `width` characters of `text`.
+fn cut(text: &str, width: usize) -> String {
+    text.chars().take(width).collect()
+}
+
+/// What the socket reader thread reports.
+enum FromBroker {
+    Frame(Box<ServerFrame>),
+    Closed(String),
+}
+
+/// Run `toolgate approve` on `socket`: 0 after `q`, 1 when the connection
+/// is lost or cannot be made.
+pub fn run(socket: &Path) -> i32 {
+    let stream = match UnixStream::connect(socket) {
+        Ok(stream) => stream,
+        Err(error) => {
+            eprintln!(
+                "toolgate approve: no toolgate broker listens on {} ({error}); start it with `toolgate serve --listen unix:{}`",
+                socket.display(),
+                socket.display()
+            );
+            return 1;
+        }
+    };
+    let mut writer = match stream.try_clone() {
+        Ok(writer) => writer,
+        Err(error) => {
+            eprintln!("toolgate approve: cannot use the socket: {error}");
+            return 1;
+        }
+    };
+    let (sender, frames) = mpsc::channel();
+    std::thread::spawn(move || {
+        let reader = BufReader::new(stream);
+        for line in reader.split(b'\n') {
+            match line {
+                Ok(line) => match serde_json::from_slice::<ServerFrame>(&line) {
+                    Ok(frame) => {
+                        if sender.send(FromBroker::Frame(Box::new(frame))).is_err() {
+                            return;
+                        }
+                    }
+                    Err(error) => tracing::warn!("unreadable frame from the broker: {error}"),
+                },
+                Err(error) => {
+                    let _ = sender.send(FromBroker::Closed(error.to_string()));
+                    return;
+                }
+            }
+        }
+        let _ = sender.send(FromBroker::Closed("the broker closed it".to_string()));
+    });
+    let hello = br#"{"type":"hello","role":"approver","client":"approve"}"#;
+    if let Err(error) = writer
+        .write_all(hello)
+        .and_then(|()| writer.write_all(b"\n"))
+    {
+        eprintln!(
+            "toolgate approve: the connection to {} was lost: {error}",
+            socket.display()
+        );
+        return 1;
+    }
+    let label = socket.display().to_string();
+    let mut terminal = match Terminal::open() {
+        Ok(terminal) => terminal,
+        Err(error) => {
+            eprintln!("toolgate approve: cannot use the terminal: {error}");
+            return 1;
+        }
+    };
+    let outcome = event_loop(&mut terminal, &frames, &mut writer, &label);
+    drop(terminal);
+    match outcome {
+        Ok(()) => 0,
+        Err(why) => {
+            eprintln!(
+                "toolgate approve: the connection to {} was lost ({why})",
+                socket.display()
+            );
+            1
+        }
+    }
+}
+
+fn event_loop(
+    terminal: &mut Terminal,
+    frames: &Receiver<FromBroker>,
+    writer: &mut UnixStream,
+    label: &str,
+) -> Result<(), String> {
+    let mut app = App::new();
+    let mut dirty = true;
+    loop {
+        // Everything the broker sent so far.
+        loop {
+            match frames.try_recv() {
+                Ok(FromBroker::Frame(frame)) => {
+                    app.receive(*frame);
+                    dirty = true;
+                }
+                Ok(FromBroker::Closed(why)) => return Err(why),
+                Err(mpsc::TryRecvError::Empty) => break,
+                Err(mpsc::TryRecvError::Disconnected) => return Err("reader ended".into()),
+            }
+        }
+        if dirty {
+            terminal
+                .draw(&app, label)
+                .map_err(|e| format!("terminal: {e}"))?;
+            dirty = false;
+        }
+        if event::poll(Duration::from_millis(50)).map_err(|e| format!("terminal: {e}"))? {
+            match event::read().map_err(|e| format!("terminal: {e}"))? {
+                Event::Key(key) => {
+                    if let Some(frame) = app.key(key) {
+                        let mut line = serde_json::to_vec(&frame).map_err(|e| e.to_string())?;
+                        line.push(b'\n');
+                        writer.write_all(&line).map_err(|e| e.to_string())?;
+                    }
+                    if app.quit {
+                        return Ok(());
+                    }
+                    dirty = true;
+                }
+                Event::Resize(..) => dirty = true,
+                _ => {}
+            }
+        } else if app
+            .notices
+            .iter()
+            .any(|(at, _)| at.elapsed() >= NOTICE_FOR && at.elapsed() < NOTICE_FOR * 2)
+        {
+            // Let expired notices disappear.
+            dirty = true;
+            app.notices.retain(|(at, _)| at.elapsed() < NOTICE_FOR);
+        }
+    }
+}
+
+/// The terminal in raw mode on the alternate screen; restored when dropped.
+struct Terminal {
+    out: std::io::Stdout,
+}
+
+impl Terminal {
+    fn open() -> std::io::Result<Terminal> {
+        terminal::enable_raw_mode()?;
+        let mut out = std::io::stdout();
+        queue!(out, terminal::EnterAlternateScreen, cursor::Hide)?;
+        out.flush()?;
+        Ok(Terminal { out })
+    }
+
+    fn draw(&mut self, app: &App, label: &str) -> std::io::Result<()> {
+        let (width, height) = terminal::size()?;
+        let rows = app.screen(usize::from(width), usize::from(height), label);
+        queue!(self.out, cursor::MoveTo(0, 0))?;
+        for (row, (tone, text)) in rows.iter().enumerate() {
+            let row = u16::try_from(row).unwrap_or(u16::MAX);
+            queue!(
+                self.out,
+                cursor::MoveTo(0, row),
+                terminal::Clear(terminal::ClearType::CurrentLine)
+            )?;
+            match tone {
+                Tone::Plain => {}
+                Tone::Heading => queue!(self.out, SetAttribute(Attribute::Bold))?,
+                Tone::Added => queue!(self.out, SetForegroundColor(Color::Green))?,
+                Tone::Removed => queue!(self.out, SetForegroundColor(Color::Red))?,
+                Tone::Dim => queue!(self.out, SetForegroundColor(Color::DarkGrey))?,
+                Tone::Warn => queue!(self.out, SetForegroundColor(Color::Yellow))?,
+            }
+            queue!(
+                self.out,
+                Print(text),
+                ResetColor,
+                SetAttribute(Attribute::Reset)
+            )?;
+        }
+        self.out.flush()
+    }
+}
+
+impl Drop for Terminal {
+    fn drop(&mut self) {
+        let _ = queue!(self.out, cursor::Show, terminal::LeaveAlternateScreen);
+        let _ = self.out.flush();
+        let _ = terminal::disable_raw_mode();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+    use serde_json::json;
+
+    fn request(id: &str, title: &str) -> ServerFrame {
+        serde_json::from_value(json!({
+            "type":"permission_request","timestamp":0,"sessionID":"s","permissionID":id,
+            "callID":"c","tool":"bash","permission":"bash","toolName":"bash","pattern":["rm *"],
+            "patterns":[title],"always":["rm *"],"alwaysOptions":[[title],["rm *"]],"title":title,
+            "metadata":{"command":title}
+        }))
+        .unwrap()
+    }
+
+    fn press(app: &mut App, keys: &str) -> Vec<serde_json::Value> {
+        let mut sent = Vec::new();
+        for ch in keys.chars() {
+            let code = match ch {
+                '\n' => KeyCode::Enter,
+                '\u{1b}' => KeyCode::Esc,
+                '<' => KeyCode::Left,
+                '>' => KeyCode::Right,
+                '\t' => KeyCode::Tab,
+                ch => KeyCode::Char(ch),
+            };
+            if let Some(frame) = app.key(KeyEvent::new(code, KeyModifiers::NONE)) {
+                sent.push(serde_json::to_value(frame).unwrap());
+            }
+        }
+        sent
+    }
+
+    #[test]
+    fn keys_answer_in_any_order() {
+        // (keys pressed with questions p1 "rm a", p2 "rm b", p3 "rm c" pending, frames sent)
+        let table: Vec<(&str, Vec<serde_json::Value>)> = vec![
+            (
+                "o",
+                vec![json!({"type":"permission_response","permissionID":"p1","response":"once"})],
+            ),
+            (
+                "jo",
+                vec![json!({"type":"permission_response","permissionID":"p2","response":"once"})],
+            ),
+            (
+                "jjko",
+                vec![json!({"type":"permission_response","permissionID":"p2","response":"once"})],
+            ),
+            (
+                "jjjjo",
+                vec![json!({"type":"permission_response","permissionID":"p3","response":"once"})],
+            ),
+            (
+                "a",
+                vec![json!({"type":"permission_response","permissionID":"p1","response":"always"})],
+            ),
+            (
+                "<a",
+                vec![
+                    json!({"type":"permission_response","permissionID":"p1","response":"always","patterns":["rm a"]}),
+                ],
+            ),
+            (
+                "\t\ta",
+                vec![json!({"type":"permission_response","permissionID":"p1","response":"always"})],
+            ),
+            (
+                "<>>a",
+                vec![json!({"type":"permission_response","permissionID":"p1","response":"always"})],
+            ),
+            (
+                "jrno\n",
+                vec![
+                    json!({"type":"permission_response","permissionID":"p2","response":"reject","message":"no"}),
+                ],
+            ),
+            (
+                "r\n",
+                vec![json!({"type":"permission_response","permissionID":"p1","response":"reject"})],
+            ),
+            (
+                "r\u{1b}o",
+                vec![json!({"type":"permission_response","permissionID":"p1","response":"once"})],
+            ),
+            (
+                "roq\n",
+                vec![
+                    json!({"type":"permission_response","permissionID":"p1","response":"reject","message":"oq"}),
+                ],
+            ),
+            (
+                "jojoo",
+                vec![
+                    json!({"type":"permission_response","permissionID":"p2","response":"once"}),
+                    json!({"type":"permission_response","permissionID":"p3","response":"once"}),
+                    json!({"type":"permission_response","permissionID":"p1","response":"once"}),
+                ],
+            ),
+            (
+                "ooooo",
+                vec![
+                    json!({"type":"permission_response","permissionID":"p1","response":"once"}),
+                    json!({"type":"permission_response","permissionID":"p2","response":"once"}),
+                    json!({"type":"permission_response","permissionID":"p3","response":"once"}),
+                ],
+            ),
+        ];
+        for (keys, want) in table {
+            let mut app = App::new();
+            for (id, title) in [("p1", "rm a"), ("p2", "rm b"), ("p3", "rm c")] {
+                app.receive(request(id, title));
+            }
+            app.receive(request("p1", "rm a")); // a repeat is ignored
+            assert_eq!(press(&mut app, keys), want, "keys {keys:?}");
+        }
+    }
+
+    #[test]
+    fn resolved_elsewhere_disappears() {
+        let mut app = App::new();
+        app.receive(request("p1", "rm a"));
+        app.receive(request("p2", "rm b"));
+        press(&mut app, "jr");
+        app.receive(
+            serde_json::from_value(json!({"type":"permission_resolved","permissionID":"p2","sessionID":"s","callID":"c","reason":"answered on another connection"}))
+                .unwrap(),
+        );
+        assert_eq!(app.questions.len(), 1);
+        assert_eq!(app.input, Input::Keys);
+        assert_eq!(app.selected, 0);
+        let screen = app.screen(100, 30, "sock");
+        let all: String = screen.iter().map(|(_, t)| format!("{t}\n")).collect();
+        assert!(
+            all.contains("closed: rm b (answered on another connection)"),
+            "{all}"
+        );
+        assert!(all.contains("▶ 1. s  bash  rm a"), "{all}");
+        assert_eq!(screen.len(), 30);
+        assert!(screen.iter().all(|(_, t)| t.chars().count() <= 100));
+        assert_eq!(press(&mut app, "jo").len(), 1);
+        let all: String = app
+            .screen(100, 30, "sock")
+            .iter()
+            .map(|(_, t)| format!("{t}\n"))
+            .collect();
+        assert!(all.contains("no pending questions"), "{all}");
+    }
+}
