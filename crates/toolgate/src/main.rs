@@ -779,54 +779,80 @@ fn hook(agent: HookAgent, args: ServeArgs) -> ExitCode {
 /// (and, without its permission-prompt tool, asks nobody and allows nothing
 /// that its own rules do not allow).
 fn mcp(session: Option<String>, socket: Option<PathBuf>, args: ServeArgs) -> ExitCode {
-    use toolgate::mcp::{self, Remote, Server};
     let limit = args.max_frame_bytes.unwrap_or(16 << 20).max(1);
     let session = session
         .filter(|session| !session.is_empty())
         .unwrap_or_else(|| format!("mcp-{}", uuid::Uuid::new_v4().simple()));
     let socket = socket.or_else(|| std::env::var_os("TOOLGATE_SOCKET").map(PathBuf::from));
-    let stdin = std::io::stdin();
-    let served = if let Some(path) = socket.filter(|path| !path.as_os_str().is_empty()) {
-        // The broker there has its own policy, and sessions it may have put
-        // in a stricter mode: nothing here may loosen them.
-        let given: Vec<&str> = [
-            ("--mode", args.mode.is_some()),
-            ("--permission-mode", args.permission_mode.is_some()),
-            ("--policy", args.policy.is_some()),
-            ("--agent", args.agent.is_some()),
-            ("--permission", args.permission.is_some()),
-            ("--project-root", args.project_root.is_some()),
-            ("--ask-timeout", args.ask_timeout.is_some()),
-            ("--on-ask", args.on_ask.is_some()),
-            ("--state-dir", args.state_dir.is_some()),
-        ]
-        .into_iter()
-        .filter_map(|(flag, given)| given.then_some(flag))
-        .collect();
-        if !given.is_empty() {
-            eprintln!(
-                "toolgate mcp: {} cannot be used with --socket: the broker listening on {} decides with its own policy (give these flags to `toolgate serve --listen`)",
-                given.join(", "),
-                path.display()
-            );
-            return ExitCode::from(2);
-        }
-        let mut server = Server::new(Remote::new(path, session));
-        mcp::run(stdin.lock(), std::io::stdout(), &mut server, limit)
-    } else {
-        match in_process(session, args, limit) {
-            Ok(served) => served,
-            Err(code) => return code,
-        }
+    let served = match socket.filter(|path| !path.as_os_str().is_empty()) {
+        Some(path) => remote(session, path, &args, limit),
+        None => in_process(session, args, limit),
     };
     match served {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
-        Err(err) => {
+        Ok(Ok(())) => ExitCode::SUCCESS,
+        Ok(Err(err)) if err.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Ok(Err(err)) => {
             eprintln!("toolgate mcp: i/o error: {err}");
             ExitCode::from(1)
         }
+        Err(code) => code,
     }
+}
+
+/// `toolgate mcp --socket PATH` until end of input: every call is put to the
+/// broker listening there. `Err` for policy flags, which belong to the broker.
+#[cfg(unix)]
+fn remote(
+    session: String,
+    path: PathBuf,
+    args: &ServeArgs,
+    limit: usize,
+) -> Result<std::io::Result<()>, ExitCode> {
+    use toolgate::mcp::{self, Remote, Server};
+    // The broker there has its own policy, and sessions it may have put in a
+    // stricter mode: nothing here may loosen them.
+    let given: Vec<&str> = [
+        ("--mode", args.mode.is_some()),
+        ("--permission-mode", args.permission_mode.is_some()),
+        ("--policy", args.policy.is_some()),
+        ("--agent", args.agent.is_some()),
+        ("--permission", args.permission.is_some()),
+        ("--project-root", args.project_root.is_some()),
+        ("--ask-timeout", args.ask_timeout.is_some()),
+        ("--on-ask", args.on_ask.is_some()),
+        ("--state-dir", args.state_dir.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(flag, given)| given.then_some(flag))
+    .collect();
+    if !given.is_empty() {
+        eprintln!(
+            "toolgate mcp: {} cannot be used with --socket: the broker listening on {} decides with its own policy (give these flags to `toolgate serve --listen`)",
+            given.join(", "),
+            path.display()
+        );
+        return Err(ExitCode::from(2));
+    }
+    let mut server = Server::new(Remote::new(path, session));
+    let stdin = std::io::stdin();
+    Ok(mcp::run(
+        stdin.lock(),
+        std::io::stdout(),
+        &mut server,
+        limit,
+    ))
+}
+
+/// No Unix sockets here: `--socket` cannot be served.
+#[cfg(not(unix))]
+fn remote(
+    _session: String,
+    _path: PathBuf,
+    _args: &ServeArgs,
+    _limit: usize,
+) -> Result<std::io::Result<()>, ExitCode> {
+    eprintln!("toolgate mcp: --socket needs Unix sockets, which this system lacks");
+    Err(ExitCode::from(2))
 }
 
 /// `toolgate mcp` deciding in-process until end of input; `Err` when the

@@ -508,7 +508,8 @@ fn fake_broker(
             let (stream, _) = listener.accept().unwrap();
             let mut writer = stream.try_clone().unwrap();
             let mut reader = BufReader::new(stream);
-            let ready = json!({"type": "ready", "protocol": 1, "version": "0", "mode": "ask"});
+            let ready = json!({"type": "ready", "protocol": 1, "version": "0", "mode": "ask",
+                "projectRoot": "/", "policySources": ["built-in"], "stateDir": null});
             // A client may withdraw at any point: its errors end the connection.
             let _ = writeln!(writer, "{ready}");
             let mut lines = Vec::new();
