@@ -183,12 +183,14 @@ impl Decide for InProcess {
 /// broker's policy, sessions and grants apply, and its approvers answer what
 /// asks. Fail closed: no broker there, a connection that breaks, an error
 /// from the broker, or a question no approver can see is a denial.
+#[cfg(unix)]
 pub struct Remote {
     path: std::path::PathBuf,
     session: String,
     calls: u64,
 }
 
+#[cfg(unix)]
 impl Remote {
     /// Ask the broker at `path`, in `session` (whose mode is the broker's).
     pub fn new(path: std::path::PathBuf, session: String) -> Remote {
@@ -211,6 +213,7 @@ impl Remote {
 
 /// Ask the broker on `client` about `approval` as call `call` of `session`,
 /// and wait for its decision.
+#[cfg(unix)]
 fn exchange(
     mut client: crate::client::Client,
     path: &str,
@@ -259,6 +262,7 @@ fn exchange(
 
 /// The verdict a broker's `decision` frame carries: its reason, the
 /// approver's message and the mode's reminder make the denial's message.
+#[cfg(unix)]
 fn verdict(decision: &Value) -> Verdict {
     let text = |key: &str| decision.get(key).and_then(Value::as_str);
     if text("decision") == Some("allow") {
@@ -274,6 +278,7 @@ fn verdict(decision: &Value) -> Verdict {
     Verdict::Deny(message)
 }
 
+#[cfg(unix)]
 impl Decide for Remote {
     fn decide(&mut self, approval: &Approval) -> Verdict {
         match self.start(approval) {
