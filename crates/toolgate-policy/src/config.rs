@@ -40,6 +40,8 @@ pub struct PolicyFile {
     pub trust_git_config: Option<bool>,
     /// `alwaysAvailableTools`.
     pub always_available_tools: Option<Vec<String>>,
+    /// `readOnlyAgents`.
+    pub read_only_agents: Option<Vec<String>>,
 }
 
 const KEYS: &[&str] = &[
@@ -53,6 +55,7 @@ const KEYS: &[&str] = &[
     "askTimeoutSeconds",
     "trustGitConfig",
     "alwaysAvailableTools",
+    "readOnlyAgents",
 ];
 
 impl PolicyFile {
@@ -109,6 +112,7 @@ impl PolicyFile {
                 "alwaysAvailableTools" => {
                     policy.always_available_tools = Some(strings(value, file, key)?)
                 }
+                "readOnlyAgents" => policy.read_only_agents = Some(read_only_agents(value, file)?),
                 unknown => {
                     let hint = KEYS
                         .iter()
@@ -224,6 +228,42 @@ pub struct Sources {
     pub overrides: Vec<(String, Value)>,
     /// `--ask-timeout`, which beats the file's `askTimeoutSeconds`.
     pub ask_timeout_seconds: Option<u64>,
+    /// `--read-only-agents`, which beats the file's `readOnlyAgents`.
+    pub read_only_agents: Option<Vec<String>>,
+}
+
+/// The default for `readOnlyAgents`: Claude Code's built-in sub-agents that
+/// only read (its own plan mode lets them run).
+pub const DEFAULT_READ_ONLY_AGENTS: &[&str] = &["Explore", "Plan"];
+
+/// Check `readOnlyAgents`: a list of sub-agent type names, each non-empty
+/// and without wildcards (a pattern would admit types added later, writers
+/// included).
+fn read_only_agents(value: &Value, file: &str) -> Result<Vec<String>, PolicyError> {
+    let names = strings(value, file, "readOnlyAgents")?;
+    for (i, name) in names.iter().enumerate() {
+        check_read_only_agent(name)
+            .map_err(|why| PolicyError::new(file, &format!("readOnlyAgents[{i}]"), &why))?;
+    }
+    Ok(names)
+}
+
+/// Why `name` cannot be a read-only sub-agent type (`--read-only-agents`,
+/// `readOnlyAgents`): it is empty, or it holds a wildcard or a blank.
+pub fn check_read_only_agent(name: &str) -> Result<(), String> {
+    if name.trim().is_empty() {
+        Err("an empty name names no sub-agent type".to_string())
+    } else if name.contains(['*', '?', '[']) {
+        Err(format!(
+            "`{name}` is a wildcard; list each sub-agent type that only reads (such as `Explore`)"
+        ))
+    } else if name.chars().any(char::is_whitespace) {
+        Err(format!(
+            "`{name}` holds a blank; a sub-agent type is one word"
+        ))
+    } else {
+        Ok(())
+    }
 }
 
 /// The default for `alwaysAvailableTools`.
@@ -305,6 +345,16 @@ impl Policy {
                     .map(|s| s.to_string())
                     .collect()
             });
+        let read_only_agents = sources
+            .read_only_agents
+            .clone()
+            .or_else(|| policy_file.and_then(|policy| policy.read_only_agents.clone()))
+            .unwrap_or_else(|| {
+                DEFAULT_READ_ONLY_AGENTS
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect()
+            });
         let shell = toolgate_shell::Options {
             project_root: sources.project_root.clone(),
             cwd: None,
@@ -340,6 +390,7 @@ impl Policy {
                 rules,
                 plan_allowed,
                 always_available,
+                read_only_agents,
                 ask_timeout_seconds,
                 shell,
             },
@@ -438,7 +489,13 @@ mod tests {
                 "toolgate.json: mode: unknown mode `careful` (expected auto, auto_edit, ask, plan or readonly, or an alias such as default, yolo, acceptEdits, read-only)",
             ),
             (r#"{"permission":{"bash":{"rm *":"never"}}}"#, "toolgate.json: permission.bash.\"rm *\": unknown action `never` (expected allow, ask or deny)"),
-            (r#"{"permissions":{}}"#, "toolgate.json: permissions: unknown key (did you mean `permission`?); known keys: mode, projectRoot, permission, tools, planModeAllowedTools, planModeReadOnlyCommands, askTimeoutSeconds, trustGitConfig, alwaysAvailableTools"),
+            (r#"{"permissions":{}}"#, "toolgate.json: permissions: unknown key (did you mean `permission`?); known keys: mode, projectRoot, permission, tools, planModeAllowedTools, planModeReadOnlyCommands, askTimeoutSeconds, trustGitConfig, alwaysAvailableTools, readOnlyAgents"),
+            (r#"{"readOnlyAgents":["Explore","Scout"]}"#, "ok"),
+            (r#"{"readOnlyAgents":[]}"#, "ok"),
+            (r#"{"readOnlyAgents":"Explore"}"#, "toolgate.json: readOnlyAgents: expected an array of strings"),
+            (r#"{"readOnlyAgents":["Explore*"]}"#, "toolgate.json: readOnlyAgents[0]: `Explore*` is a wildcard; list each sub-agent type that only reads (such as `Explore`)"),
+            (r#"{"readOnlyAgents":["Plan",""]}"#, "toolgate.json: readOnlyAgents[1]: an empty name names no sub-agent type"),
+            (r#"{"readOnlyAgents":["general purpose"]}"#, "toolgate.json: readOnlyAgents[0]: `general purpose` holds a blank; a sub-agent type is one word"),
             (r#"{"tools":{"deploy":{"kind":"launch"}}}"#, "toolgate.json: tools.deploy.kind: unknown kind `launch` (expected one of read, search, list, think, fetch, edit, shell, execute, exit_plan_mode, task, other)"),
             (r#"{"askTimeoutSeconds":-1}"#, "toolgate.json: askTimeoutSeconds: expected a whole number of seconds (0 = wait forever)"),
             (r#"{"planModeAllowedTools":"x"}"#, "toolgate.json: planModeAllowedTools: expected an array of strings"),

@@ -157,8 +157,16 @@ impl Policy {
             None => Cow::Borrowed(&self.project_root),
         };
         let mode = context.mode;
-        let plan_allowed = spec.kind == Kind::Other
-            && self.plan_allowed.iter().any(|tool| tool.matches(call.tool));
+        let plan_allowed = match (spec.kind, &subject) {
+            (Kind::Other, _) => self.plan_allowed.iter().any(|tool| tool.matches(call.tool)),
+            // A sub-agent of a type that only reads: launched in plan mode,
+            // its own calls judged in plan mode (the hooks run them in a
+            // child session, which inherits the mode).
+            (Kind::Task, Subject::Text(agent)) => {
+                self.read_only_agents.iter().any(|name| name == agent)
+            }
+            _ => false,
+        };
 
         let mut checks: Vec<Check> = Vec::new();
         if context.repeats >= 3 {
@@ -1352,6 +1360,9 @@ fn kind_reason(mode: Mode, kind: Kind, action: Action, tool: &str, plan_allowed:
         Action::Allow if kind == Kind::Other && mode == Mode::Plan && plan_allowed => {
             format!("plan mode allows `{tool}`: it is in planModeAllowedTools")
         }
+        Action::Allow if kind == Kind::Task && mode == Mode::Plan && plan_allowed => format!(
+            "plan mode allows sub-agents of a read-only type (readOnlyAgents) through `{tool}`; their calls stay bound by plan mode"
+        ),
         Action::Allow => format!("{mode} mode allows {}", kind.noun()),
         Action::Ask if kind == Kind::ExitPlan => "leaving plan mode needs the user's approval of the plan".to_string(),
         Action::Ask => format!("{mode} mode asks before {}", kind.noun()),

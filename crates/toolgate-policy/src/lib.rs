@@ -60,7 +60,8 @@ use serde_json::{Map, Value};
 
 pub use batch::{is_batch, AskedCall, MAX_CALLS, MAX_DEPTH};
 pub use config::{
-    parse_override, PolicyFile, Sources, DEFAULT_ALWAYS_AVAILABLE, DEFAULT_ASK_TIMEOUT_SECONDS,
+    check_read_only_agent, parse_override, PolicyFile, Sources, DEFAULT_ALWAYS_AVAILABLE,
+    DEFAULT_ASK_TIMEOUT_SECONDS, DEFAULT_READ_ONLY_AGENTS,
 };
 pub use error::PolicyError;
 pub use globs::{
@@ -100,6 +101,11 @@ pub struct Policy {
     pub plan_allowed: Vec<Wildcard>,
     /// `alwaysAvailableTools`.
     pub always_available: Vec<String>,
+    /// Sub-agent types that only read (`readOnlyAgents` / `--read-only-agents`,
+    /// default `Explore`, `Plan`): plan mode lets the model launch them (the
+    /// `task` kind with one of these as its subject, compared exactly), and
+    /// every call they make is still judged in plan mode.
+    pub read_only_agents: Vec<String>,
     /// Seconds an ask waits for an answer; 0 waits forever.
     pub ask_timeout_seconds: u64,
     /// Options for shell analysis.

@@ -216,7 +216,9 @@ impl Kind {
 ///
 /// `shell_read_only` says whether every simple command of a shell call is
 /// proven read-only; `plan_allowed` whether the tool is in `planModeAllowedTools`
-/// (which never covers writers, see [`Kind::is_writer`]).
+/// (which never covers writers, see [`Kind::is_writer`]) or, for a sub-agent
+/// launch, whether its type is in `readOnlyAgents` (a read-only sub-agent,
+/// whose own calls are judged in plan mode like the parent's).
 pub fn mode_answer(mode: Mode, kind: Kind, shell_read_only: bool, plan_allowed: bool) -> Action {
     use Action::{Allow, Ask, Deny};
     match kind {
@@ -232,9 +234,15 @@ pub fn mode_answer(mode: Mode, kind: Kind, shell_read_only: bool, plan_allowed: 
             Mode::Ask => Ask,
             Mode::Plan | Mode::ReadOnly => Deny,
         },
-        Kind::Shell | Kind::Execute | Kind::Task => match mode {
+        Kind::Shell | Kind::Execute => match mode {
             Mode::Auto => Allow,
             Mode::AutoEdit | Mode::Ask => Ask,
+            Mode::Plan | Mode::ReadOnly => Deny,
+        },
+        Kind::Task => match mode {
+            Mode::Auto => Allow,
+            Mode::AutoEdit | Mode::Ask => Ask,
+            Mode::Plan if plan_allowed => Allow,
             Mode::Plan | Mode::ReadOnly => Deny,
         },
         Kind::ExitPlan => match mode {
@@ -308,5 +316,19 @@ mod tests {
         }
         assert_eq!(mode_answer(Mode::Plan, Kind::Other, false, true), A);
         assert_eq!(mode_answer(Mode::ReadOnly, Kind::Other, false, true), D);
+        // A read-only sub-agent type: launched in plan mode, never in
+        // read-only mode (nothing that starts agents runs there), and it
+        // changes nothing in the other modes.
+        for (mode, want) in Mode::ALL.iter().zip([A, Q, Q, A, D]) {
+            assert_eq!(mode_answer(*mode, Kind::Task, false, true), want, "{mode}");
+        }
+        // Only the `other` and `task` rows read the flag.
+        for kind in [Kind::Edit, Kind::Shell, Kind::Execute, Kind::Fetch] {
+            assert_eq!(
+                mode_answer(Mode::Plan, kind, false, true),
+                mode_answer(Mode::Plan, kind, false, false),
+                "{kind:?}"
+            );
+        }
     }
 }

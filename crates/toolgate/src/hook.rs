@@ -46,27 +46,49 @@ pub struct Answer {
     pub decision: &'static str,
     /// Why, for the model (and the user).
     pub reason: String,
+    /// The plan-mode reminder that came with a denial, for the model.
+    pub reminder: Option<String>,
 }
 
 impl Answer {
-    fn deny(reason: String) -> Answer {
+    /// A denial for `reason`.
+    pub fn deny(reason: String) -> Answer {
         Answer {
             decision: "deny",
             reason,
+            reminder: None,
         }
     }
 
-    /// The JSON `agent` reads on the hook's stdout.
+    /// The JSON `agent` reads on the hook's stdout. The reminder reaches the
+    /// model as `additionalContext` where the agent passes that on with a
+    /// denial (Claude Code 2.1.328, Codex 0.169.0, seen in their model
+    /// requests); qwen-code 0.15.10 drops a PreToolUse `additionalContext`
+    /// and Gemini CLI 0.61.0 has none for BeforeTool, so there it follows
+    /// the reason. Only fields each agent validates are written: Claude Code
+    /// ignores an answer it cannot validate, and then runs the tool.
     pub fn to_json(&self, agent: Agent) -> Value {
+        let mut reason = self.reason.clone();
+        let mut context = None;
+        if let Some(reminder) = &self.reminder {
+            match agent {
+                Agent::Claude | Agent::Codex => context = Some(reminder.clone()),
+                Agent::Qwen | Agent::Gemini => reason = format!("{reason}\n\n{reminder}"),
+            }
+        }
         match agent {
-            Agent::Claude | Agent::Qwen | Agent::Codex => json!({
-                "hookSpecificOutput": {
+            Agent::Claude | Agent::Qwen | Agent::Codex => {
+                let mut inner = json!({
                     "hookEventName": "PreToolUse",
                     "permissionDecision": self.decision,
-                    "permissionDecisionReason": self.reason,
+                    "permissionDecisionReason": reason,
+                });
+                if let Some(context) = context {
+                    inner["additionalContext"] = json!(context);
                 }
-            }),
-            Agent::Gemini => json!({"decision": self.decision, "reason": self.reason}),
+                json!({ "hookSpecificOutput": inner })
+            }
+            Agent::Gemini => json!({"decision": self.decision, "reason": reason}),
         }
     }
 }
@@ -110,6 +132,10 @@ pub fn decide(
     };
     let session = text("session_id").unwrap_or("main");
     let call = text("tool_use_id").unwrap_or("hook");
+    let sub_agent = match sub_agent(fields) {
+        Ok(sub_agent) => sub_agent,
+        Err(reason) => return Answer::deny(reason),
+    };
     let (own, never_ask) = match text("permission_mode") {
         None => (None, false),
         Some(value) => match agent_mode(agent, value) {
@@ -127,9 +153,35 @@ pub fn decide(
         (None, Some(own)) => own,
         (None, None) => default,
     };
+    let mut frames = Vec::new();
+    let caller = match &sub_agent {
+        None => {
+            frames.push(json!({"type": "set_mode", "sessionID": session, "mode": mode.as_str()}));
+            session.to_string()
+        }
+        Some(agent) => {
+            let child = child_session(session, agent);
+            // The agent's session keeps the mode its own calls gave it (a
+            // sub-agent may report a looser mode: a custom agent's own
+            // `permissionMode`); only a session the broker has not seen
+            // takes the mode this call reports.
+            if !broker.has_own_mode(session) {
+                frames
+                    .push(json!({"type": "set_mode", "sessionID": session, "mode": mode.as_str()}));
+            }
+            // The child inherits the parent's scope when it starts, and its
+            // effective mode is never looser than the parent's.
+            frames.push(if broker.is_started(&child) {
+                json!({"type": "set_mode", "sessionID": child, "mode": mode.as_str()})
+            } else {
+                json!({"type": "session_start", "sessionID": child, "parentID": session, "mode": mode.as_str()})
+            });
+            child
+        }
+    };
     let mut frame = json!({
         "type": "tool_call",
-        "sessionID": session,
+        "sessionID": caller,
         "callID": call,
         "tool": tool,
         "input": tool_input,
@@ -137,10 +189,10 @@ pub fn decide(
     if let Some(cwd) = text("cwd") {
         frame["cwd"] = json!(cwd);
     }
-    let set_mode = json!({"type": "set_mode", "sessionID": session, "mode": mode.as_str()});
+    frames.push(frame);
     let mut outputs = Vec::new();
     broker.step(Input::Opened { conn: 0 }, &mut outputs);
-    for (number, line) in [set_mode, frame].iter().enumerate() {
+    for (number, line) in frames.iter().enumerate() {
         broker.step(
             Input::Line {
                 conn: 0,
@@ -156,6 +208,29 @@ pub fn decide(
     answer(&out, call, never_ask || agent == Agent::Gemini)
 }
 
+/// The sub-agent a call comes from: Claude Code and qwen-code send
+/// `agent_id` (with `agent_type`) for calls made inside a sub-agent, and
+/// `agent_type` alone on the main thread of a session started with
+/// `--agent` (which is no sub-agent). Gemini CLI and Codex send neither.
+/// `Err` is the reason to deny a call whose `agent_id` is unusable.
+pub fn sub_agent(fields: &Map<String, Value>) -> Result<Option<String>, String> {
+    match fields.get("agent_id") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(id)) if !id.trim().is_empty() && !id.contains('/') => {
+            Ok(Some(id.clone()))
+        }
+        Some(Value::String(id)) => Err(format!(
+            "toolgate hook: `agent_id` {id:?} is not a sub-agent id (empty, or holds a `/`)"
+        )),
+        Some(_) => Err("toolgate hook: `agent_id` is not a string".to_string()),
+    }
+}
+
+/// The child session a sub-agent's calls run in: `SESSION/agent/AGENT_ID`.
+pub fn child_session(session: &str, agent_id: &str) -> String {
+    format!("{session}/agent/{agent_id}")
+}
+
 /// The answer for `call` among the frames the broker wrote.
 fn answer(out: &[ServerFrame], call: &str, never_ask: bool) -> Answer {
     for frame in out {
@@ -165,15 +240,13 @@ fn answer(out: &[ServerFrame], call: &str, never_ask: bool) -> Answer {
                 if let Some(message) = &decision.message {
                     reason = format!("{reason}: {message}");
                 }
-                if let Some(reminder) = &decision.reminder {
-                    reason = format!("{reason}\n\n{reminder}");
-                }
                 return Answer {
                     decision: match decision.decision {
                         Verdict::Allow => "allow",
                         Verdict::Deny => "deny",
                     },
                     reason: format!("toolgate: {reason}"),
+                    reminder: decision.reminder.clone(),
                 };
             }
             ServerFrame::PermissionRequest(request) if request.call_id == call => {
@@ -191,6 +264,7 @@ fn answer(out: &[ServerFrame], call: &str, never_ask: bool) -> Answer {
                     Answer {
                         decision: "ask",
                         reason: format!("toolgate: {why}"),
+                        reminder: None,
                     }
                 };
             }

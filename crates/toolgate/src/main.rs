@@ -169,6 +169,14 @@ struct ServeArgs {
     #[arg(long, value_name = "SECS")]
     ask_timeout: Option<u64>,
 
+    /// The sub-agent types that only read, comma-separated: plan mode lets
+    /// the model launch them (Claude Code's Agent/Task tool with that
+    /// `subagent_type`), and every call they make stays bound by plan mode.
+    /// An empty value admits none. Default: the policy file's
+    /// readOnlyAgents, else Explore,Plan.
+    #[arg(long, value_name = "A,B", value_parser = parse_read_only_agents)]
+    read_only_agents: Option<ReadOnlyAgents>,
+
     /// What to do when the answer is "ask": `wait` emits a permission_request
     /// and waits; `deny` denies at once without asking (non-interactive runs).
     /// [default: wait]
@@ -236,6 +244,7 @@ impl ServeArgs {
             permission: self.permission.or(other.permission),
             project_root: self.project_root.or(other.project_root),
             ask_timeout: self.ask_timeout.or(other.ask_timeout),
+            read_only_agents: self.read_only_agents.or(other.read_only_agents),
             on_ask: self.on_ask.or(other.on_ask),
             max_frame_bytes: self.max_frame_bytes.or(other.max_frame_bytes),
             state_dir: self.state_dir.or(other.state_dir),
@@ -243,6 +252,23 @@ impl ServeArgs {
             listen: self.listen.or(other.listen),
         }
     }
+}
+
+/// `--read-only-agents`: sub-agent type names.
+#[derive(Debug, Clone)]
+struct ReadOnlyAgents(Vec<String>);
+
+fn parse_read_only_agents(list: &str) -> Result<ReadOnlyAgents, String> {
+    let names: Vec<String> = list
+        .split(',')
+        .map(str::trim)
+        .filter(|name| !name.is_empty())
+        .map(str::to_string)
+        .collect();
+    for name in &names {
+        toolgate_policy::check_read_only_agent(name)?;
+    }
+    Ok(ReadOnlyAgents(names))
 }
 
 fn parse_mode(name: &str) -> Result<Mode, String> {
@@ -514,6 +540,7 @@ fn open(args: ServeArgs) -> Result<Opened, ExitCode> {
             .filter(|v| !v.trim().is_empty()),
         project_root: args.project_root,
         ask_timeout: args.ask_timeout,
+        read_only_agents: args.read_only_agents.map(|agents| agents.0),
         cwd: std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
         home: std::env::var_os("HOME").map(PathBuf::from),
     };
@@ -717,10 +744,7 @@ fn hook(agent: HookAgent, args: ServeArgs) -> ExitCode {
             }
         }
     };
-    let deny = |reason: String| Answer {
-        decision: "deny",
-        reason,
-    };
+    let deny = Answer::deny;
     let mut text = String::new();
     let limit = 16 << 20;
     match std::io::stdin().take(limit + 1).read_to_string(&mut text) {

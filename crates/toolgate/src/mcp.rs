@@ -151,10 +151,13 @@ impl Decide for InProcess {
             self.default,
             &mut self.broker,
         );
-        let reason = match answer.reason.strip_prefix("toolgate hook: ") {
+        let mut reason = match answer.reason.strip_prefix("toolgate hook: ") {
             Some(rest) => format!("toolgate: {rest}"),
             None => answer.reason,
         };
+        if let Some(reminder) = &answer.reminder {
+            reason = format!("{reason}\n\n{reminder}");
+        }
         match answer.decision {
             "allow" => Verdict::Allow,
             "ask" => {

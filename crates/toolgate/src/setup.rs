@@ -31,6 +31,8 @@ pub struct Settings {
     pub project_root: Option<PathBuf>,
     /// `--ask-timeout SECS`.
     pub ask_timeout: Option<u64>,
+    /// `--read-only-agents A,B`: the sub-agent types plan mode may launch.
+    pub read_only_agents: Option<Vec<String>>,
     /// The process's working directory.
     pub cwd: PathBuf,
     /// `HOME`.
@@ -220,6 +222,7 @@ pub fn load(settings: &Settings) -> Result<Loaded, PolicyError> {
         file: file.clone(),
         overrides,
         ask_timeout_seconds: settings.ask_timeout,
+        read_only_agents: settings.read_only_agents.clone(),
     })?;
     // Shell analysis asks the disk which repository a git command would use.
     policy.shell.repo_oracle = Some(Arc::new(

@@ -142,26 +142,51 @@ fn hook_answers_in_the_agents_format_and_fails_closed() {
 }
 
 /// In plan mode the reminder travels back with the denial, so the model
-/// learns what it may do instead.
+/// learns what it may do instead: as `additionalContext` to Claude Code and
+/// Codex (which pass it to the model; the reason stays one line for the
+/// user), after the reason to qwen-code and Gemini CLI (whose only channel
+/// to the model on a denial is the reason). An allow carries none.
 #[test]
 fn a_plan_mode_denial_carries_the_reminder() {
     let dir = support::project_dir("hook-reminder");
-    let (_, answer) = hook(
-        &dir,
-        "claude",
-        &[],
-        &[],
-        &call(
-            Some("plan"),
-            "Edit",
-            json!({"file_path": "a", "old_string": "a", "new_string": "b"}),
-        ),
-    );
-    let reason = render(&answer);
-    assert!(
-        reason.contains("<system-reminder>\nPlan mode is active"),
-        "{reason}"
-    );
+    let edit = json!({"file_path": "a", "old_string": "a", "new_string": "b"});
+    let reminder = "<system-reminder>\nPlan mode is active";
+    for agent in ["claude", "codex", "qwen", "gemini"] {
+        let (_, answer) = hook(
+            &dir,
+            agent,
+            &["--mode", "plan"],
+            &[],
+            &call(Some("plan"), "Edit", edit.clone()),
+        );
+        let reason = render(&answer);
+        let context = answer["hookSpecificOutput"]["additionalContext"].as_str();
+        if matches!(agent, "claude" | "codex") {
+            assert!(!reason.contains(reminder), "{agent}: {reason}");
+            assert!(
+                context.is_some_and(|text| text.starts_with(reminder)),
+                "{agent}: {answer}"
+            );
+        } else {
+            assert!(reason.contains(reminder), "{agent}: {reason}");
+            assert_eq!(context, None, "{agent}: {answer}");
+        }
+        assert!(
+            reason.starts_with("deny: toolgate: plan mode does not allow"),
+            "{agent}: {reason}"
+        );
+        let (_, answer) = hook(
+            &dir,
+            agent,
+            &["--mode", "plan"],
+            &[],
+            &call(Some("plan"), "Read", json!({"file_path": "a"})),
+        );
+        assert!(
+            !answer.to_string().contains("system-reminder"),
+            "{agent}: {answer}"
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -195,4 +220,267 @@ fn the_state_directory_keeps_the_hooks_sessions() {
     assert!(!files.is_empty(), "no state file was written");
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_dir_all(&state);
+}
+
+/// A call as Claude Code sends it from inside a sub-agent: `agent_id` and
+/// `agent_type` beside the agent's session.
+fn sub_call(mode: &str, agent_id: Value, tool: &str, input: Value) -> String {
+    let mut frame: Value = serde_json::from_str(&call(Some(mode), tool, input)).unwrap();
+    frame["agent_id"] = agent_id;
+    frame["agent_type"] = json!("Explore");
+    frame.to_string()
+}
+
+/// Plan mode lets the model launch read-only sub-agent types (Explore and
+/// Plan by default; `--read-only-agents` or the policy file's
+/// `readOnlyAgents` replace the list), and no other.
+#[test]
+fn plan_mode_launches_only_read_only_sub_agents() {
+    let dir = support::project_dir("hook-read-only-agents");
+    let scout = support::project_dir("hook-read-only-agents-file");
+    std::fs::write(
+        scout.join("toolgate.json"),
+        r#"{"readOnlyAgents":["Scout"]}"#,
+    )
+    .unwrap();
+    let launch = |tool: &str, kind: &str| {
+        call(
+            Some("plan"),
+            tool,
+            json!({"subagent_type": kind, "description": "look", "prompt": "find the bug"}),
+        )
+    };
+    let allowed =
+        "allow: toolgate: plan mode allows sub-agents of a read-only type (readOnlyAgents)";
+    let denied = "deny: toolgate: plan mode does not allow sub-agents";
+    let cases: Vec<(&Path, &str, Vec<&str>, String, &str)> = vec![
+        (&dir, "claude", vec![], launch("Agent", "Explore"), allowed),
+        (&dir, "claude", vec![], launch("Task", "Plan"), allowed),
+        (
+            &dir,
+            "claude",
+            vec![],
+            launch("Agent", "general-purpose"),
+            denied,
+        ),
+        // Names are compared exactly: a custom `explore` agent may write.
+        (&dir, "claude", vec![], launch("Agent", "explore"), denied),
+        (
+            &dir,
+            "claude",
+            vec![],
+            call(Some("plan"), "Agent", json!({"prompt": "x"})),
+            denied,
+        ),
+        (
+            &dir,
+            "claude",
+            vec!["--read-only-agents", "Reviewer, Explore"],
+            launch("Agent", "Reviewer"),
+            allowed,
+        ),
+        (
+            &dir,
+            "claude",
+            vec!["--read-only-agents", "Reviewer"],
+            launch("Agent", "Plan"),
+            denied,
+        ),
+        (
+            &dir,
+            "claude",
+            vec!["--read-only-agents", ""],
+            launch("Agent", "Explore"),
+            denied,
+        ),
+        (&scout, "claude", vec![], launch("Agent", "Scout"), allowed),
+        (&scout, "claude", vec![], launch("Agent", "Explore"), denied),
+        // The flag beats the file.
+        (
+            &scout,
+            "claude",
+            vec!["--read-only-agents", "Explore"],
+            launch("Agent", "Scout"),
+            denied,
+        ),
+        // Outside plan mode nothing changes; read-only mode starts no agents.
+        (
+            &dir,
+            "claude",
+            vec![],
+            call(
+                Some("default"),
+                "Agent",
+                json!({"subagent_type": "general-purpose", "prompt": "x"}),
+            ),
+            "ask: toolgate: ask mode asks before sub-agents",
+        ),
+        (
+            &dir,
+            "claude",
+            vec!["--mode", "readonly"],
+            launch("Agent", "Explore"),
+            "deny: toolgate: readonly mode does not allow sub-agents",
+        ),
+        // qwen-code's `agent` tool takes the same `subagent_type`.
+        (&dir, "qwen", vec![], launch("agent", "Explore"), allowed),
+        (
+            &dir,
+            "qwen",
+            vec![],
+            launch("agent", "general-purpose"),
+            denied,
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (dir, agent, args, input, expected) in &cases {
+        let (code, answer) = hook(dir, agent, args, &[], input);
+        let actual = render(&answer);
+        if code != 0 || !actual.starts_with(expected) {
+            failures.push(format!(
+                "{agent} {args:?} {input}\n  expected {expected}…\n  actual   {actual} (exit {code})"
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    // A wildcard is refused: it would admit agent types added later.
+    let out = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(["hook", "claude", "--read-only-agents", "Ex*"])
+        .current_dir(&dir)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("`Ex*` is a wildcard"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::write(scout.join("toolgate.json"), r#"{"readOnlyAgents":["*"]}"#).unwrap();
+    let (_, answer) = hook(&scout, "claude", &[], &[], &launch("Agent", "Explore"));
+    assert!(
+        render(&answer).contains("readOnlyAgents[0]: `*` is a wildcard")
+            || render(&answer).starts_with("deny: toolgate hook: the broker could not start"),
+        "{answer}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&scout);
+}
+
+/// A sub-agent's calls run in the child session `SESSION/agent/AGENT_ID`
+/// of the agent's session: they are bound by the parent's mode even when the
+/// sub-agent reports a looser one, and the child is kept in the state
+/// directory with its parent.
+#[test]
+fn a_sub_agents_calls_run_in_a_child_session_bound_by_the_parents_mode() {
+    let dir = support::project_dir("hook-sub-agent");
+    let state = support::state_dir("hook-sub-agent");
+    let args = ["--state-dir", state.to_str().unwrap()];
+    let write = json!({"file_path": "src/a.rs", "content": "x"});
+    let run = |input: String| render(&hook(&dir, "claude", &args, &[], &input).1);
+    // The agent is in plan mode and launches an Explore sub-agent.
+    let launch = call(
+        Some("plan"),
+        "Agent",
+        json!({"subagent_type": "Explore", "prompt": "look"}),
+    );
+    assert!(run(launch).starts_with("allow: "));
+    let steps = [
+        // Reads go through in the sub-agent; writes do not.
+        (
+            sub_call(
+                "plan",
+                json!("a1b2"),
+                "Read",
+                json!({"file_path": "src/a.rs"}),
+            ),
+            "allow: toolgate: plan mode allows file reads",
+        ),
+        (
+            sub_call("plan", json!("a1b2"), "Write", write.clone()),
+            "deny: toolgate: plan mode does not allow file edits",
+        ),
+        // A sub-agent that reports a looser mode stays bound by the parent's.
+        (
+            sub_call("bypassPermissions", json!("a1b2"), "Write", write.clone()),
+            "deny: toolgate: plan mode does not allow file edits",
+        ),
+        (
+            sub_call(
+                "bypassPermissions",
+                json!("c3d4"),
+                "Bash",
+                json!({"command": "touch x"}),
+            ),
+            "deny: toolgate: plan mode allows only read-only shell commands",
+        ),
+        // An unusable agent id is a denial.
+        (
+            sub_call("plan", json!(7), "Read", json!({"file_path": "a"})),
+            "deny: toolgate hook: `agent_id` is not a string",
+        ),
+        (
+            sub_call("plan", json!("a/b"), "Read", json!({"file_path": "a"})),
+            "deny: toolgate hook: `agent_id` \"a/b\" is not a sub-agent id",
+        ),
+    ];
+    for (input, expected) in steps {
+        let actual = run(input.clone());
+        assert!(
+            actual.starts_with(expected),
+            "{input}\n  expected {expected}…\n  actual   {actual}"
+        );
+    }
+    // The children are kept with their parent.
+    let text: String = std::fs::read_dir(&state)
+        .unwrap()
+        .filter_map(|entry| entry.ok())
+        .filter(|entry| entry.file_name().to_string_lossy().starts_with("project-"))
+        .map(|entry| std::fs::read_to_string(entry.path()).unwrap())
+        .collect();
+    for child in ["sess-1/agent/a1b2", "sess-1/agent/c3d4"] {
+        assert!(
+            text.contains(child),
+            "{child} is not in the state file: {text}"
+        );
+    }
+    // Once the agent leaves plan mode, its sub-agents' writes follow its mode.
+    assert!(
+        run(call(Some("acceptEdits"), "Read", json!({"file_path": "a"}))).starts_with("allow: ")
+    );
+    let actual = run(sub_call("acceptEdits", json!("a1b2"), "Write", write));
+    assert!(
+        actual.starts_with("allow: toolgate: auto_edit mode allows file edits"),
+        "{actual}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&state);
+}
+
+/// Without a state directory each hook call starts afresh: a sub-agent's
+/// call takes the mode it reports (its parent is not known).
+#[test]
+fn a_sub_agent_without_a_state_directory_takes_the_mode_it_reports() {
+    let dir = support::project_dir("hook-sub-agent-fresh");
+    let write = json!({"file_path": "src/a.rs", "content": "x"});
+    for (mode, expected) in [
+        (
+            "plan",
+            "deny: toolgate: plan mode does not allow file edits",
+        ),
+        (
+            "acceptEdits",
+            "allow: toolgate: auto_edit mode allows file edits",
+        ),
+    ] {
+        let (_, answer) = hook(
+            &dir,
+            "claude",
+            &[],
+            &[],
+            &sub_call(mode, json!("a1"), "Write", write.clone()),
+        );
+        assert!(render(&answer).starts_with(expected), "{answer}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -49,6 +49,24 @@ pub(super) struct Session {
 }
 
 impl Broker {
+    /// Whether `session_id` was started (by `session_start`, or restored
+    /// from the state directory with a parent or a scope) and not ended
+    /// since: a second start would be refused. `toolgate hook` asks before
+    /// it starts a sub-agent's child session.
+    pub fn is_started(&self, session_id: &str) -> bool {
+        self.sessions
+            .get(session_id)
+            .is_some_and(|session| session.started)
+    }
+
+    /// Whether `session_id` was given a mode or started (it then keeps the
+    /// mode it was given, not the policy's default).
+    pub fn has_own_mode(&self, session_id: &str) -> bool {
+        self.sessions
+            .get(session_id)
+            .is_some_and(|session| session.explicit)
+    }
+
     /// The scope of a session (none when there is no such session).
     pub(super) fn scope_of(&self, session_id: Option<&str>) -> Scope {
         session_id
