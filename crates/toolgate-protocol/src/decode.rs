@@ -76,6 +76,7 @@ struct Envelope {
     patterns: Option<Value>,
     role: Option<Value>,
     client: Option<Value>,
+    join: Option<Value>,
 }
 
 impl<'de> Deserialize<'de> for Envelope {
@@ -119,6 +120,7 @@ impl<'de> Visitor<'de> for EnvelopeVisitor {
                 "patterns" => &mut envelope.patterns,
                 "role" => &mut envelope.role,
                 "client" => &mut envelope.client,
+                "join" => &mut envelope.join,
                 other => {
                     if unknown.iter().any(|seen| seen == other) {
                         return Err(de::Error::custom(format_args!("duplicate field `{other}`")));
@@ -711,11 +713,22 @@ impl Envelope {
                 ))
             }
         };
+        let join = match &self.join {
+            None | Some(Value::Bool(false)) => false,
+            Some(Value::Bool(true)) => true,
+            Some(other) => {
+                return Err(self.error(
+                    ErrorCode::InvalidFrame,
+                    format!("`join` must be a boolean, not {}", type_name(other)),
+                ))
+            }
+        };
         Ok(ClientFrame::SessionStart(SessionStart {
             session_id,
             parent_id,
             mode,
             permissions,
+            join,
         }))
     }
 

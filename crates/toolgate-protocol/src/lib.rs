@@ -199,6 +199,12 @@ pub struct SessionStart {
     /// The narrowing this session adds to its ancestors'.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub permissions: Option<ScopeSpec>,
+    /// Join the session if it is already started under the same parent
+    /// (answered `session_started` with its scope, nothing changed), start
+    /// it otherwise: what a hook process sends for a sub-agent's calls,
+    /// each from a new connection.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub join: bool,
 }
 
 /// A sub-session's permissions (Roo Code's subtask permissions).

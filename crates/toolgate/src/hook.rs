@@ -108,6 +108,83 @@ pub fn agent_mode(agent: Agent, value: &str) -> Result<(Mode, bool), String> {
     }
 }
 
+/// A hook call read: where it runs, what it asks, in which mode.
+struct Parsed<'a> {
+    session: &'a str,
+    call: &'a str,
+    sub_agent: Option<String>,
+    mode: Mode,
+    never_ask: bool,
+    /// The `tool_call` frame, its `sessionID` still to be set.
+    frame: Value,
+}
+
+/// Read the hook input. `flag` is `--mode` (or `TOOLGATE_MODE`): with the
+/// agent's own mode, the stricter applies; with neither, `default`.
+fn parse<'a>(
+    agent: Agent,
+    input: &'a Value,
+    flag: Option<Mode>,
+    default: Mode,
+) -> Result<Parsed<'a>, Answer> {
+    let Value::Object(fields) = input else {
+        return Err(Answer::deny(
+            "toolgate hook: the hook input is not a JSON object".into(),
+        ));
+    };
+    let text = |key: &str| fields.get(key).and_then(Value::as_str);
+    let Some(tool) = text("tool_name").filter(|tool| !tool.is_empty()) else {
+        return Err(Answer::deny(
+            "toolgate hook: the hook input has no `tool_name`".into(),
+        ));
+    };
+    let tool_input = match fields.get("tool_input") {
+        Some(Value::Object(object)) => object.clone(),
+        None | Some(Value::Null) => Map::new(),
+        Some(_) => {
+            return Err(Answer::deny(
+                "toolgate hook: `tool_input` is not a JSON object".into(),
+            ))
+        }
+    };
+    let session = text("session_id").unwrap_or("main");
+    let call = text("tool_use_id").unwrap_or("hook");
+    let sub_agent = sub_agent(fields).map_err(Answer::deny)?;
+    let (own, never_ask) = match text("permission_mode") {
+        None => (None, false),
+        Some(value) => match agent_mode(agent, value) {
+            Ok((mode, never_ask)) => (Some(mode), never_ask),
+            Err(err) => return Err(Answer::deny(format!(
+                "toolgate hook: `permission_mode` {value:?} is not a mode toolgate knows ({err})"
+            ))),
+        },
+    };
+    let mode = match (flag, own) {
+        (Some(flag), Some(own)) if own.strictness() > flag.strictness() => own,
+        (Some(flag), _) => flag,
+        (None, Some(own)) => own,
+        (None, None) => default,
+    };
+    let mut frame = json!({
+        "type": "tool_call",
+        "callID": call,
+        "tool": tool,
+        "input": tool_input,
+    });
+    if let Some(cwd) = text("cwd") {
+        frame["cwd"] = json!(cwd);
+    }
+    Ok(Parsed {
+        session,
+        call,
+        sub_agent,
+        mode,
+        // Gemini CLI cannot ask, and its hook does not say whether it would.
+        never_ask: never_ask || agent == Agent::Gemini,
+        frame,
+    })
+}
+
 /// Decide the call `input` (the hook's stdin, parsed) with `broker`. `flag`
 /// is `--mode` (or `TOOLGATE_MODE`): with the agent's own mode, the stricter
 /// applies; with neither, `default` (the policy's mode).
@@ -118,43 +195,13 @@ pub fn decide(
     default: Mode,
     broker: &mut Broker,
 ) -> Answer {
-    let Value::Object(fields) = input else {
-        return Answer::deny("toolgate hook: the hook input is not a JSON object".into());
+    let parsed = match parse(agent, input, flag, default) {
+        Ok(parsed) => parsed,
+        Err(answer) => return answer,
     };
-    let text = |key: &str| fields.get(key).and_then(Value::as_str);
-    let Some(tool) = text("tool_name").filter(|tool| !tool.is_empty()) else {
-        return Answer::deny("toolgate hook: the hook input has no `tool_name`".into());
-    };
-    let tool_input = match fields.get("tool_input") {
-        Some(Value::Object(object)) => object.clone(),
-        None | Some(Value::Null) => Map::new(),
-        Some(_) => return Answer::deny("toolgate hook: `tool_input` is not a JSON object".into()),
-    };
-    let session = text("session_id").unwrap_or("main");
-    let call = text("tool_use_id").unwrap_or("hook");
-    let sub_agent = match sub_agent(fields) {
-        Ok(sub_agent) => sub_agent,
-        Err(reason) => return Answer::deny(reason),
-    };
-    let (own, never_ask) = match text("permission_mode") {
-        None => (None, false),
-        Some(value) => match agent_mode(agent, value) {
-            Ok((mode, never_ask)) => (Some(mode), never_ask),
-            Err(err) => {
-                return Answer::deny(format!(
-                "toolgate hook: `permission_mode` {value:?} is not a mode toolgate knows ({err})"
-            ))
-            }
-        },
-    };
-    let mode = match (flag, own) {
-        (Some(flag), Some(own)) if own.strictness() > flag.strictness() => own,
-        (Some(flag), _) => flag,
-        (None, Some(own)) => own,
-        (None, None) => default,
-    };
+    let (session, mode) = (parsed.session, parsed.mode);
     let mut frames = Vec::new();
-    let caller = match &sub_agent {
+    let caller = match &parsed.sub_agent {
         None => {
             frames.push(json!({"type": "set_mode", "sessionID": session, "mode": mode.as_str()}));
             session.to_string()
@@ -179,16 +226,8 @@ pub fn decide(
             child
         }
     };
-    let mut frame = json!({
-        "type": "tool_call",
-        "sessionID": caller,
-        "callID": call,
-        "tool": tool,
-        "input": tool_input,
-    });
-    if let Some(cwd) = text("cwd") {
-        frame["cwd"] = json!(cwd);
-    }
+    let mut frame = parsed.frame;
+    frame["sessionID"] = json!(caller);
     frames.push(frame);
     let mut outputs = Vec::new();
     broker.step(Input::Opened { conn: 0 }, &mut outputs);
@@ -204,10 +243,93 @@ pub fn decide(
     }
     broker.commit();
     let out: Vec<ServerFrame> = outputs.into_iter().map(|output| output.frame).collect();
-    // Gemini CLI cannot ask, and its hook does not say whether it would.
-    answer(&out, call, never_ask || agent == Agent::Gemini)
+    answer(&out, &caller, parsed.call, parsed.never_ask)
 }
 
+/// Decide the call `input` with the broker listening on `socket`, as one of
+/// its agent connections (client `NAME-hook`): its sessions, grants,
+/// doom-loop counts and approvers decide. A question no approver hears is
+/// withdrawn and answered `ask` (the agent prompts; `deny` where it cannot).
+/// The broker must answer before `wait` runs out (then: `deny`); no broker
+/// there is a `deny` naming the socket, never a fallback to a policy of
+/// this process's own, which could be looser than the broker's.
+#[cfg(unix)]
+pub fn decide_remote(
+    agent: Agent,
+    input: &Value,
+    flag: Option<Mode>,
+    socket: &std::path::Path,
+    wait: std::time::Duration,
+) -> Answer {
+    use crate::client::{Client, ClientError, Outcome};
+    let deadline = std::time::Instant::now() + wait;
+    let parsed = match parse(agent, input, flag, Mode::Ask) {
+        Ok(parsed) => parsed,
+        Err(answer) => return answer,
+    };
+    let (session, mode) = (parsed.session, parsed.mode);
+    let mut frames = Vec::new();
+    let caller = match &parsed.sub_agent {
+        None => {
+            // Without a mode of its own or --mode, the broker's mode holds.
+            if flag.is_some() || input.get("permission_mode").is_some() {
+                frames
+                    .push(json!({"type": "set_mode", "sessionID": session, "mode": mode.as_str()}));
+            }
+            session.to_string()
+        }
+        Some(agent) => {
+            // Each hook call is a new process: the child is joined if an
+            // earlier call started it, started otherwise (under the agent's
+            // session, inheriting its scope; never looser than it).
+            let child = child_session(session, agent);
+            frames.push(json!({"type": "session_start", "sessionID": child, "parentID": session, "mode": mode.as_str(), "join": true}));
+            frames.push(json!({"type": "set_mode", "sessionID": child, "mode": mode.as_str()}));
+            child
+        }
+    };
+    let mut frame = parsed.frame;
+    frame["sessionID"] = json!(caller);
+    frames.push(frame);
+    let name = match agent {
+        Agent::Claude => "claude-hook",
+        Agent::Qwen => "qwen-hook",
+        Agent::Gemini => "gemini-hook",
+        Agent::Codex => "codex-hook",
+    };
+    let mut client = match Client::connect(socket, toolgate_protocol::Role::Agent, name) {
+        Ok(client) => client,
+        Err(err) => return Answer::deny(format!("toolgate hook: {err}")),
+    };
+    match client.call(&frames, &caller, parsed.call, Some(deadline)) {
+        Ok(Outcome::Decided(decision)) => answer(
+            &[ServerFrame::Decision(decision)],
+            &caller,
+            parsed.call,
+            false,
+        ),
+        Ok(Outcome::Asked(request)) => {
+            // No approver is connected: withdraw the question.
+            let _ =
+                client.send(&json!({"type": "cancel", "sessionID": caller, "callID": parsed.call}));
+            answer(
+                &[ServerFrame::PermissionRequest(request)],
+                &caller,
+                parsed.call,
+                parsed.never_ask,
+            )
+        }
+        Err(ClientError::TimedOut) => {
+            let _ =
+                client.send(&json!({"type": "cancel", "sessionID": caller, "callID": parsed.call}));
+            Answer::deny(format!(
+                "toolgate hook: no decision within {} s (nobody answered the question); denied before the agent's own hook timeout",
+                wait.as_secs()
+            ))
+        }
+        Err(err) => Answer::deny(format!("toolgate hook: {err}")),
+    }
+}
 /// The sub-agent a call comes from: Claude Code and qwen-code send
 /// `agent_id` (with `agent_type`) for calls made inside a sub-agent, and
 /// `agent_type` alone on the main thread of a session started with
@@ -231,11 +353,13 @@ pub fn child_session(session: &str, agent_id: &str) -> String {
     format!("{session}/agent/{agent_id}")
 }
 
-/// The answer for `call` among the frames the broker wrote.
-fn answer(out: &[ServerFrame], call: &str, never_ask: bool) -> Answer {
+/// The answer for `call` of `session` among the frames the broker wrote.
+fn answer(out: &[ServerFrame], session: &str, call: &str, never_ask: bool) -> Answer {
     for frame in out {
         match frame {
-            ServerFrame::Decision(decision) if decision.call_id == call => {
+            ServerFrame::Decision(decision)
+                if decision.call_id == call && decision.session_id == session =>
+            {
                 let mut reason = decision.reason.clone();
                 if let Some(message) = &decision.message {
                     reason = format!("{reason}: {message}");
@@ -249,7 +373,9 @@ fn answer(out: &[ServerFrame], call: &str, never_ask: bool) -> Answer {
                     reminder: decision.reminder.clone(),
                 };
             }
-            ServerFrame::PermissionRequest(request) if request.call_id == call => {
+            ServerFrame::PermissionRequest(request)
+                if request.call_id == call && request.session_id == session =>
+            {
                 let why = request
                     .metadata
                     .get("reason")

@@ -55,6 +55,19 @@ enum Command {
         /// CLI) or codex (Codex).
         #[arg(value_enum, value_name = "AGENT")]
         target: HookAgent,
+        /// Ask the broker listening on this Unix socket (`toolgate serve
+        /// --listen unix:PATH`) instead of deciding in-process: its sessions,
+        /// grants, doom-loop counts and approvers are shared by every hook
+        /// call. Also TOOLGATE_SOCKET. With no broker there, every call is
+        /// denied.
+        #[arg(long, value_name = "PATH")]
+        socket: Option<PathBuf>,
+        /// With --socket: how long to wait for the broker's decision (a
+        /// person may be answering) before denying, in seconds. Keep it
+        /// below the agent's own hook timeout, which lets the call through
+        /// when it runs out. [default: 50]
+        #[arg(long, value_name = "SECS")]
+        wait: Option<u64>,
         #[command(flatten)]
         args: ServeArgs,
     },
@@ -322,7 +335,12 @@ fn main() -> ExitCode {
         Some(Command::Serve(args)) => args.or(cli.serve),
         None => cli.serve,
         Some(Command::Grants(command)) => return grants(command, cli.serve.state_dir),
-        Some(Command::Hook { target, args }) => return hook(target, args.or(cli.serve)),
+        Some(Command::Hook {
+            target,
+            socket,
+            wait,
+            args,
+        }) => return hook(target, socket, wait, args.or(cli.serve)),
         Some(Command::Mcp {
             session,
             socket,
@@ -718,7 +736,7 @@ fn listen_path(value: &str) -> Result<PathBuf, String> {
 /// broker that cannot start, input that cannot be read, or an answer that
 /// cannot be written is a denial, or exit code 2 (which the agents read as
 /// "blocked").
-fn hook(agent: HookAgent, args: ServeArgs) -> ExitCode {
+fn hook(agent: HookAgent, socket: Option<PathBuf>, wait: Option<u64>, args: ServeArgs) -> ExitCode {
     if args.approver.is_some() {
         eprintln!("toolgate hook: --approver works with serve only (a hook asks the broker's approvers through --socket)");
         return ExitCode::from(2);
@@ -768,6 +786,40 @@ fn hook(agent: HookAgent, args: ServeArgs) -> ExitCode {
             )))
         }
     };
+    #[cfg(unix)]
+    if let Some(path) = toolgate::client::chosen_socket(socket.as_deref()) {
+        // The broker there has its own policy and state: flags that would
+        // set up a policy here would be silently ignored, so they are refused.
+        let given: Vec<&str> = [
+            ("--policy", args.policy.is_some()),
+            ("--permission", args.permission.is_some()),
+            ("--project-root", args.project_root.is_some()),
+            ("--state-dir", args.state_dir.is_some()),
+            ("--agent", args.agent.is_some()),
+            ("--ask-timeout", args.ask_timeout.is_some()),
+            ("--on-ask", args.on_ask.is_some()),
+            ("--listen", args.listen.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(flag, given)| given.then_some(flag))
+        .collect();
+        if !given.is_empty() {
+            return write(&deny(format!(
+                "toolgate hook: {} belong to the broker at {} (give them to `toolgate serve --listen`), not to a hook that asks it",
+                given.join(", "),
+                path.display()
+            )));
+        }
+        let env_mode = std::env::var("TOOLGATE_MODE").ok();
+        let flag = match choose_mode(args.mode, args.permission_mode, env_mode.as_deref()) {
+            Ok(mode) => mode,
+            Err(err) => return write(&deny(format!("toolgate hook: {err}"))),
+        };
+        let wait = std::time::Duration::from_secs(wait.unwrap_or(50));
+        return write(&hook::decide_remote(agent, &input, flag, &path, wait));
+    }
+    #[cfg(not(unix))]
+    let _ = (socket, wait);
     // Questions are put to the user by the agent itself: the broker only
     // has to say that one would be asked.
     let args = ServeArgs {

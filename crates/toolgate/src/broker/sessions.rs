@@ -314,6 +314,21 @@ impl Broker {
             broker.shut_refused(&id, out);
         };
         if let Some(existing) = self.sessions.get(&id) {
+            if existing.started && start.join && existing.parent == start.parent_id {
+                // Joined as it is: its scope and mode stay.
+                let scope = self.scope_of(Some(&id));
+                let effective_scope = convert::effective_scope(
+                    scope.effective(|tool| self.policy.registry.lookup(tool).permission.clone()),
+                    &self.policy.always_available,
+                );
+                out.push(ServerFrame::SessionStarted(wire::SessionStarted {
+                    session_id: id.clone(),
+                    parent_id: start.parent_id,
+                    mode: self.effective_mode(&id).as_str().to_string(),
+                    scope: effective_scope,
+                }));
+                return;
+            }
             if existing.started {
                 refuse(
                     self,
