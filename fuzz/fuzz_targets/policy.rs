@@ -111,6 +111,7 @@ fuzz_target!(|data: &[u8]| {
         file: Some((FILE.to_string(), file)),
         overrides,
         ask_timeout_seconds: None,
+        read_only_agents: None,
     }) {
         Ok(built) => built,
         Err(err) => {

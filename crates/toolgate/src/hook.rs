@@ -154,9 +154,11 @@ fn parse<'a>(
         None => (None, false),
         Some(value) => match agent_mode(agent, value) {
             Ok((mode, never_ask)) => (Some(mode), never_ask),
-            Err(err) => return Err(Answer::deny(format!(
+            Err(err) => {
+                return Err(Answer::deny(format!(
                 "toolgate hook: `permission_mode` {value:?} is not a mode toolgate knows ({err})"
-            ))),
+            )))
+            }
         },
     };
     let mode = match (flag, own) {

@@ -317,6 +317,7 @@ fn a_hook_never_waits_past_its_time_and_never_fails_open() {
         .unwrap();
     let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(decision(&answer).0, "deny");
+    let _ = std::fs::remove_dir_all(&dir);
 
     let broker = Broker::start("wait", &[]);
     let sock = broker.sock.to_str().unwrap().to_string();
