@@ -132,6 +132,8 @@ pub(super) struct Connections {
     owners: HashMap<String, HashMap<String, (ConnId, String)>>,
     /// Open questions by permission id.
     asked: HashMap<String, Asked>,
+    /// The frames of the step under way (kept to reuse its allocation).
+    scratch: Vec<ServerFrame>,
 }
 
 #[derive(Default, Clone)]
@@ -153,7 +155,8 @@ struct Asked {
 impl Broker {
     /// Handle one input; append what to write, addressed, to `out`.
     pub fn step(&mut self, input: Input<'_>, out: &mut Vec<Output>) {
-        let mut frames = Vec::new();
+        // One buffer for every step: a line costs no allocation of its own.
+        let mut frames = std::mem::take(&mut self.conns.scratch);
         let caller = match input {
             Input::Opened { conn } => {
                 self.conns.open.entry(conn).or_default();
@@ -198,7 +201,8 @@ impl Broker {
                 None
             }
         };
-        self.route(caller, frames, out);
+        self.route(caller, &mut frames, out);
+        self.conns.scratch = frames;
     }
 
     /// The `ready` frame a connection gets when it opens.
@@ -373,7 +377,12 @@ impl Broker {
     }
 
     /// Address each frame the broker's parts produced for this input.
-    fn route(&mut self, caller: Option<ConnId>, frames: Vec<ServerFrame>, out: &mut Vec<Output>) {
+    fn route(
+        &mut self,
+        caller: Option<ConnId>,
+        frames: &mut Vec<ServerFrame>,
+        out: &mut Vec<Output>,
+    ) {
         // A mode change this input caused (an approver's answer to a plan
         // approval) is also news for the connections whose calls in that
         // session it decided.
@@ -382,7 +391,7 @@ impl Broker {
             .iter()
             .any(|frame| matches!(frame, ServerFrame::ModeChanged(_)))
         {
-            for frame in &frames {
+            for frame in frames.iter() {
                 if let ServerFrame::Decision(decision) = frame {
                     let owner = self
                         .conns
@@ -398,7 +407,7 @@ impl Broker {
                 }
             }
         }
-        for frame in frames {
+        for frame in frames.drain(..) {
             match frame {
                 ServerFrame::ModeChanged(changed) => {
                     for (_, owner) in told.iter().filter(|(s, _)| *s == changed.session_id) {
