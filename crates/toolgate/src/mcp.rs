@@ -214,17 +214,9 @@ impl Remote {
     }
 }
 
-/// Ask the broker on `client` about `approval` as call `call` of `session`,
-/// and wait for its decision.
+/// The `tool_call` frame asking about `approval` as call `call` of `session`.
 #[cfg(unix)]
-fn exchange(
-    mut client: crate::client::Client,
-    path: &str,
-    session: &str,
-    call: &str,
-    approval: &Approval,
-) -> Result<Verdict, String> {
-    use crate::client::{ClientError, Outcome};
+fn call_frame(session: &str, call: &str, approval: &Approval) -> Value {
     let mut frame = json!({
         "type": "tool_call",
         "sessionID": session,
@@ -235,7 +227,31 @@ fn exchange(
     if let Ok(cwd) = std::env::current_dir() {
         frame["cwd"] = json!(cwd.to_string_lossy());
     }
-    match client.call(&[frame], session, call, None) {
+    frame
+}
+
+/// How long a withdrawn call's thread waits for the broker to say how it
+/// ended before it stops waiting (and denies).
+#[cfg(unix)]
+const WITHDRAW_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Wait on `client` for the decision of call `call` of `session` (its
+/// `tool_call` already sent).
+#[cfg(unix)]
+fn exchange(
+    mut client: crate::client::Client,
+    path: &str,
+    session: &str,
+    call: &str,
+) -> Result<Verdict, String> {
+    use crate::client::{ClientError, Outcome};
+    match client.call(&[], session, call, None) {
+        Ok(Outcome::Decided(decision)) if decision.source == toolgate_protocol::Source::Cancel => {
+            Ok(Verdict::Deny(
+                "toolgate: the call was withdrawn before the broker decided (the client cancelled it or closed its input)"
+                    .to_string(),
+            ))
+        }
         Ok(Outcome::Decided(decision)) => Ok(verdict(
             &serde_json::to_value(&decision).unwrap_or(Value::Null),
         )),
@@ -257,7 +273,7 @@ fn exchange(
             Err(format!("toolgate: the broker refused the call: {message}"))
         }
         Err(ClientError::Closed) => Err(format!(
-            "toolgate: the broker at {path} closed the connection before deciding"
+            "toolgate: the connection to the broker at {path} ended before a decision (the call was withdrawn, or the broker stopped)"
         )),
         Err(err) => Err(format!("toolgate: {err}")),
     }
@@ -293,19 +309,33 @@ impl Decide for Remote {
     fn start(&mut self, approval: &Approval) -> Started {
         let call = self.call_id(approval);
         let path = self.path.display().to_string();
-        let client =
+        let mut client =
             match crate::client::Client::connect(&self.path, toolgate_protocol::Role::Agent, "mcp")
             {
                 Ok(client) => client,
                 Err(err) => return Started::Now(Verdict::Deny(format!("toolgate: {err}"))),
             };
-        // Closing the connection withdraws the call: the broker denies it.
-        let withdrawn = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let flag = withdrawn.clone();
+        // The call is sent before this returns, so a withdrawal always
+        // reaches the broker after it: whatever the broker decided before
+        // the withdrawal stands, and what it had not decided it denies.
+        if let Err(err) = client.send(&call_frame(&self.session, &call, approval)) {
+            return Started::Now(Verdict::Deny(format!(
+                "toolgate: the connection to the broker at {path} broke: {err}"
+            )));
+        }
+        // Withdrawing half-closes the connection: the broker reads the end
+        // of its input after the call, denies the call if it is still open
+        // (a question nobody answered yet) and says so; a broker that says
+        // nothing within the grace is cut off, and the call denied.
         let cancel: Box<dyn Fn() + Send> = match client.stream() {
             Ok(other) => Box::new(move || {
-                flag.store(true, std::sync::atomic::Ordering::SeqCst);
-                let _ = other.shutdown(std::net::Shutdown::Both);
+                let _ = other.shutdown(std::net::Shutdown::Write);
+                if let Ok(other) = other.try_clone() {
+                    std::thread::spawn(move || {
+                        std::thread::sleep(WITHDRAW_GRACE);
+                        let _ = other.shutdown(std::net::Shutdown::Both);
+                    });
+                }
             }),
             Err(err) => {
                 return Started::Now(Verdict::Deny(format!(
@@ -314,21 +344,10 @@ impl Decide for Remote {
             }
         };
         let session = self.session.clone();
-        let approval = approval.clone();
         Started::Later {
-            run: Box::new(move || {
-                let decided = exchange(client, &path, &session, &call, &approval);
-                if withdrawn.load(std::sync::atomic::Ordering::SeqCst) {
-                    // Whatever the broker said last, the call was withdrawn.
-                    return Verdict::Deny(
-                        "toolgate: the call was withdrawn before the broker decided (the client cancelled it or closed its input)"
-                            .into(),
-                    );
-                }
-                match decided {
-                    Ok(verdict) => verdict,
-                    Err(message) => Verdict::Deny(message),
-                }
+            run: Box::new(move || match exchange(client, &path, &session, &call) {
+                Ok(verdict) => verdict,
+                Err(message) => Verdict::Deny(message),
             }),
             cancel,
         }
@@ -688,8 +707,9 @@ fn send<W: Write>(output: &std::sync::Mutex<W>, reply: &Value) -> std::io::Resul
 /// error. A call whose decision may take a person's time is decided on a
 /// thread of its own, and answered when decided, unless the client
 /// cancelled it first (`notifications/cancelled`: the call is withdrawn and
-/// gets no reply). At end of input the calls still waiting are withdrawn,
-/// each answered with its denial, and then it returns.
+/// gets no reply). At end of input the calls still waiting are withdrawn
+/// (a call the broker decided before the withdrawal reached it keeps that
+/// decision; the others are denied), each answered, and then it returns.
 pub fn run<R: BufRead, W: Write + Send + 'static, D: Decide>(
     mut input: R,
     output: W,

@@ -6,19 +6,19 @@
 #![cfg(unix)]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may panic
 
+mod support;
+
 use std::io::{BufRead, BufReader, Write};
-use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
 struct Broker {
-    child: Child,
+    listening: support::Listening,
     dir: PathBuf,
-    sock: PathBuf,
 }
 
 impl Broker {
@@ -27,25 +27,8 @@ impl Broker {
             std::env::temp_dir().join(format!("toolgate-hooksock-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("project/src")).unwrap();
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
-        let sock = dir.join("run/broker.sock");
-        let child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
-            .args(["serve", "--listen"])
-            .arg(format!("unix:{}", sock.display()))
-            .arg("--project-root")
-            .arg(dir.join("project"))
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let start = Instant::now();
-        while UnixStream::connect(&sock).is_err() {
-            assert!(start.elapsed() < Duration::from_secs(20), "no broker");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Broker { child, dir, sock }
+        let listening = support::Listening::start(&dir, &dir.join("project"), args);
+        Broker { listening, dir }
     }
 
     fn project(&self) -> PathBuf {
@@ -54,7 +37,7 @@ impl Broker {
 
     /// An approver connection.
     fn approver(&self) -> Approver {
-        let stream = UnixStream::connect(&self.sock).unwrap();
+        let stream = UnixStream::connect(&self.listening.socket).unwrap();
         stream
             .set_read_timeout(Some(Duration::from_secs(20)))
             .unwrap();
@@ -66,14 +49,6 @@ impl Broker {
         approver.send(json!({"type":"hello","role":"approver","client":"test"}));
         assert_eq!(approver.recv()["role"], "approver");
         approver
-    }
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -160,7 +135,7 @@ fn decision(answer: &Value) -> (&str, &str) {
 #[test]
 fn hooks_share_the_brokers_approvers_and_grants() {
     let broker = Broker::start("share", &[]);
-    let sock = broker.sock.to_str().unwrap().to_string();
+    let sock = broker.listening.socket.to_str().unwrap().to_string();
     let project = broker.project();
     let file = |name: &str| project.join(name).to_string_lossy().into_owned();
     let mut approver = broker.approver();
@@ -222,7 +197,7 @@ fn hooks_share_the_brokers_approvers_and_grants() {
 #[test]
 fn without_an_approver_the_agent_prompts_and_the_question_is_withdrawn() {
     let broker = Broker::start("ask", &[]);
-    let sock = broker.sock.to_str().unwrap().to_string();
+    let sock = broker.listening.socket.to_str().unwrap().to_string();
     let project = broker.project();
     let input = claude(
         "s",
@@ -255,7 +230,7 @@ fn without_an_approver_the_agent_prompts_and_the_question_is_withdrawn() {
 #[test]
 fn the_doom_loop_count_is_shared_by_hook_processes() {
     let broker = Broker::start("doom", &["--mode", "auto"]);
-    let sock = broker.sock.to_str().unwrap().to_string();
+    let sock = broker.listening.socket.to_str().unwrap().to_string();
     let project = broker.project();
     let input = |call: &str| {
         claude(
@@ -320,7 +295,7 @@ fn a_hook_never_waits_past_its_time_and_never_fails_open() {
     let _ = std::fs::remove_dir_all(&dir);
 
     let broker = Broker::start("wait", &[]);
-    let sock = broker.sock.to_str().unwrap().to_string();
+    let sock = broker.listening.socket.to_str().unwrap().to_string();
     let project = broker.project();
     // Policy flags belong to the broker: refused, as a denial.
     let answer = hook(
@@ -363,7 +338,7 @@ fn a_hook_never_waits_past_its_time_and_never_fails_open() {
 #[test]
 fn a_sub_agents_calls_join_one_child_session_bound_by_plan_mode() {
     let broker = Broker::start("subagent", &[]);
-    let sock = broker.sock.to_str().unwrap().to_string();
+    let sock = broker.listening.socket.to_str().unwrap().to_string();
     let project = broker.project();
     let sub = |call: &str, tool: &str, input: Value| {
         let mut frame = claude("orch", call, "plan", tool, input);

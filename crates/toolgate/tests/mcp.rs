@@ -493,7 +493,7 @@ impl Live {
 /// A stand-in for a broker on a Unix socket: for each connection, `ready`,
 /// then `ready` again after `hello`, then, once the `tool_call` arrives,
 /// what `answer` says for it (`None`: close the connection; `{"hold":true}`:
-/// say nothing, until the client closes). Every line a client sent is kept,
+/// say nothing until the client closes its side, then deny it as cancelled). Every line a client sent is kept,
 /// by connection.
 #[cfg(unix)]
 fn fake_broker(
@@ -513,9 +513,18 @@ fn fake_broker(
             // A client may withdraw at any point: its errors end the connection.
             let _ = writeln!(writer, "{ready}");
             let mut lines = Vec::new();
+            let mut held: Option<Value> = None;
             loop {
                 let mut line = String::new();
                 if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                    // The client is gone (or half-closed): as the real
+                    // broker does, a call still held is denied as cancelled.
+                    if let Some(call) = held.take() {
+                        let denial = json!({"type": "decision", "sessionID": call["sessionID"],
+                            "callID": call["callID"], "decision": "deny", "source": "cancel",
+                            "reason": "the connection that made the call closed before the question was answered"});
+                        let _ = writeln!(writer, "{denial}");
+                    }
                     break;
                 }
                 let Ok(frame) = serde_json::from_str::<Value>(&line) else {
@@ -528,7 +537,7 @@ fn fake_broker(
                     }
                     "tool_call" => match &answer {
                         None => break,
-                        Some(answer) if answer["hold"] == true => {}
+                        Some(answer) if answer["hold"] == true => held = Some(frame.clone()),
                         Some(answer) => {
                             let mut answer = answer.clone();
                             answer["callID"] = frame["callID"].clone();

@@ -262,3 +262,86 @@ pub fn step(
     broker.step(input, &mut outputs);
     out.extend(outputs.into_iter().map(|output| output.frame));
 }
+
+/// `toolgate serve --listen unix:DIR/run/broker.sock --project-root ROOT ARGS`,
+/// started and waited for; killed (and `dir` removed) on drop. `dir` is
+/// made 0700, as the broker demands of the socket's parents.
+#[cfg(unix)]
+pub struct Listening {
+    child: Child,
+    dir: PathBuf,
+    pub socket: PathBuf,
+}
+
+#[cfg(unix)]
+impl Listening {
+    pub fn start(dir: &Path, root: &Path, args: &[&str]) -> Listening {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let socket = dir.join("run/broker.sock");
+        let child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+            .args(["serve", "--listen"])
+            .arg(format!("unix:{}", socket.display()))
+            .arg("--project-root")
+            .arg(root)
+            .args(args)
+            .current_dir(root)
+            .env_remove("TOOLGATE_MODE")
+            .env_remove("TOOLGATE_PERMISSION")
+            .env_remove("TOOLGATE_STATE_DIR")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let started = Instant::now();
+        while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+            assert!(
+                started.elapsed() < PATIENCE,
+                "no broker on {}",
+                socket.display()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Listening {
+            child,
+            dir: dir.to_path_buf(),
+            socket,
+        }
+    }
+}
+
+#[cfg(unix)]
+impl Drop for Listening {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Run `toolgate ARGS` in `cwd` with `input` on stdin and end of input;
+/// the exit code and stdout (no policy from the environment).
+pub fn run(cwd: &Path, args: &[&str], input: &str) -> (i32, String, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(args)
+        .current_dir(cwd)
+        .env_remove("TOOLGATE_MODE")
+        .env_remove("TOOLGATE_PERMISSION")
+        .env_remove("TOOLGATE_STATE_DIR")
+        .env_remove("TOOLGATE_SOCKET")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A process that stopped early reads nothing: its exit code says why.
+    let _ = child.stdin.take().unwrap().write_all(input.as_bytes());
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
