@@ -227,14 +227,18 @@ fn main() -> std::process::ExitCode {
         let message: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
         let method = message["method"].as_str().unwrap_or_default();
         if message.get("id").is_some() && method.ends_with("/requestApproval") {
-            let accept = match tool_call(method, &message["id"], &message["params"]) {
-                Some(call) => toolgate.allows(&call).unwrap_or_else(|err| {
+            let call = tool_call(method, &message["id"], &message["params"]);
+            let accept = match &call {
+                Some(call) => toolgate.allows(call).unwrap_or_else(|err| {
                     eprintln!("codex_appserver_bridge: {err}; declining");
                     false
                 }),
                 None => false,
             };
             let decision = if accept { "accept" } else { "decline" };
+            // One line per answer on stderr, for whoever runs the bridge.
+            let judged = call.map_or(Value::Null, |call| call["input"].clone());
+            eprintln!("codex_appserver_bridge: {decision} {method} {judged}");
             let reply = json!({"id": message["id"], "result": {"decision": decision}});
             let mut sink = server_in.lock().unwrap_or_else(|e| e.into_inner());
             let _ = writeln!(sink, "{reply}").and_then(|()| sink.flush());
