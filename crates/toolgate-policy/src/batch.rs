@@ -141,6 +141,7 @@ impl Policy {
                 question: None,
                 permission: permission.clone(),
                 kind: Kind::Other,
+                trace: Vec::new(),
             };
         let invalid = |reason: String| {
             answer(
@@ -225,13 +226,17 @@ impl Policy {
         if judged.is_empty() {
             return invalid(format!("{what} has no calls"));
         }
+        let trace: Vec<crate::CheckTrace> = judged
+            .iter_mut()
+            .flat_map(|(_, evaluation)| std::mem::take(&mut evaluation.trace))
+            .collect();
 
         let strictest = judged
             .iter()
             .map(|(_, evaluation)| evaluation.action)
             .max()
             .unwrap_or(Action::Deny);
-        match strictest {
+        let mut result = match strictest {
             Action::Deny => {
                 // A scope denial first: no answer could lift it.
                 let index = judged
@@ -325,7 +330,9 @@ impl Policy {
                     ..answer(Action::Ask, source, reason, rule)
                 }
             }
-        }
+        };
+        result.trace = trace;
+        result
     }
 
     /// The deciding rule for the batch tool's own permission (subject `*`),

@@ -42,7 +42,9 @@ use crate::shell_words::{
 use crate::tools::{
     extract, not_read_only_field, unknown_fields, variants, workdir, ShellInput, Subject,
 };
-use crate::{AlwaysOption, Call, Context, Evaluation, Policy, Question, RuleRef, Source};
+use crate::{
+    AlwaysOption, Call, CheckTrace, Context, Evaluation, Policy, Question, RuleRef, Source,
+};
 
 /// One thing a call touches, to be judged on its own.
 struct Check {
@@ -59,6 +61,8 @@ struct Check {
     always: GrantPattern,
     /// A shell command proven read-only.
     read_only: bool,
+    /// A shell command: why it is not read-only (`None` when it only reads).
+    refusal: Option<String>,
     /// Narrower patterns an `always` may grant instead, narrow to wide
     /// (the file, its directory; the exact command; the URL, its host).
     narrower: Vec<GrantPattern>,
@@ -106,6 +110,7 @@ impl Policy {
             question: None,
             permission: spec.permission.clone(),
             kind: spec.kind,
+            trace: Vec::new(),
         };
         if let Some(refusal) =
             context
@@ -178,6 +183,7 @@ impl Policy {
                 mode_reason: String::new(),
                 always: GrantPattern::exact(call.tool),
                 read_only: false,
+                refusal: None,
                 narrower: Vec::new(),
                 scope: None,
                 reached: None,
@@ -202,6 +208,7 @@ impl Policy {
                 mode_reason: kind_reason(mode, spec.kind, action, call.tool, plan_allowed),
                 always,
                 read_only: false,
+                refusal: None,
                 narrower,
                 scope,
                 reached: None,
@@ -276,6 +283,11 @@ impl Policy {
                 checks.extend(self.shell_word_checks(&analysis.commands, &base, disk_settled));
                 for command in analysis.commands {
                     let read_only = command.verdict.is_ok() && held.is_none();
+                    let refusal = match (&command.verdict, &held) {
+                        (Ok(()), None) => None,
+                        (Err(refusal), _) => Some(refusal.reason.clone()),
+                        (Ok(()), Some(held)) => Some(held.to_string()),
+                    };
                     let action = mode_answer(mode, spec.kind, read_only, false);
                     let mode_reason = match (&command.verdict, &held) {
                         (Ok(()), None) => {
@@ -307,6 +319,7 @@ impl Policy {
                         mode_reason,
                         always,
                         read_only,
+                        refusal,
                         narrower,
                         scope: Some(TargetKind::Command),
                         reached: None,
@@ -429,7 +442,12 @@ impl Policy {
             .iter()
             .map(|check| self.judge(check, context))
             .collect();
-        combine(
+        let trace = if context.explain {
+            self.trace(&checks, &outcomes)
+        } else {
+            Vec::new()
+        };
+        let mut evaluation = combine(
             checks,
             outcomes,
             &spec.permission,
@@ -437,7 +455,53 @@ impl Policy {
             mode,
             title,
             plan,
-        )
+        );
+        evaluation.trace = trace;
+        evaluation
+    }
+
+    /// The steps of an evaluation, from the checks and their outcomes as
+    /// judged (nothing is judged again), with every rule that matched.
+    fn trace(&self, checks: &[Check], outcomes: &[Outcome]) -> Vec<CheckTrace> {
+        let rule_ref = |rule: &Rule| RuleRef {
+            permission: rule.permission.as_str().to_string(),
+            pattern: rule.pattern.as_str().to_string(),
+            action: rule.action,
+            origin: rule.origin.to_string(),
+        };
+        checks
+            .iter()
+            .zip(outcomes)
+            .map(|(check, outcome)| {
+                let mut matched = Vec::new();
+                for rule in self.rules.rules() {
+                    if !rule.permission.matches(&check.permission) {
+                        continue;
+                    }
+                    let texts = std::iter::once(&check.subject).chain(&check.inner);
+                    for text in texts {
+                        if rule.pattern.matches(text) {
+                            matched.push((rule_ref(rule), text.clone()));
+                        }
+                    }
+                }
+                CheckTrace {
+                    permission: check.permission.clone(),
+                    subject: check.subject.clone(),
+                    inner: check.inner.clone(),
+                    not_read_only: check.refusal.clone(),
+                    command: matches!(check.scope, Some(TargetKind::Command)),
+                    mode_action: check.mode_action,
+                    mode_reason: check.mode_reason.clone(),
+                    matched,
+                    always: check.always.as_str().to_string(),
+                    action: outcome.action,
+                    source: outcome.source,
+                    reason: outcome.reason.clone(),
+                    rule: outcome.rule.clone(),
+                }
+            })
+            .collect()
     }
 
     /// A call whose input was split by [`variants`]: each input is judged as
@@ -452,6 +516,10 @@ impl Policy {
         let mut results: Vec<Evaluation> = inputs
             .iter()
             .map(|input| self.evaluate(&Call { input, ..*call }, context))
+            .collect();
+        let trace: Vec<CheckTrace> = results
+            .iter_mut()
+            .flat_map(|evaluation| std::mem::take(&mut evaluation.trace))
             .collect();
         let strictest = results
             .iter()
@@ -502,6 +570,7 @@ impl Policy {
                 }
             }
         }
+        chosen.trace = trace;
         chosen
     }
 
@@ -764,6 +833,7 @@ fn external_check(path: &RootedPath, is_directory: bool) -> Check {
         mode_reason: String::new(),
         always,
         read_only: false,
+        refusal: None,
         narrower: Vec::new(),
         scope: None,
         reached: None,
@@ -780,6 +850,7 @@ fn scope_denial(refusal: ScopeRefusal, permission: &str, kind: Kind) -> Evaluati
         question: None,
         permission: permission.to_string(),
         kind,
+        trace: Vec::new(),
     }
 }
 
@@ -794,6 +865,7 @@ fn read_argument_check(subject: String) -> Check {
         mode_action: Action::Allow,
         mode_reason: String::new(),
         read_only: false,
+        refusal: None,
         narrower: Vec::new(),
         scope: None,
         reached: None,
@@ -1410,6 +1482,7 @@ fn combine(
         question,
         permission: permission.to_string(),
         kind,
+        trace: Vec::new(),
     };
     let mut pairs: Vec<(Check, Outcome)> = checks.into_iter().zip(outcomes).collect();
     match strictest {

@@ -211,6 +211,8 @@ pub struct Context<'a> {
     pub approvals: &'a [(String, String)],
     /// How many times in a row the session has made this exact call, this one included.
     pub repeats: u32,
+    /// Record the whole way to the answer in [`Evaluation::trace`].
+    pub explain: bool,
 }
 
 impl<'a> Context<'a> {
@@ -223,6 +225,7 @@ impl<'a> Context<'a> {
             scope: &NO_SCOPE,
             approvals: &[],
             repeats: 1,
+            explain: false,
         }
     }
 }
@@ -330,4 +333,45 @@ pub struct Evaluation {
     pub permission: String,
     /// The kind of the tool.
     pub kind: Kind,
+    /// With [`Context::explain`]: how each thing the call touches was
+    /// judged, in the order judged (empty otherwise, and for a call refused
+    /// before anything was judged: then the answer above is the whole way).
+    pub trace: Vec<CheckTrace>,
+}
+
+/// How one thing a call touches (a simple command, a path, a directory
+/// outside the project, a repeated call) was judged: a step of
+/// [`Evaluation::trace`]. The call's answer is the strictest step's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckTrace {
+    /// The permission judged (`bash`, `edit`, `external_directory`, ...).
+    pub permission: String,
+    /// What rules were matched against: the command, the path, the URL.
+    pub subject: String,
+    /// Further texts rules were matched against to tighten the answer (the
+    /// command after wrapper removal, the commands of a `bash -c` script).
+    pub inner: Vec<String>,
+    /// For a simple command: `None` when it only reads, else why it is not
+    /// read-only. `None` for other steps too (see `command`).
+    pub not_read_only: Option<String>,
+    /// Whether this step is a simple command of a shell script.
+    pub command: bool,
+    /// The mode table's answer for this step, and why.
+    pub mode_action: Action,
+    /// Why the mode answers so.
+    pub mode_reason: String,
+    /// Every rule whose permission and pattern match the subject or an
+    /// inner text, in the order the policy lists them (later wins): the
+    /// winner and the ones that lost.
+    pub matched: Vec<(RuleRef, String)>,
+    /// What an `always` for this step grants.
+    pub always: String,
+    /// The step's answer.
+    pub action: Action,
+    /// What decided the step.
+    pub source: Source,
+    /// Why, in one sentence.
+    pub reason: String,
+    /// The rule or grant that decided the step, if one did.
+    pub rule: Option<RuleRef>,
 }

@@ -7,6 +7,7 @@
 
 pub mod approver;
 pub mod broker;
+pub mod check;
 #[cfg(unix)]
 pub mod client;
 pub mod clock;

@@ -93,6 +93,42 @@ enum Command {
         #[command(flatten)]
         args: ServeArgs,
     },
+    /// Decide one call as `serve` would in a fresh session, and show the
+    /// whole way to the answer: how the tool is classified, each simple
+    /// command with its read-only verdict, every rule that matched (the
+    /// winner and the ones that lost) with its origin, the mode's answer,
+    /// the scope, and what `always` would grant.
+    ///
+    /// `toolgate check --mode plan -- bash 'git push && ls'`. The subject
+    /// goes in the field the tool reads it from (command, filePath, url,
+    /// pattern, ...); --input gives the whole input instead. The policy flags
+    /// of `serve` apply. Exit code 0 for allow, 1 for deny, 3 for ask, 2 when
+    /// the call or the flags are unusable.
+    Check {
+        /// The session's scope, as `session_start`'s `permissions`:
+        /// '{"commandPatterns":["git *"]}'.
+        #[arg(long, value_name = "JSON")]
+        session_scope: Option<String>,
+        /// The tool's whole input as a JSON object, instead of SUBJECT.
+        #[arg(long, value_name = "JSON", conflicts_with = "subject")]
+        input: Option<String>,
+        /// The directory the agent reports for the call (relative to the
+        /// project root).
+        #[arg(long, value_name = "DIR")]
+        cwd: Option<String>,
+        /// One JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+        /// The tool, as an agent names it (bash, Bash, run_shell_command,
+        /// edit, Write, webfetch, mcp__server__tool, ...).
+        #[arg(value_name = "TOOL")]
+        tool: String,
+        /// The command, path, URL or pattern.
+        #[arg(value_name = "SUBJECT")]
+        subject: Option<String>,
+        #[command(flatten)]
+        args: ServeArgs,
+    },
     /// A terminal approver: attach to a broker started with `serve --listen`
     /// and answer its questions (o once, a always, r reject, q quit).
     Approve {
@@ -347,8 +383,115 @@ fn main() -> ExitCode {
             args,
         }) => return mcp(session, socket, args.or(cli.serve)),
         Some(Command::Approve { socket }) => return approve(socket),
+        Some(Command::Check {
+            session_scope,
+            input,
+            cwd,
+            json,
+            tool,
+            subject,
+            args,
+        }) => {
+            return check(
+                CheckArgs {
+                    session_scope,
+                    input,
+                    cwd,
+                    json,
+                    tool,
+                    subject,
+                },
+                args.or(cli.serve),
+            )
+        }
     };
     serve(args)
+}
+
+/// The flags of `toolgate check` besides the policy flags.
+struct CheckArgs {
+    session_scope: Option<String>,
+    input: Option<String>,
+    cwd: Option<String>,
+    json: bool,
+    tool: String,
+    subject: Option<String>,
+}
+
+/// `toolgate check`: see [`toolgate::check`].
+fn check(check: CheckArgs, args: ServeArgs) -> ExitCode {
+    let usage = |message: String| {
+        eprintln!("toolgate check: {message}");
+        ExitCode::from(2)
+    };
+    for (flag, given) in [
+        ("--state-dir", args.state_dir.is_some()),
+        ("--listen", args.listen.is_some()),
+        ("--approver", args.approver.is_some()),
+        ("--on-ask", args.on_ask.is_some()),
+    ] {
+        if given {
+            return usage(format!(
+                "{flag} does not apply: check decides one call in a fresh session, with no grants"
+            ));
+        }
+    }
+    let scope = match check.session_scope.as_deref().map(|text| {
+        serde_json::from_str::<toolgate_protocol::ScopeSpec>(text)
+            .map(toolgate::convert::scope_rules)
+            .map_err(|err| format!("--session-scope is not a scope: {err}"))
+    }) {
+        None => None,
+        Some(Ok(rules)) => Some(rules),
+        Some(Err(err)) => return usage(err),
+    };
+    let Ok(opened) = open(args) else {
+        return ExitCode::from(2);
+    };
+    let policy = opened.policy;
+    let spec = policy.registry.lookup(&check.tool).into_owned();
+    let input = match (&check.input, &check.subject) {
+        (Some(text), _) => match serde_json::from_str::<serde_json::Value>(text) {
+            Ok(serde_json::Value::Object(input)) => input,
+            Ok(_) => return usage("--input is not a JSON object".to_string()),
+            Err(err) => return usage(format!("--input is not JSON: {err}")),
+        },
+        (None, Some(subject)) => match toolgate::check::input_for(&spec, subject) {
+            Some(input) => input,
+            None => {
+                return usage(format!(
+                    "`{}` takes no subject; give its input with --input JSON (or none)",
+                    check.tool
+                ))
+            }
+        },
+        (None, None) => serde_json::Map::new(),
+    };
+    let request = toolgate::check::Request {
+        tool: &check.tool,
+        input: &input,
+        cwd: check.cwd.as_deref(),
+        mode: policy.default_mode,
+    };
+    let evaluation = match toolgate::check::evaluate(&policy, &request, scope) {
+        Ok(evaluation) => evaluation,
+        Err(err) => return usage(err),
+    };
+    let text = if check.json {
+        toolgate::check::to_json(&request, &spec, &evaluation).to_string() + "\n"
+    } else {
+        toolgate::check::to_text(&request, &spec, &evaluation)
+    };
+    let mut out = std::io::stdout().lock();
+    if let Err(err) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        eprintln!("toolgate check: cannot write: {err}");
+        return ExitCode::from(2);
+    }
+    match evaluation.action {
+        toolgate_policy::Action::Allow => ExitCode::SUCCESS,
+        toolgate_policy::Action::Deny => ExitCode::from(1),
+        toolgate_policy::Action::Ask => ExitCode::from(3),
+    }
 }
 
 /// `toolgate approve`: the socket from --socket, else TOOLGATE_SOCKET, else

@@ -208,6 +208,7 @@ impl Broker {
                 scope: &session.scope,
                 approvals: &[],
                 repeats,
+                explain: false,
             },
         );
         let pending = Pending {
@@ -542,6 +543,7 @@ impl Broker {
                 scope,
                 approvals: &pending.approvals,
                 repeats: pending.repeats,
+                explain: false,
             },
         );
         (evaluation, mode)

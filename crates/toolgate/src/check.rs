@@ -1,0 +1,263 @@
+//! `toolgate check`: one call decided as `serve` decides it in a fresh
+//! session, shown with the whole way to the answer.
+//!
+//! The answer and every step come from one [`Policy::evaluate`] with
+//! [`Context::explain`] set: the evaluation records what it judged as it
+//! judged it, so `check` cannot disagree with `serve` (which runs the same
+//! evaluation without the record).
+
+use serde_json::{json, Map, Value};
+use toolgate_policy::{
+    Action, CheckTrace, Context, Evaluation, Grants, Mode, Policy, RuleRef, Scope, ScopeRules,
+    Source, SubjectField, ToolSpec,
+};
+
+/// One call to check.
+pub struct Request<'a> {
+    /// The tool as the agent names it.
+    pub tool: &'a str,
+    /// Its input.
+    pub input: &'a Map<String, Value>,
+    /// The directory the agent reports for the call.
+    pub cwd: Option<&'a str>,
+    /// The session's mode.
+    pub mode: Mode,
+}
+
+/// The input a tool gets for `subject`: in the field the registry reads the
+/// tool's subject from (`command`, `filePath`, `url`, `pattern`, ...).
+/// `None` when the tool takes no subject.
+pub fn input_for(spec: &ToolSpec, subject: &str) -> Option<Map<String, Value>> {
+    let field = match spec.subject {
+        SubjectField::Shell => "command",
+        SubjectField::Path | SubjectField::OptionalPath | SubjectField::Paths => "filePath",
+        SubjectField::Patch => "patchText",
+        SubjectField::Url => "url",
+        SubjectField::Search => "pattern",
+        SubjectField::Agent => "subagent_type",
+        SubjectField::Plan => "plan",
+        SubjectField::None => return None,
+    };
+    let mut input = Map::new();
+    input.insert(field.to_string(), json!(subject));
+    Some(input)
+}
+
+/// Decide `request` under `policy` in a session narrowed by `scope`,
+/// recording the way. `Err` names a scope the policy cannot compile.
+pub fn evaluate(
+    policy: &Policy,
+    request: &Request<'_>,
+    scope: Option<ScopeRules>,
+) -> Result<Evaluation, String> {
+    let scope = match scope {
+        None => Scope::default(),
+        Some(rules) => Scope::from_layers([policy
+            .scope_layer("check", rules)
+            .map_err(|err| format!("--session-scope: {err}"))?]),
+    };
+    let grants = Grants::default();
+    let context = Context {
+        scope: &scope,
+        explain: true,
+        ..Context::new(request.mode, &grants)
+    };
+    Ok(policy.evaluate(
+        &toolgate_policy::Call {
+            tool: request.tool,
+            input: request.input,
+            cwd: request.cwd,
+        },
+        &context,
+    ))
+}
+
+fn action(action: Action) -> &'static str {
+    match action {
+        Action::Allow => "allow",
+        Action::Ask => "ask",
+        Action::Deny => "deny",
+    }
+}
+
+fn source(source: Source) -> &'static str {
+    match source {
+        Source::Mode => "mode",
+        Source::Rule => "rule",
+        Source::Grant => "grant",
+        Source::User => "user",
+        Source::Scope => "scope",
+        Source::Invalid => "invalid",
+    }
+}
+
+fn rule_json(rule: &RuleRef) -> Value {
+    json!({
+        "permission": rule.permission,
+        "pattern": rule.pattern,
+        "action": action(rule.action),
+        "origin": rule.origin,
+    })
+}
+
+fn step_json(step: &CheckTrace) -> Value {
+    let mut value = json!({
+        "permission": step.permission,
+        "subject": step.subject,
+        "mode": if step.mode_reason.is_empty() {
+            Value::Null
+        } else {
+            json!({"decision": action(step.mode_action), "reason": step.mode_reason})
+        },
+        "matched": step.matched.iter().map(|(rule, text)| {
+            let mut value = rule_json(rule);
+            value["text"] = json!(text);
+            value["decides"] = json!(step.rule.as_ref() == Some(rule));
+            value
+        }).collect::<Vec<_>>(),
+        "decision": action(step.action),
+        "source": source(step.source),
+        "reason": step.reason,
+        "rule": step.rule.as_ref().map(rule_json),
+        "always": step.always,
+    });
+    if !step.inner.is_empty() {
+        value["inner"] = json!(step.inner);
+    }
+    if step.command {
+        value["readOnly"] = json!(step.not_read_only.is_none());
+        if let Some(why) = &step.not_read_only {
+            value["notReadOnly"] = json!(why);
+        }
+    }
+    value
+}
+
+/// The machine form (`--json`): one object.
+pub fn to_json(request: &Request<'_>, spec: &ToolSpec, evaluation: &Evaluation) -> Value {
+    json!({
+        "tool": request.tool,
+        "input": request.input,
+        "known": spec.known,
+        "permission": evaluation.permission,
+        "kind": evaluation.kind.as_str(),
+        "mode": request.mode.as_str(),
+        "decision": action(evaluation.action),
+        "source": source(evaluation.source),
+        "reason": evaluation.reason,
+        "rule": evaluation.rule.as_ref().map(rule_json),
+        "steps": evaluation.trace.iter().map(step_json).collect::<Vec<_>>(),
+        "question": evaluation.question.as_ref().map(|question| json!({
+            "permission": question.permission,
+            "patterns": question.patterns,
+            "always": question.always,
+            "alwaysOptions": question.options().iter().map(|option| option.patterns.clone()).collect::<Vec<_>>(),
+            "reason": question.reason,
+        })),
+    })
+}
+
+fn rule_text(rule: &RuleRef) -> String {
+    format!(
+        "`{}: {}` {} ({})",
+        rule.permission,
+        rule.pattern,
+        action(rule.action),
+        rule.origin
+    )
+}
+
+/// The form for a person.
+pub fn to_text(request: &Request<'_>, spec: &ToolSpec, evaluation: &Evaluation) -> String {
+    let mut out = String::new();
+    let known = if spec.known {
+        "a tool toolgate knows"
+    } else {
+        "a tool toolgate does not know: judged as other tools"
+    };
+    out.push_str(&format!(
+        "tool       {} → permission `{}`, kind {} ({known})\n",
+        request.tool,
+        evaluation.permission,
+        evaluation.kind.as_str()
+    ));
+    out.push_str(&format!(
+        "input      {}\n",
+        Value::Object(request.input.clone())
+    ));
+    out.push_str(&format!("mode       {}\n", request.mode));
+    out.push_str(&format!(
+        "decision   {} (source {}): {}\n",
+        action(evaluation.action),
+        source(evaluation.source),
+        evaluation.reason
+    ));
+    if let Some(rule) = &evaluation.rule {
+        out.push_str(&format!("decided by {}\n", rule_text(rule)));
+    }
+    if evaluation.trace.is_empty() {
+        out.push_str("steps      none: the call was refused before anything in it was judged\n");
+    }
+    for (n, step) in evaluation.trace.iter().enumerate() {
+        out.push_str(&format!(
+            "\nstep {}     {} `{}`\n",
+            n + 1,
+            step.permission,
+            step.subject
+        ));
+        if step.command {
+            match &step.not_read_only {
+                None => out.push_str("  command  only reads\n"),
+                Some(why) => out.push_str(&format!("  command  not read-only: {why}\n")),
+            }
+        }
+        for inner in &step.inner {
+            out.push_str(&format!("  also     rules match `{inner}` too\n"));
+        }
+        if step.mode_reason.is_empty() {
+            out.push_str("  mode     has no say here: the rules decide\n");
+        } else {
+            out.push_str(&format!(
+                "  mode     {}: {}\n",
+                action(step.mode_action),
+                step.mode_reason
+            ));
+        }
+        if step.matched.is_empty() {
+            out.push_str("  rules    none match\n");
+        }
+        for (rule, text) in &step.matched {
+            let mark = if step.rule.as_ref() == Some(rule) {
+                "decides"
+            } else {
+                "matches"
+            };
+            out.push_str(&format!("  rule     {} {mark} `{text}`\n", rule_text(rule)));
+        }
+        out.push_str(&format!(
+            "  answer   {} (source {}): {}\n",
+            action(step.action),
+            source(step.source),
+            step.reason
+        ));
+        if step.action == Action::Ask {
+            out.push_str(&format!("  always   would grant `{}`\n", step.always));
+        }
+    }
+    match &evaluation.question {
+        Some(question) => {
+            out.push_str(&format!(
+                "\nasks       about {} {:?}\n",
+                question.permission, question.patterns
+            ));
+            for option in question.options() {
+                out.push_str(&format!("always     would grant {:?}\n", option.patterns));
+            }
+            if question.options().is_empty() {
+                out.push_str("always     grants nothing here\n");
+            }
+        }
+        None => out.push_str("\nasks       nothing\n"),
+    }
+    out
+}
