@@ -13,8 +13,8 @@ use std::path::PathBuf;
 use libfuzzer_sys::fuzz_target;
 use serde_json::{json, Map, Value};
 use toolgate_policy::{
-    parse_override, Action, Call, Context, GrantPattern, GrantSpec, Grants, Mode, Policy,
-    PolicyError, PolicyFile, Scope, Source, Sources,
+    parse_override, Action, Call, Context, Evaluation, GrantPattern, GrantSpec, Grants, Mode,
+    Policy, PolicyError, PolicyFile, Scope, Source, Sources,
 };
 
 const FILE: &str = "/work/proj/toolgate.json";
@@ -144,9 +144,44 @@ fuzz_target!(|data: &[u8]| {
                     scope: &scope,
                     approvals,
                     repeats: 1,
+                    explain: false,
                 },
             )
         };
+        // Recording the way (`toolgate check`) never changes the answer.
+        for &mode in &Mode::ALL {
+            let plain = judge(mode, &no_grants, &[]);
+            let explained = policy.evaluate(
+                &call,
+                &Context {
+                    mode,
+                    grants: &no_grants,
+                    project_grants: &no_grants,
+                    scope: &scope,
+                    approvals: &[],
+                    repeats: 1,
+                    explain: true,
+                },
+            );
+            assert!(plain.trace.is_empty(), "{tool}: a trace nobody asked for");
+            assert_eq!(
+                Evaluation {
+                    trace: Vec::new(),
+                    ..explained.clone()
+                },
+                plain,
+                "{tool} in {mode:?}: explaining changed the answer"
+            );
+            // No step is stricter than the answer (the answer is the
+            // strictest step's, or stricter when a part was refused before
+            // its steps were judged).
+            for step in &explained.trace {
+                assert!(
+                    step.action <= explained.action,
+                    "{tool} in {mode:?}: {explained:?}"
+                );
+            }
+        }
         let plain: Vec<_> = Mode::ALL
             .iter()
             .map(|&mode| (mode, judge(mode, &no_grants, &[])))
