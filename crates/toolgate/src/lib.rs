@@ -16,6 +16,7 @@ pub mod globs;
 pub mod hook;
 pub mod mcp;
 pub mod repo;
+pub mod replay;
 pub mod serve;
 pub mod setup;
 #[cfg(unix)]

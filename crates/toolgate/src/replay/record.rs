@@ -1,0 +1,42 @@
+//! A recording, whatever agent made it: the frames an agent would have sent
+//! toolgate, and what the recording says became of each call.
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+
+/// A session and one of its calls.
+pub type CallKey = (String, String);
+
+/// What a recording says became of a call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// It ran (the agent's own permission check let it through, or a person
+    /// allowed it): a question toolgate asks about it is answered `once`.
+    Ran,
+    /// It was refused (a person rejected it, a rule or hook denied it): a
+    /// question toolgate asks about it is answered `reject`, with what the
+    /// recording says, if anything.
+    Refused(Option<String>),
+}
+
+/// One recording read: frames in order, and outcomes by call.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Recording {
+    /// What the agent would have sent toolgate, in order: `session_start`
+    /// (a sub-agent's session with `parentID`, the recorded mode),
+    /// `set_mode` when the recorded mode changes, `tool_call` (its `callID`
+    /// the agent's own id: a `tool_use` id, a `call_id`),
+    /// `permission_response` where the recording holds toolgate's own
+    /// answers, `session_end`.
+    pub frames: Vec<Value>,
+    /// What became of each call, where the recording says: answers the
+    /// questions the replay asks. A call with none is left unanswered (and
+    /// denied at the end, source `replay`).
+    pub outcomes: HashMap<CallKey, Outcome>,
+    /// The decisions the recording itself holds (`allow` or `deny`, with
+    /// their reason), for `--check`.
+    pub decisions: HashMap<CallKey, (String, String)>,
+    /// What could not be read, one sentence each (the file and line named).
+    pub warnings: Vec<String>,
+}
