@@ -448,6 +448,9 @@ pub enum Source {
     Shutdown,
     /// The call was malformed.
     Invalid,
+    /// A replayed recording holds no answer to the question the call raised
+    /// (`toolgate replay`): it is denied, never silently allowed.
+    Replay,
 }
 
 /// A rule as written, with where it was written.

@@ -98,6 +98,13 @@ impl ManualClock {
         ManualClock::default()
     }
 
+    /// Move the clock to `ms`, unless it reads later already (it never
+    /// goes back).
+    pub fn set(&self, ms: u64) {
+        self.now_ms
+            .fetch_max(ms, std::sync::atomic::Ordering::SeqCst);
+    }
+
     /// Move the clock forward.
     pub fn advance(&self, ms: u64) {
         self.now_ms

@@ -15,8 +15,8 @@ pub mod convert;
 pub mod globs;
 pub mod hook;
 pub mod mcp;
-pub mod repo;
 pub mod replay;
+pub mod repo;
 pub mod serve;
 pub mod setup;
 #[cfg(unix)]

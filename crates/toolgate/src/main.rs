@@ -129,6 +129,38 @@ enum Command {
         #[command(flatten)]
         args: ServeArgs,
     },
+    /// Feed recorded sessions through a fresh broker, deterministically:
+    /// the same files and flags give the same bytes (ids count up, the clock
+    /// reads the recorded times). Prints toolgate's frames, one decision per
+    /// call; a question the recording holds no answer to is denied (source
+    /// replay). See README "Replaying recorded sessions".
+    ///
+    /// The policy flags of `serve` apply. Exit code 0; 1 when --check or
+    /// --compare found differences; 2 when a file cannot be used.
+    Replay {
+        /// Recordings: files, or directories searched for *.jsonl.
+        #[arg(value_name = "FILE", required = true)]
+        files: Vec<PathBuf>,
+        /// The files' format: toolgate (its own frames). [default: detected
+        /// per file]
+        #[arg(long, value_enum, value_name = "FORMAT")]
+        from: Option<FromArg>,
+        /// Print a table of calls by tool, answer and source, and the
+        /// subjects most often asked about or denied, instead of the frames.
+        #[arg(long)]
+        summary: bool,
+        /// Compare with the decisions the files hold and list every
+        /// difference (exit 1 when there is one).
+        #[arg(long)]
+        check: bool,
+        /// Replay under two policy files and list the calls answered
+        /// differently, grouped by what decided (exit 1 when there are
+        /// some).
+        #[arg(long, num_args = 2, value_names = ["POLICY_A", "POLICY_B"])]
+        compare: Option<Vec<PathBuf>>,
+        #[command(flatten)]
+        args: ServeArgs,
+    },
     /// A terminal approver: attach to a broker started with `serve --listen`
     /// and answer its questions (o once, a always, r reject, q quit).
     Approve {
@@ -275,6 +307,12 @@ enum HookAgent {
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
+enum FromArg {
+    /// toolgate's own frames (a transcript, a captured session, a replay's output).
+    Toolgate,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
 enum OnAskArg {
     /// Ask and wait for the answer.
     Wait,
@@ -383,6 +421,27 @@ fn main() -> ExitCode {
             args,
         }) => return mcp(session, socket, args.or(cli.serve)),
         Some(Command::Approve { socket }) => return approve(socket),
+        Some(Command::Replay {
+            files,
+            from,
+            summary,
+            check,
+            compare,
+            args,
+        }) => {
+            let options = toolgate::replay::cli::Options {
+                from: from.map(|from| match from {
+                    FromArg::Toolgate => toolgate::replay::Format::Toolgate,
+                }),
+                summary,
+                check,
+                compare: compare.and_then(|pair| match pair.as_slice() {
+                    [a, b] => Some((a.clone(), b.clone())),
+                    _ => None,
+                }),
+            };
+            return replay(&files, &options, args.or(cli.serve));
+        }
         Some(Command::Check {
             session_scope,
             input,
@@ -406,6 +465,40 @@ fn main() -> ExitCode {
         }
     };
     serve(args)
+}
+
+/// `toolgate replay`: see [`toolgate::replay`].
+fn replay(
+    files: &[PathBuf],
+    options: &toolgate::replay::cli::Options,
+    args: ServeArgs,
+) -> ExitCode {
+    for (flag, given) in [
+        ("--state-dir", args.state_dir.is_some()),
+        ("--listen", args.listen.is_some()),
+        ("--approver", args.approver.is_some()),
+        ("--on-ask", args.on_ask.is_some()),
+        ("--ask-timeout", args.ask_timeout.is_some()),
+        (
+            "--policy (with --compare)",
+            args.policy.is_some() && options.compare.is_some(),
+        ),
+    ] {
+        if given {
+            eprintln!("toolgate replay: {flag} does not apply: a replay starts from a fresh broker, and answers questions from the recording");
+            return ExitCode::from(2);
+        }
+    }
+    let policy = |file: Option<&std::path::Path>| {
+        let mut args = args.clone();
+        if let Some(file) = file {
+            args.policy = Some(file.to_path_buf());
+        }
+        open(args)
+            .ok()
+            .map(|opened| (opened.policy, opened.sources))
+    };
+    ExitCode::from(toolgate::replay::cli::main(files, options, &policy))
 }
 
 /// The flags of `toolgate check` besides the policy flags.
@@ -676,6 +769,8 @@ fn watch_signals(
 /// directory, as `serve` and `hook` both start.
 struct Opened {
     broker: Broker,
+    /// The policy's layers, lowest first (what `ready` names).
+    sources: Vec<String>,
     settings: Settings,
     policy: Arc<toolgate_policy::Policy>,
     configured_mode: Option<Mode>,
@@ -743,7 +838,7 @@ fn open(args: ServeArgs) -> Result<Opened, ExitCode> {
     let mut broker = Broker::new(policy.clone(), config, Box::new(clock), Box::new(UuidIds));
     let state_dir = args.state_dir.or_else(state_dir_env);
     broker.set_origin(Origin {
-        policy_sources: sources,
+        policy_sources: sources.clone(),
         state_dir: state_dir.as_ref().map(|dir| {
             toolgate_policy::normalize(&dir.to_string_lossy(), &settings.cwd, None)
                 .to_string_lossy()
@@ -762,6 +857,7 @@ fn open(args: ServeArgs) -> Result<Opened, ExitCode> {
     }
     Ok(Opened {
         broker,
+        sources,
         settings,
         policy,
         configured_mode,

@@ -259,6 +259,16 @@ impl Broker {
 
     /// Deny every pending call (source `shutdown`) and stop.
     fn shutdown(&mut self, out: &mut Vec<ServerFrame>) {
+        self.deny_open(
+            wire::Source::Shutdown,
+            "the broker shut down before the question was answered",
+            out,
+        );
+        self.stopped = true;
+    }
+
+    /// Deny every open call, oldest first, with `source` and `reason`.
+    fn deny_open(&mut self, source: wire::Source, reason: &str, out: &mut Vec<ServerFrame>) {
         let mut ids: Vec<(u64, String)> = self
             .pending
             .iter()
@@ -266,14 +276,8 @@ impl Broker {
             .collect();
         ids.sort();
         for (_, id) in ids {
-            self.end_ask(
-                &id,
-                wire::Source::Shutdown,
-                "the broker shut down before the question was answered".to_string(),
-                out,
-            );
+            self.end_ask(&id, source, reason.to_string(), out);
         }
-        self.stopped = true;
     }
 
     /// Judge under `policy` from now on (SIGHUP reloaded it) and decide every

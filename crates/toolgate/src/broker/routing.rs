@@ -81,6 +81,9 @@ pub enum Input<'a> {
     /// Stop: deny every open call (source `shutdown`). End of stdin, a
     /// signal, or the transport going away.
     Stop,
+    /// A replayed recording ended: deny every open call (source `replay`),
+    /// a question the recording holds no answer to. The broker goes on.
+    Unanswered,
     /// Judge under a new policy from now on (SIGHUP), deciding the open calls
     /// whose answer is no longer "ask".
     Reload {
@@ -191,6 +194,14 @@ impl Broker {
                 if !self.stopped {
                     self.shutdown(&mut frames);
                 }
+                None
+            }
+            Input::Unanswered => {
+                self.deny_open(
+                    wire::Source::Replay,
+                    "the recording holds no answer to this question",
+                    &mut frames,
+                );
                 None
             }
             Input::Reload {

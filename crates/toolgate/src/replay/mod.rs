@@ -1,6 +1,246 @@
 //! `toolgate replay`: recorded sessions fed through a fresh broker,
 //! deterministically. Each format's reader turns a file into a
-//! [`record::Recording`]; the driver feeds its frames to the broker core
-//! and answers the questions it asks from the recorded outcomes.
+//! [`record::Recording`]; [`run`] feeds its frames to the broker core (the
+//! same [`Broker::step`] every transport drives) and answers the questions
+//! the broker asks from what the recording says became of each call.
+//!
+//! Nothing comes from the wall clock or a random source: permission ids
+//! count up (`per_1`, `per_2`, ... in each replayed file), grant ids too,
+//! and the clock reads the recorded time of the call being judged (0 where
+//! the recording has none). The same files and flags give the same bytes.
 
+pub mod cli;
+pub mod frames;
 pub mod record;
+pub mod report;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+use toolgate_policy::Policy;
+use toolgate_protocol::ServerFrame;
+
+use crate::broker::{Broker, BrokerConfig, Input, OnAsk, Origin, Output};
+use crate::clock::{ManualClock, SequentialIds};
+use record::{CallKey, Outcome, Recording};
+
+/// The formats `toolgate replay` reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// toolgate's own frames.
+    Toolgate,
+}
+
+impl Format {
+    /// The format of a file, from its first line that says: `None` when no
+    /// line does.
+    pub fn detect(text: &str) -> Option<Format> {
+        for line in text.lines().map(str::trim) {
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let Ok(value) = serde_json::from_str::<Value>(line) else {
+                continue;
+            };
+            if frames::is_frame(&value) {
+                return Some(Format::Toolgate);
+            }
+        }
+        None
+    }
+
+    /// Read `text` (the file `name`) as this format.
+    pub fn read(self, text: &str, name: &str) -> Recording {
+        match self {
+            Format::Toolgate => frames::read(text, name),
+        }
+    }
+}
+
+/// The connection a replay's frames come from.
+const REPLAY: crate::broker::ConnId = 0;
+
+/// Replay `recording` through a fresh broker judging by `policy` (whose
+/// layers `sources` names, for `ready`), handing every frame the broker
+/// writes to `sink`, in order.
+pub fn run(
+    policy: Arc<Policy>,
+    sources: &[String],
+    recording: &Recording,
+    sink: &mut dyn FnMut(&ServerFrame),
+) {
+    let clock = ManualClock::new();
+    let mut broker = Broker::new(
+        policy,
+        BrokerConfig {
+            on_ask: OnAsk::Wait,
+            ask_timeout_ms: 0,
+        },
+        Box::new(clock.clone()),
+        Box::new(SequentialIds::default()),
+    );
+    broker.set_origin(Origin {
+        policy_sources: sources.to_vec(),
+        state_dir: None,
+    });
+    let mut driver = Driver {
+        broker: &mut broker,
+        recording,
+        asked: HashMap::new(),
+        number: 0,
+        out: Vec::new(),
+        line: Vec::new(),
+    };
+    driver.step(Input::Opened { conn: REPLAY }, sink);
+    for (index, frame) in recording.frames.iter().enumerate() {
+        let raw = recording.raw.get(&index);
+        match frame.get("type").and_then(Value::as_str) {
+            Some("tool_call") => {
+                if let Some(time) = key_of(frame).and_then(|key| recording.times.get(&key)) {
+                    clock.set(*time);
+                }
+            }
+            Some("permission_response") => {
+                if let Some((recorded, replayed)) = driver.translation(frame) {
+                    match raw {
+                        // The recorded line, with the replay's id for the
+                        // recorded one (quoted, so no other text matches).
+                        Some(line) => driver.feed_line(
+                            line.replace(&format!("\"{recorded}\""), &format!("\"{replayed}\"")),
+                            sink,
+                        ),
+                        None => {
+                            let mut frame = frame.clone();
+                            frame["permissionID"] = json!(replayed);
+                            driver.feed(&frame, sink);
+                        }
+                    }
+                    continue;
+                }
+            }
+            _ => {}
+        }
+        match raw {
+            Some(line) => driver.feed_line(line.clone(), sink),
+            None => driver.feed(frame, sink),
+        }
+    }
+    driver.step(Input::Unanswered, sink);
+    driver.step(Input::Stop, sink);
+}
+
+/// The session and call a frame names.
+fn key_of(frame: &Value) -> Option<CallKey> {
+    let text = |field: &str| frame.get(field).and_then(Value::as_str);
+    Some((
+        text("sessionID").unwrap_or("default").to_string(),
+        text("callID")?.to_string(),
+    ))
+}
+
+struct Driver<'a> {
+    broker: &'a mut Broker,
+    recording: &'a Recording,
+    /// The replay's open questions: call → its permission id here.
+    asked: HashMap<CallKey, String>,
+    /// Lines fed so far.
+    number: u64,
+    out: Vec<Output>,
+    line: Vec<u8>,
+}
+
+impl Driver<'_> {
+    /// A recorded `permission_response` names the recorded question (or
+    /// its call, with `sessionID` and `callID`): the recorded id and the
+    /// replay's id for the question about the same call, when they differ.
+    fn translation(&self, frame: &Value) -> Option<(String, String)> {
+        let recorded = frame
+            .get("permissionID")
+            .or_else(|| frame.get("permission_id"))
+            .and_then(Value::as_str)?;
+        let key = self
+            .recording
+            .questions
+            .get(recorded)
+            .cloned()
+            .or_else(|| key_of(frame))?;
+        let replayed = self.asked.get(&key)?;
+        (replayed != recorded).then(|| (recorded.to_string(), replayed.clone()))
+    }
+
+    /// Feed one frame as one input line, then answer what it asked.
+    fn feed(&mut self, frame: &Value, sink: &mut dyn FnMut(&ServerFrame)) {
+        self.line.clear();
+        // Writing a Value to a Vec cannot fail.
+        let _ = serde_json::to_writer(&mut self.line, frame);
+        self.feed_buffer(sink);
+    }
+
+    /// Feed one recorded line as it is, then answer what it asked.
+    fn feed_line(&mut self, line: String, sink: &mut dyn FnMut(&ServerFrame)) {
+        self.line = line.into_bytes();
+        self.feed_buffer(sink);
+    }
+
+    /// Feed the line held in `self.line`, then answer what it asked.
+    fn feed_buffer(&mut self, sink: &mut dyn FnMut(&ServerFrame)) {
+        self.number += 1;
+        let line = std::mem::take(&mut self.line);
+        self.step(
+            Input::Line {
+                conn: REPLAY,
+                line: &line,
+                number: self.number,
+            },
+            sink,
+        );
+        self.line = line;
+    }
+
+    /// One step; the questions it raised that the recording answers are
+    /// answered at once, in the order asked.
+    fn step(&mut self, input: Input<'_>, sink: &mut dyn FnMut(&ServerFrame)) {
+        let mut out = std::mem::take(&mut self.out);
+        out.clear();
+        self.broker.step(input, &mut out);
+        let mut answers = Vec::new();
+        for Output { frame, .. } in &out {
+            sink(frame);
+            match frame {
+                ServerFrame::PermissionRequest(request) => {
+                    let key = (request.session_id.clone(), request.call_id.clone());
+                    if let Some(outcome) = self.recording.outcomes.get(&key) {
+                        answers.push(answer(&request.permission_id, outcome));
+                    }
+                    self.asked.insert(key, request.permission_id.clone());
+                }
+                ServerFrame::Decision(decision) => {
+                    self.asked
+                        .remove(&(decision.session_id.clone(), decision.call_id.clone()));
+                }
+                _ => {}
+            }
+        }
+        self.out = out;
+        for answer in answers {
+            self.feed(&answer, sink);
+        }
+    }
+}
+
+/// The answer a recorded outcome gives a question.
+fn answer(permission_id: &str, outcome: &Outcome) -> Value {
+    match outcome {
+        Outcome::Ran => {
+            json!({"type": "permission_response", "permissionID": permission_id, "response": "once"})
+        }
+        Outcome::Refused(message) => {
+            let mut frame = json!({"type": "permission_response", "permissionID": permission_id, "response": "reject"});
+            if let Some(message) = message {
+                frame["message"] = json!(message);
+            }
+            frame
+        }
+    }
+}

@@ -39,4 +39,17 @@ pub struct Recording {
     pub decisions: HashMap<CallKey, (String, String)>,
     /// What could not be read, one sentence each (the file and line named).
     pub warnings: Vec<String>,
+    /// The permission ids a recording of toolgate's own frames gave its
+    /// questions, by call: a recorded `permission_response` naming one
+    /// answers the replay's question about that call.
+    pub questions: HashMap<String, CallKey>,
+    /// The line as recorded, for frames read from toolgate's own format
+    /// (by index into `frames`): fed to the broker as it was, so that what
+    /// the broker refused live (a duplicate key, a torn line) is refused
+    /// again rather than repaired by a re-serialisation.
+    pub raw: HashMap<usize, String>,
+    /// When each call was made, in milliseconds since the Unix epoch, where
+    /// the recording says: the replay's clock reads it while the call is
+    /// judged (a question's `timestamp`).
+    pub times: HashMap<CallKey, u64>,
 }

@@ -1,0 +1,228 @@
+//! `toolgate replay FILE…`: the files found, read, replayed and reported.
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use toolgate_policy::Policy;
+use toolgate_protocol::ServerFrame;
+
+use super::report::{self, Answers, Comparison, Summary};
+use super::{run, Format};
+
+/// What to do with the replays.
+#[derive(Debug, Default)]
+pub struct Options {
+    /// The format of every file; detected per file when `None`.
+    pub from: Option<Format>,
+    /// Print the summary table instead of the frames.
+    pub summary: bool,
+    /// Compare with the decisions the files hold; exit 1 on a difference.
+    pub check: bool,
+    /// Replay under two policy files and report the calls answered
+    /// differently; exit 1 when there are some.
+    pub compare: Option<(PathBuf, PathBuf)>,
+}
+
+/// Every file to replay: the files named, and the `*.jsonl` files under
+/// the directories named (sorted, recursively). `Err` names a path that
+/// cannot be read.
+pub fn files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
+    let mut out = Vec::new();
+    for path in paths {
+        let meta = std::fs::metadata(path)
+            .map_err(|err| format!("cannot read {}: {err}", path.display()))?;
+        if meta.is_dir() {
+            let mut found = Vec::new();
+            walk(path, &mut found)?;
+            found.sort();
+            out.extend(found);
+        } else {
+            out.push(path.clone());
+        }
+    }
+    Ok(out)
+}
+
+fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), String> {
+    let entries =
+        std::fs::read_dir(dir).map_err(|err| format!("cannot read {}: {err}", dir.display()))?;
+    for entry in entries {
+        let entry = entry.map_err(|err| format!("cannot read {}: {err}", dir.display()))?;
+        let path = entry.path();
+        let kind = entry
+            .file_type()
+            .map_err(|err| format!("cannot read {}: {err}", path.display()))?;
+        if kind.is_dir() {
+            walk(&path, out)?;
+        } else if path.extension().is_some_and(|ext| ext == "jsonl") {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
+
+/// A progress line on stderr when it is a terminal.
+struct Progress {
+    on: bool,
+    calls: usize,
+    files: usize,
+}
+
+impl Progress {
+    fn tick(&mut self, file: usize) {
+        self.calls += 1;
+        if self.on && self.calls.is_multiple_of(65_536) {
+            eprint!(
+                "\rtoolgate replay: {} calls, file {} of {}",
+                self.calls, file, self.files
+            );
+        }
+    }
+
+    fn done(&self) {
+        if self.on && self.calls >= 65_536 {
+            eprintln!(
+                "\rtoolgate replay: {} calls in {} files          ",
+                self.calls, self.files
+            );
+        }
+    }
+}
+
+/// The policy (and the layers it came from) for the flags, with another
+/// policy file when given; `None` when it cannot be built (said on stderr).
+pub type PolicyFor<'a> = dyn Fn(Option<&Path>) -> Option<(Arc<Policy>, Vec<String>)> + 'a;
+
+/// Replay `paths` under the policy `policy(None)` (or, with `--compare`,
+/// `policy(Some(A))` and `policy(Some(B))`). The exit code: 0, 1 for
+/// differences (`--check`, `--compare`), 2 for input that cannot be used.
+pub fn main(paths: &[PathBuf], options: &Options, policy: &PolicyFor<'_>) -> u8 {
+    let files = match files(paths) {
+        Ok(files) if files.is_empty() => {
+            eprintln!("toolgate replay: no .jsonl files to replay");
+            return 2;
+        }
+        Ok(files) => files,
+        Err(err) => {
+            eprintln!("toolgate replay: {err}");
+            return 2;
+        }
+    };
+    let policies = match &options.compare {
+        None => match policy(None) {
+            Some(policy) => vec![policy],
+            None => return 2,
+        },
+        Some((a, b)) => match (policy(Some(a)), policy(Some(b))) {
+            (Some(a), Some(b)) => vec![a, b],
+            _ => return 2,
+        },
+    };
+    let print_frames = !options.summary && !options.check && options.compare.is_none();
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let mut progress = Progress {
+        on: std::io::stderr().is_terminal(),
+        calls: 0,
+        files: files.len(),
+    };
+    let mut summary = Summary::default();
+    let mut comparison = Comparison::default();
+    let mut differences = Vec::new();
+    let mut failed = None;
+    for (index, file) in files.iter().enumerate() {
+        let name = file.display().to_string();
+        let text = match std::fs::read_to_string(file) {
+            Ok(text) => text,
+            Err(err) => {
+                eprintln!("toolgate replay: cannot read {name}: {err}");
+                return 2;
+            }
+        };
+        if text
+            .lines()
+            .map(str::trim)
+            .all(|line| line.is_empty() || line.starts_with('#'))
+        {
+            eprintln!("toolgate replay: warning: {name} holds nothing to replay; skipped");
+            continue;
+        }
+        let Some(format) = options.from.or_else(|| Format::detect(&text)) else {
+            eprintln!("toolgate replay: {name}: not a recording toolgate can read (give --from)");
+            return 2;
+        };
+        let recording = format.read(&text, &name);
+        for warning in &recording.warnings {
+            eprintln!("toolgate replay: warning: {warning}");
+        }
+        let calls = report::calls(&recording);
+        let mut answers: Vec<Answers> = Vec::new();
+        for (policy, sources) in &policies {
+            let mut seen = Answers::default();
+            let mut sink = |frame: &ServerFrame| {
+                if let ServerFrame::Decision(_) = frame {
+                    progress.tick(index + 1);
+                }
+                seen.see(frame);
+                if print_frames && failed.is_none() {
+                    let written = serde_json::to_writer(&mut out, frame)
+                        .map_err(std::io::Error::other)
+                        .and_then(|()| out.write_all(b"\n"));
+                    if let Err(err) = written {
+                        failed = Some(err);
+                    }
+                }
+            };
+            run(policy.clone(), sources, &recording, &mut sink);
+            answers.push(seen);
+        }
+        if let Some(err) = failed.take() {
+            eprintln!("toolgate replay: cannot write the frames: {err}");
+            return 2;
+        }
+        match answers.as_slice() {
+            [a, b] => comparison.add(&calls, a, b),
+            [answers] => {
+                summary.add(&calls, answers);
+                if options.check {
+                    differences.extend(report::differences(&recording, &calls, answers, &name));
+                }
+            }
+            _ => {}
+        }
+    }
+    progress.done();
+    let mut code = 0;
+    let mut text = String::new();
+    if options.summary {
+        text.push_str(&summary.render());
+    }
+    if options.check {
+        if differences.is_empty() {
+            eprintln!("toolgate replay: every recorded decision was replayed alike");
+        } else {
+            code = 1;
+            for line in &differences {
+                text.push_str(line);
+                text.push('\n');
+            }
+            eprintln!(
+                "toolgate replay: {} decision{} differ from the recording",
+                differences.len(),
+                if differences.len() == 1 { "" } else { "s" }
+            );
+        }
+    }
+    if let Some((a, b)) = &options.compare {
+        text.push_str(&comparison.render(&a.display().to_string(), &b.display().to_string()));
+        if comparison.differs() {
+            code = 1;
+        }
+    }
+    if let Err(err) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        eprintln!("toolgate replay: cannot write: {err}");
+        return 2;
+    }
+    code
+}
