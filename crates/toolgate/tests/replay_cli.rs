@@ -547,7 +547,7 @@ fn unusable_input_exits_2_naming_it() {
     .unwrap();
     let (code, out, err) = toolgate(&root, &["replay", "torn.jsonl"]);
     assert_eq!(code, 0, "{err}");
-    assert!(err.contains("torn.jsonl:2: not JSON"), "{err}");
+    assert!(err.contains("torn.jsonl:2: not a JSON frame"), "{err}");
     assert!(out.contains(r#""callID":"c","decision":"allow""#), "{out}");
     let _ = std::fs::remove_dir_all(&dir);
 }

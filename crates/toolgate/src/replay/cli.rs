@@ -156,7 +156,11 @@ pub fn main(paths: &[PathBuf], options: &Options, policy: &PolicyFor<'_>) -> u8 
         for warning in &recording.warnings {
             eprintln!("toolgate replay: warning: {warning}");
         }
-        let calls = report::calls(&recording);
+        let calls = if print_frames {
+            Default::default()
+        } else {
+            report::calls(&recording)
+        };
         let mut answers: Vec<Answers> = Vec::new();
         for (policy, sources) in &policies {
             let mut seen = Answers::default();
@@ -164,7 +168,9 @@ pub fn main(paths: &[PathBuf], options: &Options, policy: &PolicyFor<'_>) -> u8 
                 if let ServerFrame::Decision(_) = frame {
                     progress.tick(index + 1);
                 }
-                seen.see(frame);
+                if !print_frames {
+                    seen.see(frame);
+                }
                 if print_frames && failed.is_none() {
                     let written = serde_json::to_writer(&mut out, frame)
                         .map_err(std::io::Error::other)

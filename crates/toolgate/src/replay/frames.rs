@@ -13,6 +13,9 @@
 //! frame toolgate knows. Lines starting with `#` (a transcript's comments)
 //! and blank lines are skipped.
 
+use std::borrow::Cow;
+
+use serde::Deserialize;
 use serde_json::Value;
 
 use super::record::Recording;
@@ -54,7 +57,32 @@ pub fn is_frame(value: &Value) -> bool {
         .is_some_and(|kind| CLIENT.contains(&kind) || SERVER.contains(&kind))
 }
 
+/// What the replay needs of a line: its type and ids (and, for toolgate's
+/// own frames, the recorded answer). Only these fields are read: the rest
+/// of a line is skipped, not built, and the line itself is kept whole.
+#[derive(Deserialize)]
+struct Head<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(rename = "sessionID", borrow)]
+    session: Option<Cow<'a, str>>,
+    #[serde(rename = "callID", borrow)]
+    call: Option<Cow<'a, str>>,
+    #[serde(rename = "permissionID", alias = "permission_id", borrow)]
+    permission: Option<Cow<'a, str>>,
+    timestamp: Option<u64>,
+    #[serde(borrow)]
+    decision: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    reason: Option<Cow<'a, str>>,
+}
+
 /// Read a file of toolgate frames. `name` names it in warnings.
+///
+/// The agent's frames are kept as the recorded line (in
+/// [`Recording::raw`]) with a small object of their type and ids (in
+/// [`Recording::frames`]); what else they hold is read again from the line
+/// where a report needs it ([`super::report::calls`]).
 pub fn read(text: &str, name: &str) -> Recording {
     let mut recording = Recording::default();
     for (number, line) in text.lines().enumerate() {
@@ -62,45 +90,50 @@ pub fn read(text: &str, name: &str) -> Recording {
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        let frame: Value = match serde_json::from_str(line) {
-            Ok(frame) => frame,
+        let head: Head<'_> = match serde_json::from_str(line) {
+            Ok(head) => head,
             Err(err) => {
                 // Fed as it is: the broker answers it as it did live (an
                 // error, a denial when its `callID` can be read).
                 recording.warnings.push(format!(
-                    "{name}:{}: not JSON ({err}); replayed as it is",
+                    "{name}:{}: not a JSON frame ({err}); replayed as it is",
                     number + 1
                 ));
-                recording
-                    .raw
-                    .insert(recording.frames.len(), line.to_string());
-                recording.frames.push(Value::Null);
+                recording.push_raw(Value::Null, line);
                 continue;
             }
         };
-        let kind = frame.get("type").and_then(Value::as_str).unwrap_or("");
+        let kind = head.kind.as_deref().unwrap_or("");
         let key = || {
-            let text = |field: &str| frame.get(field).and_then(Value::as_str);
-            Some((text("sessionID")?.to_string(), text("callID")?.to_string()))
+            Some((
+                head.session.as_deref()?.to_string(),
+                head.call.as_deref()?.to_string(),
+            ))
         };
         if CLIENT.contains(&kind) {
-            recording
-                .raw
-                .insert(recording.frames.len(), line.to_string());
-            recording.frames.push(frame);
+            let mut frame = serde_json::Map::new();
+            frame.insert("type".into(), Value::from(kind));
+            for (field, value) in [
+                ("sessionID", &head.session),
+                ("callID", &head.call),
+                ("permissionID", &head.permission),
+            ] {
+                if let Some(value) = value {
+                    frame.insert(field.into(), Value::from(value.as_ref()));
+                }
+            }
+            recording.push_raw(Value::Object(frame), line);
         } else if kind == "decision" {
             if let Some(key) = key() {
-                let verdict = frame.get("decision").and_then(Value::as_str).unwrap_or("");
-                let reason = frame.get("reason").and_then(Value::as_str).unwrap_or("");
+                let verdict = head.decision.as_deref().unwrap_or("");
+                let reason = head.reason.as_deref().unwrap_or("");
                 recording
                     .decisions
                     .insert(key, (verdict.to_string(), reason.to_string()));
             }
         } else if kind == "permission_request" {
-            if let (Some(key), Some(id)) =
-                (key(), frame.get("permissionID").and_then(Value::as_str))
-            {
-                if let Some(time) = frame.get("timestamp").and_then(Value::as_u64) {
+            if let (Some(key), Some(id)) = (key(), head.permission.as_deref()) {
+                if let Some(time) = head.timestamp {
                     recording.times.insert(key.clone(), time);
                 }
                 recording.questions.insert(id.to_string(), key);
@@ -111,10 +144,7 @@ pub fn read(text: &str, name: &str) -> Recording {
                 "{name}:{}: not a toolgate frame (type {kind:?}); replayed as it is",
                 number + 1
             ));
-            recording
-                .raw
-                .insert(recording.frames.len(), line.to_string());
-            recording.frames.push(frame);
+            recording.push_raw(Value::Object(serde_json::Map::new()), line);
         }
     }
     recording

@@ -94,9 +94,9 @@ pub fn run(
     };
     driver.step(Input::Opened { conn: REPLAY }, sink);
     for (index, frame) in recording.frames.iter().enumerate() {
-        let raw = recording.raw.get(&index);
+        let raw = recording.raw_line(index);
         match frame.get("type").and_then(Value::as_str) {
-            Some("tool_call") => {
+            Some("tool_call") if !recording.times.is_empty() => {
                 if let Some(time) = key_of(frame).and_then(|key| recording.times.get(&key)) {
                     clock.set(*time);
                 }
@@ -107,7 +107,7 @@ pub fn run(
                         // The recorded line, with the replay's id for the
                         // recorded one (quoted, so no other text matches).
                         Some(line) => driver.feed_line(
-                            line.replace(&format!("\"{recorded}\""), &format!("\"{replayed}\"")),
+                            &line.replace(&format!("\"{recorded}\""), &format!("\"{replayed}\"")),
                             sink,
                         ),
                         None => {
@@ -122,7 +122,7 @@ pub fn run(
             _ => {}
         }
         match raw {
-            Some(line) => driver.feed_line(line.clone(), sink),
+            Some(line) => driver.feed_line(line, sink),
             None => driver.feed(frame, sink),
         }
     }
@@ -178,8 +178,9 @@ impl Driver<'_> {
     }
 
     /// Feed one recorded line as it is, then answer what it asked.
-    fn feed_line(&mut self, line: String, sink: &mut dyn FnMut(&ServerFrame)) {
-        self.line = line.into_bytes();
+    fn feed_line(&mut self, line: &str, sink: &mut dyn FnMut(&ServerFrame)) {
+        self.line.clear();
+        self.line.extend_from_slice(line.as_bytes());
         self.feed_buffer(sink);
     }
 
@@ -215,7 +216,7 @@ impl Driver<'_> {
                     }
                     self.asked.insert(key, request.permission_id.clone());
                 }
-                ServerFrame::Decision(decision) => {
+                ServerFrame::Decision(decision) if !self.asked.is_empty() => {
                     self.asked
                         .remove(&(decision.session_id.clone(), decision.call_id.clone()));
                 }

@@ -44,12 +44,27 @@ pub struct Recording {
     /// answers the replay's question about that call.
     pub questions: HashMap<String, CallKey>,
     /// The line as recorded, for frames read from toolgate's own format
-    /// (by index into `frames`): fed to the broker as it was, so that what
+    /// (by index into `frames`; `None` or missing for a frame built from
+    /// another format): fed to the broker as it was, so that what
     /// the broker refused live (a duplicate key, a torn line) is refused
     /// again rather than repaired by a re-serialisation.
-    pub raw: HashMap<usize, String>,
+    pub raw: Vec<Option<String>>,
     /// When each call was made, in milliseconds since the Unix epoch, where
     /// the recording says: the replay's clock reads it while the call is
     /// judged (a question's `timestamp`).
     pub times: HashMap<CallKey, u64>,
+}
+
+impl Recording {
+    /// Add a frame kept as its recorded `line`.
+    pub fn push_raw(&mut self, frame: Value, line: &str) {
+        self.raw.resize(self.frames.len(), None);
+        self.raw.push(Some(line.to_string()));
+        self.frames.push(frame);
+    }
+
+    /// The recorded line of frame `index`, if it was kept.
+    pub fn raw_line(&self, index: usize) -> Option<&str> {
+        self.raw.get(index).and_then(Option::as_deref)
+    }
 }

@@ -20,10 +20,19 @@ pub struct CallInfo {
 /// The calls of a recording, by session and call id.
 pub fn calls(recording: &Recording) -> HashMap<CallKey, CallInfo> {
     let mut calls = HashMap::new();
-    for frame in &recording.frames {
+    for (index, frame) in recording.frames.iter().enumerate() {
         if frame.get("type").and_then(Value::as_str) != Some("tool_call") {
             continue;
         }
+        // A recorded line was kept whole: its tool and input are read here.
+        let parsed: Value;
+        let frame = match recording.raw_line(index) {
+            Some(line) => {
+                parsed = serde_json::from_str(line).unwrap_or(Value::Null);
+                &parsed
+            }
+            None => frame,
+        };
         let text = |field: &str| frame.get(field).and_then(Value::as_str);
         let (Some(call), tool) = (text("callID"), text("tool").unwrap_or("")) else {
             continue;
