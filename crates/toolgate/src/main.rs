@@ -141,8 +141,8 @@ enum Command {
         /// Recordings: files, or directories searched for *.jsonl.
         #[arg(value_name = "FILE", required = true)]
         files: Vec<PathBuf>,
-        /// The files' format: toolgate (its own frames). [default: detected
-        /// per file]
+        /// The files' format: toolgate (its own frames) or audit (an audit
+        /// log). [default: detected per file]
         #[arg(long, value_enum, value_name = "FORMAT")]
         from: Option<FromArg>,
         /// Print a table of calls by tool, answer and source, and the
@@ -292,6 +292,16 @@ struct ServeArgs {
     /// 0600 in a directory only you can enter; other users are refused.
     #[arg(long, value_name = "unix:PATH")]
     listen: Option<String>,
+
+    /// Append a JSON line to FILE for every decision and every answer to a
+    /// question (created 0600; never rewritten): time, session and parent,
+    /// client, tool, input and subject, mode, decision, source, reason, the
+    /// rule with its origin or the grant used, who answered and how long the
+    /// question waited. Written and flushed before the decision is sent; a
+    /// decision that cannot be recorded is a denial. `toolgate replay
+    /// --from audit FILE` reads it back. See README "Audit log".
+    #[arg(long, value_name = "FILE")]
+    audit: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -310,6 +320,8 @@ enum HookAgent {
 enum FromArg {
     /// toolgate's own frames (a transcript, a captured session, a replay's output).
     Toolgate,
+    /// toolgate's audit log (serve --audit).
+    Audit,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -337,6 +349,7 @@ impl ServeArgs {
             state_dir: self.state_dir.or(other.state_dir),
             approver: self.approver.or(other.approver),
             listen: self.listen.or(other.listen),
+            audit: self.audit.or(other.audit),
         }
     }
 }
@@ -432,6 +445,7 @@ fn main() -> ExitCode {
             let options = toolgate::replay::cli::Options {
                 from: from.map(|from| match from {
                     FromArg::Toolgate => toolgate::replay::Format::Toolgate,
+                    FromArg::Audit => toolgate::replay::Format::Audit,
                 }),
                 summary,
                 check,
@@ -479,6 +493,7 @@ fn replay(
         ("--approver", args.approver.is_some()),
         ("--on-ask", args.on_ask.is_some()),
         ("--ask-timeout", args.ask_timeout.is_some()),
+        ("--audit", args.audit.is_some()),
         (
             "--policy (with --compare)",
             args.policy.is_some() && options.compare.is_some(),
@@ -522,6 +537,7 @@ fn check(check: CheckArgs, args: ServeArgs) -> ExitCode {
         ("--listen", args.listen.is_some()),
         ("--approver", args.approver.is_some()),
         ("--on-ask", args.on_ask.is_some()),
+        ("--audit", args.audit.is_some()),
     ] {
         if given {
             return usage(format!(
@@ -836,6 +852,15 @@ fn open(args: ServeArgs) -> Result<Opened, ExitCode> {
     let wall_ms = clock.wall_ms();
     let policy = Arc::new(policy);
     let mut broker = Broker::new(policy.clone(), config, Box::new(clock), Box::new(UuidIds));
+    if let Some(path) = &args.audit {
+        match toolgate::broker::audit::FileAudit::open(path) {
+            Ok(log) => broker.set_audit(Box::new(log)),
+            Err(err) => {
+                eprintln!("toolgate: {err}");
+                return Err(ExitCode::from(2));
+            }
+        }
+    }
     let state_dir = args.state_dir.or_else(state_dir_env);
     broker.set_origin(Origin {
         policy_sources: sources.clone(),
@@ -1038,6 +1063,7 @@ fn hook(agent: HookAgent, socket: Option<PathBuf>, wait: Option<u64>, args: Serv
             ("--ask-timeout", args.ask_timeout.is_some()),
             ("--on-ask", args.on_ask.is_some()),
             ("--listen", args.listen.is_some()),
+            ("--audit", args.audit.is_some()),
         ]
         .into_iter()
         .filter_map(|(flag, given)| given.then_some(flag))
@@ -1136,6 +1162,7 @@ fn remote(
         ("--ask-timeout", args.ask_timeout.is_some()),
         ("--on-ask", args.on_ask.is_some()),
         ("--state-dir", args.state_dir.is_some()),
+        ("--audit", args.audit.is_some()),
     ]
     .into_iter()
     .filter_map(|(flag, given)| given.then_some(flag))

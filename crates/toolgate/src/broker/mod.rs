@@ -27,6 +27,7 @@ use sessions::{ClosedSet, RepeatMemory, Session};
 pub use routing::{ConnId, Input, Output, To};
 pub use sessions::MAX_DEPTH;
 
+pub mod audit;
 mod grants;
 mod persistence;
 mod questions;
@@ -84,6 +85,10 @@ pub struct Broker {
     origin: Origin,
     /// The connections, and who hears and answers which question.
     conns: routing::Connections,
+    /// The audit log, when one is kept.
+    audit: Option<audit::Audit>,
+    /// The connection whose input is being handled.
+    current: Option<ConnId>,
 }
 
 /// Where a broker's policy and state come from, for `ready` (set by the
@@ -97,6 +102,12 @@ pub struct Origin {
 }
 
 impl Broker {
+    /// Keep an audit log: a record of every decision and every answer is
+    /// appended to `log` before the decision leaves the broker.
+    pub fn set_audit(&mut self, log: Box<dyn audit::AuditLog>) {
+        self.audit = Some(audit::Audit::new(log));
+    }
+
     /// A broker with no sessions.
     pub fn new(
         policy: Arc<Policy>,
@@ -124,6 +135,8 @@ impl Broker {
             idle_repeats: RepeatMemory::default(),
             origin: Origin::default(),
             conns: routing::Connections::default(),
+            audit: None,
+            current: None,
         }
     }
 

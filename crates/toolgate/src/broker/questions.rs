@@ -186,6 +186,21 @@ impl Broker {
             self.session_entry(&call.session_id);
         }
         let mode = self.effective_mode(&call.session_id);
+        if self.audit.is_some() {
+            let client = self.client_of(self.current);
+            if let Some(audit) = &mut self.audit {
+                audit.notes.insert(
+                    (call.session_id.clone(), call.call_id.clone()),
+                    super::audit::Note {
+                        tool: call.tool.clone(),
+                        input: call.input.clone(),
+                        cwd: call.cwd.clone(),
+                        mode,
+                        client,
+                    },
+                );
+            }
+        }
         let Some(session) = self.sessions.get_mut(&call.session_id) else {
             return;
         };

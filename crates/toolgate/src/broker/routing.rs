@@ -160,6 +160,7 @@ impl Broker {
     pub fn step(&mut self, input: Input<'_>, out: &mut Vec<Output>) {
         // One buffer for every step: a line costs no allocation of its own.
         let mut frames = std::mem::take(&mut self.conns.scratch);
+        self.current = None;
         let caller = match input {
             Input::Opened { conn } => {
                 self.conns.open.entry(conn).or_default();
@@ -171,6 +172,7 @@ impl Broker {
             }
             Input::Line { conn, line, number } => {
                 self.conns.open.entry(conn).or_default();
+                self.current = Some(conn);
                 self.line(conn, line, number, &mut frames, out);
                 Some(conn)
             }
@@ -269,6 +271,10 @@ impl Broker {
                 }));
             }
             Ok(frame) => {
+                if let (ClientFrame::PermissionResponse(response), Some(_)) = (&frame, &self.audit)
+                {
+                    self.audit_answer(conn, response);
+                }
                 // Error frames about a frame that decoded carry the ids it names.
                 let ids = FrameIds::of(&frame);
                 let start = frames.len();
@@ -459,6 +465,11 @@ impl Broker {
                     }
                 }
                 ServerFrame::Decision(decision) => {
+                    let decision = if self.audit.is_some() {
+                        self.audited(decision, caller)
+                    } else {
+                        decision
+                    };
                     let owned = self
                         .conns
                         .owners
@@ -586,6 +597,84 @@ impl Broker {
     }
 
     /// Why the other addressees' question closed when `caller` answered it.
+    /// The name a connection goes by: its client name, else its role.
+    pub(super) fn client_of(&self, conn: Option<ConnId>) -> Option<String> {
+        let peer = self.conns.open.get(&conn?)?;
+        Some(match (&peer.client, peer.role) {
+            (Some(name), _) => name.clone(),
+            (None, Role::Approver) => format!("approver connection {}", conn?),
+            (None, Role::Agent) => format!("connection {}", conn?),
+        })
+    }
+
+    /// Record `response` in the audit log, as answered on `conn`.
+    fn audit_answer(&mut self, conn: ConnId, response: &wire::PermissionResponse) {
+        let by = self.client_of(Some(conn)).unwrap_or_default();
+        let call = self
+            .pending
+            .get(&response.permission_id)
+            .map(|pending| (pending.session_id.clone(), pending.call_id.clone()));
+        // An answer to no open question is refused (an error frame), not
+        // recorded.
+        let Some(call) = call else {
+            return;
+        };
+        let time = self.clock.wall_ms();
+        if let Some(audit) = &mut self.audit {
+            let call = Some((call.0.as_str(), call.1.as_str()));
+            if let Err(err) = audit.answer(time, response, call, &by) {
+                tracing::error!("the audit log cannot be written: {err}");
+            }
+        }
+    }
+
+    /// `decision`, recorded in the audit log; a decision that cannot be
+    /// recorded is a denial (nothing runs unrecorded).
+    fn audited(&mut self, mut decision: wire::Decision, caller: Option<ConnId>) -> wire::Decision {
+        let key = (decision.session_id.clone(), decision.call_id.clone());
+        let time = self.clock.wall_ms();
+        let asked_at = self
+            .conns
+            .owners
+            .get(key.0.as_str())
+            .and_then(|calls| calls.get(key.1.as_str()))
+            .and_then(|(_, id)| self.conns.asked.get(id))
+            .map(|asked| asked.request.timestamp);
+        let answered_by = (decision.source == wire::Source::User)
+            .then(|| self.client_of(caller))
+            .flatten();
+        let parent = self
+            .sessions
+            .get(key.0.as_str())
+            .and_then(|session| session.parent.clone());
+        let Some(audit) = &mut self.audit else {
+            return decision;
+        };
+        let note = audit.notes.remove(&key);
+        let written = audit.decision(
+            &decision,
+            super::audit::Context {
+                time,
+                parent: parent.as_deref(),
+                note,
+                answered_by,
+                waited_ms: asked_at.map(|at| time.saturating_sub(at)),
+            },
+        );
+        if let Err(err) = written {
+            tracing::error!(call = %decision.call_id, "the audit log cannot be written: {err}");
+            if decision.decision == wire::Verdict::Allow {
+                decision.decision = wire::Verdict::Deny;
+                decision.source = wire::Source::Invalid;
+                decision.reason = format!(
+                    "the audit log cannot be written ({err}), so the call is denied rather than run unrecorded"
+                );
+                decision.rule = None;
+            }
+        }
+        decision
+    }
+
     fn answered_by(&self, caller: Option<ConnId>) -> String {
         match caller.and_then(|conn| self.conns.open.get(&conn)) {
             Some(Peer {

@@ -9,6 +9,7 @@
 //! and the clock reads the recorded time of the call being judged (0 where
 //! the recording has none). The same files and flags give the same bytes.
 
+pub mod audit;
 pub mod cli;
 pub mod frames;
 pub mod record;
@@ -30,6 +31,8 @@ use record::{CallKey, Outcome, Recording};
 pub enum Format {
     /// toolgate's own frames.
     Toolgate,
+    /// toolgate's audit log (`serve --audit`).
+    Audit,
 }
 
 impl Format {
@@ -46,6 +49,9 @@ impl Format {
             if frames::is_frame(&value) {
                 return Some(Format::Toolgate);
             }
+            if audit::is_record(&value) {
+                return Some(Format::Audit);
+            }
         }
         None
     }
@@ -54,6 +60,7 @@ impl Format {
     pub fn read(self, text: &str, name: &str) -> Recording {
         match self {
             Format::Toolgate => frames::read(text, name),
+            Format::Audit => audit::read(text, name),
         }
     }
 }
@@ -240,6 +247,17 @@ fn answer(permission_id: &str, outcome: &Outcome) -> Value {
             let mut frame = json!({"type": "permission_response", "permissionID": permission_id, "response": "reject"});
             if let Some(message) = message {
                 frame["message"] = json!(message);
+            }
+            frame
+        }
+        Outcome::Answered(fields) => {
+            let mut frame = json!({"type": "permission_response", "permissionID": permission_id});
+            if let Value::Object(fields) = fields {
+                for (key, value) in fields {
+                    if key != "type" && key != "permissionID" {
+                        frame[key.as_str()] = value.clone();
+                    }
+                }
             }
             frame
         }

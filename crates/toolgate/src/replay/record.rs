@@ -18,6 +18,10 @@ pub enum Outcome {
     /// question toolgate asks about it is answered `reject`, with what the
     /// recording says, if anything.
     Refused(Option<String>),
+    /// A person's recorded answer, replayed as it was: the fields of a
+    /// `permission_response` (`response`, and `message`, `scope`,
+    /// `patterns` when given), without its id.
+    Answered(Value),
 }
 
 /// One recording read: frames in order, and outcomes by call.
