@@ -551,3 +551,43 @@ fn unusable_input_exits_2_naming_it() {
     assert!(out.contains(r#""callID":"c","decision":"allow""#), "{out}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A recorded answer may name its call instead of a question (`callID`,
+/// and `sessionID` unless it is the default session): it answers the
+/// replay's question about that call.
+#[test]
+fn an_answer_naming_its_call_answers_that_question() {
+    let dir = support::project_dir("replay-by-call");
+    let root = dir.canonicalize().unwrap();
+    let lines = [
+        json!({"type":"tool_call","callID":"c1","tool":"bash","input":{"command":"npm test"}}),
+        json!({"type":"tool_call","callID":"c2","tool":"bash","input":{"command":"npm run build"}}),
+        json!({"type":"permission_response","callID":"c2","response":"once"}),
+        json!({"type":"permission_response","callID":"c1","response":"reject","message":"not now"}),
+    ];
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    std::fs::write(root.join("r.jsonl"), text).unwrap();
+    let (code, out, err) = toolgate(
+        &root,
+        &[
+            "replay",
+            "--project-root",
+            root.to_str().unwrap(),
+            root.join("r.jsonl").to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let decisions: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|f| f["type"] == "decision")
+        .collect();
+    assert_eq!(decisions.len(), 2, "{out}");
+    assert_eq!(decisions[0]["callID"], "c2");
+    assert_eq!(decisions[0]["source"], "user");
+    assert_eq!(decisions[0]["decision"], "allow");
+    assert_eq!(decisions[1]["callID"], "c1");
+    assert_eq!(decisions[1]["decision"], "deny");
+    assert_eq!(decisions[1]["message"], "not now");
+    let _ = std::fs::remove_dir_all(&dir);
+}

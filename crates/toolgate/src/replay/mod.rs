@@ -109,21 +109,38 @@ pub fn run(
                 }
             }
             Some("permission_response") => {
-                if let Some((recorded, replayed)) = driver.translation(frame) {
-                    match raw {
-                        // The recorded line, with the replay's id for the
-                        // recorded one (quoted, so no other text matches).
-                        Some(line) => driver.feed_line(
-                            &line.replace(&format!("\"{recorded}\""), &format!("\"{replayed}\"")),
-                            sink,
-                        ),
-                        None => {
-                            let mut frame = frame.clone();
-                            frame["permissionID"] = json!(replayed);
-                            driver.feed(&frame, sink);
+                match driver.translation(frame) {
+                    Some((Some(recorded), replayed)) => {
+                        match raw {
+                            // The recorded line, with the replay's id for the
+                            // recorded one (quoted, so no other text matches).
+                            Some(line) => driver.feed_line(
+                                &line.replace(
+                                    &format!("\"{recorded}\""),
+                                    &format!("\"{replayed}\""),
+                                ),
+                                sink,
+                            ),
+                            None => {
+                                let mut frame = frame.clone();
+                                frame["permissionID"] = json!(replayed);
+                                driver.feed(&frame, sink);
+                            }
                         }
+                        continue;
                     }
-                    continue;
+                    Some((None, replayed)) => {
+                        // An answer naming its call, not a question: given
+                        // the replay's id for the question about that call.
+                        let mut whole = match raw.map(serde_json::from_str::<Value>) {
+                            Some(Ok(whole)) => whole,
+                            _ => frame.clone(),
+                        };
+                        whole["permissionID"] = json!(replayed);
+                        driver.feed(&whole, sink);
+                        continue;
+                    }
+                    None => {}
                 }
             }
             _ => {}
@@ -141,7 +158,9 @@ pub fn run(
 fn key_of(frame: &Value) -> Option<CallKey> {
     let text = |field: &str| frame.get(field).and_then(Value::as_str);
     Some((
-        text("sessionID").unwrap_or("default").to_string(),
+        text("sessionID")
+            .unwrap_or(toolgate_protocol::DEFAULT_SESSION)
+            .to_string(),
         text("callID")?.to_string(),
     ))
 }
@@ -159,21 +178,28 @@ struct Driver<'a> {
 
 impl Driver<'_> {
     /// A recorded `permission_response` names the recorded question (or
-    /// its call, with `sessionID` and `callID`): the recorded id and the
-    /// replay's id for the question about the same call, when they differ.
-    fn translation(&self, frame: &Value) -> Option<(String, String)> {
+    /// its call, with `sessionID` and `callID`, and no question): the
+    /// recorded id (`None` when it names none) and the replay's id for the
+    /// question about the same call, when they differ.
+    fn translation(&self, frame: &Value) -> Option<(Option<String>, String)> {
         let recorded = frame
             .get("permissionID")
             .or_else(|| frame.get("permission_id"))
-            .and_then(Value::as_str)?;
-        let key = self
-            .recording
-            .questions
-            .get(recorded)
-            .cloned()
-            .or_else(|| key_of(frame))?;
+            .and_then(Value::as_str);
+        let key = match recorded {
+            Some(id) => self
+                .recording
+                .questions
+                .get(id)
+                .cloned()
+                .or_else(|| key_of(frame))?,
+            None => key_of(frame)?,
+        };
         let replayed = self.asked.get(&key)?;
-        (replayed != recorded).then(|| (recorded.to_string(), replayed.clone()))
+        match recorded {
+            Some(id) if id == replayed => None,
+            _ => Some((recorded.map(str::to_string), replayed.clone())),
+        }
     }
 
     /// Feed one frame as one input line, then answer what it asked.

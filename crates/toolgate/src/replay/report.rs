@@ -37,7 +37,7 @@ pub fn calls(recording: &Recording) -> HashMap<CallKey, CallInfo> {
         let (Some(call), tool) = (text("callID"), text("tool").unwrap_or("")) else {
             continue;
         };
-        let session = text("sessionID").unwrap_or("default");
+        let session = text("sessionID").unwrap_or(toolgate_protocol::DEFAULT_SESSION);
         calls.insert(
             (session.to_string(), call.to_string()),
             CallInfo {
@@ -302,7 +302,9 @@ pub fn differences(
         let text = |field: &str| frame.get(field).and_then(Value::as_str);
         let Some(call) = text("callID") else { continue };
         let key = (
-            text("sessionID").unwrap_or("default").to_string(),
+            text("sessionID")
+                .unwrap_or(toolgate_protocol::DEFAULT_SESSION)
+                .to_string(),
             call.to_string(),
         );
         let Some((recorded, why)) = recording.decisions.get(&key) else {
