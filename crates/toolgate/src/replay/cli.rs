@@ -83,8 +83,10 @@ impl Progress {
     fn done(&self) {
         if self.on && self.calls >= 65_536 {
             eprintln!(
-                "\rtoolgate replay: {} calls in {} files          ",
-                self.calls, self.files
+                "\rtoolgate replay: {} calls in {} file{}          ",
+                self.calls,
+                self.files,
+                if self.files == 1 { "" } else { "s" }
             );
         }
     }
