@@ -141,8 +141,9 @@ enum Command {
         /// Recordings: files, or directories searched for *.jsonl.
         #[arg(value_name = "FILE", required = true)]
         files: Vec<PathBuf>,
-        /// The files' format: toolgate (its own frames) or audit (an audit
-        /// log). [default: detected per file]
+        /// The files' format: toolgate (its own frames), audit (its audit
+        /// log), claude (a Claude Code transcript) or codex (a Codex
+        /// rollout). [default: detected per file]
         #[arg(long, value_enum, value_name = "FORMAT")]
         from: Option<FromArg>,
         /// Print a table of calls by tool, answer and source, and the
@@ -322,6 +323,10 @@ enum FromArg {
     Toolgate,
     /// toolgate's audit log (serve --audit).
     Audit,
+    /// A Claude Code session transcript (~/.claude/projects/DIR/SESSION.jsonl).
+    Claude,
+    /// A Codex rollout (~/.codex/sessions/.../rollout-*.jsonl).
+    Codex,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -446,6 +451,8 @@ fn main() -> ExitCode {
                 from: from.map(|from| match from {
                     FromArg::Toolgate => toolgate::replay::Format::Toolgate,
                     FromArg::Audit => toolgate::replay::Format::Audit,
+                    FromArg::Claude => toolgate::replay::Format::Claude,
+                    FromArg::Codex => toolgate::replay::Format::Codex,
                 }),
                 summary,
                 check,

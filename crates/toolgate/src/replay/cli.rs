@@ -133,7 +133,11 @@ pub fn main(paths: &[PathBuf], options: &Options, policy: &PolicyFor<'_>) -> u8 
     let mut comparison = Comparison::default();
     let mut differences = Vec::new();
     let mut failed = None;
-    for (index, file) in files.iter().enumerate() {
+    // Every file read first: a Claude Code transcript and its sub-agents'
+    // transcripts (files of the same session, the main one first in sorted
+    // order) are replayed as one recording, through one broker.
+    let mut recordings: Vec<(String, super::record::Recording, Format)> = Vec::new();
+    for file in &files {
         let name = file.display().to_string();
         let text = match std::fs::read_to_string(file) {
             Ok(text) => text,
@@ -158,10 +162,24 @@ pub fn main(paths: &[PathBuf], options: &Options, policy: &PolicyFor<'_>) -> u8 
         for warning in &recording.warnings {
             eprintln!("toolgate replay: warning: {warning}");
         }
+        if let Some((_, last, Format::Claude)) = recordings.last_mut() {
+            if format == Format::Claude
+                && recording.root_session().is_some()
+                && recording.root_session() == last.root_session()
+            {
+                last.merge(recording);
+                continue;
+            }
+        }
+        recordings.push((name, recording, format));
+    }
+    progress.files = recordings.len();
+    for (index, (name, recording, _)) in recordings.iter().enumerate() {
+        let name = name.clone();
         let calls = if print_frames {
             Default::default()
         } else {
-            report::calls(&recording)
+            report::calls(recording)
         };
         let mut answers: Vec<Answers> = Vec::new();
         for (policy, sources) in &policies {
@@ -182,7 +200,7 @@ pub fn main(paths: &[PathBuf], options: &Options, policy: &PolicyFor<'_>) -> u8 
                     }
                 }
             };
-            run(policy.clone(), sources, &recording, &mut sink);
+            run(policy.clone(), sources, recording, &mut sink);
             answers.push(seen);
         }
         if let Some(err) = failed.take() {
@@ -194,7 +212,7 @@ pub fn main(paths: &[PathBuf], options: &Options, policy: &PolicyFor<'_>) -> u8 
             [answers] => {
                 summary.add(&calls, answers);
                 if options.check {
-                    differences.extend(report::differences(&recording, &calls, answers, &name));
+                    differences.extend(report::differences(recording, &calls, answers, &name));
                 }
             }
             _ => {}

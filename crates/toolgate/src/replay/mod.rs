@@ -10,7 +10,9 @@
 //! the recording has none). The same files and flags give the same bytes.
 
 pub mod audit;
+pub mod claude;
 pub mod cli;
+pub mod codex;
 pub mod frames;
 pub mod record;
 pub mod report;
@@ -33,6 +35,10 @@ pub enum Format {
     Toolgate,
     /// toolgate's audit log (`serve --audit`).
     Audit,
+    /// A Claude Code session transcript.
+    Claude,
+    /// A Codex rollout.
+    Codex,
 }
 
 impl Format {
@@ -52,6 +58,12 @@ impl Format {
             if audit::is_record(&value) {
                 return Some(Format::Audit);
             }
+            if claude::is_record(&value) {
+                return Some(Format::Claude);
+            }
+            if codex::is_record(&value) {
+                return Some(Format::Codex);
+            }
         }
         None
     }
@@ -61,6 +73,8 @@ impl Format {
         match self {
             Format::Toolgate => frames::read(text, name),
             Format::Audit => audit::read(text, name),
+            Format::Claude => claude::read(text, name),
+            Format::Codex => codex::read(text, name),
         }
     }
 }

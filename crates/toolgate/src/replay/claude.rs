@@ -1,0 +1,316 @@
+//! Claude Code session transcripts (`~/.claude/projects/DIR/SESSION.jsonl`,
+//! and a sub-agent's `SESSION/subagents/agent-ID.jsonl`) as recordings.
+//!
+//! What is read (Claude Code 2.1.328; `tests/replay/claude/` holds real
+//! transcripts, `scripts/record-fixtures` makes them):
+//!
+//! - Only `assistant` records' `tool_use` blocks are calls; the other
+//!   record types (`attachment`, `api-request-blob` copies of the request,
+//!   ...) are not, even where they hold such blocks. A streamed message can
+//!   repeat a block on several records: each `tool_use` id is one call.
+//! - The session is the record's `sessionId`. A record of a sub-agent
+//!   (`isSidechain` with `agentId`) belongs to the child session
+//!   `SESSION/agent/AGENT_ID` under it, as toolgate's hooks name it.
+//! - The mode is the `permissionMode` of the session's user records
+//!   (`default` ask, `acceptEdits` auto_edit, `plan`, `bypassPermissions`
+//!   auto, `dontAsk` ask); a change is a `set_mode`. A sub-agent's session
+//!   inherits its parent's mode.
+//! - A `tool_result` says what became of its call: refused when Claude Code
+//!   refused it (a permission rule's denial, a hook's, the user's "doesn't
+//!   want to proceed", a permission `-p` could not ask for, plan mode's
+//!   "Cannot write ... while in plan mode"), which the
+//!   replay answers `reject` with that text and `--check` compares as a
+//!   `deny`; otherwise it ran (`once`; `allow`). A call with no result has
+//!   no outcome: a question about it is left unanswered.
+//! - Each call is judged at its record's `timestamp`, in its `cwd`.
+
+use std::collections::{HashMap, HashSet};
+
+use serde_json::{json, Value};
+
+use super::record::{epoch_ms, Outcome, Recording};
+
+/// The texts with which Claude Code tells the model a call was refused.
+const REFUSALS: &[&str] = &[
+    "has been denied",
+    "doesn't want to proceed",
+    "haven't granted it yet",
+    "hook error",
+    "blocked by",
+    "was rejected",
+    "Permission denied by",
+    "while in plan mode",
+];
+
+/// Whether `value` is a Claude Code transcript record.
+pub fn is_record(value: &Value) -> bool {
+    value.get("sessionId").is_some()
+        && value.get("uuid").is_some()
+        && value.get("type").and_then(Value::as_str).is_some()
+}
+
+/// A `permissionMode` as a toolgate mode.
+fn mode(permission_mode: &str) -> Option<&'static str> {
+    Some(match permission_mode {
+        "default" | "dontAsk" => "ask",
+        "acceptEdits" => "auto_edit",
+        "plan" => "plan",
+        "bypassPermissions" => "auto",
+        _ => return None,
+    })
+}
+
+/// The text of a `tool_result`'s content (a string, or text blocks).
+fn result_text(content: &Value) -> String {
+    match content {
+        Value::String(text) => text.clone(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter_map(|block| block.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+/// Read a transcript. `name` names it in warnings.
+pub fn read(text: &str, name: &str) -> Recording {
+    let mut recording = Recording::default();
+    let mut started: HashSet<String> = HashSet::new();
+    let mut modes: HashMap<String, &'static str> = HashMap::new();
+    let mut calls: HashSet<String> = HashSet::new();
+    let mut session_of: HashMap<String, String> = HashMap::new();
+    for (number, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let record: Value = match serde_json::from_str(line) {
+            Ok(record) => record,
+            Err(err) => {
+                recording
+                    .warnings
+                    .push(format!("{name}:{}: not JSON ({err}); skipped", number + 1));
+                continue;
+            }
+        };
+        let kind = record.get("type").and_then(Value::as_str).unwrap_or("");
+        if kind != "assistant" && kind != "user" {
+            continue;
+        }
+        let Some(main) = record.get("sessionId").and_then(Value::as_str) else {
+            continue;
+        };
+        let agent = record
+            .get("agentId")
+            .and_then(Value::as_str)
+            .filter(|_| record.get("isSidechain").and_then(Value::as_bool) == Some(true));
+        let session = match agent {
+            Some(agent) => crate::hook::child_session(main, agent),
+            None => main.to_string(),
+        };
+        // The session (and, for a sub-agent, its parent) is started first.
+        if agent.is_some() && started.insert(main.to_string()) {
+            recording
+                .frames
+                .push(json!({"type": "session_start", "sessionID": main}));
+        }
+        let recorded_mode = record
+            .get("permissionMode")
+            .and_then(Value::as_str)
+            .and_then(mode);
+        if started.insert(session.clone()) {
+            let mut start = json!({"type": "session_start", "sessionID": session});
+            if agent.is_some() {
+                start["parentID"] = json!(main);
+            }
+            if let Some(mode) = recorded_mode {
+                start["mode"] = json!(mode);
+                modes.insert(session.clone(), mode);
+            }
+            recording.frames.push(start);
+        } else if let Some(mode) = recorded_mode {
+            if modes.get(&session) != Some(&mode) {
+                recording
+                    .frames
+                    .push(json!({"type": "set_mode", "sessionID": session, "mode": mode}));
+                modes.insert(session.clone(), mode);
+            }
+        }
+        let Some(blocks) = record.pointer("/message/content").and_then(Value::as_array) else {
+            continue;
+        };
+        let time = record
+            .get("timestamp")
+            .and_then(Value::as_str)
+            .and_then(epoch_ms);
+        let cwd = record.get("cwd").and_then(Value::as_str);
+        for block in blocks {
+            match (kind, block.get("type").and_then(Value::as_str)) {
+                ("assistant", Some("tool_use")) => {
+                    let (Some(id), Some(tool)) = (
+                        block.get("id").and_then(Value::as_str),
+                        block.get("name").and_then(Value::as_str),
+                    ) else {
+                        recording.warnings.push(format!(
+                            "{name}:{}: a tool_use without its id or name; skipped",
+                            number + 1
+                        ));
+                        continue;
+                    };
+                    if !calls.insert(id.to_string()) {
+                        continue; // The same block, streamed again.
+                    }
+                    let mut frame = json!({"type": "tool_call", "sessionID": session, "callID": id,
+                        "tool": tool, "input": block.get("input").cloned().unwrap_or(json!({}))});
+                    if let Some(cwd) = cwd {
+                        frame["cwd"] = json!(cwd);
+                    }
+                    recording.frames.push(frame);
+                    if let Some(time) = time {
+                        recording
+                            .times
+                            .insert((session.clone(), id.to_string()), time);
+                    }
+                    session_of.insert(id.to_string(), session.clone());
+                }
+                ("user", Some("tool_result")) => {
+                    let Some(id) = block.get("tool_use_id").and_then(Value::as_str) else {
+                        continue;
+                    };
+                    let Some(call_session) = session_of.get(id) else {
+                        continue;
+                    };
+                    let key = (call_session.clone(), id.to_string());
+                    if recording.outcomes.contains_key(&key) {
+                        continue;
+                    }
+                    let text = result_text(block.get("content").unwrap_or(&Value::Null));
+                    let error = block.get("is_error").and_then(Value::as_bool) == Some(true);
+                    let refused = error && REFUSALS.iter().any(|phrase| text.contains(phrase));
+                    if refused {
+                        recording
+                            .outcomes
+                            .insert(key.clone(), Outcome::Refused(Some(text.clone())));
+                        recording.decisions.insert(key, ("deny".to_string(), text));
+                    } else {
+                        recording.outcomes.insert(key.clone(), Outcome::Ran);
+                        recording
+                            .decisions
+                            .insert(key, ("allow".to_string(), "Claude Code ran it".to_string()));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    for session in started {
+        recording
+            .frames
+            .push(json!({"type": "session_end", "sessionID": session}));
+    }
+    // Sub-agents end before their parent (the order of `started` is not).
+    let (ends, rest): (Vec<Value>, Vec<Value>) = recording
+        .frames
+        .drain(..)
+        .partition(|frame| frame["type"] == "session_end");
+    recording.frames = rest;
+    let mut ends = ends;
+    ends.sort_by_key(|frame| std::cmp::Reverse(frame["sessionID"].as_str().map(str::len)));
+    recording.frames.extend(ends);
+    recording
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assistant(session: &str, agent: Option<&str>, id: &str, tool: &str, input: Value) -> String {
+        let mut record = json!({"type": "assistant", "sessionId": session, "uuid": "u", "cwd": "/p",
+            "timestamp": "2026-11-24T03:21:39.409Z", "isSidechain": agent.is_some(),
+            "message": {"id": "msg_1", "content": [{"type": "tool_use", "id": id, "name": tool, "input": input}]}});
+        if let Some(agent) = agent {
+            record["agentId"] = json!(agent);
+        }
+        record.to_string()
+    }
+
+    fn result(session: &str, id: &str, error: bool, text: &str) -> String {
+        json!({"type": "user", "sessionId": session, "uuid": "u", "message": {"content": [
+            {"type": "tool_result", "tool_use_id": id, "is_error": error, "content": text}]}})
+        .to_string()
+    }
+
+    fn user(session: &str, mode: &str) -> String {
+        json!({"type": "user", "sessionId": session, "uuid": "u", "permissionMode": mode,
+               "message": {"content": "go"}})
+        .to_string()
+    }
+
+    #[test]
+    fn calls_sessions_modes_and_outcomes() {
+        let lines = [
+            user("s", "plan"),
+            assistant("s", None, "t1", "Read", json!({"file_path": "a"})),
+            // Streamed again, and copied into a request blob: one call.
+            assistant("s", None, "t1", "Read", json!({"file_path": "a"})),
+            json!({"type": "api-request-blob", "sessionId": "s", "uuid": "u", "message": {"content": [
+                {"type": "tool_use", "id": "t9", "name": "Bash", "input": {"command": "rm -rf /"}}]}})
+            .to_string(),
+            result("s", "t1", false, "1\tthe notes"),
+            assistant("s", None, "t2", "Write", json!({"file_path": "b", "content": "x"})),
+            result("s", "t2", true, "Permission to use Write has been denied."),
+            user("s", "acceptEdits"),
+            assistant("s", Some("ag1"), "t3", "Bash", json!({"command": "ls"})),
+            result("s", "t3", true, "ls: cannot access"),
+            assistant("s", None, "t4", "Bash", json!({"command": "make"})),
+            "{not json".to_string(),
+        ];
+        let recording = read(&lines.join("\n"), "t.jsonl");
+        let frames: Vec<String> = recording
+            .frames
+            .iter()
+            .map(|frame| {
+                format!(
+                    "{} {} {}{}",
+                    frame["type"].as_str().unwrap_or(""),
+                    frame["sessionID"].as_str().unwrap_or(""),
+                    frame["callID"]
+                        .as_str()
+                        .or(frame["mode"].as_str())
+                        .unwrap_or(""),
+                    frame["parentID"]
+                        .as_str()
+                        .map(|p| format!(" <{p}"))
+                        .unwrap_or_default()
+                )
+            })
+            .collect();
+        assert_eq!(
+            frames,
+            vec![
+                "session_start s plan",
+                "tool_call s t1",
+                "tool_call s t2",
+                "set_mode s auto_edit",
+                "session_start s/agent/ag1  <s",
+                "tool_call s/agent/ag1 t3",
+                "tool_call s t4",
+                "session_end s/agent/ag1 ",
+                "session_end s ",
+            ]
+        );
+        let key = |s: &str, c: &str| (s.to_string(), c.to_string());
+        assert_eq!(recording.outcomes[&key("s", "t1")], Outcome::Ran);
+        assert_eq!(
+            recording.outcomes[&key("s", "t2")],
+            Outcome::Refused(Some("Permission to use Write has been denied.".into()))
+        );
+        // A tool's own error is not a refusal: it ran.
+        assert_eq!(recording.outcomes[&key("s/agent/ag1", "t3")], Outcome::Ran);
+        assert!(!recording.outcomes.contains_key(&key("s", "t4")));
+        assert_eq!(recording.decisions[&key("s", "t2")].0, "deny");
+        assert_eq!(recording.times[&key("s", "t1")], 1_795_490_499_409);
+        assert_eq!(recording.warnings.len(), 1, "{:?}", recording.warnings);
+        assert!(recording.warnings[0].starts_with("t.jsonl:12: not JSON"));
+    }
+}
