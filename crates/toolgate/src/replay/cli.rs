@@ -234,9 +234,13 @@ pub fn main(paths: &[PathBuf], options: &Options, policy: &PolicyFor<'_>) -> u8 
                 text.push('\n');
             }
             eprintln!(
-                "toolgate replay: {} decision{} differ from the recording",
+                "toolgate replay: {} {} from the recording",
                 differences.len(),
-                if differences.len() == 1 { "" } else { "s" }
+                if differences.len() == 1 {
+                    "decision differs"
+                } else {
+                    "decisions differ"
+                }
             );
         }
     }
