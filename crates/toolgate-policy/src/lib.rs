@@ -43,6 +43,7 @@ mod error;
 mod evaluate;
 mod globs;
 mod grants;
+pub mod lint;
 mod mode;
 mod names;
 pub mod opencode;

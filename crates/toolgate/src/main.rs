@@ -162,6 +162,10 @@ enum Command {
         #[command(flatten)]
         args: ServeArgs,
     },
+    /// Check policy files, or convert other agents' permission settings
+    /// into a toolgate policy.
+    #[command(subcommand)]
+    Policy(PolicyCommand),
     /// A terminal approver: attach to a broker started with `serve --listen`
     /// and answer its questions (o once, a always, r reject, q quit).
     Approve {
@@ -170,6 +174,51 @@ enum Command {
         #[arg(long, value_name = "PATH")]
         socket: Option<PathBuf>,
     },
+}
+
+#[derive(Debug, Subcommand)]
+enum PolicyCommand {
+    /// Load each policy file as `serve` would and print every error, warning
+    /// and lint with its file and key: rules shadowed by a later rule, `ask`
+    /// rules the mode never lets ask, overrides (--permission) that change
+    /// nothing. Exit code 2 when a file has an error, else 0.
+    Validate {
+        /// Policy files (toolgate.json, opencode.json(c)).
+        #[arg(value_name = "FILE", required = true)]
+        files: Vec<PathBuf>,
+        #[command(flatten)]
+        args: Box<ServeArgs>,
+    },
+    /// Print a toolgate policy converted from other agents' permission
+    /// settings (Claude Code or qwen-code settings.json, opencode.json,
+    /// Gemini CLI policy TOML, link-assistant permission JSON), merged in
+    /// order; what could not be converted is listed on stderr. See README
+    /// "Bring your rules".
+    Import {
+        /// The files to convert.
+        #[arg(value_name = "FILE", required = true)]
+        files: Vec<PathBuf>,
+        /// Their format. [default: detected per file]
+        #[arg(long, value_enum, value_name = "FORMAT")]
+        from: Option<ImportFrom>,
+        /// With an OpenCode config: also that agent's `permission`.
+        #[arg(long, value_name = "NAME")]
+        agent: Option<String>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum ImportFrom {
+    /// Claude Code settings.json.
+    Claude,
+    /// qwen-code settings.json.
+    Qwen,
+    /// OpenCode config (also link-assistant/agent's permission JSON).
+    Opencode,
+    /// link-assistant/agent permission JSON (OpenCode's shape).
+    LinkAssistant,
+    /// Gemini CLI policy TOML.
+    Gemini,
 }
 
 #[derive(Debug, Subcommand)]
@@ -439,6 +488,31 @@ fn main() -> ExitCode {
             args,
         }) => return mcp(session, socket, args.or(cli.serve)),
         Some(Command::Approve { socket }) => return approve(socket),
+        Some(Command::Policy(PolicyCommand::Validate { files, args })) => {
+            let args = args.or(cli.serve);
+            let env_mode = std::env::var("TOOLGATE_MODE").ok();
+            let mode = match choose_mode(args.mode, args.permission_mode, env_mode.as_deref()) {
+                Ok(mode) => mode,
+                Err(err) => {
+                    eprintln!("toolgate: {err}");
+                    return ExitCode::from(2);
+                }
+            };
+            return ExitCode::from(toolgate::policy_cli::validate(
+                &files,
+                &settings_of(mode, args),
+            ));
+        }
+        Some(Command::Policy(PolicyCommand::Import { files, from, agent })) => {
+            use toolgate::import::Format;
+            let from = from.map(|from| match from {
+                ImportFrom::Claude => Format::Claude,
+                ImportFrom::Qwen => Format::Qwen,
+                ImportFrom::Opencode | ImportFrom::LinkAssistant => Format::Opencode,
+                ImportFrom::Gemini => Format::Gemini,
+            });
+            return ExitCode::from(toolgate::policy_cli::import(&files, from, agent.as_deref()));
+        }
         Some(Command::Replay {
             files,
             from,
@@ -800,16 +874,9 @@ struct Opened {
     max_frame_bytes: usize,
 }
 
-fn open(args: ServeArgs) -> Result<Opened, ExitCode> {
-    let env_mode = std::env::var("TOOLGATE_MODE").ok();
-    let mode = match choose_mode(args.mode, args.permission_mode, env_mode.as_deref()) {
-        Ok(mode) => mode,
-        Err(err) => {
-            eprintln!("toolgate: {err}");
-            return Err(ExitCode::from(2));
-        }
-    };
-    let settings = Settings {
+/// What the flags and the environment say about the policy.
+fn settings_of(mode: Option<Mode>, args: ServeArgs) -> Settings {
+    Settings {
         mode,
         policy: args.policy,
         agent: args.agent,
@@ -822,7 +889,19 @@ fn open(args: ServeArgs) -> Result<Opened, ExitCode> {
         read_only_agents: args.read_only_agents.map(|agents| agents.0),
         cwd: std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
         home: std::env::var_os("HOME").map(PathBuf::from),
+    }
+}
+
+fn open(args: ServeArgs) -> Result<Opened, ExitCode> {
+    let env_mode = std::env::var("TOOLGATE_MODE").ok();
+    let mode = match choose_mode(args.mode, args.permission_mode, env_mode.as_deref()) {
+        Ok(mode) => mode,
+        Err(err) => {
+            eprintln!("toolgate: {err}");
+            return Err(ExitCode::from(2));
+        }
     };
+    let settings = settings_of(mode, args.clone());
     let setup::Loaded {
         policy,
         warnings,

@@ -1,0 +1,92 @@
+//! `toolgate policy validate` and `toolgate policy import`.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use crate::import::{self, Converted, Format};
+use crate::setup::{self, Settings};
+
+/// `validate`: load each file as `serve` would (`base` holds the other
+/// flags), print each error, warning and lint as `FILE: KEY: reason`.
+/// Exit code 2 when a file has an error, else 0.
+pub fn validate(files: &[PathBuf], base: &Settings) -> u8 {
+    let mut out = std::io::stdout().lock();
+    let mut code = 0;
+    for file in files {
+        let name = file.display().to_string();
+        let settings = Settings {
+            policy: Some(file.clone()),
+            ..base.clone()
+        };
+        let loaded = match setup::load(&settings) {
+            Ok(loaded) => loaded,
+            Err(err) => {
+                code = 2;
+                let _ = writeln!(out, "error: {err}");
+                continue;
+            }
+        };
+        let mut said = 0;
+        for warning in &loaded.warnings {
+            let _ = writeln!(out, "warning: {warning}");
+            said += 1;
+        }
+        for lint in toolgate_policy::lint::lint(&loaded.policy) {
+            let _ = writeln!(
+                out,
+                "warning: {}: {}: {}",
+                lint.origin, lint.key, lint.message
+            );
+            said += 1;
+        }
+        if said == 0 {
+            let _ = writeln!(out, "ok: {name}");
+        }
+    }
+    code
+}
+
+/// `import`: convert `files` (each in `from`, else its detected format) and
+/// print one toolgate policy; what was not converted goes to stderr. Exit
+/// code 2 when nothing could be read, else 0.
+pub fn import(files: &[PathBuf], from: Option<Format>, agent: Option<&str>) -> u8 {
+    let mut converted = Converted::default();
+    let mut read = 0;
+    for file in files {
+        let name = file.display().to_string();
+        let text = match std::fs::read_to_string(file) {
+            Ok(text) => text,
+            Err(err) => {
+                eprintln!("toolgate policy import: cannot read {name}: {err}");
+                continue;
+            }
+        };
+        let Some(format) = from.or_else(|| import::detect(&name, &text)) else {
+            eprintln!(
+                "toolgate policy import: {name}: not a format toolgate can import (give --from)"
+            );
+            continue;
+        };
+        read += 1;
+        import::convert(&mut converted, format, &name, &text, agent);
+    }
+    for (place, why) in &converted.skipped {
+        eprintln!("toolgate policy import: not converted: {place}: {why}");
+    }
+    if read == 0 {
+        return 2;
+    }
+    let text = serde_json::to_string_pretty(&serde_json::Value::Object(converted.policy))
+        .unwrap_or_default();
+    let mut out = std::io::stdout().lock();
+    if writeln!(out, "{text}").is_err() {
+        return 2;
+    }
+    eprintln!(
+        "toolgate policy import: {} rule{} from {read} file{}",
+        converted.rules,
+        if converted.rules == 1 { "" } else { "s" },
+        if read == 1 { "" } else { "s" }
+    );
+    0
+}
