@@ -141,7 +141,7 @@ fn each_decision_and_answer_is_recorded_before_it_is_sent() {
     assert_eq!(rule["source"], "rule");
     assert_eq!(
         rule["rule"],
-        json!({"permission":"bash","pattern":"rm *","action":"deny","origin":"--permission"})
+        json!({"permission":"bash","pattern":"rm *","action":"deny","origin":"--permission","key":"permission.bash.\"rm *\""})
     );
     let asked = decision_of(&all, "c3");
     assert_eq!(asked["source"], "user");

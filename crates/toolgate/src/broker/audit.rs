@@ -103,6 +103,15 @@ fn source(source: wire::Source) -> &'static str {
     }
 }
 
+/// A key of a policy file as written: bare when it is a plain word.
+fn quote(key: &str) -> String {
+    if !key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        key.to_string()
+    } else {
+        format!("{key:?}")
+    }
+}
+
 /// The subject of a call, for a person reading the log: the command, path,
 /// URL or pattern (an argv is joined).
 fn subject(input: &Map<String, Value>) -> Option<String> {
@@ -174,8 +183,17 @@ impl Audit {
             }
         }
         if let Some(rule) = &decision.rule {
-            let rule = json!({"permission": rule.permission, "pattern": rule.pattern,
+            let mut rule_record = json!({"permission": rule.permission, "pattern": rule.pattern,
                               "action": rule.action, "origin": rule.origin});
+            if decision.source != wire::Source::Grant {
+                // Where in its file the rule is written.
+                rule_record["key"] = json!(format!(
+                    "permission.{}.{}",
+                    quote(&rule.permission),
+                    quote(&rule.pattern)
+                ));
+            }
+            let rule = rule_record;
             if decision.source == wire::Source::Grant {
                 record["grant"] = rule;
             } else {
