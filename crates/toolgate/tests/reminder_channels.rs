@@ -300,11 +300,14 @@ fn the_permission_prompt_tool_carries_the_reminder_after_its_message() {
     ] {
         let (code, out, err) = support::run(&root, &args, &lines);
         assert_eq!(code, 0, "{args:?}: {err}");
-        let replies: Vec<Value> = out
+        let mut replies: Vec<Value> = out
             .lines()
             .map(|line| serde_json::from_str(line).unwrap())
             .collect();
         assert_eq!(replies.len(), 3, "{args:?}: {out}");
+        // Through a broker each call is answered when decided: by id, not
+        // in the order sent.
+        replies.sort_by_key(|reply| reply["id"].as_u64());
         let behavior = |reply: &Value| -> Value {
             let content = reply["result"]["content"].as_array().unwrap();
             assert_eq!(content.len(), 1, "{reply}");
