@@ -101,6 +101,41 @@ fn sigterm_with_nothing_pending() {
     assert!(stderr.contains("toolgate: SIGTERM received: denied 0 pending calls and stopped"));
 }
 
+/// The reminder is built once per mode and policy: a reload that declares a
+/// tool must show it in the next decision's reminder, not the old text.
+#[test]
+fn sighup_renews_the_reminder() {
+    let root = support::project_dir("signal-hup-reminder");
+    let policy = root.join("toolgate.json");
+    std::fs::write(&policy, r#"{"tools":{"my_search":{"kind":"search"}}}"#).unwrap();
+    let mut broker =
+        support::Broker::start(&root, &["--mode".to_string(), "plan".to_string()], &[]);
+    let write = |id: &str| {
+        format!(
+            r#"{{"type":"tool_call","callID":"{id}","tool":"write","input":{{"file_path":"a.txt","content":"x"}}}}"#
+        )
+    };
+    broker.send(&write("w1"));
+    broker.wait_for("the first decision", |lines| lines.len() == 2);
+    std::fs::write(&policy, r#"{"tools":{"my_lookup":{"kind":"search"}}}"#).unwrap();
+    broker.signal("HUP");
+    broker.wait_for_stderr("SIGHUP received: reloaded the policy");
+    broker.send(&write("w2"));
+    broker.wait_for("the second decision", |lines| lines.len() == 3);
+    let (_, lines, stderr) = broker.finish();
+    let decisions = frames(&lines);
+    let reminder = |frame: &Value| frame["reminder"].as_str().unwrap_or_default().to_string();
+    let (before, after) = (reminder(&decisions[1]), reminder(&decisions[2]));
+    assert!(
+        before.contains("my_search") && !before.contains("my_lookup"),
+        "{before}\n{stderr}"
+    );
+    assert!(
+        after.contains("my_lookup") && !after.contains("my_search"),
+        "{after}\n{stderr}"
+    );
+}
+
 #[test]
 fn sighup_reloads_the_policy_and_judges_pending_calls_again() {
     let root = support::project_dir("signal-hup");

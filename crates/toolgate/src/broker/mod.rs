@@ -89,6 +89,10 @@ pub struct Broker {
     audit: Option<audit::Audit>,
     /// The connection whose input is being handled.
     current: Option<ConnId>,
+    /// The reminder of each mode for a session with no scope and no
+    /// whole-permission grant (most sessions): pure in the policy and the
+    /// settings, so built once per policy rather than once per decision.
+    reminders: [std::cell::OnceCell<String>; toolgate_policy::Mode::ALL.len()],
 }
 
 /// Where a broker's policy and state come from, for `ready` (set by the
@@ -137,6 +141,7 @@ impl Broker {
             conns: routing::Connections::default(),
             audit: None,
             current: None,
+            reminders: Default::default(),
         }
     }
 
@@ -305,6 +310,7 @@ impl Broker {
         out: &mut Vec<ServerFrame>,
     ) {
         self.policy = policy;
+        self.reminders = Default::default();
         self.config.ask_timeout_ms = ask_timeout_ms;
         // Sessions in the order of their oldest pending call.
         let mut oldest: HashMap<&str, u64> = HashMap::new();

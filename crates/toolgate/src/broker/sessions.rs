@@ -82,13 +82,24 @@ impl Broker {
             Some(session) => &session.scope,
             None => &Scope::NONE,
         };
-        toolgate_policy::reminder_granted(
-            &self.policy,
-            mode,
-            scope,
-            self.config.on_ask == OnAsk::Deny,
-            &self.kind_grants(session_id, mode),
-        )
+        let granted = self.kind_grants(session_id, mode);
+        let build = || {
+            toolgate_policy::reminder_granted(
+                &self.policy,
+                mode,
+                scope,
+                self.config.on_ask == OnAsk::Deny,
+                &granted,
+            )
+        };
+        if scope.is_none() && granted.is_empty() {
+            // Nothing of the session's own: the mode's reminder under this policy.
+            let index = Mode::ALL.iter().position(|m| *m == mode);
+            if let Some(cell) = index.and_then(|index| self.reminders.get(index)) {
+                return cell.get_or_init(build).clone();
+            }
+        }
+        build()
     }
 
     /// Remember that a session may not run calls (for good: only the
