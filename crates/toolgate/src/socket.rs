@@ -23,8 +23,8 @@ use std::io::{self, BufReader, Write};
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, SyncSender, TrySendError};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -36,6 +36,28 @@ use crate::serve::{self, Control};
 /// How many frames may wait for a connection that does not read; past it
 /// the connection is closed.
 const QUEUE: usize = 4096;
+
+/// A connection whose unwritten frames reach this many is not read from
+/// until its client reads some (backpressure, as a pipe gives on stdio).
+const HIGH_WATER: usize = QUEUE / 2;
+
+/// A connection held at [`HIGH_WATER`] that reads nothing for this long has
+/// stopped reading: it is closed (its open calls denied).
+const STALL: Duration = Duration::from_secs(5);
+
+/// The most complete lines a connection's reader hands the broker under one
+/// lock: enough to amortise the lock and the write over a flood, few enough
+/// (a fraction of a millisecond of work) that other connections' calls are
+/// not held up behind it.
+const BATCH: usize = 32;
+
+/// What the broker has for one connection and not yet written: chunks of
+/// whole frames, and how many frames they hold (the writer counts them
+/// down as it writes, the broker refuses to let them pass [`QUEUE`]).
+struct Queue {
+    chunks: Sender<Vec<u8>>,
+    frames: Arc<AtomicUsize>,
+}
 
 /// Where a broker listens when `--listen unix` names no path:
 /// `$XDG_RUNTIME_DIR/toolgate/broker.sock`, else
@@ -184,7 +206,7 @@ fn peer_uid(stream: &UnixStream) -> io::Result<Option<u32>> {
 /// The broker and the connections' queues.
 struct Hub {
     broker: Broker,
-    queues: HashMap<ConnId, SyncSender<Vec<u8>>>,
+    queues: HashMap<ConnId, Queue>,
     /// Connections to close because they stopped reading.
     stalled: Vec<ConnId>,
     done: bool,
@@ -200,30 +222,47 @@ impl Hub {
         self.deliver(out);
     }
 
+    /// Hand each connection its frames as one chunk per step (or batch),
+    /// in order. A connection whose unwritten frames would pass [`QUEUE`]
+    /// has stopped reading: it is closed.
     fn deliver(&mut self, out: Vec<Output>) {
+        // Outputs are few and mostly for one connection: a short list, not a map.
+        let mut chunks: Vec<(ConnId, Vec<u8>, usize)> = Vec::new();
         for Output { to, frame } in out {
             let conn = to.conn();
-            let Some(queue) = self.queues.get(&conn) else {
+            if !self.queues.contains_key(&conn) {
                 // Closed already: a decision for a call whose connection went.
                 continue;
-            };
-            let mut line = match serde_json::to_vec(&frame) {
-                Ok(line) => line,
-                Err(err) => {
-                    tracing::warn!(%err, "a frame could not be written");
-                    continue;
+            }
+            let index = match chunks.iter().position(|(c, ..)| *c == conn) {
+                Some(index) => index,
+                None => {
+                    chunks.push((conn, Vec::with_capacity(256), 0));
+                    chunks.len() - 1
                 }
             };
-            line.push(b'\n');
-            match queue.try_send(line) {
-                Ok(()) => {}
-                Err(TrySendError::Full(_)) => {
-                    self.queues.remove(&conn);
-                    self.stalled.push(conn);
-                }
-                Err(TrySendError::Disconnected(_)) => {
-                    self.queues.remove(&conn);
-                }
+            let (_, chunk, count) = &mut chunks[index];
+            let start = chunk.len();
+            if let Err(err) = serde_json::to_writer(&mut *chunk, &frame) {
+                chunk.truncate(start);
+                tracing::warn!(%err, "a frame could not be written");
+                continue;
+            }
+            chunk.push(b'\n');
+            *count += 1;
+        }
+        for (conn, chunk, count) in chunks {
+            let Some(queue) = self.queues.get(&conn) else {
+                continue;
+            };
+            if queue.frames.load(Ordering::SeqCst) + count > QUEUE {
+                self.queues.remove(&conn);
+                self.stalled.push(conn);
+                continue;
+            }
+            queue.frames.fetch_add(count, Ordering::SeqCst);
+            if queue.chunks.send(chunk).is_err() {
+                self.queues.remove(&conn);
             }
         }
     }
@@ -376,31 +415,25 @@ fn spawn_connection(
     stream: UnixStream,
 ) -> io::Result<std::thread::JoinHandle<()>> {
     let reader_stream = stream.try_clone()?;
-    let mut writer_stream = stream.try_clone()?;
+    let writer_stream = stream.try_clone()?;
     shared
         .streams
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .insert(conn, stream);
-    let (queue, lines) = std::sync::mpsc::sync_channel::<Vec<u8>>(QUEUE);
+    let (chunks, received) = std::sync::mpsc::channel::<Vec<u8>>();
+    let frames = Arc::new(AtomicUsize::new(0));
+    let queue = Queue {
+        chunks,
+        frames: frames.clone(),
+    };
     lock(&shared.hub).queues.insert(conn, queue);
     shared.step(Input::Opened { conn });
-    let writer = std::thread::spawn(move || {
-        let mut broken = false;
-        for line in lines {
-            if broken {
-                continue;
-            }
-            if writer_stream.write_all(&line).is_err() {
-                broken = true;
-                let _ = writer_stream.shutdown(std::net::Shutdown::Both);
-            }
-        }
-        let _ = writer_stream.shutdown(std::net::Shutdown::Write);
-    });
+    let unwritten = frames.clone();
+    let writer = std::thread::spawn(move || write_connection(&received, &frames, writer_stream));
     let shared = shared.clone();
     Ok(std::thread::spawn(move || {
-        read_connection(&shared, conn, reader_stream);
+        read_connection(&shared, conn, reader_stream, &unwritten);
         // The connection is gone: its calls are denied, its queue closes and
         // the writer ends once what is queued is written.
         if !shared.stopping.load(Ordering::SeqCst) {
@@ -416,26 +449,70 @@ fn spawn_connection(
     }))
 }
 
-/// Read lines until the peer closes (or the broker stops), one step each.
-fn read_connection(shared: &Shared, conn: ConnId, stream: UnixStream) {
+/// Write what the broker queued for a connection: every chunk waiting is
+/// written at once (one system call for a flood, one per frame when calls
+/// come one at a time). After a failed write the rest is dropped.
+fn write_connection(received: &Receiver<Vec<u8>>, frames: &AtomicUsize, mut stream: UnixStream) {
+    let mut broken = false;
+    while let Ok(mut buffer) = received.recv() {
+        while buffer.len() < 1 << 16 {
+            match received.try_recv() {
+                Ok(chunk) => buffer.extend_from_slice(&chunk),
+                Err(_) => break,
+            }
+        }
+        let count = buffer.iter().filter(|&&byte| byte == b'\n').count();
+        if !broken && stream.write_all(&buffer).is_err() {
+            broken = true;
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+        }
+        frames.fetch_sub(count.min(frames.load(Ordering::SeqCst)), Ordering::SeqCst);
+    }
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+}
+
+/// Read lines until the peer closes (or the broker stops); the complete
+/// lines already buffered (at most [`BATCH`]) are one step of the broker
+/// under one lock, and their frames one write.
+fn read_connection(shared: &Shared, conn: ConnId, stream: UnixStream, unwritten: &AtomicUsize) {
     let mut reader = BufReader::with_capacity(1 << 16, stream);
     let mut number = 0u64;
+    let mut batch = Vec::with_capacity(BATCH);
     loop {
+        if !wait_for_reader(unwritten) {
+            tracing::warn!(
+                conn,
+                "a client stopped reading its frames (none read for {} s); disconnecting it",
+                STALL.as_secs()
+            );
+            shared.disconnect(conn);
+            return;
+        }
         match serve::read_line(&mut reader, shared.max_frame_bytes) {
             Ok(Some(line)) => {
-                number += 1;
+                batch.push(line);
+                // Never wait for more while a complete line is unanswered.
+                while batch.len() < BATCH && reader.buffer().contains(&b'\n') {
+                    match serve::read_line(&mut reader, shared.max_frame_bytes) {
+                        Ok(Some(line)) => batch.push(line),
+                        _ => break,
+                    }
+                }
                 let mut hub = lock(&shared.hub);
                 let before = hub.broker.next_deadline();
                 let mut out = Vec::new();
                 crate::repo::next_batch();
-                serve::handle_line(
-                    &mut hub.broker,
-                    conn,
-                    line,
-                    number,
-                    shared.max_frame_bytes,
-                    &mut out,
-                );
+                for line in batch.drain(..) {
+                    number += 1;
+                    serve::handle_line(
+                        &mut hub.broker,
+                        conn,
+                        line,
+                        number,
+                        shared.max_frame_bytes,
+                        &mut out,
+                    );
+                }
                 hub.broker.commit();
                 hub.deliver(out);
                 let stalled = std::mem::take(&mut hub.stalled);
@@ -448,7 +525,7 @@ fn read_connection(shared: &Shared, conn: ConnId, stream: UnixStream) {
                 for stalled in stalled {
                     tracing::warn!(
                         conn = stalled,
-                        "a client stopped reading its frames; disconnecting it"
+                        "a client stopped reading its frames ({QUEUE} unwritten); disconnecting it"
                     );
                     shared.disconnect(stalled);
                 }
@@ -470,6 +547,25 @@ fn read_connection(shared: &Shared, conn: ConnId, stream: UnixStream) {
             return;
         }
     }
+}
+
+/// Backpressure: while a connection has [`HIGH_WATER`] frames unwritten,
+/// wait for its client to read. False when it read nothing for [`STALL`].
+fn wait_for_reader(unwritten: &AtomicUsize) -> bool {
+    let mut last = unwritten.load(Ordering::SeqCst);
+    let mut since = std::time::Instant::now();
+    while last >= HIGH_WATER {
+        if since.elapsed() >= STALL {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+        let now = unwritten.load(Ordering::SeqCst);
+        if now < last {
+            since = std::time::Instant::now();
+        }
+        last = now;
+    }
+    true
 }
 
 /// The broker stopped (a `shutdown` frame or a signal): every connection's
