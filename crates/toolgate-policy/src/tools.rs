@@ -408,7 +408,8 @@ fn builtins() -> impl Iterator<Item = &'static Builtin> {
 /// Maps tool names to [`ToolSpec`]s: the built-in table plus the policy's `tools`.
 #[derive(Debug, Clone)]
 pub struct Registry {
-    tools: HashMap<String, ToolSpec>,
+    /// Looked up once per call: a fast hasher (foldhash, seeded per process).
+    tools: HashMap<String, ToolSpec, foldhash::fast::RandomState>,
     /// Names declared by the policy that are not built in, in declaration order.
     declared: Vec<String>,
 }

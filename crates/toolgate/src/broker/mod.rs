@@ -58,7 +58,8 @@ pub struct Broker {
     config: BrokerConfig,
     clock: Box<dyn Clock>,
     ids: Box<dyn IdSource>,
-    sessions: HashMap<String, Session>,
+    /// Looked up several times per call: a fast hasher (foldhash, seeded per process).
+    sessions: HashMap<String, Session, foldhash::fast::RandomState>,
     /// Open questions by permission id.
     pending: HashMap<String, Pending>,
     /// Each session's open questions (only sessions that have some).
@@ -81,6 +82,9 @@ pub struct Broker {
     closed: ClosedSet,
     /// The repeat counts of forgotten idle sessions.
     idle_repeats: RepeatMemory,
+    /// The idle session forgotten last: its id and repeat count, not yet
+    /// in `idle_repeats`.
+    parked: Option<(String, Option<(u64, u32)>)>,
     /// What `ready` says about where the policy and the state come from.
     origin: Origin,
     /// The connections, and who hears and answers which question.
@@ -124,7 +128,7 @@ impl Broker {
             config,
             clock,
             ids,
-            sessions: HashMap::new(),
+            sessions: HashMap::default(),
             pending: HashMap::new(),
             queues: HashMap::new(),
             deadlines: BinaryHeap::new(),
@@ -137,6 +141,7 @@ impl Broker {
             store: None,
             closed: ClosedSet::default(),
             idle_repeats: RepeatMemory::default(),
+            parked: None,
             origin: Origin::default(),
             conns: routing::Connections::default(),
             audit: None,

@@ -128,7 +128,7 @@ pub struct Output {
 #[derive(Default)]
 pub(super) struct Connections {
     /// Every open connection: its role and client name.
-    open: HashMap<ConnId, Peer>,
+    open: HashMap<ConnId, Peer, foldhash::fast::RandomState>,
     /// The approver connections, in the order they said `hello`.
     approvers: Vec<ConnId>,
     /// Calls with an open question: session → call → (owner, permission id).

@@ -110,6 +110,9 @@ impl Broker {
 
     /// Why a session may not run calls, if it was closed.
     pub(super) fn closed_why(&self, session_id: &str) -> Option<Closed> {
+        if self.closed.is_empty() {
+            return None;
+        }
         self.closed.get(session_fingerprint(session_id))
     }
 
@@ -117,14 +120,24 @@ impl Broker {
     /// had when it was forgotten) when there is none.
     pub(super) fn session_entry(&mut self, session_id: &str) -> &mut Session {
         let default_mode = self.policy.default_mode;
-        let idle_repeats = &mut self.idle_repeats;
+        if !self.sessions.contains_key(session_id) {
+            // The session forgotten last comes back with its own key and count
+            // (an agent's one session, forgotten after each of its calls).
+            let (key, last_call) = match self.parked.take() {
+                Some((key, last_call)) if key == session_id => (key, last_call),
+                other => {
+                    self.parked = other;
+                    let last_call = self.idle_repeats.take(session_fingerprint(session_id));
+                    (session_id.to_string(), last_call)
+                }
+            };
+            let mut session = new_session(default_mode);
+            session.last_call = last_call;
+            return self.sessions.entry(key).or_insert(session);
+        }
         self.sessions
             .entry(session_id.to_string())
-            .or_insert_with(|| {
-                let mut session = new_session(default_mode);
-                session.last_call = idle_repeats.take(session_fingerprint(session_id));
-                session
-            })
+            .or_insert_with(|| new_session(default_mode))
     }
 
     /// Forget a session that holds nothing an answer depends on: never
@@ -143,10 +156,12 @@ impl Broker {
         if !idle {
             return;
         }
-        if let Some(session) = self.sessions.remove(session_id) {
-            if let Some(last_call) = session.last_call {
+        if let Some((key, session)) = self.sessions.remove_entry(session_id) {
+            // Parked until another session is forgotten: its count then
+            // joins the others' (see `session_entry`).
+            if let Some((parked, Some(last_call))) = self.parked.replace((key, session.last_call)) {
                 self.idle_repeats
-                    .put(session_fingerprint(session_id), last_call);
+                    .put(session_fingerprint(&parked), last_call);
             }
         }
     }
@@ -713,6 +728,10 @@ impl ClosedSet {
         };
         from.remove(&fingerprint);
         into.insert(fingerprint);
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.ended.is_empty() && self.refused.is_empty()
     }
 
     pub(super) fn get(&self, fingerprint: u64) -> Option<Closed> {
