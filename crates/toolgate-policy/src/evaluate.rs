@@ -56,7 +56,7 @@ struct Check {
     inner: Vec<String>,
     /// The mode table's answer and why.
     mode_action: Action,
-    mode_reason: String,
+    mode_reason: Text,
     /// What an `always` answer grants for this check.
     always: GrantPattern,
     /// A shell command proven read-only.
@@ -86,11 +86,14 @@ enum TargetKind {
     Command,
 }
 
+/// A reason: most are fixed texts, borrowed rather than allocated.
+type Text = Cow<'static, str>;
+
 /// The answer for one check.
 struct Outcome {
     action: Action,
     source: Source,
-    reason: String,
+    reason: Text,
     rule: Option<RuleRef>,
 }
 
@@ -180,7 +183,7 @@ impl Policy {
                 subject: call.tool.to_string(),
                 inner: Vec::new(),
                 mode_action: Action::Allow,
-                mode_reason: String::new(),
+                mode_reason: Cow::Borrowed(""),
                 always: GrantPattern::exact(call.tool),
                 read_only: false,
                 refusal: None,
@@ -291,10 +294,10 @@ impl Policy {
                     let action = mode_answer(mode, spec.kind, read_only, false);
                     let mode_reason = match (&command.verdict, &held) {
                         (Ok(()), None) => {
-                            format!("`{}` only reads, which every mode allows", command.text)
+                            format!("`{}` only reads, which every mode allows", command.text).into()
                         }
-                        (Err(refusal), _) => shell_reason(mode, action, &refusal.reason),
-                        (Ok(()), Some(held)) => shell_reason(mode, action, held),
+                        (Err(refusal), _) => shell_reason(mode, action, &refusal.reason).into(),
+                        (Ok(()), Some(held)) => shell_reason(mode, action, held).into(),
                     };
                     // A literal `always` (a destructive program, say) may contain
                     // `*` or `?`: it is granted as exactly that text.
@@ -492,12 +495,12 @@ impl Policy {
                     not_read_only: check.refusal.clone(),
                     command: matches!(check.scope, Some(TargetKind::Command)),
                     mode_action: check.mode_action,
-                    mode_reason: check.mode_reason.clone(),
+                    mode_reason: check.mode_reason.to_string(),
                     matched,
                     always: check.always.as_str().to_string(),
                     action: outcome.action,
                     source: outcome.source,
-                    reason: outcome.reason.clone(),
+                    reason: outcome.reason.to_string(),
                     rule: outcome.rule.clone(),
                 }
             })
@@ -637,7 +640,7 @@ impl Policy {
                 return Outcome {
                     action: Action::Deny,
                     source: Source::Scope,
-                    reason: refusal.reason,
+                    reason: refusal.reason.into(),
                     rule: None,
                 };
             }
@@ -678,7 +681,7 @@ impl Policy {
             if tightens(rule, &outcome, binds) {
                 binds = binds_in_auto(rule, &check.permission);
                 outcome = rule_outcome(rule, &check.subject);
-                outcome.reason = format!("{} ({})", outcome.reason, reach.phrase());
+                outcome.reason = format!("{} ({})", outcome.reason, reach.phrase()).into();
             }
         }
         // A deny or ask on the command after wrapper removal (or inside `bash -c`)
@@ -702,7 +705,8 @@ impl Policy {
                     outcome.reason = format!(
                         "{} (what it runs cannot be known, so the rule may match it)",
                         outcome.reason
-                    );
+                    )
+                    .into();
                 }
             }
         }
@@ -717,7 +721,8 @@ impl Policy {
                 reason: format!(
                     "readonly mode never asks, so what would ask is denied: {}",
                     outcome.reason
-                ),
+                )
+                .into(),
                 rule: outcome.rule,
             };
         }
@@ -727,7 +732,7 @@ impl Policy {
             return Outcome {
                 action: Action::Allow,
                 source: Source::User,
-                reason: "the user allowed this call once".to_string(),
+                reason: Cow::Borrowed("the user allowed this call once"),
                 rule: None,
             };
         }
@@ -746,7 +751,8 @@ impl Policy {
                         "an earlier `always` granted `{}` for {} {place}",
                         grant.pattern.as_str(),
                         grant.permission
-                    ),
+                    )
+                    .into(),
                     rule: Some(RuleRef {
                         permission: grant.permission.clone(),
                         pattern: grant.pattern.as_str().to_string(),
@@ -762,7 +768,7 @@ impl Policy {
             return Outcome {
                 action: Action::Allow,
                 source: Source::Mode,
-                reason: format!("auto mode allows what would ask ({})", outcome.reason),
+                reason: format!("auto mode allows what would ask ({})", outcome.reason).into(),
                 rule: outcome.rule,
             };
         }
@@ -830,7 +836,7 @@ fn external_check(path: &RootedPath, is_directory: bool) -> Check {
         subject: path.subject.clone(),
         inner: Vec::new(),
         mode_action: Action::Allow,
-        mode_reason: String::new(),
+        mode_reason: Cow::Borrowed(""),
         always,
         read_only: false,
         refusal: None,
@@ -863,7 +869,7 @@ fn read_argument_check(subject: String) -> Check {
         subject,
         inner: Vec::new(),
         mode_action: Action::Allow,
-        mode_reason: String::new(),
+        mode_reason: Cow::Borrowed(""),
         read_only: false,
         refusal: None,
         narrower: Vec::new(),
@@ -1409,7 +1415,8 @@ fn rule_outcome(rule: &Rule, subject: &str) -> Outcome {
             origin_label(&rule.origin),
             rule.permission.as_str(),
             rule.pattern.as_str()
-        ),
+        )
+        .into(),
         rule: Some(RuleRef {
             permission: rule.permission.as_str().to_string(),
             pattern: rule.pattern.as_str().to_string(),
@@ -1427,22 +1434,59 @@ fn origin_label(origin: &str) -> String {
     }
 }
 
-fn kind_reason(mode: Mode, kind: Kind, action: Action, tool: &str, plan_allowed: bool) -> String {
+fn kind_reason(mode: Mode, kind: Kind, action: Action, tool: &str, plan_allowed: bool) -> Text {
     match action {
         Action::Allow if kind == Kind::Other && mode == Mode::Plan && plan_allowed => {
-            format!("plan mode allows `{tool}`: it is in planModeAllowedTools")
+            format!("plan mode allows `{tool}`: it is in planModeAllowedTools").into()
         }
         Action::Allow if kind == Kind::Task && mode == Mode::Plan && plan_allowed => format!(
             "plan mode allows sub-agents of a read-only type (readOnlyAgents) through `{tool}`; their calls stay bound by plan mode"
-        ),
-        Action::Allow => format!("{mode} mode allows {}", kind.noun()),
-        Action::Ask if kind == Kind::ExitPlan => "leaving plan mode needs the user's approval of the plan".to_string(),
-        Action::Ask => format!("{mode} mode asks before {}", kind.noun()),
+        ).into(),
+        Action::Ask if kind == Kind::ExitPlan => "leaving plan mode needs the user's approval of the plan".into(),
         Action::Deny if kind == Kind::Other && mode == Mode::Plan => format!(
             "plan mode does not allow other and MCP tools unless planModeAllowedTools lists them, and `{tool}` is not listed"
-        ),
-        Action::Deny => format!("{mode} mode does not allow {}", kind.noun()),
+        ).into(),
+        _ => match mode_kind_text(mode, kind, action) {
+            Some(text) => Cow::Borrowed(text),
+            None => format!("{mode} mode {} {}", action_verb(action), kind.noun()).into(),
+        },
     }
+}
+
+fn action_verb(action: Action) -> &'static str {
+    match action {
+        Action::Allow => "allows",
+        Action::Ask => "asks before",
+        Action::Deny => "does not allow",
+    }
+}
+
+/// `{mode} mode allows {noun}` (asks before, does not allow) for every mode,
+/// kind and action, written once per process: the reason most calls get
+/// costs no allocation.
+fn mode_kind_text(mode: Mode, kind: Kind, action: Action) -> Option<&'static str> {
+    static TEXTS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    const ACTIONS: [Action; 3] = [Action::Allow, Action::Ask, Action::Deny];
+    let texts = TEXTS.get_or_init(|| {
+        let mut texts = Vec::new();
+        for mode in Mode::ALL {
+            for kind in Kind::ALL {
+                for action in ACTIONS {
+                    texts.push(format!(
+                        "{mode} mode {} {}",
+                        action_verb(action),
+                        kind.noun()
+                    ));
+                }
+            }
+        }
+        texts
+    });
+    let mode = Mode::ALL.iter().position(|m| *m == mode)?;
+    let kind = Kind::ALL.iter().position(|k| *k == kind)?;
+    let action = ACTIONS.iter().position(|a| *a == action)?;
+    let at = (mode * Kind::ALL.len() + kind) * ACTIONS.len() + action;
+    texts.get(at).map(String::as_str)
 }
 
 fn shell_reason(mode: Mode, action: Action, refusal: &str) -> String {
@@ -1477,7 +1521,7 @@ fn combine(
     let evaluation = |outcome: Outcome, question: Option<Question>| Evaluation {
         action: outcome.action,
         source: outcome.source,
-        reason: outcome.reason,
+        reason: outcome.reason.into_owned(),
         rule: outcome.rule,
         question,
         permission: permission.to_string(),
@@ -1515,7 +1559,8 @@ fn combine(
                         source: Source::Mode,
                         reason: format!(
                             "every simple command of `{title}` only reads, which every mode allows"
-                        ),
+                        )
+                        .into(),
                         rule: None,
                     },
                     None,
@@ -1525,7 +1570,7 @@ fn combine(
                     Outcome {
                         action: Action::Deny,
                         source: Source::Invalid,
-                        reason: "the call touches nothing that can be judged".to_string(),
+                        reason: Cow::Borrowed("the call touches nothing that can be judged"),
                         rule: None,
                     },
                     None,
@@ -1585,7 +1630,7 @@ fn combine(
                 } else {
                     None
                 },
-                reason: outcome.reason.clone(),
+                reason: outcome.reason.to_string(),
             };
             evaluation(outcome, Some(question))
         }
