@@ -28,8 +28,12 @@ impl GrantPattern {
 
     /// `prefix` taken literally, followed by the wildcard `rest` (`" *"`, `"/*"`, `"*"`).
     pub fn prefixed(prefix: &str, rest: &str) -> GrantPattern {
+        // Built for every check a call makes: concatenated, not formatted.
+        let mut text = String::with_capacity(prefix.len() + rest.len());
+        text.push_str(prefix);
+        text.push_str(rest);
         GrantPattern {
-            text: format!("{prefix}{rest}"),
+            text,
             literal_len: prefix.len(),
         }
     }

@@ -30,8 +30,8 @@ pub fn rule(rule: RuleRef) -> wire::RuleRef {
 /// A `decision` frame. `Ask` never reaches here; it is treated as `deny`.
 #[allow(clippy::too_many_arguments)] // a frame has this many fields
 pub fn decision(
-    session_id: &str,
-    call_id: &str,
+    session_id: String,
+    call_id: String,
     action: Action,
     from: Source,
     reason: String,
@@ -40,8 +40,8 @@ pub fn decision(
     reminder: Option<String>,
 ) -> ServerFrame {
     ServerFrame::Decision(wire::Decision {
-        session_id: session_id.to_string(),
-        call_id: call_id.to_string(),
+        session_id,
+        call_id,
         decision: match action {
             Action::Allow => wire::Verdict::Allow,
             Action::Ask | Action::Deny => wire::Verdict::Deny,

@@ -309,15 +309,17 @@ impl Broker {
                     "{}; toolgate runs with --on-ask deny, so nothing is asked",
                     evaluation.reason
                 );
+                let reminder =
+                    (mode == Mode::Plan).then(|| self.reminder(&pending.session_id, mode));
                 out.push(convert::decision(
-                    &pending.session_id,
-                    &pending.call_id,
+                    std::mem::take(&mut pending.session_id),
+                    std::mem::take(&mut pending.call_id),
                     Action::Deny,
                     evaluation.source,
                     reason,
                     evaluation.rule,
                     None,
-                    (mode == Mode::Plan).then(|| self.reminder(&pending.session_id, mode)),
+                    reminder,
                 ));
             }
             (action, _) => {
@@ -352,8 +354,8 @@ impl Broker {
                     _ => evaluation.reason,
                 };
                 out.push(convert::decision(
-                    &pending.session_id,
-                    &pending.call_id,
+                    std::mem::take(&mut pending.session_id),
+                    std::mem::take(&mut pending.call_id),
                     action,
                     evaluation.source,
                     reason,
