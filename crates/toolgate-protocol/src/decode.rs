@@ -79,23 +79,27 @@ struct Envelope {
     join: Option<Value>,
 }
 
-impl<'de> Deserialize<'de> for Envelope {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Envelope, D::Error> {
-        deserializer.deserialize_map(EnvelopeVisitor)
+/// Fills an envelope where it lies: it is large (a slot per field of every
+/// frame type), and returning it through serde's layers would copy it each time.
+struct EnvelopeVisitor<'a>(&'a mut Envelope);
+
+impl<'de> DeserializeSeed<'de> for EnvelopeVisitor<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_map(self)
     }
 }
 
-struct EnvelopeVisitor;
-
-impl<'de> Visitor<'de> for EnvelopeVisitor {
-    type Value = Envelope;
+impl<'de> Visitor<'de> for EnvelopeVisitor<'_> {
+    type Value = ();
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a frame object")
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Envelope, A::Error> {
-        let mut envelope = Envelope::default();
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let envelope = self.0;
         // Unknown keys are rare: a short list is enough to see one repeated.
         let mut unknown: Vec<String> = Vec::new();
         while let Some(key) = map.next_key::<Key<'de>>()? {
@@ -135,7 +139,7 @@ impl<'de> Visitor<'de> for EnvelopeVisitor {
             }
             *slot = Some(map.next_value_seed(Strict { field: &key })?);
         }
-        Ok(envelope)
+        Ok(())
     }
 }
 
@@ -277,10 +281,14 @@ pub fn decode_line(line: &[u8], number: u64) -> Result<ClientFrame, DecodeError>
             return Err(explain_scanned(line, ErrorCode::InvalidUtf8, message));
         }
     };
-    let envelope: Envelope = match serde_json::from_str(text) {
-        Ok(envelope) => envelope,
-        Err(err) => return Err(explain_unreadable(text, &err, number)),
-    };
+    let mut envelope = Envelope::default();
+    let mut deserializer = serde_json::Deserializer::from_str(text);
+    let read = EnvelopeVisitor(&mut envelope)
+        .deserialize(&mut deserializer)
+        .and_then(|()| deserializer.end());
+    if let Err(err) = read {
+        return Err(explain_unreadable(text, &err, number));
+    }
     envelope.into_frame()
 }
 
