@@ -1505,8 +1505,8 @@ fn shell_reason(mode: Mode, action: Action, refusal: &str) -> String {
 /// check of the first asking permission.
 #[allow(clippy::too_many_arguments)] // the parts of one evaluation
 fn combine(
-    checks: Vec<Check>,
-    outcomes: Vec<Outcome>,
+    mut checks: Vec<Check>,
+    mut outcomes: Vec<Outcome>,
     permission: &str,
     kind: Kind,
     mode: Mode,
@@ -1528,7 +1528,8 @@ fn combine(
         kind,
         trace: Vec::new(),
     };
-    let mut pairs: Vec<(Check, Outcome)> = checks.into_iter().zip(outcomes).collect();
+    // `checks[i]` was judged `outcomes[i]`.
+    let pairs = || checks.iter().zip(&outcomes);
     match strictest {
         Action::Deny | Action::Allow => {
             // For a denial, the first one; for an allow, the most specific reason.
@@ -1540,17 +1541,16 @@ fn combine(
             };
             let index = if strictest == Action::Deny {
                 // A scope denial first: it is the one no answer could lift.
-                pairs
+                outcomes
                     .iter()
-                    .position(|(_, o)| o.source == Source::Scope)
-                    .or_else(|| pairs.iter().position(|(_, o)| o.action == Action::Deny))
+                    .position(|o| o.source == Source::Scope)
+                    .or_else(|| outcomes.iter().position(|o| o.action == Action::Deny))
             } else {
-                (0..pairs.len()).min_by_key(|&i| rank(pairs[i].1.source))
+                (0..outcomes.len()).min_by_key(|&i| rank(outcomes[i].source))
             };
             let all_read_only = kind == Kind::Shell
-                && pairs.len() > 1
-                && pairs
-                    .iter()
+                && outcomes.len() > 1
+                && pairs()
                     .all(|(check, outcome)| check.read_only && outcome.source == Source::Mode);
             match index {
                 Some(_) if all_read_only => evaluation(
@@ -1565,7 +1565,7 @@ fn combine(
                     },
                     None,
                 ),
-                Some(index) => evaluation(pairs.swap_remove(index).1, None),
+                Some(index) => evaluation(outcomes.swap_remove(index), None),
                 None => evaluation(
                     Outcome {
                         action: Action::Deny,
@@ -1578,14 +1578,13 @@ fn combine(
             }
         }
         Action::Ask => {
-            let first = pairs
+            let first = outcomes
                 .iter()
-                .position(|(_, o)| o.action == Action::Ask)
+                .position(|o| o.action == Action::Ask)
                 .unwrap_or(0);
-            let asked_permission = pairs[first].0.permission.clone();
+            let asked_permission = checks[first].permission.clone();
             let mut patterns: Vec<String> = Vec::new();
-            let asking: Vec<&Check> = pairs
-                .iter()
+            let asking: Vec<&Check> = pairs()
                 .filter(|(check, outcome)| {
                     outcome.action == Action::Ask && check.permission == asked_permission
                 })
@@ -1598,7 +1597,7 @@ fn combine(
             let widest = always_options.last().cloned().unwrap_or_default();
             let mut always = widest.patterns;
             let mut grants = widest.grants;
-            let (check, outcome) = pairs.swap_remove(first);
+            let (check, outcome) = (checks.swap_remove(first), outcomes.swap_remove(first));
             let title = match check.permission.as_str() {
                 "external_directory" | "doom_loop" => check.subject.clone(),
                 _ => title,

@@ -163,7 +163,11 @@ impl Broker {
             .live_permission(&call.session_id, &call.call_id)
             .is_some()
         {
-            out.push(duplicate(&call.call_id, &call.session_id, number));
+            let mut frame = duplicate(&call.call_id, &call.session_id, number);
+            if let ServerFrame::Error(error) = &mut frame {
+                error.session_id = Some(call.session_id);
+            }
+            out.push(frame);
             return;
         }
         if !self.sessions.contains_key(&call.session_id) {

@@ -275,11 +275,18 @@ impl Broker {
                 {
                     self.audit_answer(conn, response);
                 }
-                // Error frames about a frame that decoded carry the ids it names.
-                let ids = FrameIds::of(&frame);
+                // Error frames about a frame that decoded carry the ids it names
+                // (a tool call's one error, a duplicate, names them itself: its
+                // ids are not copied for every call).
+                let ids = match &frame {
+                    ClientFrame::ToolCall(_) => None,
+                    other => Some(FrameIds::of(other)),
+                };
                 let start = frames.len();
                 self.handle(frame, number, frames);
-                ids.fill(&mut frames[start..]);
+                if let Some(ids) = ids {
+                    ids.fill(&mut frames[start..]);
+                }
             }
             Err(err) => {
                 self.reject_line(err, number, frames);
