@@ -24,7 +24,10 @@
 #![deny(missing_docs)]
 
 mod decode;
+mod encode;
 pub mod scan;
+
+pub use encode::write_frame;
 
 pub use decode::{decode, decode_line, DecodeError};
 

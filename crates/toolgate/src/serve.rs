@@ -659,10 +659,12 @@ fn write_frames<W: Write>(writer: &mut W, frames: &mut Vec<Output>) -> io::Resul
     if frames.is_empty() {
         return Ok(());
     }
+    let mut lines = Vec::with_capacity(frames.len() * 256);
     for output in frames.drain(..) {
-        serde_json::to_writer(&mut *writer, &output.frame).map_err(io::Error::other)?;
-        writer.write_all(b"\n")?;
+        toolgate_protocol::write_frame(&mut lines, &output.frame).map_err(io::Error::other)?;
+        lines.push(b'\n');
     }
+    writer.write_all(&lines)?;
     writer.flush()
 }
 

@@ -243,7 +243,7 @@ impl Hub {
             };
             let (_, chunk, count) = &mut chunks[index];
             let start = chunk.len();
-            if let Err(err) = serde_json::to_writer(&mut *chunk, &frame) {
+            if let Err(err) = toolgate_protocol::write_frame(chunk, &frame) {
                 chunk.truncate(start);
                 tracing::warn!(%err, "a frame could not be written");
                 continue;
