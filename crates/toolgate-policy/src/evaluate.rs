@@ -1333,10 +1333,10 @@ fn shell_quote(word: &str, glob: bool, out: &mut String) -> bool {
 /// (from its input, a file, or behind options the analysis does not know).
 fn runs_unknown(command: &SimpleCommand) -> bool {
     const SHELLS: &[&str] = &["sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "busybox"];
-    let program_of = |text: &str| {
+    fn program_of(text: &str) -> &str {
         let first = text.split(' ').next().unwrap_or("");
-        first.rsplit('/').next().unwrap_or(first).to_string()
-    };
+        first.rsplit('/').next().unwrap_or(first)
+    }
     if command.words.is_empty() {
         return true;
     }
@@ -1344,7 +1344,7 @@ fn runs_unknown(command: &SimpleCommand) -> bool {
     if texts().any(|text| {
         unknown_program(text)
             || matches!(
-                program_of(text).as_str(),
+                program_of(text),
                 "coproc" | "trap" | "alias" | "hash" | "source" | "." | "enable" | "bind"
             )
             || program_of(text).contains(['{', '}', '\\', '*', '?', '['])
@@ -1354,7 +1354,7 @@ fn runs_unknown(command: &SimpleCommand) -> bool {
     // A shell runs what its analysed script holds: the inner commands after
     // it (wrappers come first, outermost first). Without one after the last
     // shell, that shell's script was not read.
-    let is_shell = |text: &String| SHELLS.contains(&program_of(text).as_str());
+    let is_shell = |text: &String| SHELLS.contains(&program_of(text));
     let all: Vec<&String> = texts().collect();
     all.iter()
         .rposition(|text| is_shell(text))

@@ -526,28 +526,34 @@ impl Envelope {
                 });
             }
         };
-        let session_value = self.session_id.take();
+        // Moved out, not copied; an error names the session only when the
+        // frame gave one.
+        let (session_id, given) = match self.session_id.take() {
+            None => (DEFAULT_SESSION.to_string(), false),
+            Some(Value::String(session)) => (session, true),
+            Some(other) => {
+                return Err(DecodeError {
+                    code: ErrorCode::InvalidFrame,
+                    message: format!(
+                        "`sessionID` of a tool_call must be a string, not {}",
+                        type_name(&other)
+                    ),
+                    call_id: Some(call_id),
+                    permission_id: None,
+                    session_id: None,
+                    tool_call: true,
+                    others: Box::default(),
+                })
+            }
+        };
         let invalid = |message: String| DecodeError {
             code: ErrorCode::InvalidFrame,
             message,
             call_id: Some(call_id.clone()),
             permission_id: None,
-            session_id: session_value
-                .as_ref()
-                .and_then(Value::as_str)
-                .map(str::to_string),
+            session_id: given.then(|| session_id.clone()),
             tool_call: true,
             others: Box::default(),
-        };
-        let session_id = match &session_value {
-            None => DEFAULT_SESSION.to_string(),
-            Some(Value::String(session)) => session.clone(),
-            Some(other) => {
-                return Err(invalid(format!(
-                    "`sessionID` of a tool_call must be a string, not {}",
-                    type_name(other)
-                )))
-            }
         };
         let tool = match self.tool.take() {
             Some(Value::String(tool)) if !tool.is_empty() => tool,
