@@ -3,7 +3,9 @@
 //! written field by field (most of its strings need no escaping and are
 //! copied whole), every other frame goes through `serde_json`.
 
-use crate::{Decision, RuleRef, ServerFrame, Source, Verdict};
+#[cfg(test)]
+use crate::Source;
+use crate::{Decision, RuleRef, ServerFrame, Verdict};
 
 /// Append `frame` as one JSON object (no newline) to `out`.
 pub fn write_frame(out: &mut Vec<u8>, frame: &ServerFrame) -> serde_json::Result<()> {
@@ -25,7 +27,7 @@ fn write_decision(out: &mut Vec<u8>, decision: &Decision) {
         Verdict::Allow => b",\"decision\":\"allow\",\"source\":\"",
         Verdict::Deny => b",\"decision\":\"deny\",\"source\":\"",
     });
-    out.extend_from_slice(source(decision.source).as_bytes());
+    out.extend_from_slice(decision.source.as_str().as_bytes());
     out.extend_from_slice(b"\",\"reason\":");
     string(out, &decision.reason);
     if let Some(rule) = &decision.rule {
@@ -53,22 +55,6 @@ fn rule_ref(out: &mut Vec<u8>, rule: &RuleRef) {
     out.extend_from_slice(b",\"origin\":");
     string(out, &rule.origin);
     out.push(b'}');
-}
-
-/// As serde's `rename_all = "snake_case"` writes it.
-fn source(source: Source) -> &'static str {
-    match source {
-        Source::Mode => "mode",
-        Source::Rule => "rule",
-        Source::Grant => "grant",
-        Source::User => "user",
-        Source::Scope => "scope",
-        Source::Timeout => "timeout",
-        Source::Cancel => "cancel",
-        Source::Shutdown => "shutdown",
-        Source::Invalid => "invalid",
-        Source::Replay => "replay",
-    }
 }
 
 /// A JSON string: copied whole when nothing in it needs escaping, else

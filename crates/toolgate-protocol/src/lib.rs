@@ -697,6 +697,34 @@ pub enum ErrorCode {
     Forbidden,
 }
 
+impl Verdict {
+    /// The verdict as written on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Allow => "allow",
+            Verdict::Deny => "deny",
+        }
+    }
+}
+
+impl Source {
+    /// The source as written on the wire (serde's `snake_case` of the variant).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Mode => "mode",
+            Source::Rule => "rule",
+            Source::Grant => "grant",
+            Source::User => "user",
+            Source::Scope => "scope",
+            Source::Timeout => "timeout",
+            Source::Cancel => "cancel",
+            Source::Shutdown => "shutdown",
+            Source::Invalid => "invalid",
+            Source::Replay => "replay",
+        }
+    }
+}
+
 impl ErrorCode {
     /// The code as written on the wire.
     pub fn as_str(self) -> &'static str {

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use serde_json::Value;
-use toolgate_protocol::{ServerFrame, Source, Verdict};
+use toolgate_protocol::ServerFrame;
 
 use super::record::{CallKey, Recording};
 
@@ -116,29 +116,6 @@ pub struct Answers {
     pub last: HashMap<CallKey, Last>,
 }
 
-fn verdict(verdict: Verdict) -> &'static str {
-    match verdict {
-        Verdict::Allow => "allow",
-        Verdict::Deny => "deny",
-    }
-}
-
-/// A source as the wire spells it.
-pub fn source(source: Source) -> &'static str {
-    match source {
-        Source::Mode => "mode",
-        Source::Rule => "rule",
-        Source::Grant => "grant",
-        Source::User => "user",
-        Source::Scope => "scope",
-        Source::Timeout => "timeout",
-        Source::Cancel => "cancel",
-        Source::Shutdown => "shutdown",
-        Source::Invalid => "invalid",
-        Source::Replay => "replay",
-    }
-}
-
 impl Answers {
     /// Take in one frame the replay wrote.
     pub fn see(&mut self, frame: &ServerFrame) {
@@ -161,8 +138,8 @@ impl Answers {
             ServerFrame::Decision(decision) => {
                 let key = (decision.session_id.clone(), decision.call_id.clone());
                 self.first.entry(key.clone()).or_insert_with(|| First {
-                    answer: verdict(decision.decision),
-                    source: source(decision.source),
+                    answer: decision.decision.as_str(),
+                    source: decision.source.as_str(),
                     reason: decision.reason.clone(),
                     rule: decision.rule.as_ref().map(|rule| {
                         format!(
@@ -174,8 +151,8 @@ impl Answers {
                 self.last.insert(
                     key,
                     Last {
-                        verdict: verdict(decision.decision),
-                        source: source(decision.source),
+                        verdict: decision.decision.as_str(),
+                        source: decision.source.as_str(),
                         reason: decision.reason.clone(),
                     },
                 );
