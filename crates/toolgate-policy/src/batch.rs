@@ -326,7 +326,7 @@ impl Policy {
                 question.title = titles.join("; ");
                 question.reason = reason.clone();
                 Evaluation {
-                    question: Some(question),
+                    question: Some(Box::new(question)),
                     ..answer(Action::Ask, source, reason, rule)
                 }
             }

@@ -1518,7 +1518,7 @@ fn combine(
         .map(|o| o.action)
         .max()
         .unwrap_or(Action::Deny);
-    let evaluation = |outcome: Outcome, question: Option<Question>| Evaluation {
+    let evaluation = |outcome: Outcome, question: Option<Box<Question>>| Evaluation {
         action: outcome.action,
         source: outcome.source,
         reason: outcome.reason.into_owned(),
@@ -1631,7 +1631,7 @@ fn combine(
                 },
                 reason: outcome.reason.to_string(),
             };
-            evaluation(outcome, Some(question))
+            evaluation(outcome, Some(Box::new(question)))
         }
     }
 }

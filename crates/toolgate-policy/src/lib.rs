@@ -329,7 +329,7 @@ pub struct Evaluation {
     /// The rule or grant that decided, when one did.
     pub rule: Option<RuleRef>,
     /// The question, when `action` is `Ask`.
-    pub question: Option<Question>,
+    pub question: Option<Box<Question>>,
     /// The permission name of the tool.
     pub permission: String,
     /// The kind of the tool.

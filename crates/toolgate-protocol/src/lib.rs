@@ -346,7 +346,7 @@ pub enum ServerFrame {
     /// The one answer to a tool call.
     Decision(Decision),
     /// A question for the user or orchestrator.
-    PermissionRequest(PermissionRequest),
+    PermissionRequest(Box<PermissionRequest>),
     /// An ask ended other than by its own response: a UI can close its prompt.
     PermissionResolved(PermissionResolved),
     /// A session's mode changed.

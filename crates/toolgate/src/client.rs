@@ -199,7 +199,7 @@ impl Client {
                 ServerFrame::PermissionRequest(request)
                     if request.call_id == call && request.session_id == session =>
                 {
-                    return Ok(Outcome::Asked(request))
+                    return Ok(Outcome::Asked(*request))
                 }
                 ServerFrame::Error(error)
                     if error.call_id.as_deref() == Some(call)

@@ -315,7 +315,7 @@ pub fn decide_remote(
             let _ =
                 client.send(&json!({"type": "cancel", "sessionID": caller, "callID": parsed.call}));
             answer(
-                &[ServerFrame::PermissionRequest(request)],
+                &[ServerFrame::PermissionRequest(Box::new(request))],
                 &caller,
                 parsed.call,
                 parsed.never_ask,

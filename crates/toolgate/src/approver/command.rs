@@ -226,7 +226,7 @@ fn kill(child: &Mutex<Child>) {
 }
 
 fn run_one(program: &str, request: &PermissionRequest, running: &Running) -> PermissionResponse {
-    let frame = ServerFrame::PermissionRequest(request.clone());
+    let frame = ServerFrame::PermissionRequest(Box::new(request.clone()));
     let mut line = match serde_json::to_vec(&frame) {
         Ok(line) => line,
         Err(error) => return rejected(request, program, &error.to_string()),

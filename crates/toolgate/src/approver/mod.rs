@@ -71,10 +71,10 @@ impl InProcess {
     pub fn deliver(&self, frame: &ServerFrame) {
         match (self, frame) {
             (InProcess::Tty(tty), ServerFrame::PermissionRequest(request)) => {
-                tty.ask(request.clone())
+                tty.ask(toolgate_protocol::PermissionRequest::clone(request))
             }
             (InProcess::Command(command), ServerFrame::PermissionRequest(request)) => {
-                command.ask(request.clone())
+                command.ask(toolgate_protocol::PermissionRequest::clone(request))
             }
             (InProcess::Tty(tty), ServerFrame::PermissionResolved(resolved)) => {
                 tty.resolved(&resolved.permission_id, &resolved.reason)

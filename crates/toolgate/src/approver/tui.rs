@@ -119,7 +119,10 @@ impl App {
                     return;
                 }
                 let level = view::default_level(&request);
-                self.questions.push(Question { request, level });
+                self.questions.push(Question {
+                    request: *request,
+                    level,
+                });
             }
             ServerFrame::PermissionResolved(resolved) => {
                 if let Some(index) = self

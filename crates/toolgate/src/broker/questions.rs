@@ -296,9 +296,9 @@ impl Broker {
                     &pending.input,
                     &question,
                 );
-                out.push(ServerFrame::PermissionRequest(request));
+                out.push(ServerFrame::PermissionRequest(Box::new(request)));
                 pending.asking = question.approve.clone();
-                pending.question = question;
+                pending.question = *question;
                 self.queues
                     .entry(pending.session_id.clone())
                     .or_default()

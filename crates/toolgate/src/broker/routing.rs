@@ -150,7 +150,7 @@ struct Peer {
 struct Asked {
     owner: ConnId,
     addressees: Vec<ConnId>,
-    request: wire::PermissionRequest,
+    request: Box<wire::PermissionRequest>,
     /// A `permission_resolved` already went to the addressees.
     resolved: bool,
 }
@@ -547,7 +547,7 @@ impl Broker {
     fn ask(
         &mut self,
         caller: Option<ConnId>,
-        mut request: wire::PermissionRequest,
+        mut request: Box<wire::PermissionRequest>,
         out: &mut Vec<Output>,
     ) {
         let calls = self
