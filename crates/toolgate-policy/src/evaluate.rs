@@ -267,12 +267,18 @@ impl Policy {
                         if call.cwd.is_none() {
                             self.shell_cache.analyze(text, options)
                         } else {
-                            toolgate_shell::analyze(toolgate_shell::Script::Text(text), options)
+                            std::sync::Arc::new(toolgate_shell::analyze(
+                                toolgate_shell::Script::Text(text),
+                                options,
+                            ))
                         }
                     }
                     ShellInput::Argv(argv) => {
                         title = argv.join(" ");
-                        toolgate_shell::analyze(toolgate_shell::Script::Argv(argv), options)
+                        std::sync::Arc::new(toolgate_shell::analyze(
+                            toolgate_shell::Script::Argv(argv),
+                            options,
+                        ))
                     }
                 };
                 if analysis.commands.is_empty() {
@@ -284,7 +290,7 @@ impl Policy {
                 // can change it first (`touch src/x.env.rs; cat src/*.rs`).
                 let disk_settled = analysis.is_read_only();
                 checks.extend(self.shell_word_checks(&analysis.commands, &base, disk_settled));
-                for command in analysis.commands {
+                for command in &analysis.commands {
                     let read_only = command.verdict.is_ok() && held.is_none();
                     let refusal = match (&command.verdict, &held) {
                         (Ok(()), None) => None,
@@ -307,7 +313,7 @@ impl Policy {
                         }
                         _ => GrantPattern::exact(&command.always),
                     };
-                    let runs_unknown = runs_unknown(&command);
+                    let runs_unknown = runs_unknown(command);
                     // The exact command, narrower than its arity prefix.
                     let narrower = if command.always == command.text {
                         Vec::new()
@@ -316,8 +322,8 @@ impl Policy {
                     };
                     checks.push(Check {
                         permission: spec.permission.clone(),
-                        subject: command.text,
-                        inner: command.inner,
+                        subject: command.text.clone(),
+                        inner: command.inner.clone(),
                         mode_action: action,
                         mode_reason,
                         always,

@@ -138,14 +138,22 @@ pub struct Policy {
 /// asking.
 #[derive(Debug, Default)]
 pub struct ShellCache {
-    entries: std::sync::Mutex<std::collections::HashMap<String, toolgate_shell::Analysis>>,
+    entries: std::sync::Mutex<
+        std::collections::HashMap<String, std::sync::Arc<toolgate_shell::Analysis>>,
+    >,
 }
 
 impl ShellCache {
     /// How many analyses are kept; the memo is emptied when it fills.
     pub const CAPACITY: usize = 4096;
 
-    fn analyze(&self, text: &str, options: &toolgate_shell::Options) -> toolgate_shell::Analysis {
+    /// The analysis of `text`: shared, since a remembered one is handed out
+    /// again without being copied.
+    fn analyze(
+        &self,
+        text: &str,
+        options: &toolgate_shell::Options,
+    ) -> std::sync::Arc<toolgate_shell::Analysis> {
         let lock = || {
             self.entries
                 .lock()
@@ -163,7 +171,10 @@ impl ShellCache {
                 return analysis;
             }
         }
-        let analysis = toolgate_shell::analyze(toolgate_shell::Script::Text(text), options);
+        let analysis = std::sync::Arc::new(toolgate_shell::analyze(
+            toolgate_shell::Script::Text(text),
+            options,
+        ));
         // Long scripts are rare repeats and would make the memo large.
         if text.len() <= 1024 {
             let mut entries = lock();

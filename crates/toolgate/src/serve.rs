@@ -29,12 +29,22 @@ use crate::broker::{Broker, ConnId, Input, Output};
 
 /// One line from the reader, or what happened instead.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Line {
+pub enum Line<B = Vec<u8>> {
     /// A complete line without its `\n`.
-    Data(Vec<u8>),
+    Data(B),
     /// A line longer than the limit; it was skipped without being buffered
     /// whole. Holds what could be read in its first `max` bytes.
     TooLarge(Start),
+}
+
+impl Line {
+    /// The same line, its bytes borrowed (as [`handle_line`] takes it).
+    pub fn borrowed(&self) -> Line<&[u8]> {
+        match self {
+            Line::Data(bytes) => Line::Data(bytes),
+            Line::TooLarge(start) => Line::TooLarge(start.clone()),
+        }
+    }
 }
 
 /// The ids read in the first `max` bytes of a line too long to keep: a
@@ -73,7 +83,71 @@ const BATCH: usize = 256;
 /// Read one line of at most `max` bytes. Returns `None` at end of input. A
 /// longer line is consumed and discarded chunk by chunk, never held whole.
 pub fn read_line<R: BufRead>(reader: &mut R, max: usize) -> io::Result<Option<Line>> {
-    let mut line: Vec<u8> = Vec::new();
+    let mut bytes = Vec::new();
+    Ok(
+        read_into(reader, max, &mut bytes)?.map(|piece| match piece {
+            Piece::Data(_) => Line::Data(bytes),
+            Piece::TooLarge(start) => Line::TooLarge(start),
+        }),
+    )
+}
+
+/// A line read into a shared buffer: where its bytes are, or what happened
+/// instead.
+enum Piece {
+    Data(std::ops::Range<usize>),
+    TooLarge(Start),
+}
+
+/// The lines a transport read in one go, their bytes end to end in one
+/// buffer that is kept from batch to batch: a line costs no allocation.
+#[derive(Default)]
+pub struct Batch {
+    bytes: Vec<u8>,
+    pieces: Vec<Piece>,
+}
+
+impl Batch {
+    /// Read one more line (see [`read_line`]); `false` at end of input.
+    pub fn read<R: BufRead>(&mut self, reader: &mut R, max: usize) -> io::Result<bool> {
+        match read_into(reader, max, &mut self.bytes)? {
+            Some(piece) => {
+                self.pieces.push(piece);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// How many lines are held.
+    pub fn len(&self) -> usize {
+        self.pieces.len()
+    }
+
+    /// Whether no line is held.
+    pub fn is_empty(&self) -> bool {
+        self.pieces.is_empty()
+    }
+
+    /// Hand every line held to `each`, in order, and forget them.
+    pub fn drain(&mut self, mut each: impl FnMut(Line<&[u8]>)) {
+        for piece in self.pieces.drain(..) {
+            each(match piece {
+                Piece::Data(range) => Line::Data(&self.bytes[range]),
+                Piece::TooLarge(start) => Line::TooLarge(start),
+            });
+        }
+        self.bytes.clear();
+    }
+}
+
+/// Read one line onto the end of `bytes` (see [`read_line`]).
+fn read_into<R: BufRead>(
+    reader: &mut R,
+    max: usize,
+    bytes: &mut Vec<u8>,
+) -> io::Result<Option<Piece>> {
+    let begin = bytes.len();
     let mut too_large = false;
     let mut call = Start::default();
     loop {
@@ -84,9 +158,9 @@ pub fn read_line<R: BufRead>(reader: &mut R, max: usize) -> io::Result<Option<Li
         };
         if available.is_empty() {
             // End of input: a last line without `\n` still counts.
-            return Ok(match (too_large, line.is_empty()) {
+            return Ok(match (too_large, bytes.len() == begin) {
                 (false, true) => None,
-                _ => Some(finish_line(line, too_large, call, max)),
+                _ => Some(finish_line(bytes, begin, too_large, call, max)),
             });
         }
         let (chunk, done) = match available.iter().position(|&byte| byte == b'\n') {
@@ -94,35 +168,43 @@ pub fn read_line<R: BufRead>(reader: &mut R, max: usize) -> io::Result<Option<Li
             None => (available, None),
         };
         if !too_large {
+            let held = bytes.len() - begin;
             // One byte more than the limit may be held: the `\r` of a `\r\n`.
-            if line.len() + chunk.len() > max.saturating_add(1) {
+            if held + chunk.len() > max.saturating_add(1) {
                 too_large = true;
-                let room = max.saturating_sub(line.len()).min(chunk.len());
-                line.extend_from_slice(&chunk[..room]);
-                call = call_of(&line);
-                line = Vec::new();
+                let room = max.saturating_sub(held).min(chunk.len());
+                bytes.extend_from_slice(&chunk[..room]);
+                call = call_of(&bytes[begin..]);
+                bytes.truncate(begin);
             } else {
-                line.extend_from_slice(chunk);
+                bytes.extend_from_slice(chunk);
             }
         }
         let consumed = done.unwrap_or(available.len());
         reader.consume(consumed);
         if done.is_some() {
-            return Ok(Some(finish_line(line, too_large, call, max)));
+            return Ok(Some(finish_line(bytes, begin, too_large, call, max)));
         }
     }
 }
 
-/// A complete line, or `TooLarge` when the frame without its terminator
-/// (`\n` or `\r\n`) is longer than `max`.
-fn finish_line(line: Vec<u8>, too_large: bool, call: Start, max: usize) -> Line {
+fn finish_line(
+    bytes: &mut Vec<u8>,
+    begin: usize,
+    too_large: bool,
+    call: Start,
+    max: usize,
+) -> Piece {
+    let line = &bytes[begin..];
     let frame = line.strip_suffix(b"\r").map_or(line.len(), <[u8]>::len);
     if too_large {
-        Line::TooLarge(call)
+        Piece::TooLarge(call)
     } else if frame > max {
-        Line::TooLarge(call_of(&line[..max.min(line.len())]))
+        let start = call_of(&line[..max.min(line.len())]);
+        bytes.truncate(begin);
+        Piece::TooLarge(start)
     } else {
-        Line::Data(line)
+        Piece::Data(begin..bytes.len())
     }
 }
 
@@ -153,7 +235,7 @@ const BOM: &[u8] = b"\xEF\xBB\xBF";
 pub fn handle_line(
     broker: &mut Broker,
     conn: ConnId,
-    line: Line,
+    line: Line<&[u8]>,
     number: u64,
     max_frame_bytes: usize,
     out: &mut Vec<Output>,
@@ -161,8 +243,8 @@ pub fn handle_line(
     match line {
         Line::Data(bytes) => {
             let bytes = match number {
-                1 => bytes.strip_prefix(BOM).unwrap_or(&bytes),
-                _ => &bytes,
+                1 => bytes.strip_prefix(BOM).unwrap_or(bytes),
+                _ => bytes,
             };
             broker.step(
                 Input::Line {
@@ -375,17 +457,14 @@ where
         };
         let mut reader = BufReader::with_capacity(1 << 16, input);
         let mut number: u64 = 0;
-        let mut batch: Vec<Line> = Vec::new();
+        let mut batch = Batch::default();
         loop {
             // Read outside the lock: a blocked read must not delay deadlines.
             let mut ended = false;
             loop {
-                match read_line(&mut reader, max_frame_bytes) {
-                    Ok(Some(line)) => {
-                        holding.store(true, Ordering::SeqCst);
-                        batch.push(line);
-                    }
-                    Ok(None) => ended = true,
+                match batch.read(&mut reader, max_frame_bytes) {
+                    Ok(true) => holding.store(true, Ordering::SeqCst),
+                    Ok(false) => ended = true,
                     Err(err) => {
                         tracing::warn!(%err, "reading input failed; treating it as end of input");
                         ended = true;
@@ -404,11 +483,11 @@ where
             let deadline_before = shared.broker.next_deadline();
             // Every line read is handled, even after a `shutdown` frame or a
             // signal stopped the broker: a stopped broker denies the calls.
-            for line in batch.drain(..) {
+            let Shared { broker, frames, .. } = &mut *shared;
+            batch.drain(|line| {
                 number += 1;
-                let Shared { broker, frames, .. } = &mut *shared;
                 handle_line(broker, STDIO, line, number, max_frame_bytes, frames);
-            }
+            });
             if ended && !shared.broker.stopped() {
                 let Shared { broker, frames, .. } = &mut *shared;
                 broker.step(Input::Stop, frames);
@@ -701,6 +780,53 @@ mod tests {
             vec![Line::TooLarge(Start::default())]
         );
         assert_eq!(lines(b"", 5), Vec::<Line>::new());
+    }
+
+    /// A batch splits lines exactly as `read_line` does, whatever is held
+    /// before a line and however the reader's buffer cuts the input.
+    #[test]
+    fn a_batch_reads_the_lines_read_line_reads() {
+        let inputs: [&[u8]; 5] = [
+            b"ab\n0123456789\n\ncd\r\nlast",
+            b"1234\n12345\n123456\n1234\r\n12345\r\n123456\r\n12345\r",
+            b"{\"type\":\"tool_call\",\"callID\":\"c1\",\"tool\":\"read\"}\nok\n",
+            b"0123456789",
+            b"",
+        ];
+        for input in inputs {
+            for (capacity, max) in [(1, 5), (4, 5), (64, 5), (3, 40), (64, 40)] {
+                let mut reader = BufReader::with_capacity(capacity, input);
+                let mut batch = Batch::default();
+                let mut got = Vec::new();
+                // Two lines per batch: bytes left from a batch must not leak
+                // into the next one.
+                while batch.read(&mut reader, max).unwrap() {
+                    if batch.len() == 2 {
+                        batch.drain(|line| got.push(owned(line)));
+                    }
+                }
+                batch.drain(|line| got.push(owned(line)));
+                assert!(batch.is_empty());
+                let mut reader = BufReader::with_capacity(capacity, input);
+                let mut expected = Vec::new();
+                while let Some(line) = read_line(&mut reader, max).unwrap() {
+                    expected.push(line);
+                }
+                assert_eq!(
+                    got,
+                    expected,
+                    "{:?} capacity {capacity} max {max}",
+                    String::from_utf8_lossy(input)
+                );
+            }
+        }
+    }
+
+    fn owned(line: Line<&[u8]>) -> Line {
+        match line {
+            Line::Data(bytes) => Line::Data(bytes.to_vec()),
+            Line::TooLarge(start) => Line::TooLarge(start),
+        }
     }
 
     #[test]

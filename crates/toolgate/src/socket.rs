@@ -477,7 +477,7 @@ fn write_connection(received: &Receiver<Vec<u8>>, frames: &AtomicUsize, mut stre
 fn read_connection(shared: &Shared, conn: ConnId, stream: UnixStream, unwritten: &AtomicUsize) {
     let mut reader = BufReader::with_capacity(1 << 16, stream);
     let mut number = 0u64;
-    let mut batch = Vec::with_capacity(BATCH);
+    let mut batch = serve::Batch::default();
     loop {
         if !wait_for_reader(unwritten) {
             tracing::warn!(
@@ -488,13 +488,12 @@ fn read_connection(shared: &Shared, conn: ConnId, stream: UnixStream, unwritten:
             shared.disconnect(conn);
             return;
         }
-        match serve::read_line(&mut reader, shared.max_frame_bytes) {
-            Ok(Some(line)) => {
-                batch.push(line);
+        match batch.read(&mut reader, shared.max_frame_bytes) {
+            Ok(true) => {
                 // Never wait for more while a complete line is unanswered.
                 while batch.len() < BATCH && reader.buffer().contains(&b'\n') {
-                    match serve::read_line(&mut reader, shared.max_frame_bytes) {
-                        Ok(Some(line)) => batch.push(line),
+                    match batch.read(&mut reader, shared.max_frame_bytes) {
+                        Ok(true) => {}
                         _ => break,
                     }
                 }
@@ -502,17 +501,18 @@ fn read_connection(shared: &Shared, conn: ConnId, stream: UnixStream, unwritten:
                 let before = hub.broker.next_deadline();
                 let mut out = Vec::new();
                 crate::repo::next_batch();
-                for line in batch.drain(..) {
+                let broker = &mut hub.broker;
+                batch.drain(|line| {
                     number += 1;
                     serve::handle_line(
-                        &mut hub.broker,
+                        broker,
                         conn,
                         line,
                         number,
                         shared.max_frame_bytes,
                         &mut out,
                     );
-                }
+                });
                 hub.broker.commit();
                 hub.deliver(out);
                 let stalled = std::mem::take(&mut hub.stalled);
@@ -537,7 +537,7 @@ fn read_connection(shared: &Shared, conn: ConnId, stream: UnixStream, unwritten:
                     return;
                 }
             }
-            Ok(None) => return,
+            Ok(false) => return,
             Err(err) => {
                 tracing::debug!(%err, conn, "reading a connection failed; closing it");
                 return;

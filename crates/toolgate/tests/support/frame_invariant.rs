@@ -143,7 +143,7 @@ pub fn feed(mut broker: Broker, input: &[u8], max: usize) -> Result<Tally, Strin
         let owed = owed_calls(&line, number);
         let decoded = decodes(&line, number);
         let mut outputs = Vec::new();
-        serve::handle_line(&mut broker, 0, line, number, max, &mut outputs);
+        serve::handle_line(&mut broker, 0, line.borrowed(), number, max, &mut outputs);
         let frames: Vec<_> = outputs.into_iter().map(|output| output.frame).collect();
         tally.lines += 1;
         check(&frames, owed, decoded, &mut pending, &mut tally)
