@@ -15,6 +15,15 @@ use toolgate::setup::{self, Settings};
 use toolgate::state::{self, FileStore};
 use toolgate_policy::Mode;
 
+/// The allocator: a decision makes and frees some thirty small blocks, more
+/// of one size than glibc's per-thread cache keeps (seven), so glibc frees
+/// most of them through its slow path; mimalloc's per-page free lists do not.
+/// Measured on 20,000 calls (readonly): 449 M -> 382 M instructions, peak RSS
+/// 7.6 -> 8.4 MB. Built without transparent huge pages (`no_thp`): an
+/// earlier build with them doubled the peak RSS. README "Dependencies".
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// A permission broker for AI coding agents.
 ///
 /// An agent writes each tool call it wants to make to toolgate's stdin as one
