@@ -795,6 +795,19 @@ pub fn variants(
         SubjectField::Url => return url_variants(input),
         _ => return Ok(None),
     };
+    // The usual case, decided without allocating: no group has two values.
+    let split_needed = groups.iter().any(|(fields, _)| {
+        let mut given = fields
+            .iter()
+            .filter_map(|field| input.get(*field))
+            .filter(|value| !value.is_null());
+        given
+            .next()
+            .is_some_and(|first| given.any(|other| other != first))
+    });
+    if !split_needed {
+        return Ok(None);
+    }
     let mut split: Vec<(&[&str], &str, Vec<&Value>)> = Vec::new();
     for (fields, canonical) in groups {
         let mut values: Vec<&Value> = Vec::new();
