@@ -68,29 +68,39 @@ fn string(out: &mut Vec<u8>, text: &str) {
     out.push(b'"');
     let mut run = 0;
     let mut at = 0;
-    while at < bytes.len() {
-        if let Some(word) = bytes.get(at..at + 8) {
-            let mut chunk = [0u8; 8];
-            chunk.copy_from_slice(word);
-            if !needs_escape(u64::from_le_bytes(chunk)) {
-                at += 8;
-                continue;
-            }
-        }
-        let byte = bytes[at];
-        if let Some(escape) = escape(byte) {
-            out.extend_from_slice(&bytes[run..at]);
-            out.extend_from_slice(escape);
-            if escape == b"\\u00" {
+    while let Some(found) = next_escape(bytes, at) {
+        out.extend_from_slice(&bytes[run..found]);
+        let byte = bytes[found];
+        match escape(byte) {
+            Some(b"\\u00") => {
+                out.extend_from_slice(b"\\u00");
                 out.push(HEX[usize::from(byte >> 4)]);
                 out.push(HEX[usize::from(byte & 0xf)]);
             }
-            run = at + 1;
+            Some(escape) => out.extend_from_slice(escape),
+            None => out.push(byte),
         }
-        at += 1;
+        at = found + 1;
+        run = at;
     }
     out.extend_from_slice(&bytes[run..]);
     out.push(b'"');
+}
+
+/// Where the first byte at or after `at` that needs escaping is.
+fn next_escape(bytes: &[u8], mut at: usize) -> Option<usize> {
+    while let Some(word) = bytes.get(at..).and_then(<[u8]>::first_chunk::<8>) {
+        let marked = needs_escape(u64::from_le_bytes(*word));
+        if marked != 0 {
+            // The lowest marked byte is always one that needs escaping.
+            return Some(at + marked.trailing_zeros() as usize / 8);
+        }
+        at += 8;
+    }
+    let tail = bytes.get(at..)?;
+    tail.iter()
+        .position(|&byte| escape(byte).is_some())
+        .map(|offset| at + offset)
 }
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
@@ -111,17 +121,18 @@ fn escape(byte: u8) -> Option<&'static [u8]> {
     })
 }
 
-/// Whether any of the eight bytes of `word` is below 0x20, a `"` or a `\`
-/// (exact for "any": a set high bit marks some such byte; bytes of 0x80 and
-/// above never count).
-fn needs_escape(word: u64) -> bool {
+/// The bytes of `word` (little-endian) below 0x20, `"` or `\`, each marked
+/// by its high bit. A borrow can also mark a byte above a marked one, never
+/// below: the lowest mark is exact, and none means none. Bytes of 0x80 and
+/// above are never marked.
+fn needs_escape(word: u64) -> u64 {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGH: u64 = 0x8080_8080_8080_8080;
     let below = |word: u64, n: u64| word.wrapping_sub(ONES * n) & !word & HIGH;
     let control = below(word, 0x20);
     let quote = below(word ^ (ONES * u64::from(b'"')), 1);
     let backslash = below(word ^ (ONES * u64::from(b'\\')), 1);
-    (control | quote | backslash) != 0
+    control | quote | backslash
 }
 
 #[cfg(test)]
