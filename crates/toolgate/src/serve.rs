@@ -15,7 +15,7 @@
 //! buffers and the binary over stdin/stdout. Nothing here needs an async
 //! runtime: one peer, blocking reads, one deadline thread.
 
-use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
+use std::io::{self, BufRead, BufReader, Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, TryLockError};
@@ -291,7 +291,11 @@ pub fn too_large(start: Start, max_frame_bytes: usize) -> toolgate_protocol::Dec
 /// The broker, the output and what is waiting to be written.
 struct Shared<W: Write> {
     broker: Broker,
-    writer: BufWriter<W>,
+    /// Written one whole batch at a time (one `write` per batch), so it is
+    /// not wrapped in a `BufWriter`: that would copy every byte once more.
+    writer: W,
+    /// The batch's frames as JSON lines; kept to reuse its allocation.
+    encoded: Vec<u8>,
     frames: Vec<Output>,
     /// Set when the input ended or `shutdown` was handled: the deadline thread stops.
     done: bool,
@@ -316,7 +320,7 @@ impl<W: Write> Shared<W> {
                 }
             });
         }
-        if let Err(err) = write_frames(&mut self.writer, &mut self.frames) {
+        if let Err(err) = write_frames(&mut self.writer, &mut self.frames, &mut self.encoded) {
             self.frames.clear();
             if self.failed.is_none() {
                 self.failed = Some(err);
@@ -429,7 +433,8 @@ where
     let mut shared = Shared {
         frames,
         broker,
-        writer: BufWriter::with_capacity(1 << 16, output),
+        writer: output,
+        encoded: Vec::new(),
         done: false,
         failed: None,
         approver,
@@ -734,17 +739,26 @@ const STDIO: ConnId = 0;
 
 /// Write and flush a batch of frames, one JSON line each (stdio has one
 /// connection: every output is for it).
-fn write_frames<W: Write>(writer: &mut W, frames: &mut Vec<Output>) -> io::Result<()> {
+fn write_frames<W: Write>(
+    writer: &mut W,
+    frames: &mut Vec<Output>,
+    lines: &mut Vec<u8>,
+) -> io::Result<()> {
     if frames.is_empty() {
         return Ok(());
     }
-    let mut lines = Vec::with_capacity(frames.len() * 256);
+    lines.clear();
     for output in frames.drain(..) {
-        toolgate_protocol::write_frame(&mut lines, &output.frame).map_err(io::Error::other)?;
+        toolgate_protocol::write_frame(lines, &output.frame).map_err(io::Error::other)?;
         lines.push(b'\n');
     }
-    writer.write_all(&lines)?;
-    writer.flush()
+    writer.write_all(lines)?;
+    writer.flush()?;
+    // A batch of large frames (a flood of plan-mode denials) is not kept.
+    if lines.capacity() > 1 << 20 {
+        *lines = Vec::new();
+    }
+    Ok(())
 }
 
 #[cfg(test)]
