@@ -63,6 +63,41 @@ fn rule_ref(out: &mut Vec<u8>, rule: &RuleRef) {
 /// and copied whole: the reminder of a plan-mode denial is some 1.5 KB with
 /// a newline every line or so. The tests hold it to `serde_json`'s bytes.
 fn string(out: &mut Vec<u8>, text: &str) {
+    if text.len() >= MEMO_MIN {
+        memo_string(out, text);
+    } else {
+        escaped(out, text);
+    }
+}
+
+/// Strings at least this long go through the memo.
+const MEMO_MIN: usize = 256;
+
+thread_local! {
+    /// The last long string written and its JSON form. Long strings are the
+    /// plan-mode reminder, the same text on every denial of a session in
+    /// plan mode: written once, then copied.
+    static MEMO: std::cell::RefCell<(String, Vec<u8>)> =
+        const { std::cell::RefCell::new((String::new(), Vec::new())) };
+}
+
+fn memo_string(out: &mut Vec<u8>, text: &str) {
+    MEMO.with(|memo| match memo.try_borrow_mut() {
+        Ok(mut memo) => {
+            let (source, json) = &mut *memo;
+            if source != text {
+                source.clear();
+                source.push_str(text);
+                json.clear();
+                escaped(json, text);
+            }
+            out.extend_from_slice(json);
+        }
+        Err(_) => escaped(out, text),
+    });
+}
+
+fn escaped(out: &mut Vec<u8>, text: &str) {
     let bytes = text.as_bytes();
     out.reserve(bytes.len() + 2);
     out.push(b'"');
@@ -247,7 +282,38 @@ mod tests {
         }
     }
 
+    /// Long strings (the memo's): the same one twice, another, the first
+    /// again; each as serde writes it.
+    #[test]
+    fn long_strings_are_remembered_and_never_confused() {
+        let first = format!(
+            "<system-reminder>\n{}\n\"x\"</system-reminder>",
+            "plan ".repeat(80)
+        );
+        let second = format!("{}\t", &first[..first.len() - 1]);
+        let short = "short \"one\"".to_string();
+        for text in [&first, &first, &second, &short, &first, &second, &second] {
+            let mut ours = Vec::new();
+            string(&mut ours, text);
+            assert_eq!(
+                String::from_utf8(ours).unwrap(),
+                serde_json::to_string(text).unwrap()
+            );
+        }
+    }
+
     proptest! {
+        #[test]
+        fn long_strings_full_of_escapes_are_written_as_serde_writes_them(
+            texts in proptest::collection::vec("[a-z \"\\\\\n\u{0}-\u{1f}é]{250,300}", 1..4)
+        ) {
+            for text in texts.iter().chain(texts.iter().rev()) {
+                let mut ours = Vec::new();
+                string(&mut ours, text);
+                prop_assert_eq!(String::from_utf8(ours).unwrap(), serde_json::to_string(text).unwrap());
+            }
+        }
+
         #[test]
         fn strings_full_of_escapes_are_written_as_serde_writes_them(
             text in "[a-z \"\\\\\n\t\r\u{0}-\u{1f}\u{7f}é日]{0,120}"
