@@ -1,5 +1,5 @@
-//! Writing frames. [`write_frame`] gives exactly the bytes `serde_json`
-//! gives for a [`ServerFrame`]; a `decision`, the frame every call gets, is
+//! Writing frames. [`write_line`] gives exactly the bytes `serde_json`
+//! gives for a [`ServerFrame`], and a newline; a `decision`, the frame every call gets, is
 //! written field by field (most of its strings need no escaping and are
 //! copied whole), every other frame goes through `serde_json`.
 
@@ -7,8 +7,24 @@
 use crate::Source;
 use crate::{Decision, RuleRef, ServerFrame, Verdict};
 
-/// Append `frame` as one JSON object (no newline) to `out`.
-pub fn write_frame(out: &mut Vec<u8>, frame: &ServerFrame) -> serde_json::Result<()> {
+/// Append `frame` as one JSON line to `out`; on an error (a frame
+/// `serde_json` cannot write) nothing is appended, so the lines already in
+/// `out` stay whole and the transport goes on with the next frame.
+pub fn write_line(out: &mut Vec<u8>, frame: &ServerFrame) -> serde_json::Result<()> {
+    let start = out.len();
+    match write_frame(out, frame) {
+        Ok(()) => {
+            out.push(b'\n');
+            Ok(())
+        }
+        Err(err) => {
+            out.truncate(start);
+            Err(err)
+        }
+    }
+}
+
+fn write_frame(out: &mut Vec<u8>, frame: &ServerFrame) -> serde_json::Result<()> {
     match frame {
         ServerFrame::Decision(decision) => {
             write_decision(out, decision);
@@ -195,12 +211,16 @@ mod tests {
         })
     }
 
+    /// Written after a line already in the buffer, which stays untouched.
     fn same(frame: &ServerFrame) {
-        let mut ours = Vec::new();
-        write_frame(&mut ours, frame).unwrap();
+        let mut ours = b"{\"before\":1}\n".to_vec();
+        write_line(&mut ours, frame).unwrap();
         assert_eq!(
             String::from_utf8(ours).unwrap(),
-            serde_json::to_string(frame).unwrap()
+            format!(
+                "{{\"before\":1}}\n{}\n",
+                serde_json::to_string(frame).unwrap()
+            )
         );
     }
 

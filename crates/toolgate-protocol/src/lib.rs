@@ -27,7 +27,7 @@ mod decode;
 mod encode;
 pub mod scan;
 
-pub use encode::write_frame;
+pub use encode::write_line;
 
 pub use decode::{decode, decode_line, DecodeError};
 

@@ -37,16 +37,6 @@ pub enum Line<B = Vec<u8>> {
     TooLarge(Start),
 }
 
-impl Line {
-    /// The same line, its bytes borrowed (as [`handle_line`] takes it).
-    pub fn borrowed(&self) -> Line<&[u8]> {
-        match self {
-            Line::Data(bytes) => Line::Data(bytes),
-            Line::TooLarge(start) => Line::TooLarge(start.clone()),
-        }
-    }
-}
-
 /// The ids read in the first `max` bytes of a line too long to keep: a
 /// `tool_call` whose `callID` was read is denied rather than left waiting;
 /// any other line gets an `error` frame carrying the ids that were read.
@@ -80,18 +70,6 @@ impl Start {
 /// The most lines the reader hands over at once.
 const BATCH: usize = 256;
 
-/// Read one line of at most `max` bytes. Returns `None` at end of input. A
-/// longer line is consumed and discarded chunk by chunk, never held whole.
-pub fn read_line<R: BufRead>(reader: &mut R, max: usize) -> io::Result<Option<Line>> {
-    let mut bytes = Vec::new();
-    Ok(
-        read_into(reader, max, &mut bytes)?.map(|piece| match piece {
-            Piece::Data(_) => Line::Data(bytes),
-            Piece::TooLarge(start) => Line::TooLarge(start),
-        }),
-    )
-}
-
 /// A line read into a shared buffer: where its bytes are, or what happened
 /// instead.
 enum Piece {
@@ -108,7 +86,9 @@ pub struct Batch {
 }
 
 impl Batch {
-    /// Read one more line (see [`read_line`]); `false` at end of input.
+    /// Read one more line of at most `max` bytes; `false` at end of input.
+    /// A longer line is consumed and discarded chunk by chunk, never held
+    /// whole: what its first `max` bytes said is kept ([`Line::TooLarge`]).
     pub fn read<R: BufRead>(&mut self, reader: &mut R, max: usize) -> io::Result<bool> {
         match read_into(reader, max, &mut self.bytes)? {
             Some(piece) => {
@@ -141,7 +121,7 @@ impl Batch {
     }
 }
 
-/// Read one line onto the end of `bytes` (see [`read_line`]).
+/// Read one line onto the end of `bytes` (see [`Batch::read`]).
 fn read_into<R: BufRead>(
     reader: &mut R,
     max: usize,
@@ -477,7 +457,7 @@ where
                 }
                 // Take the complete lines already buffered in one go; never
                 // wait for more while a decided frame is unwritten (a partial
-                // line in the buffer would make `read_line` block).
+                // line in the buffer would make `Batch::read` block).
                 if ended || batch.len() >= BATCH || !reader.buffer().contains(&b'\n') {
                     break;
                 }
@@ -749,8 +729,11 @@ fn write_frames<W: Write>(
     }
     lines.clear();
     for output in frames.drain(..) {
-        toolgate_protocol::write_frame(lines, &output.frame).map_err(io::Error::other)?;
-        lines.push(b'\n');
+        // As on a socket: a frame that cannot be written is left out, never
+        // the frames around it.
+        if let Err(err) = toolgate_protocol::write_line(lines, &output.frame) {
+            tracing::warn!(%err, "a frame could not be written");
+        }
     }
     writer.write_all(lines)?;
     writer.flush()?;
@@ -767,12 +750,23 @@ mod tests {
 
     use super::*;
 
+    /// The lines of `input`, read through a 4-byte buffer in one batch.
     fn lines(input: &[u8], max: usize) -> Vec<Line> {
-        let mut reader = BufReader::with_capacity(4, input);
+        read_all(input, 4, max, usize::MAX)
+    }
+
+    /// The lines of `input`, handed over every `per_batch` lines.
+    fn read_all(input: &[u8], capacity: usize, max: usize, per_batch: usize) -> Vec<Line> {
+        let mut reader = BufReader::with_capacity(capacity, input);
+        let mut batch = Batch::default();
         let mut out = Vec::new();
-        while let Some(line) = read_line(&mut reader, max).unwrap() {
-            out.push(line);
+        while batch.read(&mut reader, max).unwrap() {
+            if batch.len() == per_batch {
+                batch.drain(|line| out.push(owned(line)));
+            }
         }
+        batch.drain(|line| out.push(owned(line)));
+        assert!(batch.is_empty());
         out
     }
 
@@ -796,10 +790,11 @@ mod tests {
         assert_eq!(lines(b"", 5), Vec::<Line>::new());
     }
 
-    /// A batch splits lines exactly as `read_line` does, whatever is held
-    /// before a line and however the reader's buffer cuts the input.
+    /// However many lines a batch holds and however the reader's buffer
+    /// cuts the input, the same lines come out: bytes left from one batch
+    /// never leak into the next.
     #[test]
-    fn a_batch_reads_the_lines_read_line_reads() {
+    fn batches_of_any_size_read_the_same_lines() {
         let inputs: [&[u8]; 5] = [
             b"ab\n0123456789\n\ncd\r\nlast",
             b"1234\n12345\n123456\n1234\r\n12345\r\n123456\r\n12345\r",
@@ -809,29 +804,15 @@ mod tests {
         ];
         for input in inputs {
             for (capacity, max) in [(1, 5), (4, 5), (64, 5), (3, 40), (64, 40)] {
-                let mut reader = BufReader::with_capacity(capacity, input);
-                let mut batch = Batch::default();
-                let mut got = Vec::new();
-                // Two lines per batch: bytes left from a batch must not leak
-                // into the next one.
-                while batch.read(&mut reader, max).unwrap() {
-                    if batch.len() == 2 {
-                        batch.drain(|line| got.push(owned(line)));
-                    }
+                let whole = read_all(input, capacity, max, usize::MAX);
+                for per_batch in [1, 2, 3] {
+                    assert_eq!(
+                        read_all(input, capacity, max, per_batch),
+                        whole,
+                        "{:?} capacity {capacity} max {max} per batch {per_batch}",
+                        String::from_utf8_lossy(input)
+                    );
                 }
-                batch.drain(|line| got.push(owned(line)));
-                assert!(batch.is_empty());
-                let mut reader = BufReader::with_capacity(capacity, input);
-                let mut expected = Vec::new();
-                while let Some(line) = read_line(&mut reader, max).unwrap() {
-                    expected.push(line);
-                }
-                assert_eq!(
-                    got,
-                    expected,
-                    "{:?} capacity {capacity} max {max}",
-                    String::from_utf8_lossy(input)
-                );
             }
         }
     }

@@ -242,13 +242,10 @@ impl Hub {
                 }
             };
             let (_, chunk, count) = &mut chunks[index];
-            let start = chunk.len();
-            if let Err(err) = toolgate_protocol::write_frame(chunk, &frame) {
-                chunk.truncate(start);
+            if let Err(err) = toolgate_protocol::write_line(chunk, &frame) {
                 tracing::warn!(%err, "a frame could not be written");
                 continue;
             }
-            chunk.push(b'\n');
             *count += 1;
         }
         for (conn, chunk, count) in chunks {

@@ -45,10 +45,10 @@ type Key = (String, String);
 /// The calls a line is owed an answer for, found without the broker's
 /// decoder where possible: a line that is JSON is read with serde_json; one
 /// that is not with the tolerant reader.
-fn owed_calls(line: &Line, number: u64) -> Vec<Key> {
+fn owed_calls(line: &Line<&[u8]>, number: u64) -> Vec<Key> {
     let bytes = match line {
         Line::TooLarge(start) => return start.call().into_iter().collect(),
-        Line::Data(bytes) => bytes.as_slice(),
+        Line::Data(bytes) => *bytes,
     };
     let bytes = bytes.strip_suffix(b"\r").unwrap_or(bytes);
     let bytes = match number {
@@ -107,7 +107,7 @@ fn owed_calls(line: &Line, number: u64) -> Vec<Key> {
 }
 
 /// True when the broker's decoder takes the line as a frame.
-fn decodes(line: &Line, number: u64) -> bool {
+fn decodes(line: &Line<&[u8]>, number: u64) -> bool {
     let Line::Data(bytes) = line else {
         return false;
     };
@@ -138,16 +138,28 @@ pub fn feed(mut broker: Broker, input: &[u8], max: usize) -> Result<Tally, Strin
     let mut pending: HashMap<Key, usize> = HashMap::new();
     let mut tally = Tally::default();
     let mut number = 0u64;
-    while let Some(line) = serve::read_line(&mut reader, max).map_err(|err| err.to_string())? {
-        number += 1;
-        let owed = owed_calls(&line, number);
-        let decoded = decodes(&line, number);
-        let mut outputs = Vec::new();
-        serve::handle_line(&mut broker, 0, line.borrowed(), number, max, &mut outputs);
-        let frames: Vec<_> = outputs.into_iter().map(|output| output.frame).collect();
-        tally.lines += 1;
-        check(&frames, owed, decoded, &mut pending, &mut tally)
-            .map_err(|problem| format!("line {number}: {problem}"))?;
+    let mut batch = serve::Batch::default();
+    let mut failed = None;
+    // One line per batch: the promise is checked after every line.
+    while batch
+        .read(&mut reader, max)
+        .map_err(|err| err.to_string())?
+    {
+        batch.drain(|line| {
+            number += 1;
+            let owed = owed_calls(&line, number);
+            let decoded = decodes(&line, number);
+            let mut outputs = Vec::new();
+            serve::handle_line(&mut broker, 0, line, number, max, &mut outputs);
+            let frames: Vec<_> = outputs.into_iter().map(|output| output.frame).collect();
+            tally.lines += 1;
+            if let Err(problem) = check(&frames, owed, decoded, &mut pending, &mut tally) {
+                failed = Some(format!("line {number}: {problem}"));
+            }
+        });
+        if let Some(problem) = failed.take() {
+            return Err(problem);
+        }
         if broker.stopped() {
             break;
         }
