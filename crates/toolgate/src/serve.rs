@@ -1,22 +1,30 @@
-//! The JSON-lines transport. The thread that reads the input also decides
-//! and answers what it read, so a lone call crosses no thread boundary inside
-//! the broker; a second thread wakes up only to end questions whose deadline
-//! passed. The broker and the one output writer sit together behind a mutex,
-//! so frames from both threads go out whole and in order. With
-//! [`run_controlled`], a third thread acts on signals ([`Control`]) even while
-//! the reader is blocked on its input.
+//! The JSON-lines transport. The thread that reads the input also decodes
+//! it; what it decoded is decided and answered by a worker thread, while the
+//! reader reads and decodes the next batch, so a flood keeps two CPUs busy.
+//! A few lines with nothing handed to the worker still unanswered (an
+//! agent's lone call) are decided on the reading thread itself: a lone call
+//! crosses no thread boundary inside the broker. Answers go out in the order
+//! of the lines, since the reader decides a batch itself only when every
+//! batch it handed over has been answered. A further thread wakes up only to
+//! end questions whose deadline passed. The broker and the one output writer
+//! sit together behind a mutex, so frames from every thread go out whole and
+//! in order. With [`run_controlled`], one more thread acts on signals
+//! ([`Control`]) even while the reader is blocked on its input.
 //!
-//! Every complete line is decided and its frames flushed before the reader
-//! waits for more input: a partial next line never holds back the decisions
-//! of the lines before it. The frame limit counts a line without its `\n` or
-//! `\r\n`; a UTF-8 byte order mark is skipped at the very start of the input.
+//! Every complete line is decided and its frames flushed without waiting for
+//! more input: a partial next line never holds back the decisions of the
+//! lines before it. After a batch holding a `shutdown` frame, the reader
+//! reads nothing more until that batch is answered, so a `shutdown` ends the
+//! run even while the input stays open. The frame limit counts a line
+//! without its `\n` or `\r\n`; a UTF-8 byte order mark is skipped at the
+//! very start of the input.
 //!
 //! Generic over `std::io::Read`/`Write`, so tests can run it over in-memory
 //! buffers and the binary over stdin/stdout. Nothing here needs an async
-//! runtime: one peer, blocking reads, one deadline thread.
+//! runtime: one peer, blocking reads, a few threads that mostly sleep.
 
 use std::io::{self, BufRead, BufReader, Read, Write};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, TryLockError};
 use std::time::Duration;
@@ -25,7 +33,7 @@ use toolgate_policy::Policy;
 use toolgate_protocol::ErrorCode;
 
 use crate::approver::InProcess;
-use crate::broker::{Broker, ConnId, Input, Output};
+use crate::broker::{Broker, ConnId, Decoded, Input, Output};
 
 /// One line from the reader, or what happened instead.
 #[derive(Debug, PartialEq, Eq)]
@@ -209,9 +217,24 @@ fn call_of(start: &[u8]) -> Start {
 /// The UTF-8 byte order mark, skipped at the very start of the input only.
 const BOM: &[u8] = b"\xEF\xBB\xBF";
 
+/// Decode one line (1-based `number`) as the broker reads it. A UTF-8 byte
+/// order mark at the start of the first line is skipped; one anywhere else
+/// makes its line malformed. Pure: any thread may decode.
+pub fn decode(line: Line<&[u8]>, number: u64, max_frame_bytes: usize) -> Decoded {
+    match line {
+        Line::Data(bytes) => {
+            let bytes = match number {
+                1 => bytes.strip_prefix(BOM).unwrap_or(bytes),
+                _ => bytes,
+            };
+            Decoded::line(bytes, number)
+        }
+        Line::TooLarge(start) => Decoded::unreadable(too_large(start, max_frame_bytes)),
+    }
+}
+
 /// Hand one line (1-based `number`) from connection `conn` to the broker, as
-/// the transport does. A UTF-8 byte order mark at the start of the first
-/// line is skipped; one anywhere else makes its line malformed.
+/// the transport does ([`decode`], then the broker).
 pub fn handle_line(
     broker: &mut Broker,
     conn: ConnId,
@@ -220,30 +243,14 @@ pub fn handle_line(
     max_frame_bytes: usize,
     out: &mut Vec<Output>,
 ) {
-    match line {
-        Line::Data(bytes) => {
-            let bytes = match number {
-                1 => bytes.strip_prefix(BOM).unwrap_or(bytes),
-                _ => bytes,
-            };
-            broker.step(
-                Input::Line {
-                    conn,
-                    line: bytes,
-                    number,
-                },
-                out,
-            )
-        }
-        Line::TooLarge(start) => broker.step(
-            Input::Unreadable {
-                conn,
-                error: too_large(start, max_frame_bytes),
-                number,
-            },
-            out,
-        ),
-    }
+    broker.step(
+        Input::Decoded {
+            conn,
+            decoded: decode(line, number, max_frame_bytes),
+            number,
+        },
+        out,
+    );
 }
 
 /// What a line longer than the limit gets: a call is denied by its id; any
@@ -422,9 +429,7 @@ where
     shared.flush_frames();
     let state = Mutex::new(shared);
     let wake = Condvar::new();
-    // Set while the reader holds lines it has read but not yet handed to the
-    // broker: a signal that stops the broker waits for them to be answered.
-    let holding = AtomicBool::new(false);
+    let flow = Flow::default();
 
     std::thread::scope(|scope| {
         scope.spawn(|| expire_deadlines(&state, &wake));
@@ -434,12 +439,18 @@ where
         }
         let finished = match control {
             Some((finished, control)) => {
-                let (state, wake, holding) = (&state, &wake, &holding);
-                scope.spawn(move || obey(state, wake, holding, &control));
+                let (state, wake, flow) = (&state, &wake, &flow);
+                scope.spawn(move || obey(state, wake, flow, &control));
                 Some(finished)
             }
             None => None,
         };
+        let (to_worker, batches) = std::sync::mpsc::sync_channel::<Decodeds>(QUEUED);
+        let (spare, spares) = std::sync::mpsc::channel::<Decodeds>();
+        {
+            let (state, wake, flow) = (&state, &wake, &flow);
+            scope.spawn(move || work(state, wake, flow, &batches, &spare));
+        }
         let mut reader = BufReader::with_capacity(1 << 16, input);
         let mut number: u64 = 0;
         let mut batch = Batch::default();
@@ -448,7 +459,7 @@ where
             let mut ended = false;
             loop {
                 match batch.read(&mut reader, max_frame_bytes) {
-                    Ok(true) => holding.store(true, Ordering::SeqCst),
+                    Ok(true) => flow.holding.store(true, Ordering::SeqCst),
                     Ok(false) => ended = true,
                     Err(err) => {
                         tracing::warn!(%err, "reading input failed; treating it as end of input");
@@ -462,37 +473,52 @@ where
                     break;
                 }
             }
-            let mut shared = lock(&state);
-            // What the disk said about repositories holds for this batch only.
-            crate::repo::next_batch();
-            let deadline_before = shared.broker.next_deadline();
-            // Every line read is handled, even after a `shutdown` frame or a
-            // signal stopped the broker: a stopped broker denies the calls.
-            let Shared { broker, frames, .. } = &mut *shared;
+            // Decoded here, while the worker decides the batch before.
+            let mut lines = spares
+                .try_recv()
+                .unwrap_or_else(|_| Vec::with_capacity(BATCH));
             batch.drain(|line| {
                 number += 1;
-                handle_line(broker, STDIO, line, number, max_frame_bytes, frames);
+                lines.push((number, decode(line, number, max_frame_bytes)));
             });
-            if ended && !shared.broker.stopped() {
-                let Shared { broker, frames, .. } = &mut *shared;
-                broker.step(Input::Stop, frames);
-            }
-            shared.flush_frames();
-            holding.store(false, Ordering::SeqCst);
-            if shared.broker.stopped() {
-                shared.done = true;
-            }
-            let done = shared.done;
-            // Wake the deadline thread only when its sleep is no longer right.
-            let rearm = done || shared.broker.next_deadline() != deadline_before;
-            drop(shared);
-            if rearm {
-                wake.notify_one();
-            }
+            // After a `shutdown` the broker may be done: find out before
+            // reading on, since more input may never come.
+            let last = ended || lines.iter().any(|(_, decoded)| decoded.is_shutdown());
+            // A few lines with nothing handed over ahead of them (an agent's
+            // lone call) are answered on this thread: no hand-over to wait
+            // for. So is the last batch, once all before it are answered.
+            let ship = !last
+                && !flow.gone.load(Ordering::SeqCst)
+                && (lines.len() > INLINE || !flow.idle());
+            let done = if ship {
+                flow.in_flight.fetch_add(1, Ordering::SeqCst);
+                flow.holding.store(false, Ordering::SeqCst);
+                match to_worker.send(lines) {
+                    Ok(()) => false,
+                    Err(returned) => {
+                        // The worker is gone (it never is, short of a bug):
+                        // answer here, as if it had never been.
+                        flow.holding.store(true, Ordering::SeqCst);
+                        // The worker may have zeroed the count as it ended.
+                        let _ = flow.in_flight.fetch_update(
+                            Ordering::SeqCst,
+                            Ordering::SeqCst,
+                            |n| n.checked_sub(1),
+                        );
+                        let mut lines = returned.0;
+                        flow.wait_drained(&state);
+                        answer(&state, &wake, &flow, &mut lines, ended, false)
+                    }
+                }
+            } else {
+                flow.wait_drained(&state);
+                answer(&state, &wake, &flow, &mut lines, ended, false)
+            };
             if done {
                 break;
             }
         }
+        drop(to_worker);
         if let Some(finished) = finished {
             // The control thread may be gone already (it ends on its own
             // once it sees the transport done); nothing is lost then.
@@ -507,6 +533,145 @@ where
         Some(err) => Err(err),
         None => Ok(()),
     }
+}
+
+/// A batch of decoded lines, each with its number.
+type Decodeds = Vec<(u64, Decoded)>;
+
+/// At most this many lines read together, with nothing handed to the worker
+/// still unanswered, are answered on the reader's thread: a lone call never
+/// waits for another thread to wake up.
+const INLINE: usize = 8;
+
+/// How many decoded batches may wait for the worker; then the reader waits,
+/// so a flood holds a bounded amount of memory.
+const QUEUED: usize = 2;
+
+/// The lines between the reader and the worker. The reader reads and decodes
+/// a batch while the worker decides the one before, so a flood uses two
+/// CPUs; the order of the answers is the order of the lines, because the
+/// reader answers a batch itself only when nothing it handed over is still
+/// unanswered.
+#[derive(Default)]
+struct Flow {
+    /// Batches handed to the worker and not yet answered (lowered under the
+    /// broker's lock, after their frames were written).
+    in_flight: AtomicUsize,
+    /// Signalled (under the broker's lock) when `in_flight` reaches zero.
+    drained: Condvar,
+    /// The worker has ended: the reader answers everything itself.
+    gone: AtomicBool,
+    /// The reader holds lines it has read but not handed over yet.
+    holding: AtomicBool,
+}
+
+impl Flow {
+    /// Nothing handed over is unanswered.
+    fn idle(&self) -> bool {
+        self.in_flight.load(Ordering::SeqCst) == 0
+    }
+
+    /// Wait until every batch handed over has been answered (or the worker
+    /// is gone).
+    fn wait_drained<W: Write>(&self, state: &Mutex<Shared<W>>) {
+        if self.idle() {
+            return;
+        }
+        let mut shared = lock(state);
+        while !self.idle() && !self.gone.load(Ordering::SeqCst) {
+            shared = self
+                .drained
+                .wait(shared)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    /// No line read is still unanswered, with the broker's lock held.
+    fn answered(&self) -> bool {
+        !self.holding.load(Ordering::SeqCst) && self.idle()
+    }
+}
+
+/// Marks the worker gone when it ends, however it ends.
+struct Gone<'a>(&'a Flow);
+
+impl Drop for Gone<'_> {
+    fn drop(&mut self) {
+        self.0.gone.store(true, Ordering::SeqCst);
+        self.0.in_flight.store(0, Ordering::SeqCst);
+        self.0.drained.notify_all();
+    }
+}
+
+/// The worker: answer the batches the reader decoded, in order, until the
+/// reader is done.
+fn work<W: Write>(
+    state: &Mutex<Shared<W>>,
+    wake: &Condvar,
+    flow: &Flow,
+    batches: &Receiver<Decodeds>,
+    spare: &Sender<Decodeds>,
+) {
+    let _gone = Gone(flow);
+    for mut lines in batches {
+        answer(state, wake, flow, &mut lines, false, true);
+        // The reader fills it again; if the reader is gone it is dropped.
+        let _ = spare.send(lines);
+    }
+}
+
+/// Answer a batch of decoded lines under the broker's lock, stop the broker
+/// at the end of input, and write what it said; `shipped` when the batch came
+/// through the worker. Whether the transport is done.
+fn answer<W: Write>(
+    state: &Mutex<Shared<W>>,
+    wake: &Condvar,
+    flow: &Flow,
+    lines: &mut Decodeds,
+    ended: bool,
+    shipped: bool,
+) -> bool {
+    let mut shared = lock(state);
+    // What the disk said about repositories holds for this batch only.
+    crate::repo::next_batch();
+    let deadline_before = shared.broker.next_deadline();
+    // Every line read is handled, even after a `shutdown` frame or a
+    // signal stopped the broker: a stopped broker denies the calls.
+    let Shared { broker, frames, .. } = &mut *shared;
+    for (number, decoded) in lines.drain(..) {
+        broker.step(
+            Input::Decoded {
+                conn: STDIO,
+                decoded,
+                number,
+            },
+            frames,
+        );
+    }
+    if ended && !shared.broker.stopped() {
+        let Shared { broker, frames, .. } = &mut *shared;
+        broker.step(Input::Stop, frames);
+    }
+    shared.flush_frames();
+    if shipped {
+        flow.in_flight.fetch_sub(1, Ordering::SeqCst);
+    } else {
+        flow.holding.store(false, Ordering::SeqCst);
+    }
+    if shared.broker.stopped() {
+        shared.done = true;
+    }
+    let done = shared.done;
+    // Wake the deadline thread only when its sleep is no longer right.
+    let rearm = done || shared.broker.next_deadline() != deadline_before;
+    drop(shared);
+    if shipped {
+        flow.drained.notify_all();
+    }
+    if rearm {
+        wake.notify_one();
+    }
+    done
 }
 
 /// The in-process approver's answers, each a line of connection
@@ -586,7 +751,7 @@ fn expire_deadlines<W: Write>(state: &Mutex<Shared<W>>, wake: &Condvar) {
 fn obey<W: Write>(
     state: &Mutex<Shared<W>>,
     wake: &Condvar,
-    holding: &AtomicBool,
+    flow: &Flow,
     control: &Receiver<Control>,
 ) {
     loop {
@@ -658,7 +823,7 @@ fn obey<W: Write>(
                 loop {
                     std::thread::sleep(Duration::from_millis(20));
                     let guard = lock_within(state, STOP_PATIENCE);
-                    if !holding.load(Ordering::SeqCst) || start.elapsed() > STOP_PATIENCE {
+                    if flow.answered() || start.elapsed() > STOP_PATIENCE {
                         std::process::exit(0);
                     }
                     drop(guard);

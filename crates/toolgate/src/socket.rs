@@ -475,6 +475,7 @@ fn read_connection(shared: &Shared, conn: ConnId, stream: UnixStream, unwritten:
     let mut reader = BufReader::with_capacity(1 << 16, stream);
     let mut number = 0u64;
     let mut batch = serve::Batch::default();
+    let mut decoded = Vec::new();
     loop {
         if !wait_for_reader(unwritten) {
             tracing::warn!(
@@ -494,22 +495,26 @@ fn read_connection(shared: &Shared, conn: ConnId, stream: UnixStream, unwritten:
                         _ => break,
                     }
                 }
+                // Decoded before the lock is taken: the other connections'
+                // lines are decided meanwhile.
+                batch.drain(|line| {
+                    number += 1;
+                    decoded.push((number, serve::decode(line, number, shared.max_frame_bytes)));
+                });
                 let mut hub = lock(&shared.hub);
                 let before = hub.broker.next_deadline();
                 let mut out = Vec::new();
                 crate::repo::next_batch();
-                let broker = &mut hub.broker;
-                batch.drain(|line| {
-                    number += 1;
-                    serve::handle_line(
-                        broker,
-                        conn,
-                        line,
-                        number,
-                        shared.max_frame_bytes,
+                for (number, decoded) in decoded.drain(..) {
+                    hub.broker.step(
+                        Input::Decoded {
+                            conn,
+                            decoded,
+                            number,
+                        },
                         &mut out,
                     );
-                });
+                }
                 hub.broker.commit();
                 hub.deliver(out);
                 let stalled = std::mem::take(&mut hub.stalled);

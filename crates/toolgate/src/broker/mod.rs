@@ -14,7 +14,6 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
-use serde_json::Value;
 use toolgate_policy::{Grants, Policy};
 use toolgate_protocol as wire;
 use toolgate_protocol::{ClientFrame, DecodeError, ErrorCode, ServerFrame};
@@ -24,7 +23,7 @@ use crate::state::Store;
 use questions::{Pending, Queue};
 use sessions::{ClosedSet, RepeatMemory, Session};
 
-pub use routing::{ConnId, Input, Output, To};
+pub use routing::{ConnId, Decoded, Input, Output, To};
 pub use sessions::MAX_DEPTH;
 
 pub mod audit;
@@ -168,20 +167,6 @@ impl Broker {
     /// The current monotonic time.
     pub fn now_ms(&self) -> u64 {
         self.clock.monotonic_ms()
-    }
-
-    /// A `session_start` refused because it could not be decoded shuts its
-    /// session too, when the line is JSON naming the session.
-    fn shut_unreadable_start(&mut self, line: &[u8], out: &mut Vec<ServerFrame>) {
-        let Ok(Value::Object(frame)) = serde_json::from_slice::<Value>(line) else {
-            return;
-        };
-        if frame.get("type").and_then(Value::as_str) != Some("session_start") {
-            return;
-        }
-        if let Some(id) = frame.get("sessionID").and_then(Value::as_str) {
-            self.shut_refused(id, out);
-        }
     }
 
     /// A line that did not decode: a `deny` (source `invalid`) for each

@@ -59,6 +59,18 @@ pub enum Input<'a> {
         /// Its number on that connection, for error frames.
         number: u64,
     },
+    /// A line decoded before it reached the broker ([`Decoded::line`] or
+    /// [`Decoded::unreadable`]), so that a transport can decode on another
+    /// thread, or outside its lock, while the broker decides what came
+    /// before. It is handled exactly as the line itself would be.
+    Decoded {
+        /// Where it came from.
+        conn: ConnId,
+        /// What the line said.
+        decoded: Decoded,
+        /// Its number on that connection, for error frames.
+        number: u64,
+    },
     /// A line the transport could not read whole (longer than the frame
     /// limit): what its first bytes said, as a decoding error. A `tool_call`
     /// whose `callID` was read is denied; anything else gets an `error`.
@@ -92,6 +104,68 @@ pub enum Input<'a> {
         /// Its ask timeout, in milliseconds (0 waits forever).
         ask_timeout_ms: u64,
     },
+}
+
+/// One input line, decoded: what the broker makes of a line before it
+/// looks at its own state. Decoding is pure (the same bytes always decode the
+/// same way), so it may happen on any thread, ahead of the broker.
+pub struct Decoded(Parsed);
+
+enum Parsed {
+    /// Nothing but whitespace: ignored.
+    Blank,
+    /// A frame.
+    Frame(ClientFrame),
+    /// A line that did not decode, and the `sessionID` of the
+    /// `session_start` it began, when it was one (that session is shut).
+    Invalid {
+        error: DecodeError,
+        session_start: Option<String>,
+    },
+    /// A line the transport could not read whole ([`Input::Unreadable`]).
+    Unreadable(DecodeError),
+}
+
+impl Decoded {
+    /// Decode one complete line (without its `\n`) with its 1-based number.
+    pub fn line(line: &[u8], number: u64) -> Decoded {
+        if line.iter().all(u8::is_ascii_whitespace) {
+            return Decoded(Parsed::Blank);
+        }
+        Decoded(match toolgate_protocol::decode_line(line, number) {
+            Ok(frame) => Parsed::Frame(frame),
+            Err(error) => Parsed::Invalid {
+                error,
+                session_start: session_start_id(line),
+            },
+        })
+    }
+
+    /// A line the transport could not read whole: what its first bytes
+    /// said, as a decoding error (see [`Input::Unreadable`]).
+    pub fn unreadable(error: DecodeError) -> Decoded {
+        Decoded(Parsed::Unreadable(error))
+    }
+
+    /// Whether the line is a `shutdown` frame: the broker may stop when it
+    /// has handled it, so a reader should not wait for more input first.
+    pub fn is_shutdown(&self) -> bool {
+        matches!(self.0, Parsed::Frame(ClientFrame::Shutdown(_)))
+    }
+}
+
+/// The `sessionID` of an unreadable line that is a `session_start` object.
+fn session_start_id(line: &[u8]) -> Option<String> {
+    let Ok(Value::Object(mut frame)) = serde_json::from_slice::<Value>(line) else {
+        return None;
+    };
+    if frame.get("type").and_then(Value::as_str) != Some("session_start") {
+        return None;
+    }
+    match frame.remove("sessionID") {
+        Some(Value::String(id)) => Some(id),
+        _ => None,
+    }
 }
 
 /// Where an output goes, and why.
@@ -171,9 +245,15 @@ impl Broker {
                 return;
             }
             Input::Line { conn, line, number } => {
-                self.conns.open.entry(conn).or_default();
-                self.current = Some(conn);
-                self.line(conn, line, number, &mut frames, out);
+                self.decoded(conn, Decoded::line(line, number), number, &mut frames, out);
+                Some(conn)
+            }
+            Input::Decoded {
+                conn,
+                decoded,
+                number,
+            } => {
+                self.decoded(conn, decoded, number, &mut frames, out);
                 Some(conn)
             }
             Input::Unreadable {
@@ -237,22 +317,45 @@ impl Broker {
         self.conns.approvers.len()
     }
 
-    /// One line from `conn`: `hello` and answers are checked here (who may
-    /// answer what); everything else goes to the broker's parts.
-    fn line(
+    /// One decoded line from `conn`: `hello` and answers are checked here
+    /// (who may answer what); everything else goes to the broker's parts.
+    fn decoded(
         &mut self,
         conn: ConnId,
-        line: &[u8],
+        decoded: Decoded,
         number: u64,
         frames: &mut Vec<ServerFrame>,
         out: &mut Vec<Output>,
     ) {
-        if line.iter().all(u8::is_ascii_whitespace) {
-            return;
-        }
-        match toolgate_protocol::decode_line(line, number) {
-            Ok(ClientFrame::Hello(hello)) => self.hello(conn, hello, out),
-            Ok(ClientFrame::PermissionResponse(response))
+        let frame = match decoded.0 {
+            Parsed::Unreadable(error) => {
+                self.reject_line(error, number, frames);
+                return;
+            }
+            Parsed::Blank => {
+                self.conns.open.entry(conn).or_default();
+                self.current = Some(conn);
+                return;
+            }
+            Parsed::Invalid {
+                error,
+                session_start,
+            } => {
+                self.conns.open.entry(conn).or_default();
+                self.current = Some(conn);
+                self.reject_line(error, number, frames);
+                if let (false, Some(id)) = (self.stopped, session_start) {
+                    self.shut_refused(&id, frames);
+                }
+                return;
+            }
+            Parsed::Frame(frame) => frame,
+        };
+        self.conns.open.entry(conn).or_default();
+        self.current = Some(conn);
+        match frame {
+            ClientFrame::Hello(hello) => self.hello(conn, hello, out),
+            ClientFrame::PermissionResponse(response)
                 if self
                     .conns
                     .asked
@@ -270,7 +373,7 @@ impl Broker {
                     line: Some(number),
                 }));
             }
-            Ok(frame) => {
+            frame => {
                 if let (ClientFrame::PermissionResponse(response), Some(_)) = (&frame, &self.audit)
                 {
                     self.audit_answer(conn, response);
@@ -286,12 +389,6 @@ impl Broker {
                 self.handle(frame, number, frames);
                 if let Some(ids) = ids {
                     ids.fill(&mut frames[start..]);
-                }
-            }
-            Err(err) => {
-                self.reject_line(err, number, frames);
-                if !self.stopped {
-                    self.shut_unreadable_start(line, frames);
                 }
             }
         }

@@ -1,0 +1,220 @@
+//! The stdio transport decodes a batch on its reading thread while a worker
+//! decides the batch before; a few lines with nothing ahead of them are
+//! answered on the reading thread itself. However the input arrives (whole
+//! floods, a byte at a time, anything between), the frames written must be
+//! exactly those of the broker handed the same lines one by one.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may panic
+
+mod support;
+
+use std::io::{Read, Write};
+use std::sync::{Arc, Mutex};
+
+use toolgate::broker::Input;
+use toolgate::clock::ManualClock;
+use toolgate_protocol::ServerFrame;
+
+/// A small deterministic generator (xorshift), so failures reproduce.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// A mix whose answers depend on the order of the lines: calls in four
+/// sessions (read, edit, shell), mode changes between them, cancels, session
+/// ends, call ids given twice, blank and broken lines.
+fn mixed_lines(count: usize, seed: u64) -> Vec<String> {
+    let mut rng = Rng(seed);
+    let modes = ["auto", "auto_edit", "ask", "plan", "readonly"];
+    let commands = ["git status", "ls -la", "rm -rf build", "cargo test", "cat a | wc -l"];
+    let mut lines = Vec::with_capacity(count);
+    for i in 0..count {
+        let session = format!("s{}", rng.below(4));
+        // Now and then a call id from earlier: a duplicate while it is pending.
+        let call = match rng.below(20) {
+            0 if i > 10 => format!("c{}", i - 1 - rng.below(10) as usize),
+            _ => format!("c{i}"),
+        };
+        let line = match rng.below(16) {
+            0..=4 => format!(
+                r#"{{"type":"tool_call","sessionID":"{session}","callID":"{call}","tool":"read","input":{{"file_path":"src/f{}.rs"}}}}"#,
+                rng.below(5)
+            ),
+            5..=7 => format!(
+                r#"{{"type":"tool_call","sessionID":"{session}","callID":"{call}","tool":"edit","input":{{"file_path":"src/f{}.rs","old_string":"a","new_string":"b"}}}}"#,
+                rng.below(5)
+            ),
+            8..=10 => format!(
+                r#"{{"type":"tool_call","sessionID":"{session}","callID":"{call}","tool":"bash","input":{{"command":"{}"}}}}"#,
+                commands[rng.below(commands.len() as u64) as usize]
+            ),
+            11 | 12 => format!(
+                r#"{{"type":"set_mode","sessionID":"{session}","mode":"{}"}}"#,
+                modes[rng.below(modes.len() as u64) as usize]
+            ),
+            13 => format!(
+                r#"{{"type":"cancel","sessionID":"{session}","callID":"c{}"}}"#,
+                i.saturating_sub(rng.below(30) as usize)
+            ),
+            14 => format!(r#"{{"type":"session_end","sessionID":"{session}"}}"#),
+            _ => match rng.below(3) {
+                0 => String::new(),
+                1 => r#"{"type":"tool_call","callID":"#.to_string(),
+                _ => format!(r#"{{"type":"tool_call","callID":"{call}","sessionID":"{session}"}}"#),
+            },
+        };
+        lines.push(line);
+    }
+    lines
+}
+
+/// What the broker says to the lines handed over one at a time, then to the
+/// end of input: the stdio transport's output, as it must be.
+fn one_by_one(lines: &[String]) -> Vec<u8> {
+    let mut broker = support::in_process(ManualClock::new(), 0);
+    let mut frames: Vec<ServerFrame> = Vec::new();
+    support::step(&mut broker, Input::Opened { conn: 0 }, &mut frames);
+    for (index, line) in lines.iter().enumerate() {
+        support::feed_line(&mut broker, line.as_bytes(), index as u64 + 1, &mut frames);
+    }
+    support::step(&mut broker, Input::Stop, &mut frames);
+    let mut bytes = Vec::new();
+    for frame in &frames {
+        toolgate_protocol::write_line(&mut bytes, frame).unwrap();
+    }
+    bytes
+}
+
+/// Input handed out in pieces of 1 to `most` bytes.
+struct Pieces {
+    bytes: Vec<u8>,
+    at: usize,
+    most: u64,
+    rng: Rng,
+}
+
+impl Read for Pieces {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let left = self.bytes.len() - self.at;
+        let size = (1 + self.rng.below(self.most) as usize)
+            .min(left)
+            .min(buf.len());
+        buf[..size].copy_from_slice(&self.bytes[self.at..self.at + size]);
+        self.at += size;
+        Ok(size)
+    }
+}
+
+/// An output the test can read after the transport has taken it.
+#[derive(Clone, Default)]
+struct Sink(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Sink {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn through_stdio(lines: &[String], most: u64, seed: u64) -> Vec<u8> {
+    let mut bytes = lines.join("\n").into_bytes();
+    bytes.push(b'\n');
+    let input = Pieces {
+        bytes,
+        at: 0,
+        most,
+        rng: Rng(seed),
+    };
+    let sink = Sink::default();
+    let broker = support::in_process(ManualClock::new(), 0);
+    toolgate::serve::run(input, sink.clone(), broker, 1 << 20).unwrap();
+    let written = sink.0.lock().unwrap().clone();
+    written
+}
+
+/// Where two outputs part, for a readable failure.
+fn first_difference(got: &[u8], want: &[u8]) -> String {
+    let got: Vec<&str> = std::str::from_utf8(got).unwrap().lines().collect();
+    let want: Vec<&str> = std::str::from_utf8(want).unwrap().lines().collect();
+    match got.iter().zip(&want).position(|(a, b)| a != b) {
+        Some(at) => format!("line {at}:\n got {}\nwant {}", got[at], want[at]),
+        None => format!("{} lines written, {} expected", got.len(), want.len()),
+    }
+}
+
+#[test]
+fn a_flood_is_answered_as_if_line_by_line_however_it_arrives() {
+    let lines = mixed_lines(6000, 0x9e37_79b9_7f4a_7c15);
+    let want = one_by_one(&lines);
+    // Whole 64 KiB reads (batches go to the worker), single bytes (every line
+    // alone, on the reading thread), and sizes in between that mix the two.
+    for (most, seed) in [(1 << 16, 1), (1, 2), (200, 3), (2_000, 4), (30_000, 5)] {
+        let got = through_stdio(&lines, most, seed);
+        assert!(
+            got == want,
+            "reads of up to {most} bytes: {}",
+            first_difference(&got, &want)
+        );
+    }
+}
+
+#[test]
+fn a_shutdown_in_a_flood_ends_the_run_with_input_still_open() {
+    let root = support::project_dir("pipeline-shutdown");
+    let mut broker = support::Broker::start(&root, &["--mode".into(), "readonly".into()], &[]);
+    // One write: many calls (more than are answered on the reading thread),
+    // `shutdown`, then more calls the broker has read when it stops.
+    let mut input = String::new();
+    for i in 0..300 {
+        input.push_str(&format!(
+            "{{\"type\":\"tool_call\",\"callID\":\"a{i}\",\"tool\":\"read\",\"input\":{{\"file_path\":\"src/f{i}.rs\"}}}}\n"
+        ));
+    }
+    input.push_str("{\"type\":\"shutdown\"}\n");
+    for i in 0..40 {
+        input.push_str(&format!(
+            "{{\"type\":\"tool_call\",\"callID\":\"b{i}\",\"tool\":\"read\",\"input\":{{\"file_path\":\"src/f{i}.rs\"}}}}\n"
+        ));
+    }
+    broker.send_raw(input.as_bytes());
+    // stdin stays open: the broker must end on its own.
+    let (status, lines, stderr) = broker.wait_exit();
+    assert!(status.success(), "exit {status}: {stderr}");
+    let decisions: Vec<&String> = lines
+        .iter()
+        .filter(|line| line.starts_with(r#"{"type":"decision""#))
+        .collect();
+    // The calls after `shutdown` that the broker had read are answered; it
+    // need not read the rest (the pipe may hand them over later).
+    assert!((300..=340).contains(&decisions.len()), "{stderr}");
+    for (i, line) in decisions.iter().take(300).enumerate() {
+        assert!(
+            line.contains(&format!(r#""callID":"a{i}","decision":"allow""#)),
+            "{line}"
+        );
+    }
+    // What was read after `shutdown` is denied, not dropped; whatever of it
+    // shared the batch of the `shutdown` is answered in order.
+    for (i, line) in decisions.iter().skip(300).enumerate() {
+        assert!(
+            line.contains(&format!(
+                r#""callID":"b{i}","decision":"deny","source":"shutdown""#
+            )),
+            "{line}"
+        );
+    }
+}
