@@ -300,7 +300,10 @@ impl Policy {
                     let action = mode_answer(mode, spec.kind, read_only, false);
                     let mode_reason = match (&command.verdict, &held) {
                         (Ok(()), None) => {
-                            format!("`{}` only reads, which every mode allows", command.text).into()
+                            let text = &command.text;
+                            let mut reason = String::with_capacity(text.len() + 42);
+                            reason.extend(["`", text, "` only reads, which every mode allows"]);
+                            reason.into()
                         }
                         (Err(refusal), _) => shell_reason(mode, action, &refusal.reason).into(),
                         (Ok(()), Some(held)) => shell_reason(mode, action, held).into(),
@@ -1407,36 +1410,37 @@ fn rule_outcome(rule: &Rule, subject: &str) -> Outcome {
         Action::Ask => "asks before",
         Action::Deny => "denies",
     };
-    let what = match rule.permission.as_str() {
-        "external_directory" => format!("leaving the project root for `{subject}`"),
-        "doom_loop" => format!("a third identical `{subject}` call in a row"),
-        _ if subject == "*" => "this call".to_string(),
-        _ => format!("`{subject}`"),
-    };
+    let permission = rule.permission.as_str();
+    let pattern = rule.pattern.as_str();
+    let origin: &str = &rule.origin;
+    // Written piece by piece into one string: this runs for most calls.
+    let mut reason =
+        String::with_capacity(80 + origin.len() + permission.len() + pattern.len() + subject.len());
+    reason.push_str("the ");
+    if origin == "built-in" {
+        reason.push_str("built-in");
+    } else {
+        reason.extend(["`", origin, "`"]);
+    }
+    reason.extend([" rule `", permission, ": ", pattern, "` ", verb, " "]);
+    match permission {
+        "external_directory" => {
+            reason.extend(["leaving the project root for `", subject, "`"]);
+        }
+        "doom_loop" => reason.extend(["a third identical `", subject, "` call in a row"]),
+        _ if subject == "*" => reason.push_str("this call"),
+        _ => reason.extend(["`", subject, "`"]),
+    }
     Outcome {
         action: rule.action,
         source: Source::Rule,
-        reason: format!(
-            "the {} rule `{}: {}` {verb} {what}",
-            origin_label(&rule.origin),
-            rule.permission.as_str(),
-            rule.pattern.as_str()
-        )
-        .into(),
+        reason: reason.into(),
         rule: Some(RuleRef {
-            permission: rule.permission.as_str().to_string(),
-            pattern: rule.pattern.as_str().to_string(),
+            permission: permission.to_string(),
+            pattern: pattern.to_string(),
             action: rule.action,
-            origin: rule.origin.to_string(),
+            origin: origin.to_string(),
         }),
-    }
-}
-
-fn origin_label(origin: &str) -> String {
-    if origin == "built-in" {
-        "built-in".to_string()
-    } else {
-        format!("`{origin}`")
     }
 }
 

@@ -75,8 +75,12 @@ impl Start {
     }
 }
 
-/// The most lines the reader hands over at once.
-const BATCH: usize = 256;
+/// The most lines the reader hands over at once: a flood comes in batches
+/// this large, and each batch costs the worker a wake-up, a lock and a write.
+const BATCH: usize = 1024;
+
+/// The input buffer: large enough for a batch of [`BATCH`] typical lines.
+const READ_BUFFER: usize = 1 << 18;
 
 /// A line read into a shared buffer: where its bytes are, or what happened
 /// instead.
@@ -451,7 +455,7 @@ where
             let (state, wake, flow) = (&state, &wake, &flow);
             scope.spawn(move || work(state, wake, flow, &batches, &spare));
         }
-        let mut reader = BufReader::with_capacity(1 << 16, input);
+        let mut reader = BufReader::with_capacity(READ_BUFFER, input);
         let mut number: u64 = 0;
         let mut batch = Batch::default();
         loop {
@@ -500,11 +504,11 @@ where
                         // answer here, as if it had never been.
                         flow.holding.store(true, Ordering::SeqCst);
                         // The worker may have zeroed the count as it ended.
-                        let _ = flow.in_flight.fetch_update(
-                            Ordering::SeqCst,
-                            Ordering::SeqCst,
-                            |n| n.checked_sub(1),
-                        );
+                        let _ =
+                            flow.in_flight
+                                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                                    n.checked_sub(1)
+                                });
                         let mut lines = returned.0;
                         flow.wait_drained(&state);
                         answer(&state, &wake, &flow, &mut lines, ended, false)
@@ -653,9 +657,10 @@ fn answer<W: Write>(
         broker.step(Input::Stop, frames);
     }
     shared.flush_frames();
-    if shipped {
-        flow.in_flight.fetch_sub(1, Ordering::SeqCst);
-    } else {
+    // Only the last batch answered can free a reader waiting for all of
+    // them: a condvar's notify is a system call even with nobody waiting.
+    let drained = shipped && flow.in_flight.fetch_sub(1, Ordering::SeqCst) == 1;
+    if !shipped {
         flow.holding.store(false, Ordering::SeqCst);
     }
     if shared.broker.stopped() {
@@ -665,7 +670,7 @@ fn answer<W: Write>(
     // Wake the deadline thread only when its sleep is no longer right.
     let rearm = done || shared.broker.next_deadline() != deadline_before;
     drop(shared);
-    if shipped {
+    if drained {
         flow.drained.notify_all();
     }
     if rearm {
@@ -902,8 +907,9 @@ fn write_frames<W: Write>(
     }
     writer.write_all(lines)?;
     writer.flush()?;
-    // A batch of large frames (a flood of plan-mode denials) is not kept.
-    if lines.capacity() > 1 << 20 {
+    // A batch of unusually large frames is not kept (a full batch of
+    // plan-mode denials, the largest usual frame, is about 1.2 MB).
+    if lines.capacity() > 1 << 22 {
         *lines = Vec::new();
     }
     Ok(())

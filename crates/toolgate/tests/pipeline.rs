@@ -36,7 +36,13 @@ impl Rng {
 fn mixed_lines(count: usize, seed: u64) -> Vec<String> {
     let mut rng = Rng(seed);
     let modes = ["auto", "auto_edit", "ask", "plan", "readonly"];
-    let commands = ["git status", "ls -la", "rm -rf build", "cargo test", "cat a | wc -l"];
+    let commands = [
+        "git status",
+        "ls -la",
+        "rm -rf build",
+        "cargo test",
+        "cat a | wc -l",
+    ];
     let mut lines = Vec::with_capacity(count);
     for i in 0..count {
         let session = format!("s{}", rng.below(4));
