@@ -20,7 +20,7 @@ use toolgate_protocol::{ClientFrame, DecodeError, ErrorCode, ServerFrame};
 
 use crate::clock::{Clock, IdSource};
 use crate::state::Store;
-use questions::{Pending, Queue};
+use questions::{call_hash, Pending, Queue};
 use sessions::{ClosedSet, RepeatMemory, Session};
 
 pub use routing::{ConnId, Decoded, Input, Output, To};
@@ -209,7 +209,13 @@ impl Broker {
     }
 
     /// Handle one decoded frame.
-    fn handle(&mut self, frame: ClientFrame, number: u64, out: &mut Vec<ServerFrame>) {
+    fn handle(
+        &mut self,
+        frame: ClientFrame,
+        hash: Option<u64>,
+        number: u64,
+        out: &mut Vec<ServerFrame>,
+    ) {
         if self.stopped {
             // Lines already read when the broker stopped (a `shutdown` frame
             // or a signal): their calls are denied, nothing else is done.
@@ -228,7 +234,10 @@ impl Broker {
             return;
         }
         match frame {
-            ClientFrame::ToolCall(call) => self.tool_call(call, number, out),
+            ClientFrame::ToolCall(call) => {
+                let hash = hash.unwrap_or_else(|| call_hash(&call.tool, &call.input));
+                self.tool_call(call, hash, number, out)
+            }
             ClientFrame::PermissionResponse(response) => {
                 let session = self
                     .pending

@@ -153,9 +153,11 @@ impl Broker {
         }
     }
 
+    /// A `tool_call`, with the hash of its tool and input ([`call_hash`]).
     pub(super) fn tool_call(
         &mut self,
         call: wire::ToolCall,
+        hash: u64,
         number: u64,
         out: &mut Vec<ServerFrame>,
     ) {
@@ -208,7 +210,6 @@ impl Broker {
         let Some(session) = self.sessions.get_mut(&call.session_id) else {
             return;
         };
-        let hash = call_hash(&call.tool, &call.input);
         let repeats = match session.last_call {
             Some((last, count)) if last == hash => count.saturating_add(1),
             _ => 1,
@@ -731,7 +732,7 @@ fn duration_text(ms: u64) -> String {
 
 /// A hash of the tool and its input, for spotting identical calls in a row
 /// (FNV-1a over a canonical walk of the JSON; keys in the order sent).
-fn call_hash(tool: &str, input: &Map<String, Value>) -> u64 {
+pub(super) fn call_hash(tool: &str, input: &Map<String, Value>) -> u64 {
     let mut hash = Fnv(0xcbf2_9ce4_8422_2325);
     hash.bytes(tool.as_bytes());
     hash.map(input);

@@ -114,8 +114,9 @@ pub struct Decoded(Parsed);
 enum Parsed {
     /// Nothing but whitespace: ignored.
     Blank,
-    /// A frame.
-    Frame(ClientFrame),
+    /// A frame, and for a `tool_call` the hash of its tool and input (how
+    /// identical calls in a row are spotted), also worked out ahead.
+    Frame(ClientFrame, Option<u64>),
     /// A line that did not decode, and the `sessionID` of the
     /// `session_start` it began, when it was one (that session is shut).
     Invalid {
@@ -133,7 +134,13 @@ impl Decoded {
             return Decoded(Parsed::Blank);
         }
         Decoded(match toolgate_protocol::decode_line(line, number) {
-            Ok(frame) => Parsed::Frame(frame),
+            Ok(frame) => {
+                let hash = match &frame {
+                    ClientFrame::ToolCall(call) => Some(super::call_hash(&call.tool, &call.input)),
+                    _ => None,
+                };
+                Parsed::Frame(frame, hash)
+            }
             Err(error) => Parsed::Invalid {
                 error,
                 session_start: session_start_id(line),
@@ -150,7 +157,7 @@ impl Decoded {
     /// Whether the line is a `shutdown` frame: the broker may stop when it
     /// has handled it, so a reader should not wait for more input first.
     pub fn is_shutdown(&self) -> bool {
-        matches!(self.0, Parsed::Frame(ClientFrame::Shutdown(_)))
+        matches!(self.0, Parsed::Frame(ClientFrame::Shutdown(_), _))
     }
 }
 
@@ -349,8 +356,9 @@ impl Broker {
                 }
                 return;
             }
-            Parsed::Frame(frame) => frame,
+            Parsed::Frame(frame, hash) => (frame, hash),
         };
+        let (frame, hash) = frame;
         self.conns.open.entry(conn).or_default();
         self.current = Some(conn);
         match frame {
@@ -386,7 +394,7 @@ impl Broker {
                     other => Some(FrameIds::of(other)),
                 };
                 let start = frames.len();
-                self.handle(frame, number, frames);
+                self.handle(frame, hash, number, frames);
                 if let Some(ids) = ids {
                     ids.fill(&mut frames[start..]);
                 }
