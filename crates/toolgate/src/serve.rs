@@ -297,6 +297,16 @@ struct Shared<W: Write> {
 }
 
 impl<W: Write> Shared<W> {
+    /// Encode the frames said so far, when they are all for stdout (no
+    /// in-process approver), and drop them: a step's frames are encoded
+    /// while they are fresh in the cache, not at the end of a batch of a
+    /// thousand. Nothing is written until [`Shared::flush_frames`].
+    fn encode_frames(&mut self) {
+        if self.approver.is_none() {
+            encode_frames(&mut self.frames, &mut self.encoded);
+        }
+    }
+
     fn flush_frames(&mut self) {
         // Saved before reported: what these frames report is synced first.
         self.broker.commit();
@@ -311,8 +321,8 @@ impl<W: Write> Shared<W> {
                 }
             });
         }
-        if let Err(err) = write_frames(&mut self.writer, &mut self.frames, &mut self.encoded) {
-            self.frames.clear();
+        encode_frames(&mut self.frames, &mut self.encoded);
+        if let Err(err) = write_encoded(&mut self.writer, &mut self.encoded) {
             if self.failed.is_none() {
                 self.failed = Some(err);
             }
@@ -453,7 +463,14 @@ where
         let (spare, spares) = std::sync::mpsc::channel::<Decodeds>();
         {
             let (state, wake, flow) = (&state, &wake, &flow);
-            scope.spawn(move || work(state, wake, flow, &batches, &spare));
+            let spawned = std::thread::Builder::new()
+                .name("toolgate-worker".into())
+                .spawn_scoped(scope, move || work(state, wake, flow, &batches, &spare));
+            if let Err(err) = spawned {
+                // The reader then answers every batch itself (`send` fails).
+                flow.gone.store(true, Ordering::SeqCst);
+                tracing::warn!(%err, "no worker thread; deciding on the reading thread");
+            }
         }
         let mut reader = BufReader::with_capacity(READ_BUFFER, input);
         let mut number: u64 = 0;
@@ -641,8 +658,8 @@ fn answer<W: Write>(
     let deadline_before = shared.broker.next_deadline();
     // Every line read is handled, even after a `shutdown` frame or a
     // signal stopped the broker: a stopped broker denies the calls.
-    let Shared { broker, frames, .. } = &mut *shared;
     for (number, decoded) in lines.drain(..) {
+        let Shared { broker, frames, .. } = &mut *shared;
         broker.step(
             Input::Decoded {
                 conn: STDIO,
@@ -651,6 +668,7 @@ fn answer<W: Write>(
             },
             frames,
         );
+        shared.encode_frames();
     }
     if ended && !shared.broker.stopped() {
         let Shared { broker, frames, .. } = &mut *shared;
@@ -887,17 +905,9 @@ fn lock_within<T>(mutex: &Mutex<T>, patience: Duration) -> Option<MutexGuard<'_,
 /// The one connection of the stdio transport.
 const STDIO: ConnId = 0;
 
-/// Write and flush a batch of frames, one JSON line each (stdio has one
-/// connection: every output is for it).
-fn write_frames<W: Write>(
-    writer: &mut W,
-    frames: &mut Vec<Output>,
-    lines: &mut Vec<u8>,
-) -> io::Result<()> {
-    if frames.is_empty() {
-        return Ok(());
-    }
-    lines.clear();
+/// Append `frames` to `lines`, one JSON line each (stdio has one
+/// connection: every output is for it), and forget them.
+fn encode_frames(frames: &mut Vec<Output>, lines: &mut Vec<u8>) {
     for output in frames.drain(..) {
         // As on a socket: a frame that cannot be written is left out, never
         // the frames around it.
@@ -905,14 +915,22 @@ fn write_frames<W: Write>(
             tracing::warn!(%err, "a frame could not be written");
         }
     }
-    writer.write_all(lines)?;
-    writer.flush()?;
+}
+
+/// Write and flush the encoded lines (one `write` for a batch), and empty
+/// the buffer, written or not.
+fn write_encoded<W: Write>(writer: &mut W, lines: &mut Vec<u8>) -> io::Result<()> {
+    if lines.is_empty() {
+        return Ok(());
+    }
+    let written = writer.write_all(lines).and_then(|()| writer.flush());
+    lines.clear();
     // A batch of unusually large frames is not kept (a full batch of
     // plan-mode denials, the largest usual frame, is about 1.2 MB).
     if lines.capacity() > 1 << 22 {
         *lines = Vec::new();
     }
-    Ok(())
+    written
 }
 
 #[cfg(test)]
