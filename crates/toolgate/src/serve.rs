@@ -479,6 +479,12 @@ where
             // Read outside the lock: a blocked read must not delay deadlines.
             let mut ended = false;
             loop {
+                // Stopped by a signal: what was read is answered (denied),
+                // nothing more is read; the process is about to end.
+                if flow.stopped.load(Ordering::SeqCst) {
+                    ended = true;
+                    break;
+                }
                 match batch.read(&mut reader, max_frame_bytes) {
                     Ok(true) => flow.holding.store(true, Ordering::SeqCst),
                     Ok(false) => ended = true,
@@ -584,6 +590,10 @@ struct Flow {
     gone: AtomicBool,
     /// The reader holds lines it has read but not handed over yet.
     holding: AtomicBool,
+    /// The control thread wants the broker's lock: batches wait.
+    paused: AtomicBool,
+    /// A signal stopped the broker: the reader reads no more.
+    stopped: AtomicBool,
 }
 
 impl Flow {
@@ -604,6 +614,29 @@ impl Flow {
                 .drained
                 .wait(shared)
                 .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    /// The broker's lock for the control thread, when it can be had within
+    /// `patience`. A flood keeps the worker taking the lock batch after
+    /// batch, so the worker is held back before its next batch until the
+    /// control thread has had its turn: a signal waits for one batch at
+    /// most, not for the end of the flood.
+    fn cut_in<'a, W: Write>(
+        &self,
+        state: &'a Mutex<Shared<W>>,
+        patience: Duration,
+    ) -> Option<MutexGuard<'a, Shared<W>>> {
+        self.paused.store(true, Ordering::SeqCst);
+        let guard = lock_within(state, patience);
+        self.paused.store(false, Ordering::SeqCst);
+        guard
+    }
+
+    /// Wait while the control thread is cutting in (see [`Flow::cut_in`]).
+    fn give_way(&self) {
+        while self.paused.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_micros(200));
         }
     }
 
@@ -652,6 +685,7 @@ fn answer<W: Write>(
     ended: bool,
     shipped: bool,
 ) -> bool {
+    flow.give_way();
     let mut shared = lock(state);
     // What the disk said about repositories holds for this batch only.
     crate::repo::next_batch();
@@ -790,7 +824,7 @@ fn obey<W: Write>(
             Err(RecvTimeoutError::Disconnected) => return,
         };
         let mut shared = match &order {
-            Control::Stop(signal) => match lock_within(state, STOP_PATIENCE) {
+            Control::Stop(signal) => match flow.cut_in(state, STOP_PATIENCE) {
                 Some(shared) => shared,
                 None => {
                     // The other thread holds the broker while its output is
@@ -803,7 +837,7 @@ fn obey<W: Write>(
                 }
             },
             Control::Done => return,
-            Control::Reload { .. } => match lock_within(state, STOP_PATIENCE) {
+            Control::Reload { .. } => match flow.cut_in(state, STOP_PATIENCE) {
                 Some(shared) => shared,
                 None => {
                     // Do not stay stuck behind a blocked output: a later
@@ -828,6 +862,7 @@ fn obey<W: Write>(
                 broker.step(Input::Stop, frames);
                 shared.flush_frames();
                 shared.done = true;
+                flow.stopped.store(true, Ordering::SeqCst);
                 let calls = if pending == 1 { "call" } else { "calls" };
                 match &shared.failed {
                     None => eprintln!(
@@ -845,7 +880,7 @@ fn obey<W: Write>(
                 let start = std::time::Instant::now();
                 loop {
                     std::thread::sleep(Duration::from_millis(20));
-                    let guard = lock_within(state, STOP_PATIENCE);
+                    let guard = flow.cut_in(state, STOP_PATIENCE);
                     if flow.answered() || start.elapsed() > STOP_PATIENCE {
                         std::process::exit(0);
                     }

@@ -224,3 +224,87 @@ fn a_shutdown_in_a_flood_ends_the_run_with_input_still_open() {
         );
     }
 }
+
+#[cfg(unix)]
+#[test]
+fn sigterm_in_a_long_flood_is_acted_on_at_once() {
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+
+    let root = support::project_dir("pipeline-sigterm");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(["--mode", "readonly"])
+        .current_dir(&root)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    const CALLS: usize = 200_000;
+    let mut stdin = child.stdin.take().unwrap();
+    // The flood goes on while the signal comes: the worker decides batch
+    // after batch, and the signal must not wait for the end of it.
+    let writer = std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        for i in 0..CALLS {
+            bytes.extend_from_slice(
+                format!(
+                    "{{\"type\":\"tool_call\",\"callID\":\"c{i}\",\"tool\":\"read\",\"input\":{{\"file_path\":\"src/f{}.rs\"}}}}\n",
+                    i % 50
+                )
+                .as_bytes(),
+            );
+        }
+        // The broker exits mid-flood: the pipe then breaks.
+        let _ = stdin.write_all(&bytes);
+    });
+    let stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        std::io::BufReader::new(stdout)
+            .lines()
+            .map(Result::unwrap)
+            .collect::<Vec<String>>()
+    });
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let sent = std::time::Instant::now();
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let status = child.wait().unwrap();
+    let waited = sent.elapsed();
+    let lines = reader.join().unwrap();
+    let _ = writer.join();
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(status.success(), "exit {status}: {stderr}");
+    assert!(stderr.contains("SIGTERM received"), "{stderr}");
+    let decisions: Vec<serde_json::Value> = lines
+        .iter()
+        .skip(1)
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    // In order, each call once, none skipped: a prefix of what was sent.
+    for (i, decision) in decisions.iter().enumerate() {
+        assert_eq!(decision["callID"], format!("c{i}"), "{decision}");
+    }
+    // Acted on while the flood was still coming: the calls already read
+    // when the signal came are denied as the broker shuts down, and it reads
+    // no more (it ends long before the flood would).
+    let denied = decisions
+        .iter()
+        .filter(|decision| decision["source"] == "shutdown")
+        .count();
+    assert!(
+        denied > 0 && decisions.len() < CALLS,
+        "{} decisions, {denied} for the shutdown, after {waited:?}: {stderr}",
+        decisions.len()
+    );
+}
