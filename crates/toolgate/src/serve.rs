@@ -517,14 +517,14 @@ where
             let ship = !last
                 && !flow.gone.load(Ordering::SeqCst)
                 && (lines.len() > INLINE || !flow.idle());
-            let done = if ship {
+            let kept = if ship {
                 flow.in_flight.fetch_add(1, Ordering::SeqCst);
                 flow.holding.store(false, Ordering::SeqCst);
                 match to_worker.send(lines) {
-                    Ok(()) => false,
+                    Ok(()) => None,
                     Err(returned) => {
                         // The worker is gone (it never is, short of a bug):
-                        // answer here, as if it had never been.
+                        // answered here, as if it had never been.
                         flow.holding.store(true, Ordering::SeqCst);
                         // The worker may have zeroed the count as it ended.
                         let _ =
@@ -532,14 +532,18 @@ where
                                 .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
                                     n.checked_sub(1)
                                 });
-                        let mut lines = returned.0;
-                        flow.wait_drained(&state);
-                        answer(&state, &wake, &flow, &mut lines, ended, false)
+                        Some(returned.0)
                     }
                 }
             } else {
-                flow.wait_drained(&state);
-                answer(&state, &wake, &flow, &mut lines, ended, false)
+                Some(lines)
+            };
+            let done = match kept {
+                None => false,
+                Some(mut lines) => {
+                    flow.wait_drained(&state);
+                    answer(&state, &wake, &flow, &mut lines, ended, false)
+                }
             };
             if done {
                 break;

@@ -334,33 +334,31 @@ impl Broker {
         frames: &mut Vec<ServerFrame>,
         out: &mut Vec<Output>,
     ) {
-        let frame = match decoded.0 {
+        // A line read whole makes its connection known and current; one too
+        // long to read is only answered.
+        let parsed = match decoded.0 {
             Parsed::Unreadable(error) => {
                 self.reject_line(error, number, frames);
                 return;
             }
-            Parsed::Blank => {
-                self.conns.open.entry(conn).or_default();
-                self.current = Some(conn);
-                return;
-            }
+            parsed => parsed,
+        };
+        self.conns.open.entry(conn).or_default();
+        self.current = Some(conn);
+        let (frame, hash) = match parsed {
+            Parsed::Frame(frame, hash) => (frame, hash),
             Parsed::Invalid {
                 error,
                 session_start,
             } => {
-                self.conns.open.entry(conn).or_default();
-                self.current = Some(conn);
                 self.reject_line(error, number, frames);
                 if let (false, Some(id)) = (self.stopped, session_start) {
                     self.shut_refused(&id, frames);
                 }
                 return;
             }
-            Parsed::Frame(frame, hash) => (frame, hash),
+            Parsed::Blank | Parsed::Unreadable(_) => return,
         };
-        let (frame, hash) = frame;
-        self.conns.open.entry(conn).or_default();
-        self.current = Some(conn);
         match frame {
             ClientFrame::Hello(hello) => self.hello(conn, hello, out),
             ClientFrame::PermissionResponse(response)
