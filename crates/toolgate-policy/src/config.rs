@@ -381,6 +381,7 @@ impl Policy {
                 fetch_permissions,
                 read_guards,
                 shell_cache: crate::ShellCache::default(),
+                id: crate::PolicyId::fresh(),
                 // Set by the binary, which can look at the disk.
                 glob_oracle: None,
                 default_mode: mode,

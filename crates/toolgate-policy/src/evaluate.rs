@@ -54,7 +54,10 @@ struct Check {
     /// Further texts rules may match to tighten the answer (a shell command
     /// after wrapper removal, the commands of a `bash -c` script).
     inner: Vec<String>,
-    /// The mode table's answer and why.
+    /// What the mode's answer depends on.
+    basis: Basis,
+    /// The mode table's answer and why (set for the session's mode when the
+    /// call is evaluated, see [`Basis`]).
     mode_action: Action,
     mode_reason: Text,
     /// What an `always` answer grants for this check.
@@ -76,6 +79,69 @@ struct Check {
     /// a command it could not parse, a shell whose script it did not read):
     /// every deny or ask rule of the permission may match it.
     runs_unknown: bool,
+}
+
+/// What decides a check's mode answer, once the session's mode is known.
+#[derive(Clone, Copy)]
+enum Basis {
+    /// Allowed by every mode: left to the rules (`external_directory`,
+    /// `doom_loop`, the read rules a shell word meets).
+    Fixed,
+    /// The mode table's row for the tool's kind.
+    Tool,
+    /// The mode table's row for a shell command, read-only or not.
+    Shell,
+}
+
+/// A call judged as far as the policy alone can judge it
+/// ([`Policy::prepare`]), for [`Policy::evaluate_prepared`].
+pub struct Prepared {
+    /// The policy that prepared it (its [`Policy`] id).
+    policy: u64,
+    body: Body,
+}
+
+impl std::fmt::Debug for Prepared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prepared")
+            .field("policy", &self.policy)
+            .finish_non_exhaustive()
+    }
+}
+
+enum Body {
+    /// A tool that calls tools: judged through its calls when evaluated.
+    Batch,
+    /// Unusable input: denied, once the scope has had its say.
+    Invalid {
+        permission: String,
+        kind: Kind,
+        reason: String,
+    },
+    /// An input split by [`variants`]: each judged as if sent alone.
+    Each {
+        permission: String,
+        kind: Kind,
+        each: Vec<(serde_json::Map<String, serde_json::Value>, Prepared)>,
+    },
+    Ready(Box<Ready>),
+}
+
+/// The checks of a call, without what the session decides.
+struct Ready {
+    permission: String,
+    kind: Kind,
+    plan_allowed: bool,
+    /// A plan approval without a plan (denied where it would ask).
+    empty_plan: bool,
+    /// Why the call is unusable (a shell call with no command), after the
+    /// empty plan.
+    invalid: Option<String>,
+    /// The directory a search looks in: the session's scope must hold it.
+    searched: Option<String>,
+    checks: Vec<Check>,
+    title: String,
+    plan: Option<String>,
 }
 
 /// How a check's subject meets the session's scope.
@@ -100,41 +166,72 @@ struct Outcome {
 impl Policy {
     /// Decide one call in the given session state.
     pub fn evaluate(&self, call: &Call<'_>, context: &Context<'_>) -> Evaluation {
+        let prepared = self.prepare(call);
+        self.finish(call, prepared, context)
+    }
+
+    /// The part of a call's judgement the policy decides alone, whatever the
+    /// session: the tool's subject, its paths, the shell analysis, the words
+    /// a command reaches. A transport may do this on another thread before
+    /// the session's state is known, and hand the result to
+    /// [`Policy::evaluate_prepared`] with the same call.
+    pub fn prepare(&self, call: &Call<'_>) -> Prepared {
+        Prepared {
+            policy: self.id.0,
+            body: self.prepare_body(call),
+        }
+    }
+
+    /// [`Policy::evaluate`] of a call already [`prepare`](Policy::prepare)d:
+    /// the same answer. A call prepared by another policy (the one before a
+    /// reload) is prepared again.
+    pub fn evaluate_prepared(
+        &self,
+        call: &Call<'_>,
+        prepared: Prepared,
+        context: &Context<'_>,
+    ) -> Evaluation {
+        let prepared = if prepared.policy == self.id.0 {
+            prepared
+        } else {
+            self.prepare(call)
+        };
+        self.finish(call, prepared, context)
+    }
+
+    fn prepare_body(&self, call: &Call<'_>) -> Body {
         // Tools that call tools are judged by their calls (batch.rs).
         if crate::batch::is_batch(call.tool) {
-            return self.evaluate_batch(call, context);
+            return Body::Batch;
         }
         let spec = self.registry.lookup(call.tool);
-        let invalid = |reason: String| Evaluation {
-            action: Action::Deny,
-            source: Source::Invalid,
-            reason,
-            rule: None,
-            question: None,
+        let invalid = |reason: String| Body::Invalid {
             permission: spec.permission.clone(),
             kind: spec.kind,
-            trace: Vec::new(),
+            reason,
         };
-        if let Some(refusal) =
-            context
-                .scope
-                .tool_refusal(call.tool, &spec.permission, &self.always_available)
-        {
-            return scope_denial(refusal, &spec.permission, spec.kind);
-        }
-        // A tool whose input toolgate does not know is bound by the scope through
-        // every path-like and command-like field it has.
-        if matches!(spec.kind, Kind::Other | Kind::Execute) && !context.scope.is_none() {
-            if let Some(refusal) = self.unknown_tool_refusal(call, spec.kind, context) {
-                return scope_denial(refusal, &spec.permission, spec.kind);
-            }
-        }
         // A command or directory given twice, differently: each one must pass.
         match variants(&spec, call.input) {
             Err(reason) => {
                 return invalid(format!("the `{}` call is unusable: {reason}", call.tool))
             }
-            Ok(Some(inputs)) => return self.evaluate_each(call, context, &inputs),
+            Ok(Some(inputs)) => {
+                let each = inputs
+                    .into_iter()
+                    .map(|input| {
+                        let prepared = self.prepare(&Call {
+                            input: &input,
+                            ..*call
+                        });
+                        (input, prepared)
+                    })
+                    .collect();
+                return Body::Each {
+                    permission: spec.permission.clone(),
+                    kind: spec.kind,
+                    each,
+                };
+            }
             Ok(None) => {}
         }
         // A shell call's own directory (`workdir`, `directory`, `cwd`, ...) is where it runs.
@@ -164,7 +261,6 @@ impl Policy {
             Some(cwd) => Cow::Owned(normalize(cwd, &self.project_root, self.home.as_deref())),
             None => Cow::Borrowed(&self.project_root),
         };
-        let mode = context.mode;
         let plan_allowed = match (spec.kind, &subject) {
             (Kind::Other, _) => self.plan_allowed.iter().any(|tool| tool.matches(call.tool)),
             // A sub-agent of a type that only reads: launched in plan mode,
@@ -175,24 +271,23 @@ impl Policy {
             }
             _ => false,
         };
-
-        let mut checks: Vec<Check> = Vec::new();
-        if context.repeats >= 3 {
-            checks.push(Check {
-                permission: "doom_loop".to_string(),
-                subject: call.tool.to_string(),
-                inner: Vec::new(),
-                mode_action: Action::Allow,
-                mode_reason: Cow::Borrowed(""),
-                always: GrantPattern::exact(call.tool),
-                read_only: false,
-                refusal: None,
-                narrower: Vec::new(),
-                scope: None,
-                reached: None,
-                runs_unknown: false,
-            });
-        }
+        let mut ready = Ready {
+            permission: spec.permission.clone(),
+            kind: spec.kind,
+            plan_allowed,
+            // A plan approval of nothing: the model is told to pass its plan.
+            empty_plan: spec.kind == Kind::ExitPlan
+                && match &subject {
+                    Subject::Text(text) => text.trim().is_empty(),
+                    _ => true,
+                },
+            invalid: None,
+            searched: None,
+            checks: Vec::new(),
+            title: String::new(),
+            plan: None,
+        };
+        let checks = &mut ready.checks;
         if call.cwd.is_some() {
             let cwd = RootedPath::new(base.to_path_buf(), &self.project_root);
             if cwd.external {
@@ -200,15 +295,16 @@ impl Policy {
             }
         }
 
+        // Judged by the mode table for the tool's kind (see [`Basis::Tool`]).
         let simple = |subject: String, always: GrantPattern, scope: Option<TargetKind>| {
-            let action = mode_answer(mode, spec.kind, false, plan_allowed);
             let narrower = narrower_options(spec.kind, &subject, &always);
             Check {
                 permission: spec.permission.clone(),
                 subject,
                 inner: Vec::new(),
-                mode_action: action,
-                mode_reason: kind_reason(mode, spec.kind, action, call.tool, plan_allowed),
+                basis: Basis::Tool,
+                mode_action: Action::Allow,
+                mode_reason: Cow::Borrowed(""),
                 always,
                 read_only: false,
                 refusal: None,
@@ -219,24 +315,6 @@ impl Policy {
             }
         };
 
-        // A plan approval of nothing: the model is told to pass its plan.
-        if spec.kind == Kind::ExitPlan
-            && mode_answer(mode, spec.kind, false, plan_allowed) == Action::Ask
-        {
-            let empty = match &subject {
-                Subject::Text(text) => text.trim().is_empty(),
-                _ => true,
-            };
-            if empty {
-                return invalid(format!(
-                    "`{}` was called without a plan, so there is nothing to approve: call it again with the plan text in its `plan` field",
-                    call.tool
-                ));
-            }
-        }
-
-        let title: String;
-        let mut plan: Option<String> = None;
         match &subject {
             Subject::Shell(script) => {
                 // The shell options only change when the call names its own directory.
@@ -263,7 +341,7 @@ impl Policy {
                 };
                 let analysis = match script {
                     ShellInput::Text(text) => {
-                        title = text.clone();
+                        ready.title = text.clone();
                         if call.cwd.is_none() {
                             self.shell_cache.analyze(text, options)
                         } else {
@@ -274,7 +352,7 @@ impl Policy {
                         }
                     }
                     ShellInput::Argv(argv) => {
-                        title = argv.join(" ");
+                        ready.title = argv.join(" ");
                         std::sync::Arc::new(toolgate_shell::analyze(
                             toolgate_shell::Script::Argv(argv),
                             options,
@@ -282,7 +360,8 @@ impl Policy {
                     }
                 };
                 if analysis.commands.is_empty() {
-                    return invalid(format!("the `{}` call has an empty command", call.tool));
+                    ready.invalid = Some(format!("the `{}` call has an empty command", call.tool));
+                    return Body::Ready(Box::new(ready));
                 }
                 // Paths the words name: outside the project (`external_directory`),
                 // or files the user guards with read rules (`.env` asks by default).
@@ -297,16 +376,16 @@ impl Policy {
                         (Err(refusal), _) => Some(refusal.reason.clone()),
                         (Ok(()), Some(held)) => Some(held.to_string()),
                     };
-                    let action = mode_answer(mode, spec.kind, read_only, false);
-                    let mode_reason = match (&command.verdict, &held) {
-                        (Ok(()), None) => {
+                    // What the mode says of a command that only reads is the
+                    // same in every mode; of any other, see [`Basis::Shell`].
+                    let mode_reason = match refusal {
+                        None => {
                             let text = &command.text;
                             let mut reason = String::with_capacity(text.len() + 42);
                             reason.extend(["`", text, "` only reads, which every mode allows"]);
                             reason.into()
                         }
-                        (Err(refusal), _) => shell_reason(mode, action, &refusal.reason).into(),
-                        (Ok(()), Some(held)) => shell_reason(mode, action, held).into(),
+                        Some(_) => Cow::Borrowed(""),
                     };
                     // A literal `always` (a destructive program, say) may contain
                     // `*` or `?`: it is granted as exactly that text.
@@ -327,7 +406,8 @@ impl Policy {
                         permission: spec.permission.clone(),
                         subject: command.text.clone(),
                         inner: command.inner.clone(),
-                        mode_action: action,
+                        basis: Basis::Shell,
+                        mode_action: Action::Allow,
                         mode_reason,
                         always,
                         read_only,
@@ -372,7 +452,7 @@ impl Policy {
                         .collect();
                     checks.extend(self.read_guard_checks("cat", &[], &globs, &base));
                 }
-                title = shown.join(", ");
+                ready.title = shown.join(", ");
             }
             Subject::Search { pattern, path } => {
                 let directory = match path {
@@ -390,14 +470,9 @@ impl Policy {
                     }
                     None => RootedPath::new(base.to_path_buf(), &self.project_root).subject,
                 };
-                title = pattern.clone();
+                ready.title = pattern.clone();
                 // The directory searched must be inside the session's scope.
-                if let Some(refusal) = context
-                    .scope
-                    .target_refusal(ScopeTarget::Directory(&directory))
-                {
-                    return scope_denial(refusal, &spec.permission, spec.kind);
-                }
+                ready.searched = Some(directory);
                 checks.push(simple(
                     pattern.clone(),
                     GrantPattern::prefixed("", "*"),
@@ -423,8 +498,8 @@ impl Policy {
                 ));
             }
             Subject::Text(text) if spec.kind == Kind::ExitPlan => {
-                title = "Leave plan mode and carry out this plan".to_string();
-                plan = Some(text.clone());
+                ready.title = "Leave plan mode and carry out this plan".to_string();
+                ready.plan = Some(text.clone());
                 checks.push(simple(
                     "*".to_string(),
                     GrantPattern::prefixed("", "*"),
@@ -432,21 +507,141 @@ impl Policy {
                 ));
             }
             Subject::Text(text) => {
-                title = text.clone();
+                ready.title = text.clone();
                 checks.push(simple(text.clone(), GrantPattern::prefixed("", "*"), None));
             }
             Subject::None => {
                 if spec.kind == Kind::ExitPlan {
-                    title = "Leave plan mode and carry out this plan".to_string();
-                    plan = Some(String::new());
+                    ready.title = "Leave plan mode and carry out this plan".to_string();
+                    ready.plan = Some(String::new());
                 } else {
-                    title = call.tool.to_string();
+                    ready.title = call.tool.to_string();
                 }
                 checks.push(simple(
                     "*".to_string(),
                     GrantPattern::prefixed("", "*"),
                     None,
                 ));
+            }
+        }
+        Body::Ready(Box::new(ready))
+    }
+
+    /// The rest of a judgement, in the session's state: its scope, mode,
+    /// repeats, approvals and grants.
+    fn finish(&self, call: &Call<'_>, prepared: Prepared, context: &Context<'_>) -> Evaluation {
+        let (permission, kind) = match &prepared.body {
+            Body::Batch => return self.evaluate_batch(call, context),
+            Body::Invalid {
+                permission, kind, ..
+            }
+            | Body::Each {
+                permission, kind, ..
+            } => (permission.as_str(), *kind),
+            Body::Ready(ready) => (ready.permission.as_str(), ready.kind),
+        };
+        if let Some(refusal) =
+            context
+                .scope
+                .tool_refusal(call.tool, permission, &self.always_available)
+        {
+            return scope_denial(refusal, permission, kind);
+        }
+        // A tool whose input toolgate does not know is bound by the scope through
+        // every path-like and command-like field it has.
+        if matches!(kind, Kind::Other | Kind::Execute) && !context.scope.is_none() {
+            if let Some(refusal) = self.unknown_tool_refusal(call, kind, context) {
+                return scope_denial(refusal, permission, kind);
+            }
+        }
+        let invalid = |permission: String, kind: Kind, reason: String| Evaluation {
+            action: Action::Deny,
+            source: Source::Invalid,
+            reason,
+            rule: None,
+            question: None,
+            permission,
+            kind,
+            trace: Vec::new(),
+        };
+        let ready = match prepared.body {
+            Body::Batch => return self.evaluate_batch(call, context),
+            Body::Invalid {
+                permission,
+                kind,
+                reason,
+            } => return invalid(permission, kind, reason),
+            Body::Each { each, .. } => return self.evaluate_each(call, context, each),
+            Body::Ready(ready) => *ready,
+        };
+        let Ready {
+            permission,
+            kind,
+            plan_allowed,
+            empty_plan,
+            invalid: unusable,
+            searched,
+            mut checks,
+            title,
+            plan,
+        } = ready;
+        let mode = context.mode;
+        if empty_plan && mode_answer(mode, kind, false, plan_allowed) == Action::Ask {
+            return invalid(
+                permission,
+                kind,
+                format!(
+                    "`{}` was called without a plan, so there is nothing to approve: call it again with the plan text in its `plan` field",
+                    call.tool
+                ),
+            );
+        }
+        if let Some(reason) = unusable {
+            return invalid(permission, kind, reason);
+        }
+        if let Some(directory) = &searched {
+            if let Some(refusal) = context
+                .scope
+                .target_refusal(ScopeTarget::Directory(directory))
+            {
+                return scope_denial(refusal, &permission, kind);
+            }
+        }
+        if context.repeats >= 3 {
+            checks.insert(
+                0,
+                Check {
+                    permission: "doom_loop".to_string(),
+                    subject: call.tool.to_string(),
+                    inner: Vec::new(),
+                    basis: Basis::Fixed,
+                    mode_action: Action::Allow,
+                    mode_reason: Cow::Borrowed(""),
+                    always: GrantPattern::exact(call.tool),
+                    read_only: false,
+                    refusal: None,
+                    narrower: Vec::new(),
+                    scope: None,
+                    reached: None,
+                    runs_unknown: false,
+                },
+            );
+        }
+        for check in &mut checks {
+            match check.basis {
+                Basis::Fixed => {}
+                Basis::Tool => {
+                    let action = mode_answer(mode, kind, false, plan_allowed);
+                    check.mode_action = action;
+                    check.mode_reason = kind_reason(mode, kind, action, call.tool, plan_allowed);
+                }
+                Basis::Shell => {
+                    let action = mode_answer(mode, kind, check.read_only, false);
+                    check.mode_action = action;
+                    if let Some(refusal) = &check.refusal {
+                        check.mode_reason = shell_reason(mode, action, refusal).into();
+                    }
+                }
             }
         }
 
@@ -459,15 +654,7 @@ impl Policy {
         } else {
             Vec::new()
         };
-        let mut evaluation = combine(
-            checks,
-            outcomes,
-            &spec.permission,
-            spec.kind,
-            mode,
-            title,
-            plan,
-        );
+        let mut evaluation = combine(checks, outcomes, permission, kind, mode, title, plan);
         evaluation.trace = trace;
         evaluation
     }
@@ -523,11 +710,20 @@ impl Policy {
         &self,
         call: &Call<'_>,
         context: &Context<'_>,
-        inputs: &[serde_json::Map<String, serde_json::Value>],
+        each: Vec<(serde_json::Map<String, serde_json::Value>, Prepared)>,
     ) -> Evaluation {
-        let mut results: Vec<Evaluation> = inputs
-            .iter()
-            .map(|input| self.evaluate(&Call { input, ..*call }, context))
+        let mut results: Vec<Evaluation> = each
+            .into_iter()
+            .map(|(input, prepared)| {
+                self.finish(
+                    &Call {
+                        input: &input,
+                        ..*call
+                    },
+                    prepared,
+                    context,
+                )
+            })
             .collect();
         let trace: Vec<CheckTrace> = results
             .iter_mut()
@@ -844,6 +1040,7 @@ fn external_check(path: &RootedPath, is_directory: bool) -> Check {
         permission: "external_directory".to_string(),
         subject: path.subject.clone(),
         inner: Vec::new(),
+        basis: Basis::Fixed,
         mode_action: Action::Allow,
         mode_reason: Cow::Borrowed(""),
         always,
@@ -877,6 +1074,7 @@ fn read_argument_check(subject: String) -> Check {
         always: GrantPattern::exact(&subject),
         subject,
         inner: Vec::new(),
+        basis: Basis::Fixed,
         mode_action: Action::Allow,
         mode_reason: Cow::Borrowed(""),
         read_only: false,
@@ -1517,7 +1715,7 @@ fn shell_reason(mode: Mode, action: Action, refusal: &str) -> String {
 fn combine(
     mut checks: Vec<Check>,
     mut outcomes: Vec<Outcome>,
-    permission: &str,
+    permission: String,
     kind: Kind,
     mode: Mode,
     title: String,
@@ -1528,16 +1726,17 @@ fn combine(
         .map(|o| o.action)
         .max()
         .unwrap_or(Action::Deny);
-    let evaluation = |outcome: Outcome, question: Option<Box<Question>>| Evaluation {
-        action: outcome.action,
-        source: outcome.source,
-        reason: outcome.reason.into_owned(),
-        rule: outcome.rule,
-        question,
-        permission: permission.to_string(),
-        kind,
-        trace: Vec::new(),
-    };
+    let evaluation =
+        |outcome: Outcome, question: Option<Box<Question>>, permission: String| Evaluation {
+            action: outcome.action,
+            source: outcome.source,
+            reason: outcome.reason.into_owned(),
+            rule: outcome.rule,
+            question,
+            permission,
+            kind,
+            trace: Vec::new(),
+        };
     // `checks[i]` was judged `outcomes[i]`.
     let pairs = || checks.iter().zip(&outcomes);
     match strictest {
@@ -1574,8 +1773,9 @@ fn combine(
                         rule: None,
                     },
                     None,
+                    permission,
                 ),
-                Some(index) => evaluation(outcomes.swap_remove(index), None),
+                Some(index) => evaluation(outcomes.swap_remove(index), None, permission),
                 None => evaluation(
                     Outcome {
                         action: Action::Deny,
@@ -1584,6 +1784,7 @@ fn combine(
                         rule: None,
                     },
                     None,
+                    permission,
                 ),
             }
         }
@@ -1641,7 +1842,7 @@ fn combine(
                 },
                 reason: outcome.reason.to_string(),
             };
-            evaluation(outcome, Some(Box::new(question)))
+            evaluation(outcome, Some(Box::new(question)), permission)
         }
     }
 }

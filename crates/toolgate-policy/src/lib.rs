@@ -65,6 +65,7 @@ pub use config::{
     DEFAULT_ASK_TIMEOUT_SECONDS, DEFAULT_READ_ONLY_AGENTS,
 };
 pub use error::PolicyError;
+pub use evaluate::Prepared;
 pub use globs::{
     has_glob_chars, segment_matches, unsupported_glob, GlobExpansion, GlobOracle, SegmentPattern,
 };
@@ -126,6 +127,28 @@ pub struct Policy {
     /// as its literal text when it matches nothing, instead of by every guarded
     /// file it could match.
     pub glob_oracle: Option<std::sync::Arc<dyn GlobOracle>>,
+    /// Which policy this is, for [`Policy::evaluate_prepared`]: a
+    /// [`Prepared`] call is taken only by the policy that prepared it.
+    id: PolicyId,
+}
+
+/// A policy's identity: fresh for every policy built, and for every clone
+/// (a clone may be changed before it is shared, as the binary does).
+#[derive(Debug)]
+struct PolicyId(u64);
+
+impl PolicyId {
+    fn fresh() -> PolicyId {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        PolicyId(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+    }
+}
+
+impl Clone for PolicyId {
+    /// A clone is another policy.
+    fn clone(&self) -> PolicyId {
+        PolicyId::fresh()
+    }
 }
 
 /// A bounded memo of shell analyses: agents run the same few commands again

@@ -534,3 +534,33 @@ fn git_verdicts_follow_the_disk_through_the_memo() {
         .store(false, std::sync::atomic::Ordering::SeqCst);
     assert_eq!(plan(&p), "allow mode");
 }
+
+/// A call prepared under one policy and evaluated by another (the policy a
+/// reload put in its place) is prepared again: which shell words a read
+/// rule guards is the policy's, so the old preparation would miss the rule.
+#[test]
+fn a_call_prepared_by_another_policy_is_prepared_again() {
+    let before = policy(None, &[]);
+    let after = policy(
+        Some(json!({"permission": {"read": {"notes/secret.txt": "deny"}}})),
+        &[],
+    );
+    let input = json!({"command": "cat notes/secret.txt"});
+    let call = Call {
+        tool: "Bash",
+        input: input.as_object().unwrap(),
+        cwd: None,
+    };
+    let grants = Grants::default();
+    let context = Context::new(Mode::ReadOnly, &grants);
+    let judged = |policy: &Policy, by: &Policy| {
+        let evaluation = policy.evaluate_prepared(&call, by.prepare(&call), &context);
+        format!("{} {:?}", evaluation.action.as_str(), evaluation.source)
+    };
+    assert_eq!(judged(&before, &before), "allow Mode");
+    assert_eq!(judged(&after, &after), "deny Rule");
+    assert_eq!(judged(&after, &before), "deny Rule");
+    assert_eq!(judged(&before, &after), "allow Mode");
+    // A clone is another policy too (it may be changed before it is shared).
+    assert_eq!(judged(&after.clone(), &before), "deny Rule");
+}

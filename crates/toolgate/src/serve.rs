@@ -25,7 +25,7 @@
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SendError, Sender, SyncSender, TrySendError};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, TryLockError};
 use std::time::Duration;
 
@@ -441,9 +441,9 @@ where
         approver,
     };
     shared.flush_frames();
+    let flow = Flow::new(shared.broker.policy().clone());
     let state = Mutex::new(shared);
     let wake = Condvar::new();
-    let flow = Flow::default();
 
     std::thread::scope(|scope| {
         scope.spawn(|| expire_deadlines(&state, &wake));
@@ -520,7 +520,7 @@ where
             let kept = if ship {
                 flow.in_flight.fetch_add(1, Ordering::SeqCst);
                 flow.holding.store(false, Ordering::SeqCst);
-                match to_worker.send(lines) {
+                match hand_over(&to_worker, lines, &flow) {
                     Ok(()) => None,
                     Err(returned) => {
                         // The worker is gone (it never is, short of a bug):
@@ -569,6 +569,42 @@ where
 /// A batch of decoded lines, each with its number.
 type Decodeds = Vec<(u64, Decoded)>;
 
+/// Hand a batch to the worker. While the worker is too busy to take it,
+/// the reader prepares the batch's calls (the part of their judgement the
+/// policy decides alone, [`Decoded::prepare`]) instead of waiting: in a
+/// flood the two threads share the deciding by how busy each is, whatever
+/// the mix of calls.
+fn hand_over(
+    to_worker: &SyncSender<Decodeds>,
+    mut lines: Decodeds,
+    flow: &Flow,
+) -> Result<(), SendError<Decodeds>> {
+    let mut policy: Option<Arc<Policy>> = None;
+    let mut next = 0;
+    loop {
+        match to_worker.try_send(lines) {
+            Ok(()) => return Ok(()),
+            Err(TrySendError::Disconnected(returned)) => return Err(SendError(returned)),
+            Err(TrySendError::Full(returned)) => lines = returned,
+        }
+        // The next call not prepared yet, if any.
+        let policy = policy.get_or_insert_with(|| {
+            // What the disk says about repositories is asked afresh for
+            // these lines (see `repo::next_batch`).
+            crate::repo::next_batch();
+            lock(&flow.policy).clone()
+        });
+        let mut prepared = false;
+        while next < lines.len() && !prepared {
+            prepared = lines[next].1.prepare(policy);
+            next += 1;
+        }
+        if !prepared || flow.stopped.load(Ordering::SeqCst) {
+            return to_worker.send(lines);
+        }
+    }
+}
+
 /// At most this many lines read together, with nothing handed to the worker
 /// still unanswered, are answered on the reader's thread: a lone call never
 /// waits for another thread to wake up.
@@ -583,7 +619,6 @@ const QUEUED: usize = 2;
 /// CPUs; the order of the answers is the order of the lines, because the
 /// reader answers a batch itself only when nothing it handed over is still
 /// unanswered.
-#[derive(Default)]
 struct Flow {
     /// Batches handed to the worker and not yet answered (lowered under the
     /// broker's lock, after their frames were written).
@@ -598,9 +633,24 @@ struct Flow {
     paused: AtomicBool,
     /// A signal stopped the broker: the reader reads no more.
     stopped: AtomicBool,
+    /// The policy the broker judges under, for the reader to prepare calls
+    /// with (replaced when SIGHUP reloads it).
+    policy: Mutex<Arc<Policy>>,
 }
 
 impl Flow {
+    fn new(policy: Arc<Policy>) -> Flow {
+        Flow {
+            in_flight: AtomicUsize::new(0),
+            drained: Condvar::new(),
+            gone: AtomicBool::new(false),
+            holding: AtomicBool::new(false),
+            paused: AtomicBool::new(false),
+            stopped: AtomicBool::new(false),
+            policy: Mutex::new(policy),
+        }
+    }
+
     /// Nothing handed over is unanswered.
     fn idle(&self) -> bool {
         self.in_flight.load(Ordering::SeqCst) == 0
@@ -907,6 +957,7 @@ fn obey<W: Write>(
                     frames,
                 );
                 shared.flush_frames();
+                *lock(&flow.policy) = shared.broker.policy().clone();
                 let decided = before.saturating_sub(shared.broker.pending_count());
                 eprintln!(
                     "toolgate: SIGHUP received: reloaded the policy ({source}); {decided} of {before} pending calls decided"

@@ -308,3 +308,107 @@ fn sigterm_in_a_long_flood_is_acted_on_at_once() {
         decisions.len()
     );
 }
+
+/// In a flood the reading thread prepares calls under the policy it knows
+/// (what the policy alone decides: here, which shell words a read rule
+/// guards) while the worker is busy. A SIGHUP reload in the middle must
+/// not let a call prepared under the old policy be decided by it: from the
+/// first call decided under the new policy on, every call is.
+#[cfg(unix)]
+#[test]
+fn a_reload_in_a_flood_judges_every_later_call_under_the_new_policy() {
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+
+    let root = support::project_dir("pipeline-reload");
+    let policy = root.join("toolgate.json");
+    std::fs::write(&policy, "{}").unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(["--mode", "readonly"])
+        .current_dir(&root)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    const CALLS: usize = 100_000;
+    let mut stdin = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        for i in 0..CALLS {
+            bytes.extend_from_slice(
+                format!(
+                    "{{\"type\":\"tool_call\",\"callID\":\"c{i}\",\"tool\":\"Bash\",\"input\":{{\"command\":\"head -n {} notes/secret.txt\"}}}}\n",
+                    // No two calls in a row alike (that would be a doom loop).
+                    i % 100
+                )
+                .as_bytes(),
+            );
+        }
+        stdin.write_all(&bytes).unwrap();
+    });
+    let stdout = child.stdout.take().unwrap();
+    let (seen, first) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut lines = Vec::new();
+        for line in std::io::BufReader::new(stdout).lines() {
+            lines.push(line.unwrap());
+            if lines.len() == 1_000 {
+                let _ = seen.send(());
+            }
+        }
+        lines
+    });
+    // Mid-flood: a thousand decisions out, most of the calls still to come.
+    first.recv().unwrap();
+    std::fs::write(
+        &policy,
+        r#"{"permission":{"read":{"notes/secret.txt":"deny"}}}"#,
+    )
+    .unwrap();
+    let status = Command::new("kill")
+        .args(["-HUP", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    writer.join().unwrap();
+    let status = child.wait().unwrap();
+    let lines = reader.join().unwrap();
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(status.success(), "exit {status}: {stderr}");
+    assert!(stderr.contains("reloaded the policy"), "{stderr}");
+    let verdicts: Vec<String> = lines
+        .iter()
+        .skip(1)
+        .enumerate()
+        .map(|(i, line)| {
+            let decision: serde_json::Value = serde_json::from_str(line).unwrap();
+            assert_eq!(decision["callID"], format!("c{i}"), "{decision}");
+            format!("{} {}", decision["decision"], decision["source"])
+        })
+        .collect();
+    assert_eq!(verdicts.len(), CALLS);
+    let switch = verdicts
+        .iter()
+        .position(|verdict| verdict != r#""allow" "mode""#)
+        .unwrap_or_else(|| panic!("the reload never took effect: {stderr}"));
+    assert!((1_000..CALLS).contains(&switch), "switched at {switch}");
+    // Once the new policy judges, it judges every call after.
+    if let Some(stale) = verdicts[switch..]
+        .iter()
+        .position(|verdict| verdict != r#""deny" "rule""#)
+    {
+        panic!(
+            "call c{} was judged `{}` after c{switch} was judged under the new policy",
+            switch + stale,
+            verdicts[switch + stale]
+        );
+    }
+}

@@ -154,6 +154,11 @@ impl Broker {
         self.origin = origin;
     }
 
+    /// The policy calls are judged under now (a reload replaces it).
+    pub fn policy(&self) -> &Arc<Policy> {
+        &self.policy
+    }
+
     /// True once `shutdown` was handled: the transport stops reading.
     pub fn stopped(&self) -> bool {
         self.stopped
@@ -212,7 +217,7 @@ impl Broker {
     fn handle(
         &mut self,
         frame: ClientFrame,
-        hash: Option<u64>,
+        ahead: routing::Ahead,
         number: u64,
         out: &mut Vec<ServerFrame>,
     ) {
@@ -235,8 +240,10 @@ impl Broker {
         }
         match frame {
             ClientFrame::ToolCall(call) => {
-                let hash = hash.unwrap_or_else(|| call_hash(&call.tool, &call.input));
-                self.tool_call(call, hash, number, out)
+                let hash = ahead
+                    .hash
+                    .unwrap_or_else(|| call_hash(&call.tool, &call.input));
+                self.tool_call(call, hash, ahead.prepared, number, out)
             }
             ClientFrame::PermissionResponse(response) => {
                 let session = self

@@ -158,6 +158,7 @@ impl Broker {
         &mut self,
         call: wire::ToolCall,
         hash: u64,
+        prepared: Option<toolgate_policy::Prepared>,
         number: u64,
         out: &mut Vec<ServerFrame>,
     ) {
@@ -215,22 +216,24 @@ impl Broker {
             _ => 1,
         };
         session.last_call = Some((hash, repeats));
-        let evaluation = self.policy.evaluate(
-            &Call {
-                tool: &call.tool,
-                input: &call.input,
-                cwd: call.cwd.as_deref(),
-            },
-            &Context {
-                mode,
-                grants: &session.grants,
-                project_grants: &self.project_grants,
-                scope: &session.scope,
-                approvals: &[],
-                repeats,
-                explain: false,
-            },
-        );
+        let judged = Call {
+            tool: &call.tool,
+            input: &call.input,
+            cwd: call.cwd.as_deref(),
+        };
+        let context = Context {
+            mode,
+            grants: &session.grants,
+            project_grants: &self.project_grants,
+            scope: &session.scope,
+            approvals: &[],
+            repeats,
+            explain: false,
+        };
+        let evaluation = match prepared {
+            Some(prepared) => self.policy.evaluate_prepared(&judged, prepared, &context),
+            None => self.policy.evaluate(&judged, &context),
+        };
         let pending = Pending {
             seq: 0,
             session_id: call.session_id,

@@ -114,9 +114,8 @@ pub struct Decoded(Parsed);
 enum Parsed {
     /// Nothing but whitespace: ignored.
     Blank,
-    /// A frame, and for a `tool_call` the hash of its tool and input (how
-    /// identical calls in a row are spotted), also worked out ahead.
-    Frame(ClientFrame, Option<u64>),
+    /// A frame, and what was worked out about it ahead.
+    Frame(ClientFrame, Ahead),
     /// A line that did not decode, and the `sessionID` of the
     /// `session_start` it began, when it was one (that session is shut).
     Invalid {
@@ -139,7 +138,13 @@ impl Decoded {
                     ClientFrame::ToolCall(call) => Some(super::call_hash(&call.tool, &call.input)),
                     _ => None,
                 };
-                Parsed::Frame(frame, hash)
+                Parsed::Frame(
+                    frame,
+                    Ahead {
+                        hash,
+                        prepared: None,
+                    },
+                )
             }
             Err(error) => Parsed::Invalid {
                 error,
@@ -159,6 +164,36 @@ impl Decoded {
     pub fn is_shutdown(&self) -> bool {
         matches!(self.0, Parsed::Frame(ClientFrame::Shutdown(_), _))
     }
+
+    /// For a `tool_call`: judge it as far as `policy` alone can
+    /// ([`Policy::prepare`]), on whatever thread this runs, so that the
+    /// broker only adds what the session decides. Harmless if the broker
+    /// judges under another policy by then (a reload): it prepares again.
+    /// Whether there was a call to prepare.
+    pub fn prepare(&mut self, policy: &Policy) -> bool {
+        let Parsed::Frame(ClientFrame::ToolCall(call), ahead) = &mut self.0 else {
+            return false;
+        };
+        if ahead.prepared.is_none() {
+            ahead.prepared = Some(policy.prepare(&toolgate_policy::Call {
+                tool: &call.tool,
+                input: &call.input,
+                cwd: call.cwd.as_deref(),
+            }));
+        }
+        true
+    }
+}
+
+/// What was worked out about a frame before the broker took it.
+#[derive(Debug, Default)]
+pub(super) struct Ahead {
+    /// For a `tool_call`: the hash of its tool and input (how identical
+    /// calls in a row are spotted).
+    pub(super) hash: Option<u64>,
+    /// For a `tool_call`: its judgement as far as the policy alone goes
+    /// ([`Decoded::prepare`]).
+    pub(super) prepared: Option<toolgate_policy::Prepared>,
 }
 
 /// The `sessionID` of an unreadable line that is a `session_start` object.
@@ -345,8 +380,8 @@ impl Broker {
         };
         self.conns.open.entry(conn).or_default();
         self.current = Some(conn);
-        let (frame, hash) = match parsed {
-            Parsed::Frame(frame, hash) => (frame, hash),
+        let (frame, ahead) = match parsed {
+            Parsed::Frame(frame, ahead) => (frame, ahead),
             Parsed::Invalid {
                 error,
                 session_start,
@@ -392,7 +427,7 @@ impl Broker {
                     other => Some(FrameIds::of(other)),
                 };
                 let start = frames.len();
-                self.handle(frame, hash, number, frames);
+                self.handle(frame, ahead, number, frames);
                 if let Some(ids) = ids {
                     ids.fill(&mut frames[start..]);
                 }
