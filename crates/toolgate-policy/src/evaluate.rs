@@ -48,7 +48,9 @@ use crate::{
 
 /// One thing a call touches, to be judged on its own.
 struct Check {
-    permission: String,
+    /// The tool's permission, or a fixed one (`external_directory`, `read`,
+    /// `doom_loop`) that costs no allocation.
+    permission: Cow<'static, str>,
     /// What patterns and questions show.
     subject: String,
     /// Further texts rules may match to tighten the answer (a shell command
@@ -299,7 +301,7 @@ impl Policy {
         let simple = |subject: String, always: GrantPattern, scope: Option<TargetKind>| {
             let narrower = narrower_options(spec.kind, &subject, &always);
             Check {
-                permission: spec.permission.clone(),
+                permission: Cow::Owned(spec.permission.clone()),
                 subject,
                 inner: Vec::new(),
                 basis: Basis::Tool,
@@ -403,7 +405,7 @@ impl Policy {
                         vec![GrantPattern::exact(&command.text)]
                     };
                     checks.push(Check {
-                        permission: spec.permission.clone(),
+                        permission: Cow::Owned(spec.permission.clone()),
                         subject: command.text.clone(),
                         inner: command.inner.clone(),
                         basis: Basis::Shell,
@@ -611,7 +613,7 @@ impl Policy {
             checks.insert(
                 0,
                 Check {
-                    permission: "doom_loop".to_string(),
+                    permission: Cow::Borrowed("doom_loop"),
                     subject: call.tool.to_string(),
                     inner: Vec::new(),
                     basis: Basis::Fixed,
@@ -685,7 +687,7 @@ impl Policy {
                     }
                 }
                 CheckTrace {
-                    permission: check.permission.clone(),
+                    permission: check.permission.to_string(),
                     subject: check.subject.clone(),
                     inner: check.inner.clone(),
                     not_read_only: check.refusal.clone(),
@@ -1037,7 +1039,7 @@ fn external_check(path: &RootedPath, is_directory: bool) -> Check {
     let dir = dir.to_string_lossy();
     let always = GrantPattern::prefixed(&format!("{}/", dir.trim_end_matches('/')), "*");
     Check {
-        permission: "external_directory".to_string(),
+        permission: Cow::Borrowed("external_directory"),
         subject: path.subject.clone(),
         inner: Vec::new(),
         basis: Basis::Fixed,
@@ -1070,7 +1072,7 @@ fn scope_denial(refusal: ScopeRefusal, permission: &str, kind: Kind) -> Evaluati
 /// (the mode allows reading); `always` grants that file.
 fn read_argument_check(subject: String) -> Check {
     Check {
-        permission: "read".to_string(),
+        permission: Cow::Borrowed("read"),
         always: GrantPattern::exact(&subject),
         subject,
         inner: Vec::new(),
@@ -1793,7 +1795,7 @@ fn combine(
                 .iter()
                 .position(|o| o.action == Action::Ask)
                 .unwrap_or(0);
-            let asked_permission = checks[first].permission.clone();
+            let asked_permission = checks[first].permission.to_string();
             let mut patterns: Vec<String> = Vec::new();
             let asking: Vec<&Check> = pairs()
                 .filter(|(check, outcome)| {
@@ -1809,7 +1811,7 @@ fn combine(
             let mut always = widest.patterns;
             let mut grants = widest.grants;
             let (check, outcome) = (checks.swap_remove(first), outcomes.swap_remove(first));
-            let title = match check.permission.as_str() {
+            let title = match check.permission.as_ref() {
                 "external_directory" | "doom_loop" => check.subject.clone(),
                 _ => title,
             };
@@ -1876,7 +1878,7 @@ fn always_options(asking: &[&Check], mode: Mode) -> Vec<AlwaysOption> {
             };
             push_unique(&mut option.patterns, pattern.as_str());
             let spec = GrantSpec {
-                permission: check.permission.clone(),
+                permission: check.permission.to_string(),
                 pattern: pattern.clone(),
                 plan_only: mode == Mode::Plan
                     && pattern.literal_len() == 0

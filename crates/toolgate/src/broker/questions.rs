@@ -250,17 +250,18 @@ impl Broker {
             deadline: None,
             asking: Vec::new(),
         };
-        let session_id = pending.session_id.clone();
-        self.settle(pending, evaluation, mode, out);
-        self.forget_idle(&session_id);
+        self.settle(pending, evaluation, mode, true, out);
     }
 
     /// Act on an evaluation: decide the call, or ask (registering it as pending).
+    /// With `forget`, a session the decision leaves idle is forgotten (see
+    /// [`Broker::forget_idle`]); a session with a question open never is.
     fn settle(
         &mut self,
         mut pending: Pending,
         evaluation: Evaluation,
         mode: Mode,
+        forget: bool,
         out: &mut Vec<ServerFrame>,
     ) {
         match (evaluation.action, evaluation.question) {
@@ -319,6 +320,9 @@ impl Broker {
                 );
                 let reminder =
                     (mode == Mode::Plan).then(|| self.reminder(&pending.session_id, mode));
+                if forget {
+                    self.forget_idle(&pending.session_id);
+                }
                 out.push(convert::decision(
                     std::mem::take(&mut pending.session_id),
                     std::mem::take(&mut pending.call_id),
@@ -361,6 +365,9 @@ impl Broker {
                     }
                     _ => evaluation.reason,
                 };
+                if forget {
+                    self.forget_idle(&pending.session_id);
+                }
                 out.push(convert::decision(
                     std::mem::take(&mut pending.session_id),
                     std::mem::take(&mut pending.call_id),
@@ -544,7 +551,7 @@ impl Broker {
     /// grants) and settle it: decided, or asked about what still needs an answer.
     fn reevaluate(&mut self, pending: Pending, out: &mut Vec<ServerFrame>) {
         let (evaluation, mode) = self.evaluate_pending(&pending);
-        self.settle(pending, evaluation, mode, out);
+        self.settle(pending, evaluation, mode, false, out);
     }
 
     fn evaluate_pending(&self, pending: &Pending) -> (Evaluation, Mode) {
@@ -624,7 +631,7 @@ impl Broker {
                     call_id: pending.call_id.clone(),
                     reason: why.to_string(),
                 }));
-                self.settle(pending, evaluation, mode, out);
+                self.settle(pending, evaluation, mode, false, out);
             }
         }
     }
