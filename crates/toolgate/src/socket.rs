@@ -476,6 +476,10 @@ fn read_connection(shared: &Shared, conn: ConnId, stream: UnixStream, unwritten:
     let mut number = 0u64;
     let mut batch = serve::Batch::default();
     let mut decoded = Vec::new();
+    // The policy the broker judged under at this connection's last batch:
+    // its calls are prepared with it outside the lock (the broker prepares
+    // again any call a reload has made stale).
+    let mut policy = lock(&shared.hub).broker.policy().clone();
     loop {
         if !wait_for_reader(unwritten) {
             tracing::warn!(
@@ -495,16 +499,19 @@ fn read_connection(shared: &Shared, conn: ConnId, stream: UnixStream, unwritten:
                         _ => break,
                     }
                 }
-                // Decoded before the lock is taken: the other connections'
-                // lines are decided meanwhile.
+                // Decoded and prepared before the lock is taken: the other
+                // connections' lines are decided meanwhile. What the disk
+                // says about repositories is asked afresh for these lines.
+                crate::repo::next_batch();
                 batch.drain(|line| {
                     number += 1;
-                    decoded.push((number, serve::decode(line, number, shared.max_frame_bytes)));
+                    let mut line = serve::decode(line, number, shared.max_frame_bytes);
+                    line.prepare(&policy);
+                    decoded.push((number, line));
                 });
                 let mut hub = lock(&shared.hub);
                 let before = hub.broker.next_deadline();
                 let mut out = Vec::new();
-                crate::repo::next_batch();
                 for (number, decoded) in decoded.drain(..) {
                     hub.broker.step(
                         Input::Decoded {
@@ -517,6 +524,9 @@ fn read_connection(shared: &Shared, conn: ConnId, stream: UnixStream, unwritten:
                 }
                 hub.broker.commit();
                 hub.deliver(out);
+                if !Arc::ptr_eq(&policy, hub.broker.policy()) {
+                    policy = hub.broker.policy().clone();
+                }
                 let stalled = std::mem::take(&mut hub.stalled);
                 let rearm = hub.broker.next_deadline() != before;
                 let stopped = hub.broker.stopped();

@@ -500,3 +500,55 @@ fn an_approved_plan_tells_the_agent_its_new_mode() {
     assert_eq!(ap.recv()["type"], "mode_changed");
     broker.stop();
 }
+
+/// Each connection prepares its calls outside the broker's lock with the
+/// policy it last saw; after a SIGHUP reload a call prepared with the old
+/// policy is judged under the new one all the same.
+#[test]
+fn a_reload_reaches_a_connection_that_prepared_with_the_old_policy() {
+    let broker = Broker::start("reload", &["--mode", "readonly"]);
+    let policy = broker.dir.join("project").join("toolgate.json");
+    let shell = |call: &str, command: &str| json!({"type":"tool_call","sessionID":"s","callID":call,"tool":"Bash","input":{"command":command}});
+    let verdict = |conn: &mut Conn, call: Value| {
+        conn.send(call);
+        let decision = conn.recv();
+        format!("{} {}", decision["decision"], decision["source"])
+    };
+    std::fs::write(&policy, "{}").unwrap();
+    let mut first = broker.connect();
+    let mut probe = broker.connect();
+    assert_eq!(
+        verdict(&mut first, shell("a1", "cat notes/secret.txt")),
+        r#""allow" "mode""#
+    );
+    std::fs::write(
+        &policy,
+        r#"{"permission":{"read":{"notes/secret.txt":"deny"}}}"#,
+    )
+    .unwrap();
+    let status = Command::new("kill")
+        .args(["-HUP", &broker.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    // Wait on another connection until the new policy judges.
+    let start = Instant::now();
+    for n in 0.. {
+        let command = format!("head -n {n} notes/secret.txt");
+        if verdict(&mut probe, shell(&format!("p{n}"), &command)) == r#""deny" "rule""# {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the reload never took effect"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The first connection last saw the old policy.
+    assert_eq!(
+        verdict(&mut first, shell("a2", "tail notes/secret.txt")),
+        r#""deny" "rule""#
+    );
+    let stderr = broker.stop();
+    assert!(stderr.contains("reloaded the policy"), "{stderr}");
+}
