@@ -612,21 +612,11 @@ impl Policy {
         if context.repeats >= 3 {
             checks.insert(
                 0,
-                Check {
-                    permission: Cow::Borrowed("doom_loop"),
-                    subject: call.tool.to_string(),
-                    inner: Vec::new(),
-                    basis: Basis::Fixed,
-                    mode_action: Action::Allow,
-                    mode_reason: Cow::Borrowed(""),
-                    always: GrantPattern::exact(call.tool),
-                    read_only: false,
-                    refusal: None,
-                    narrower: Vec::new(),
-                    scope: None,
-                    reached: None,
-                    runs_unknown: false,
-                },
+                fixed_check(
+                    "doom_loop",
+                    call.tool.to_string(),
+                    GrantPattern::exact(call.tool),
+                ),
             );
         }
         for check in &mut checks {
@@ -1038,9 +1028,15 @@ fn external_check(path: &RootedPath, is_directory: bool) -> Check {
     };
     let dir = dir.to_string_lossy();
     let always = GrantPattern::prefixed(&format!("{}/", dir.trim_end_matches('/')), "*");
+    fixed_check("external_directory", path.subject.clone(), always)
+}
+
+/// A check the mode allows in every mode (see [`Basis::Fixed`]): the rules
+/// alone judge it.
+fn fixed_check(permission: &'static str, subject: String, always: GrantPattern) -> Check {
     Check {
-        permission: Cow::Borrowed("external_directory"),
-        subject: path.subject.clone(),
+        permission: Cow::Borrowed(permission),
+        subject,
         inner: Vec::new(),
         basis: Basis::Fixed,
         mode_action: Action::Allow,
@@ -1071,21 +1067,8 @@ fn scope_denial(refusal: ScopeRefusal, permission: &str, kind: Kind) -> Evaluati
 /// `read` for a file a shell command names, judged by the read rules alone
 /// (the mode allows reading); `always` grants that file.
 fn read_argument_check(subject: String) -> Check {
-    Check {
-        permission: Cow::Borrowed("read"),
-        always: GrantPattern::exact(&subject),
-        subject,
-        inner: Vec::new(),
-        basis: Basis::Fixed,
-        mode_action: Action::Allow,
-        mode_reason: Cow::Borrowed(""),
-        read_only: false,
-        refusal: None,
-        narrower: Vec::new(),
-        scope: None,
-        reached: None,
-        runs_unknown: false,
-    }
+    let always = GrantPattern::exact(&subject);
+    fixed_check("read", subject, always)
 }
 
 /// `read` for a shell word that reaches a guarded file through a glob, a
