@@ -225,72 +225,115 @@ fn a_shutdown_in_a_flood_ends_the_run_with_input_still_open() {
     }
 }
 
+/// `toolgate --mode readonly` in `root`, fed `calls` lines (`line(i)` for
+/// the i-th, written in one go while its output is read), so a test can act
+/// in the middle of the flood.
+#[cfg(unix)]
+struct Flood {
+    child: std::process::Child,
+    writer: std::thread::JoinHandle<()>,
+    reader: std::thread::JoinHandle<Vec<String>>,
+    thousand: std::sync::mpsc::Receiver<()>,
+}
+
+#[cfg(unix)]
+impl Flood {
+    fn start(root: &std::path::Path, calls: usize, line: fn(usize) -> String) -> Flood {
+        use std::io::BufRead;
+        use std::process::{Command, Stdio};
+
+        let mut child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+            .args(["--mode", "readonly"])
+            .current_dir(root)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let writer = std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            for i in 0..calls {
+                bytes.extend_from_slice(line(i).as_bytes());
+                bytes.push(b'\n');
+            }
+            // A broker that exits mid-flood breaks the pipe; the test
+            // counts the decisions.
+            let _ = stdin.write_all(&bytes);
+        });
+        let stdout = child.stdout.take().unwrap();
+        let (seen, thousand) = std::sync::mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            let mut lines = Vec::new();
+            for line in std::io::BufReader::new(stdout).lines() {
+                lines.push(line.unwrap());
+                if lines.len() == 1_000 {
+                    let _ = seen.send(());
+                }
+            }
+            lines
+        });
+        Flood {
+            child,
+            writer,
+            reader,
+            thousand,
+        }
+    }
+
+    /// Wait until a thousand frames are out: the flood is under way.
+    fn under_way(&self) {
+        self.thousand.recv().unwrap();
+    }
+
+    fn signal(&self, name: &str) {
+        let status = std::process::Command::new("kill")
+            .args([format!("-{name}"), self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// The exit status, the decisions (after `ready`) and stderr.
+    fn finish(mut self) -> (std::process::ExitStatus, Vec<serde_json::Value>, String) {
+        let status = self.child.wait().unwrap();
+        let lines = self.reader.join().unwrap();
+        self.writer.join().unwrap();
+        let mut stderr = String::new();
+        self.child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut stderr)
+            .unwrap();
+        let decisions = lines
+            .iter()
+            .skip(1)
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect();
+        (status, decisions, stderr)
+    }
+}
+
 #[cfg(unix)]
 #[test]
 fn sigterm_in_a_long_flood_is_acted_on_at_once() {
-    use std::io::BufRead;
-    use std::process::{Command, Stdio};
-
     let root = support::project_dir("pipeline-sigterm");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
-        .args(["--mode", "readonly"])
-        .current_dir(&root)
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
     const CALLS: usize = 200_000;
-    let mut stdin = child.stdin.take().unwrap();
     // The flood goes on while the signal comes: the worker decides batch
     // after batch, and the signal must not wait for the end of it.
-    let writer = std::thread::spawn(move || {
-        let mut bytes = Vec::new();
-        for i in 0..CALLS {
-            bytes.extend_from_slice(
-                format!(
-                    "{{\"type\":\"tool_call\",\"callID\":\"c{i}\",\"tool\":\"read\",\"input\":{{\"file_path\":\"src/f{}.rs\"}}}}\n",
-                    i % 50
-                )
-                .as_bytes(),
-            );
-        }
-        // The broker exits mid-flood: the pipe then breaks.
-        let _ = stdin.write_all(&bytes);
+    let flood = Flood::start(&root, CALLS, |i| {
+        format!(
+            "{{\"type\":\"tool_call\",\"callID\":\"c{i}\",\"tool\":\"read\",\"input\":{{\"file_path\":\"src/f{}.rs\"}}}}",
+            i % 50
+        )
     });
-    let stdout = child.stdout.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        std::io::BufReader::new(stdout)
-            .lines()
-            .map(Result::unwrap)
-            .collect::<Vec<String>>()
-    });
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    let sent = std::time::Instant::now();
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let status = child.wait().unwrap();
-    let waited = sent.elapsed();
-    let lines = reader.join().unwrap();
-    let _ = writer.join();
-    let mut stderr = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
+    flood.under_way();
+    flood.signal("TERM");
+    let (status, decisions, stderr) = flood.finish();
     assert!(status.success(), "exit {status}: {stderr}");
     assert!(stderr.contains("SIGTERM received"), "{stderr}");
-    let decisions: Vec<serde_json::Value> = lines
-        .iter()
-        .skip(1)
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect();
     // In order, each call once, none skipped: a prefix of what was sent.
     for (i, decision) in decisions.iter().enumerate() {
         assert_eq!(decision["callID"], format!("c{i}"), "{decision}");
@@ -304,7 +347,7 @@ fn sigterm_in_a_long_flood_is_acted_on_at_once() {
         .count();
     assert!(
         denied > 0 && decisions.len() < CALLS,
-        "{} decisions, {denied} for the shutdown, after {waited:?}: {stderr}",
+        "{} decisions, {denied} for the shutdown: {stderr}",
         decisions.len()
     );
 }
@@ -317,79 +360,32 @@ fn sigterm_in_a_long_flood_is_acted_on_at_once() {
 #[cfg(unix)]
 #[test]
 fn a_reload_in_a_flood_judges_every_later_call_under_the_new_policy() {
-    use std::io::BufRead;
-    use std::process::{Command, Stdio};
-
     let root = support::project_dir("pipeline-reload");
     let policy = root.join("toolgate.json");
     std::fs::write(&policy, "{}").unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
-        .args(["--mode", "readonly"])
-        .current_dir(&root)
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
     const CALLS: usize = 100_000;
-    let mut stdin = child.stdin.take().unwrap();
-    let writer = std::thread::spawn(move || {
-        let mut bytes = Vec::new();
-        for i in 0..CALLS {
-            bytes.extend_from_slice(
-                format!(
-                    "{{\"type\":\"tool_call\",\"callID\":\"c{i}\",\"tool\":\"Bash\",\"input\":{{\"command\":\"head -n {} notes/secret.txt\"}}}}\n",
-                    // No two calls in a row alike (that would be a doom loop).
-                    i % 100
-                )
-                .as_bytes(),
-            );
-        }
-        stdin.write_all(&bytes).unwrap();
-    });
-    let stdout = child.stdout.take().unwrap();
-    let (seen, first) = std::sync::mpsc::channel();
-    let reader = std::thread::spawn(move || {
-        let mut lines = Vec::new();
-        for line in std::io::BufReader::new(stdout).lines() {
-            lines.push(line.unwrap());
-            if lines.len() == 1_000 {
-                let _ = seen.send(());
-            }
-        }
-        lines
+    let flood = Flood::start(&root, CALLS, |i| {
+        format!(
+            "{{\"type\":\"tool_call\",\"callID\":\"c{i}\",\"tool\":\"Bash\",\"input\":{{\"command\":\"head -n {} notes/secret.txt\"}}}}",
+            // No two calls in a row alike (that would be a doom loop).
+            i % 100
+        )
     });
     // Mid-flood: a thousand decisions out, most of the calls still to come.
-    first.recv().unwrap();
+    flood.under_way();
     std::fs::write(
         &policy,
         r#"{"permission":{"read":{"notes/secret.txt":"deny"}}}"#,
     )
     .unwrap();
-    let status = Command::new("kill")
-        .args(["-HUP", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    writer.join().unwrap();
-    let status = child.wait().unwrap();
-    let lines = reader.join().unwrap();
-    let mut stderr = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
+    flood.signal("HUP");
+    let (status, decisions, stderr) = flood.finish();
     assert!(status.success(), "exit {status}: {stderr}");
     assert!(stderr.contains("reloaded the policy"), "{stderr}");
-    let verdicts: Vec<String> = lines
+    let verdicts: Vec<String> = decisions
         .iter()
-        .skip(1)
         .enumerate()
-        .map(|(i, line)| {
-            let decision: serde_json::Value = serde_json::from_str(line).unwrap();
+        .map(|(i, decision)| {
             assert_eq!(decision["callID"], format!("c{i}"), "{decision}");
             format!("{} {}", decision["decision"], decision["source"])
         })
