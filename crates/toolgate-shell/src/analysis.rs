@@ -6,8 +6,8 @@ use std::path::PathBuf;
 
 use crate::syntax::{join, Item, Word};
 use crate::{
-    arity, git, lexer, opts, parse, table, wrappers, Options, Refusal, RepoFact, RepoQuery,
-    SimpleCommand, WordSpan,
+    arity, git, lexer, opts, parse, table, wrappers, FileRead, Options, Refusal, RepoFact,
+    RepoQuery, SimpleCommand, WordSpan,
 };
 
 /// Wrappers and `bash -c` scripts nested deeper than this are refused.
@@ -26,6 +26,9 @@ pub(crate) struct Env<'o> {
     pub tree_sitter_only: bool,
     /// What the repository oracle answered, in order.
     pub repo_checks: RefCell<Vec<(RepoQuery, RepoFact)>>,
+    /// Files read through options, response files and input, as the
+    /// program models find them; each simple command takes its own.
+    pub reads: RefCell<Vec<FileRead>>,
 }
 
 impl<'o> Env<'o> {
@@ -42,6 +45,7 @@ impl<'o> Env<'o> {
             extras,
             tree_sitter_only,
             repo_checks: RefCell::new(Vec::new()),
+            reads: RefCell::new(Vec::new()),
         }
     }
 }
@@ -183,6 +187,7 @@ fn unparseable(text: &str, refusal: Refusal) -> SimpleCommand {
         always: text.to_string(),
         words: Vec::new(),
         redirects: Vec::new(),
+        reads: Vec::new(),
     }
 }
 
@@ -246,7 +251,10 @@ pub(crate) fn simple_command(
             .iter()
             .filter_map(|r| r.input.as_deref())
             .any(|p| input_problem(p, env, state).is_some());
+    let first_read = env.reads.borrow().len();
     let verdict = verdict(item, env, state, depth, &mut inner);
+    let mut reads = env.reads.borrow_mut().split_off(first_read);
+    reads.dedup();
     let always = if literal {
         text.clone()
     } else {
@@ -260,6 +268,7 @@ pub(crate) fn simple_command(
         always,
         words,
         redirects,
+        reads,
     }
 }
 

@@ -200,11 +200,14 @@
 
 mod analysis;
 mod arity;
+mod awk;
 mod decode;
 mod git;
 mod lexer;
+mod model;
 mod opts;
 mod parse;
+mod sedscript;
 mod syntax;
 mod table;
 mod wrappers;
@@ -315,18 +318,153 @@ pub enum Script<'a> {
 /// Why a command is not read-only.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
+    /// What kind of problem it is, for code that acts on refusals.
+    pub kind: RefusalKind,
     /// One human phrase, naming the program, flag, redirection or construct,
     /// e.g. "`find -delete` deletes files".
     pub reason: String,
 }
 
+/// The kind of a [`Refusal`]: code branches on this, never on the text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RefusalKind {
+    /// Not proven read-only for a reason without a kind of its own (syntax,
+    /// a construct, an unknown program).
+    NotProven,
+    /// An option the program's model does not list, an ambiguous
+    /// abbreviation, or a missing value.
+    UnknownOption,
+    /// An expansion or glob that could become an option or a program.
+    Expansion,
+    /// Writes, creates, moves or deletes files.
+    Writes,
+    /// Runs another program or code.
+    RunsProgram,
+    /// Uses the network.
+    Network,
+    /// Changes the system (the clock, the host name, processes).
+    ChangesSystem,
+    /// Changes the environment a program runs in (variables, PATH).
+    Environment,
+}
+
 impl Refusal {
-    /// A refusal with this reason.
+    /// A refusal with this reason and no particular kind.
     pub fn new(reason: impl Into<String>) -> Self {
         Refusal {
+            kind: RefusalKind::NotProven,
             reason: reason.into(),
         }
     }
+
+    /// A refusal of this kind with this reason.
+    pub fn with_kind(kind: RefusalKind, reason: impl Into<String>) -> Self {
+        Refusal {
+            kind,
+            reason: reason.into(),
+        }
+    }
+}
+
+/// A file a command reads that its words alone do not show as one: the
+/// value of an option that names a file (`du --files0-from=F`, `grep -f F`),
+/// a response file (`strings @F`), or the operands of a command whose names
+/// arrive on its input (`xargs cat`, `sort --files0-from=-`), which may be
+/// any file. Paths are as written, relative to the directory the command
+/// runs in.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct FileRead {
+    /// Which file.
+    pub target: ReadTarget,
+    /// A directory given here is read recursively.
+    pub tree: bool,
+}
+
+/// How a program reads one of its words as a path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum PathRole {
+    /// Only its name or metadata is used (`ls`, `stat`, `du`).
+    Name,
+    /// A file whose content is read.
+    File,
+    /// A file, or a directory read recursively.
+    Tree,
+}
+
+/// One word, or part of a word, that a program reads as a path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathWord {
+    /// The index of the word among the arguments.
+    pub word: usize,
+    /// The part of the word that is the path (`F` of `--files0-from=F`).
+    pub range: std::ops::Range<usize>,
+    /// How it is read.
+    pub role: PathRole,
+}
+
+/// The paths of one command, as its program model reads its arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathWords {
+    /// Every word or part of a word that is a path; words that are data
+    /// (patterns, counts, formats) and options are left out. Both GNU's
+    /// reading (options after operands) and POSIX's (the first operand ends
+    /// the options) are followed: what either takes for a path is here.
+    pub words: Vec<PathWord>,
+    /// No path operand is given and the program reads its working
+    /// directory recursively (`rg PATTERN`, `grep -r PATTERN`).
+    pub searches_here: bool,
+    /// The operands (also) come from a file or the input: any file.
+    pub any_file: bool,
+}
+
+/// How the program `name` (already past any wrapper) reads each of `args` as
+/// a path, from its model in `programs.txt`: the one description of each
+/// program's options that both the read-only judgement and the policy's
+/// path checks use. `None` when the program has no model or its options
+/// cannot be read (an unknown option): the caller then takes every word
+/// for a path.
+///
+/// ```
+/// use toolgate_shell::{path_words, PathRole};
+///
+/// let p = path_words("grep", &["-rn", "-f", "pats", "main", "src"]).unwrap();
+/// let roles: Vec<(usize, PathRole)> = p.words.iter().map(|w| (w.word, w.role)).collect();
+/// assert_eq!(roles, [(2, PathRole::File), (3, PathRole::Tree), (4, PathRole::Tree)]);
+/// let p = path_words("du", &["-s", "--files0-from=list"]).unwrap();
+/// assert_eq!((p.words[0].range.clone(), p.words[0].role), (14..18, PathRole::File));
+/// assert!(path_words("cat", &["--no-such-option"]).is_none());
+/// ```
+pub fn path_words(name: &str, args: &[&str]) -> Option<PathWords> {
+    model::path_words(name, args)
+}
+
+/// Does GNU sed read `script` as commands that write no file and run no
+/// command (no `w`, `W`, `e`, `s///w`, `s///e`)? The files it reads (`r`,
+/// `R`) are then reported in [`SimpleCommand::reads`] by [`analyze`].
+///
+/// ```
+/// assert!(toolgate_shell::sed_script_only_reads("s/^version = //p"));
+/// assert!(toolgate_shell::sed_script_only_reads("1r notes.txt"));
+/// assert!(!toolgate_shell::sed_script_only_reads("s/a/b/w out"));
+/// ```
+pub fn sed_script_only_reads(script: &str) -> bool {
+    sedscript::analyse(script).is_ok()
+}
+
+/// The file a [`FileRead`] reads.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ReadTarget {
+    /// This path, as written.
+    Path(String),
+    /// Any file the command could name: the names come from its input or
+    /// from a file's content, unknown until it runs.
+    Any,
+    /// A word with a glob or an expansion (as written) that the shell may
+    /// turn into options of a program whose options read files (`wc *`
+    /// where a file is named `--files0-from=x`): any file when it may
+    /// expand to a word starting with `-` or `@`, nothing more otherwise.
+    OptionsIn(String),
 }
 
 /// One simple command of a script.
@@ -350,6 +488,9 @@ pub struct SimpleCommand {
     pub words: Vec<WordSpan>,
     /// Where each redirection (`2>/dev/null`, `<in.txt`) lies in `text`.
     pub redirects: Vec<std::ops::Range<usize>>,
+    /// Files the command (or a command it runs) reads that are not its
+    /// operands: option values, response files, names from its input.
+    pub reads: Vec<FileRead>,
 }
 
 /// One word of a [`SimpleCommand`]: its place in the command's `text` (after

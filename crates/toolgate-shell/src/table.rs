@@ -4,7 +4,7 @@
 use crate::analysis::{Env, State};
 use crate::opts::{self, plain_args, Arg, Rules, Short};
 use crate::syntax::Word;
-use crate::{git, Refusal};
+use crate::{git, Refusal, RefusalKind};
 
 /// Programs that only read whatever their arguments are.
 pub(crate) fn always_read_only(name: &str) -> bool {
@@ -71,9 +71,18 @@ pub(crate) fn always_read_only(name: &str) -> bool {
     )
 }
 
-/// Programs that `xargs` may run: read-only whatever arguments arrive on its input.
+/// Programs that `xargs` may run: read-only whatever arguments arrive on
+/// its input, options included (`printf -- -o x | xargs sort` would write):
+/// a modelled program none of whose options writes, runs or changes
+/// anything (the files any of them reads are reads of any file, which the
+/// command already makes).
 pub(crate) fn any_arguments_safe(name: &str) -> bool {
-    always_read_only(name) && !matches!(name, "cd" | "printf" | "test" | "[" | "[[")
+    match crate::model::program(name) {
+        Some(p) => {
+            !p.posix && p.max_operands.is_none() && p.options.iter().all(|o| o.effect.is_none())
+        }
+        None => always_read_only(name) && !matches!(name, "cd" | "printf" | "test" | "[" | "[["),
+    }
 }
 
 /// Judge a program (already resolved, not a wrapper) with its arguments.
@@ -90,10 +99,12 @@ pub(crate) fn judge(
         }
         "printf" => printf(args),
         "test" | "[" | "[[" => test(name, args),
+        _ if crate::model::program(name).is_some() => modelled(name, args, env),
         _ if always_read_only(name) => Ok(()),
         "find" => find(args),
         "rg" => checked(name, args, &RG).map(drop),
-        "sed" => sed(args),
+        "sed" => sed(args, env),
+        "awk" | "gawk" | "mawk" | "nawk" | "original-awk" => awk(name, args, env),
         "sort" => checked(name, args, &SORT).map(drop),
         "base64" => checked(name, args, &BASE64).map(drop),
         "tree" => checked(name, args, &TREE).map(drop),
@@ -115,6 +126,29 @@ pub(crate) fn judge(
     }
 }
 
+/// A program judged by its model alone: every option known, none unsafe;
+/// the files its options read are recorded for the policy.
+fn modelled(name: &str, args: &[Word], env: &Env<'_>) -> Result<(), Refusal> {
+    let Some(program) = crate::model::program(name) else {
+        return Err(Refusal::new(not_read_only(name)));
+    };
+    // `head -20`, `tail -5`: the obsolete count form, first argument only.
+    let legacy = matches!(name, "head" | "tail")
+        && args.first().is_some_and(|w| {
+            w.is_plain()
+                && w.text.len() > 1
+                && w.text.starts_with('-')
+                && w.text[1..].bytes().all(|b| b.is_ascii_digit())
+        });
+    let args = if legacy { &args[1..] } else { args };
+    let parsed = crate::model::parse(name, program, args)?;
+    env.reads.borrow_mut().extend(parsed.reads(program, args));
+    match parsed.refusal {
+        Some(r) => Err(r),
+        None => Ok(()),
+    }
+}
+
 /// Why an unknown or writing program is not read-only.
 pub(crate) fn not_read_only(name: &str) -> String {
     let what = match name {
@@ -132,7 +166,6 @@ pub(crate) fn not_read_only(name: &str) -> String {
         "shred" => "destroys files",
         "tee" => "writes files",
         "patch" => "edits files",
-        "awk" | "gawk" | "mawk" | "nawk" => "can run programs and write files",
         "curl" | "wget" => "can download and write files",
         "kill" | "pkill" | "killall" => "signals processes",
         "source" | "." => "runs a script in this shell",
@@ -536,10 +569,13 @@ fn cd(args: &[Word], state: &mut State) {
     };
 }
 
-/// `sed` is read-only only as `sed -n` with a plain print script.
-fn sed(args: &[Word]) -> Result<(), Refusal> {
+/// `sed` is read-only when no script writes a file or runs a command
+/// (`w`, `W`, `e`, `s///w`, `s///e`: [`crate::sedscript`] parses each
+/// script as GNU sed does) and it edits nothing in place (`-i`); the files
+/// its `r`/`R` commands read are recorded. A script from a file (`-f`)
+/// cannot be seen, so it is refused.
+fn sed(args: &[Word], env: &Env<'_>) -> Result<(), Refusal> {
     plain_args("sed", args)?;
-    let mut quiet = false;
     let mut scripts: Vec<&str> = Vec::new();
     let mut positional: Vec<&str> = Vec::new();
     let mut i = 0;
@@ -553,9 +589,9 @@ fn sed(args: &[Word]) -> Result<(), Refusal> {
         }
         match a {
             "--" => end = true,
-            "--quiet" | "--silent" => quiet = true,
-            "--regexp-extended" | "--separate" | "--unbuffered" | "--null-data" | "--posix"
-            | "--sandbox" | "--debug" => {}
+            "--quiet" | "--silent" | "--regexp-extended" | "--separate" | "--unbuffered"
+            | "--null-data" | "--posix" | "--sandbox" | "--debug" | "--binary"
+            | "--follow-symlinks" | "--help" | "--version" => {}
             "--expression" => {
                 let Some(s) = args.get(i) else {
                     return Err(Refusal::new("`sed --expression` without a script"));
@@ -563,7 +599,9 @@ fn sed(args: &[Word]) -> Result<(), Refusal> {
                 scripts.push(&s.text);
                 i += 1;
             }
+            "--line-length" => i += 1,
             _ if a.starts_with("--expression=") => scripts.push(&a["--expression=".len()..]),
+            _ if a.starts_with("--line-length=") => {}
             _ if a.starts_with("--") => {
                 let name = a.split('=').next().unwrap_or(a);
                 let flag = if "--in-place".starts_with(name) {
@@ -579,18 +617,22 @@ fn sed(args: &[Word]) -> Result<(), Refusal> {
                 let cluster = &a[1..];
                 for (j, ch) in cluster.char_indices() {
                     match ch {
-                        'n' => quiet = true,
-                        'E' | 'r' | 's' | 'u' | 'z' => {}
-                        'e' => {
+                        'n' | 'E' | 'r' | 's' | 'u' | 'z' | 'b' => {}
+                        'e' | 'l' => {
                             let rest = &cluster[j + 1..];
-                            if rest.is_empty() {
+                            let value = if rest.is_empty() {
                                 let Some(s) = args.get(i) else {
-                                    return Err(Refusal::new("`sed -e` without a script"));
+                                    return Err(Refusal::new(format!(
+                                        "`sed -{ch}` without a value"
+                                    )));
                                 };
-                                scripts.push(&s.text);
                                 i += 1;
+                                s.text.as_str()
                             } else {
-                                scripts.push(rest);
+                                rest
+                            };
+                            if ch == 'e' {
+                                scripts.push(value);
                             }
                             break;
                         }
@@ -602,128 +644,202 @@ fn sed(args: &[Word]) -> Result<(), Refusal> {
             }
         }
     }
-    if !quiet {
-        return Err(Refusal::new(
-            "`sed` without `-n` is only read-only as a plain print script",
-        ));
-    }
     if scripts.is_empty() {
         if positional.is_empty() {
-            return Err(Refusal::new("`sed -n` without a script"));
+            return Err(Refusal::new("`sed` without a script"));
         }
         scripts.push(positional.remove(0));
     }
-    for s in scripts {
-        if !sed_print_script(s) {
-            return Err(Refusal::new(format!(
-                "`sed` script `{s}` is not a plain print script"
-            )));
+    for script in scripts {
+        let facts = crate::sedscript::analyse(script)?;
+        env.reads
+            .borrow_mut()
+            .extend(facts.reads.into_iter().map(|path| crate::FileRead {
+                target: crate::ReadTarget::Path(path),
+                tree: false,
+            }));
+    }
+    Ok(())
+}
+
+/// An awk command line as awk reads it: its program and which arguments are
+/// files (the rest are options, their values, and `NAME=value` assignments).
+pub(crate) struct AwkCommand<'a> {
+    /// The program texts (the first operand, or every `-e`/`--source`).
+    pub programs: Vec<&'a str>,
+    /// Indices of the arguments that are input files.
+    pub files: Vec<usize>,
+}
+
+/// Read an awk command line (POSIX awk, gawk, mawk, the one true awk):
+/// `-F FS`, `-v NAME=VALUE` (never a name awk treats specially), `--`,
+/// gawk's harmless flags and `-e PROGRAM`; refused: a program from a file
+/// (`-f`, `-E`), loading code (`-l`, `-i`), mawk's `-W` and every option
+/// not listed. An operand `NAME=value` after the program is an assignment.
+pub(crate) fn awk_command<'a>(name: &str, args: &'a [Word]) -> Result<AwkCommand<'a>, Refusal> {
+    const SPECIAL: &[&str] = &[
+        "ARGV", "ARGC", "ENVIRON", "PROCINFO", "BINMODE", "SYMTAB", "FUNCTAB", "AWKPATH",
+    ];
+    let unknown = |a: &str| {
+        Refusal::with_kind(
+            RefusalKind::UnknownOption,
+            format!("`{name}` option `{a}` is not understood"),
+        )
+    };
+    let assignment = |text: &str| -> Option<Result<(), Refusal>> {
+        let (var, _) = text.split_once('=')?;
+        let ident = !var.is_empty()
+            && !var.starts_with(|c: char| c.is_ascii_digit())
+            && var.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+        if !ident {
+            return None;
         }
+        Some(if SPECIAL.contains(&var) {
+            Err(Refusal::new(format!(
+                "`{name}` assignment `{var}=…` changes what awk reads or runs"
+            )))
+        } else {
+            Ok(())
+        })
+    };
+    let mut programs = Vec::new();
+    let mut files = Vec::new();
+    let mut i = 0;
+    let mut options = true;
+    while let Some(w) = args.get(i) {
+        let a = w.text.as_str();
+        i += 1;
+        if options && a.starts_with('-') && a != "-" {
+            if !w.is_plain() {
+                return Err(Refusal::with_kind(
+                    RefusalKind::Expansion,
+                    format!("expansion or glob `{a}` in the options of `{name}` cannot be proven read-only"),
+                ));
+            }
+            let (opt, attached) = match a.strip_prefix("--") {
+                Some("") => {
+                    options = false;
+                    continue;
+                }
+                Some(long) => match long.split_once('=') {
+                    Some((n, v)) => (n, Some(v)),
+                    None => (long, None),
+                },
+                None => {
+                    let (letter, rest) =
+                        a[1..].split_at(a[1..].chars().next().map_or(0, char::len_utf8));
+                    (letter, (!rest.is_empty()).then_some(rest))
+                }
+            };
+            let value = |attached: Option<&'a str>, i: &mut usize| -> Result<&'a str, Refusal> {
+                match attached {
+                    Some(v) => Ok(v),
+                    None => {
+                        let v = args
+                            .get(*i)
+                            .ok_or_else(|| Refusal::new(format!("`{name} {a}` needs a value")))?;
+                        if !v.is_plain() {
+                            return Err(Refusal::with_kind(
+                                RefusalKind::Expansion,
+                                format!("expansion `{}` in a value of `{name} {a}` cannot be proven read-only", v.text),
+                            ));
+                        }
+                        *i += 1;
+                        Ok(v.text.as_str())
+                    }
+                }
+            };
+            match opt {
+                "F" | "field-separator" => {
+                    value(attached, &mut i)?;
+                }
+                "v" | "assign" => {
+                    let v = value(attached, &mut i)?;
+                    match assignment(v) {
+                        Some(r) => r?,
+                        None => return Err(unknown(a)),
+                    }
+                }
+                "e" | "source" => programs.push(value(attached, &mut i)?),
+                "f" | "file" | "E" | "exec" => {
+                    return Err(Refusal::new(format!(
+                        "`{name} {a}` reads its program from a file, which cannot be analysed"
+                    )))
+                }
+                "l" | "load" | "i" | "include" => {
+                    return Err(Refusal::with_kind(
+                        RefusalKind::RunsProgram,
+                        format!("`{name} {a}` loads code"),
+                    ))
+                }
+                "b"
+                | "characters-as-bytes"
+                | "c"
+                | "traditional"
+                | "P"
+                | "posix"
+                | "r"
+                | "re-interval"
+                | "S"
+                | "sandbox"
+                | "N"
+                | "use-lc-numeric"
+                | "s"
+                | "no-optimize"
+                | "O"
+                | "optimize"
+                | "version"
+                | "V"
+                | "help"
+                | "h"
+                    if attached.is_none() => {}
+                _ => return Err(unknown(a)),
+            }
+            continue;
+        }
+        if programs.is_empty() {
+            programs.push(a);
+            if !w.is_plain() {
+                return Err(Refusal::with_kind(
+                    RefusalKind::Expansion,
+                    format!("the program of `{name}` holds an expansion, which cannot be proven read-only"),
+                ));
+            }
+            options = false;
+            continue;
+        }
+        options = false;
+        match assignment(a) {
+            Some(r) => r?,
+            None => files.push(i - 1),
+        }
+    }
+    if programs.is_empty() {
+        return Err(Refusal::new(format!("`{name}` without a program")));
+    }
+    Ok(AwkCommand { programs, files })
+}
+
+/// awk is read-only when its program only prints ([`crate::awk`] parses
+/// it: no `system()`, pipes, output redirections, `getline` from a file
+/// named by an expression, changes to `ENVIRON`/`ARGV`); the files its
+/// `getline < "FILE"` reads are recorded.
+fn awk(name: &str, args: &[Word], env: &Env<'_>) -> Result<(), Refusal> {
+    let command = awk_command(name, args)?;
+    for program in command.programs {
+        let facts = crate::awk::analyse(program).map_err(Refusal::new)?;
+        env.reads
+            .borrow_mut()
+            .extend(facts.reads.into_iter().map(|path| crate::FileRead {
+                target: crate::ReadTarget::Path(path),
+                tree: false,
+            }));
     }
     Ok(())
 }
 
 fn sed_flag(flag: &str) -> Refusal {
     opts::flag_refusal("sed", flag)
-}
-
-/// `1,40p`, `10p`, `$p`, `/re/p`, `1p;5q`: addresses followed by `p`, `q` or `=`.
-fn sed_print_script(script: &str) -> bool {
-    let b = script.as_bytes();
-    let mut i = 0;
-    let skip_ws = |i: &mut usize| {
-        while *i < b.len() && matches!(b[*i], b' ' | b'\t' | b'\n') {
-            *i += 1;
-        }
-    };
-    let address = |i: &mut usize| -> bool {
-        match b.get(*i) {
-            Some(b'$') => {
-                *i += 1;
-                true
-            }
-            Some(c) if c.is_ascii_digit() => {
-                while b.get(*i).is_some_and(u8::is_ascii_digit) {
-                    *i += 1;
-                }
-                // `first~step`
-                if b.get(*i) == Some(&b'~') {
-                    *i += 1;
-                    if !b.get(*i).is_some_and(u8::is_ascii_digit) {
-                        return false;
-                    }
-                    while b.get(*i).is_some_and(u8::is_ascii_digit) {
-                        *i += 1;
-                    }
-                }
-                true
-            }
-            Some(b'/') => {
-                // As GNU sed's match_slash reads it: a backslash takes the
-                // next character with it (`\/`, `\[`), a newline ends nothing.
-                *i += 1;
-                while let Some(&c) = b.get(*i) {
-                    match c {
-                        b'/' => {
-                            *i += 1;
-                            // Regex flags: case-insensitive, multi-line.
-                            while matches!(b.get(*i), Some(b'I' | b'M')) {
-                                *i += 1;
-                            }
-                            return true;
-                        }
-                        b'\n' => return false,
-                        b'\\' => match b.get(*i + 1) {
-                            None | Some(b'\n') => return false,
-                            Some(_) => *i += 2,
-                        },
-                        _ => *i += 1,
-                    }
-                }
-                false
-            }
-            _ => false,
-        }
-    };
-    let mut commands = 0;
-    loop {
-        skip_ws(&mut i);
-        if i >= b.len() {
-            return commands > 0;
-        }
-        if matches!(b[i], b'$' | b'/') || b[i].is_ascii_digit() {
-            if !address(&mut i) {
-                return false;
-            }
-            if b.get(i) == Some(&b',') {
-                i += 1;
-                // `addr,+N` and `addr,~N`
-                if matches!(b.get(i), Some(b'+' | b'~'))
-                    && b.get(i + 1).is_some_and(u8::is_ascii_digit)
-                {
-                    i += 1;
-                }
-                if !address(&mut i) {
-                    return false;
-                }
-            }
-        }
-        if b.get(i) == Some(&b'!') {
-            i += 1;
-        }
-        skip_ws(&mut i);
-        match b.get(i) {
-            Some(b'p' | b'q' | b'=') => i += 1,
-            _ => return false,
-        }
-        commands += 1;
-        skip_ws(&mut i);
-        match b.get(i) {
-            None => return true,
-            Some(b';') => i += 1,
-            _ => return false,
-        }
-    }
 }
 
 /// Words a `planModeReadOnlyCommands` entry may never contain.
@@ -935,57 +1051,6 @@ pub(crate) fn validate_extra(entry: &str) -> Result<Vec<String>, String> {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may panic
     use super::*;
-
-    #[test]
-    fn sed_scripts() {
-        for ok in [
-            "10p",
-            "1,40p",
-            "$p",
-            "/fn main/p",
-            "1p;5q",
-            "1,$p",
-            "5!p",
-            "=",
-            "/\\[deps\\]/,/^\\[/p",
-            "/a\\/b/p",
-            "/\\t\\.x\\//p",
-            "/todo/Ip",
-            "0,/x/p",
-            "1~2p",
-            "/x/,+3p",
-            "/x/,~4p",
-        ] {
-            assert!(sed_print_script(ok), "{ok}");
-        }
-        for bad in [
-            "s/a/b/",
-            "1e rm -rf /",
-            "w out",
-            "1,5w out",
-            "p;w x",
-            "/a/d",
-            "",
-            "{p}",
-            "/a\\/p",
-            "/a\\",
-            "/a\\\n/p",
-            "/a\\/p;w x",
-            "/\\[deps\\]/w x",
-            "/x/I w x",
-            "/x/Iw x",
-            "1~p",
-            "1,+p",
-            "/a/r /etc/passwd",
-            "/a/e ls",
-            "/a/R x",
-            "/a/W x",
-            "s/a/b/w x",
-            "0,/x/s/a/b/e",
-        ] {
-            assert!(!sed_print_script(bad), "{bad}");
-        }
-    }
 
     #[test]
     fn extras() {

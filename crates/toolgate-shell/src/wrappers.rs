@@ -26,16 +26,7 @@ pub(crate) fn judge(
 ) -> Option<Result<(), Refusal>> {
     let result = match name {
         "sudo" | "doas" => {
-            let start = if name == "doas" {
-                let short = Short {
-                    value: "aCu",
-                    optional: "",
-                    forbidden: "",
-                };
-                options("doas", args, &short, &[], &[], 0)
-            } else {
-                sudo(args)
-            };
+            let start = modelled(name, args, 0);
             describe_only(args, start, env, state, depth, inner);
             Err(refusal(format!("`{name}` runs a command as another user")))
         }
@@ -57,16 +48,49 @@ pub(crate) fn judge(
                 for c in analyze_text(&script, env, &mut scratch, depth + 1) {
                     inner.push(c.text);
                     inner.extend(c.inner);
+                    env.reads.borrow_mut().extend(c.reads);
                 }
             }
             Err(refusal("`eval` runs its arguments as shell code"))
         }
         "env" => env_wrapper(args, env, state, depth, inner),
-        "timeout" => descend(args, timeout(args), false, env, state, depth, inner),
-        "time" => descend(args, time(args), true, env, state, depth, inner),
+        "timeout" => descend(
+            args,
+            modelled(name, args, 1),
+            false,
+            env,
+            state,
+            depth,
+            inner,
+        ),
+        "time" => descend(
+            args,
+            modelled(name, args, 0),
+            true,
+            env,
+            state,
+            depth,
+            inner,
+        ),
         "nice" => descend(args, nice(args), true, env, state, depth, inner),
-        "stdbuf" => descend(args, stdbuf(args), false, env, state, depth, inner),
-        "ionice" => descend(args, ionice(args), false, env, state, depth, inner),
+        "stdbuf" => descend(
+            args,
+            modelled(name, args, 0),
+            false,
+            env,
+            state,
+            depth,
+            inner,
+        ),
+        "ionice" => descend(
+            args,
+            modelled(name, args, 0),
+            false,
+            env,
+            state,
+            depth,
+            inner,
+        ),
         "command" => descend(args, command(args), true, env, state, depth, inner),
         "builtin" => descend(args, Ok(Some(0)), true, env, state, depth, inner),
         "xargs" => xargs(args, env, state, depth, inner),
@@ -166,6 +190,7 @@ fn describe_script(
     for c in analyze_text(script, env, &mut scratch, depth + 1) {
         inner.push(c.text);
         inner.extend(c.inner);
+        env.reads.borrow_mut().extend(c.reads);
     }
 }
 
@@ -205,185 +230,32 @@ fn plain_option<'a>(w: &'a Word, wrapper: &str) -> Result<&'a str, Refusal> {
     }
 }
 
-/// Generic option walk: `long_value` long options take the next argument
-/// unless written with `=`; `short` letters as in getopt. The first
-/// non-option starts the inner command (`positional_skip` operands first).
-fn options(
-    wrapper: &str,
-    args: &[Word],
-    short: &Short,
-    long_flag: &[&str],
-    long_value: &[&str],
-    positional_skip: usize,
-) -> Start {
-    let mut i = 0;
-    while let Some(w) = args.get(i) {
-        let a = plain_option(w, wrapper)?;
-        if a == "--" {
-            i += 1;
-            break;
-        }
-        if !a.starts_with('-') || a == "-" {
-            break;
-        }
-        if let Some(long) = a.strip_prefix("--") {
-            let name = long.split('=').next().unwrap_or(long);
-            let full = format!("--{name}");
-            if long_flag.contains(&full.as_str()) {
-                i += 1;
-            } else if long_value.contains(&full.as_str()) {
-                i += if long.contains('=') { 1 } else { 2 };
-            } else {
-                return Err(refusal(format!(
-                    "`{wrapper}` option `{a}` is not understood"
-                )));
-            }
-            continue;
-        }
-        match short_cluster(&a[1..], short) {
-            Err(ch) => return Err(refusal(format!("`{wrapper} -{ch}` is not read-only"))),
-            Ok(takes_next) => i += if takes_next { 2 } else { 1 },
-        }
+/// Where the command of a wrapper starts, read with the wrapper's model
+/// (`programs.txt`): the first operand, after `skip` operands of its own
+/// (`timeout DURATION`). An unknown or unsafe option refuses.
+fn modelled(name: &str, args: &[Word], skip: usize) -> Start {
+    let Some(program) = crate::model::program(name) else {
+        return Err(refusal(format!("`{name}` has no option model")));
+    };
+    let parsed = crate::model::parse(name, program, args)?;
+    if let Some(r) = parsed.refusal {
+        return Err(r);
     }
-    let start = i + positional_skip;
-    Ok((start < args.len()).then_some(start))
+    Ok(parsed.operands.get(skip).copied())
 }
 
-fn sudo(args: &[Word]) -> Start {
-    let short = Short {
-        value: "ugCDhprtTUR",
-        optional: "",
-        forbidden: "",
-    };
-    options(
-        "sudo",
-        args,
-        &short,
-        &[
-            "--login",
-            "--shell",
-            "--preserve-env",
-            "--non-interactive",
-            "--background",
-            "--stdin",
-            "--set-home",
-            "--edit",
-        ],
-        &[
-            "--user",
-            "--group",
-            "--close-from",
-            "--chdir",
-            "--host",
-            "--prompt",
-            "--role",
-            "--type",
-            "--command-timeout",
-            "--other-user",
-            "--chroot",
-        ],
-        0,
-    )
-}
-
-fn timeout(args: &[Word]) -> Start {
-    let short = Short {
-        value: "sk",
-        optional: "",
-        forbidden: "",
-    };
-    options(
-        "timeout",
-        args,
-        &short,
-        &["--preserve-status", "--foreground", "--verbose"],
-        &["--signal", "--kill-after"],
-        1,
-    )
-}
-
-fn time(args: &[Word]) -> Start {
-    for w in args {
-        let a = w.text.as_str();
-        if a == "-o"
-            || a.starts_with("--o")
-            || (a.starts_with('-') && !a.starts_with("--") && a.contains('o'))
-        {
-            return Err(refusal("`time -o` writes a file"));
-        }
-        if !a.starts_with('-') {
-            break;
-        }
-    }
-    let short = Short {
-        value: "f",
-        optional: "",
-        forbidden: "",
-    };
-    options(
-        "time",
-        args,
-        &short,
-        &["--portability", "--verbose", "--quiet", "--append"],
-        &["--format"],
-        0,
-    )
-}
-
+/// `nice [-N | -n N | --adjustment=N] [COMMAND]`: GNU nice reads a first
+/// argument `-N` (`-5`, `--5`, `-+5`) as an adjustment before its options.
 fn nice(args: &[Word]) -> Start {
-    let mut i = 0;
-    while let Some(w) = args.get(i) {
-        let a = plain_option(w, "nice")?;
-        if a == "--" {
-            i += 1;
-            break;
-        }
-        if a == "-n" || a == "--adjustment" {
-            i += 2;
-        } else if a.starts_with("--adjustment=")
-            || (a.starts_with("-n") && a[2..].parse::<i32>().is_ok())
-            || (a.len() > 1 && a.starts_with('-') && a[1..].parse::<i32>().is_ok())
-        {
-            i += 1;
-        } else if a.starts_with('-') && a != "-" {
-            return Err(refusal(format!("`nice` option `{a}` is not understood")));
-        } else {
-            break;
-        }
-    }
-    Ok((i < args.len()).then_some(i))
-}
-
-fn stdbuf(args: &[Word]) -> Start {
-    let short = Short {
-        value: "ioe",
-        optional: "",
-        forbidden: "",
-    };
-    options(
-        "stdbuf",
-        args,
-        &short,
-        &[],
-        &["--input", "--output", "--error"],
-        0,
-    )
-}
-
-fn ionice(args: &[Word]) -> Start {
-    let short = Short {
-        value: "cn",
-        optional: "",
-        forbidden: "pPu",
-    };
-    options(
-        "ionice",
-        args,
-        &short,
-        &["--ignore"],
-        &["--class", "--classdata"],
-        0,
-    )
+    let legacy = args.first().is_some_and(|w| {
+        let t = w.text.trim_start_matches('-');
+        w.is_plain()
+            && w.text.starts_with('-')
+            && w.text.len() - t.len() <= 2
+            && t.trim_start_matches(['+', '-']).parse::<u32>().is_ok()
+    });
+    let skip = usize::from(legacy);
+    Ok(modelled("nice", &args[skip..], 0)?.map(|i| i + skip))
 }
 
 fn command(args: &[Word]) -> Start {
@@ -621,6 +493,8 @@ fn xargs(
 ) -> Result<(), Refusal> {
     let mut i = 0;
     let mut problem: Option<Refusal> = None;
+    // `-a FILE`: the items come from FILE instead of the input.
+    let mut arg_files: Vec<&str> = Vec::new();
     while let Some(w) = args.get(i) {
         let a = plain_option(w, "xargs")?;
         if a == "--" {
@@ -647,6 +521,13 @@ fn xargs(
                     refusal(format!("`xargs` option `{a}` is not understood"))
                 });
             }
+            if names == ["arg-file"] {
+                let file = match long.split_once('=') {
+                    Some((_, v)) => Some(v),
+                    None => args.get(i).map(|w| w.text.as_str()),
+                };
+                arg_files.extend(file);
+            }
             if !attached && hits.iter().any(|(_, k)| *k == Arg::Required) {
                 i += 1;
             }
@@ -666,7 +547,12 @@ fn xargs(
                 }
                 'a' | 'E' | 'L' | 'n' | 's' | 'P' | 'd' => {
                     if j + 1 == cluster.len() {
+                        if ch == 'a' {
+                            arg_files.extend(args.get(i).map(|w| w.text.as_str()));
+                        }
                         i += 1;
+                    } else if ch == 'a' {
+                        arg_files.push(&cluster[j + 1..]);
                     }
                     break;
                 }
@@ -677,6 +563,21 @@ fn xargs(
                 }
             }
         }
+    }
+    {
+        // The items are read (from FILE or the input), and the command gets
+        // them as arguments: they may name any file.
+        let mut reads = env.reads.borrow_mut();
+        for f in arg_files {
+            reads.push(crate::FileRead {
+                target: crate::ReadTarget::Path(f.to_string()),
+                tree: false,
+            });
+        }
+        reads.push(crate::FileRead {
+            target: crate::ReadTarget::Any,
+            tree: true,
+        });
     }
     let Some(rest) = args.get(i..).filter(|r| !r.is_empty()) else {
         return problem.map_or(Ok(()), Err); // runs `echo`
@@ -1261,6 +1162,7 @@ fn shell(
                 }
                 inner.push(c.text);
                 inner.extend(c.inner);
+                env.reads.borrow_mut().extend(c.reads);
             }
             verdict
         }

@@ -63,7 +63,7 @@ const WRITERS: &[&str] = &[
     "chmod +x f",
     "git -c a=b log",
     "ls > out",
-    "awk 1 f",
+    "awk '{print > \"out\"}' f",
     "dd of=f",
     "truncate -s0 f",
     "mkdir d",
