@@ -384,6 +384,7 @@ impl Policy {
                 id: crate::PolicyId::fresh(),
                 // Set by the binary, which can look at the disk.
                 glob_oracle: None,
+                physical_root: None,
                 default_mode: mode,
                 project_root: sources.project_root,
                 home: sources.home,

@@ -27,7 +27,7 @@
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
-use toolgate_shell::SimpleCommand;
+use toolgate_shell::{ReadTarget, SimpleCommand};
 
 use crate::grants::{GrantPattern, GrantSpec};
 use crate::mode::{mode_answer, Action, Kind, Mode};
@@ -429,6 +429,24 @@ impl Policy {
                     if rooted.external {
                         checks.push(external_check(&rooted, false));
                     }
+                    // A symbolic link on the way: the file it reaches is
+                    // what is read or written, judged like the path itself.
+                    if let Some(real) = self.linked_path(path, &base, &rooted) {
+                        if real.external && !rooted.external {
+                            checks.push(external_check(&real, false));
+                        }
+                        let always = if spec.kind == Kind::Read {
+                            GrantPattern::exact(&real.subject)
+                        } else {
+                            GrantPattern::prefixed("", "*")
+                        };
+                        let target = if spec.kind == Kind::List {
+                            TargetKind::Directory
+                        } else {
+                            TargetKind::File
+                        };
+                        checks.push(simple(real.subject, always, Some(target)));
+                    }
                     shown.push(rooted.subject.clone());
                     // OpenCode grants every edit with `always`; a read that asks
                     // (a `.env` file) is granted for that file only.
@@ -467,6 +485,11 @@ impl Policy {
                         );
                         if rooted.external {
                             checks.push(external_check(&rooted, true));
+                        }
+                        if let Some(real) = self.linked_path(path, &base, &rooted) {
+                            if real.external && !rooted.external {
+                                checks.push(external_check(&real, true));
+                            }
                         }
                         rooted.subject
                     }
@@ -1134,9 +1157,11 @@ impl Policy {
         };
         if globs.is_empty()
             && paths.iter().all(plain)
-            && !paths
-                .iter()
-                .any(|path| self.read_guards.iter().any(|guard| guard.matches(path)))
+            && !paths.iter().any(|path| {
+                self.read_guards
+                    .iter()
+                    .any(|guard| guard.matches_any_case(path))
+            })
             && !self.anchored_read_guard()
         {
             return Vec::new();
@@ -1273,6 +1298,34 @@ impl Policy {
                 external: true,
             });
         }
+        // What the program models found read beyond the words: option
+        // values (`--files0-from=F`), response files (`@F`), and names that
+        // arrive on the input (`xargs cat`), which may be any file.
+        for read in commands.iter().flat_map(|c| &c.reads) {
+            let role = if read.tree { Role::Tree } else { Role::File };
+            if let ReadTarget::OptionsIn(word) = &read.target {
+                if !self.may_become_options(word, base, changes_directory, disk_settled) {
+                    continue;
+                }
+            }
+            args.push(match &read.target {
+                ReadTarget::Path(path) => Arg {
+                    text: path,
+                    marks: Marks::guessed(path),
+                    role,
+                    external: true,
+                },
+                ReadTarget::Any | ReadTarget::OptionsIn(_) => Arg {
+                    text: NAMES_FROM_INPUT,
+                    marks: Marks {
+                        expansion: true,
+                        ..Marks::default()
+                    },
+                    role,
+                    external: true,
+                },
+            });
+        }
         let mut bases: Option<Vec<Option<PathBuf>>> = None;
 
         let at_root = !changes_directory && *base == *self.project_root;
@@ -1284,10 +1337,19 @@ impl Policy {
         let mut checks = Vec::new();
         for arg in &args {
             let reads = arg.role >= Role::File && !self.read_guards.is_empty();
-            if at_root && stays_inside(arg.text, arg.marks) {
+            // A word whose path crosses a symbolic link is judged where it
+            // leads as well, through the general path below.
+            let crosses_link = self.glob_oracle.is_some()
+                && !arg.marks.expansion
+                && !arg.marks.glob
+                && self.crosses_link(arg.text, base);
+            if at_root && stays_inside(arg.text, arg.marks) && !crosses_link {
                 // A plain relative word names itself.
                 if reads
-                    && self.read_guards.iter().any(|guard| guard.matches(arg.text))
+                    && self
+                        .read_guards
+                        .iter()
+                        .any(|guard| guard.matches_any_case(arg.text))
                     && !guarded.iter().any(|seen| seen == arg.text)
                     && self.read_guard(arg.text).is_some()
                 {
@@ -1319,7 +1381,21 @@ impl Policy {
                         }
                     }
                 }
-                Place::Paths(paths) => {
+                Place::Paths(mut paths) => {
+                    if self.glob_oracle.is_some() && !arg.marks.expansion && !arg.marks.glob {
+                        let mut real = Vec::new();
+                        for base in bases.iter().flatten() {
+                            let lexical = RootedPath::new(
+                                normalize(arg.text, base, home),
+                                &self.project_root,
+                            );
+                            if let Some(linked) = self.linked_path(arg.text, base, &lexical) {
+                                real.push(linked.absolute);
+                            }
+                        }
+                        paths.extend(real);
+                        paths.dedup();
+                    }
                     for path in paths {
                         // Outside the project or not is a matter of the word's
                         // fixed head: a glob's matches only replace its glob
@@ -1337,16 +1413,38 @@ impl Policy {
                         if !reads {
                             continue;
                         }
-                        for (path, glob) in
-                            self.expand_globs(rooted.absolute, arg.marks.glob, disk_settled)
-                        {
+                        let mut expanded =
+                            self.expand_globs(rooted.absolute, arg.marks.glob, disk_settled);
+                        if arg.marks.glob {
+                            // A match that is a link is read where it leads.
+                            let linked: Vec<(PathBuf, bool)> = expanded
+                                .iter()
+                                .filter(|(_, glob)| !glob)
+                                .filter_map(|(path, _)| {
+                                    let oracle = self.glob_oracle.as_ref()?;
+                                    let lexical = RootedPath::new(path.clone(), &self.project_root);
+                                    self.linked(oracle.as_ref(), path, &lexical)
+                                })
+                                .map(|real| (real.absolute, false))
+                                .collect();
+                            for (real, _) in &linked {
+                                let real = RootedPath::new(real.clone(), &self.project_root);
+                                if arg.external && real.external && !outside.contains(&real.subject)
+                                {
+                                    outside.push(real.subject.clone());
+                                    checks.push(external_argument_check(&real));
+                                }
+                            }
+                            expanded.extend(linked);
+                        }
+                        for (path, glob) in expanded {
                             let rooted = RootedPath::new(path, &self.project_root);
                             if !glob
                                 && !guarded.contains(&rooted.subject)
                                 && self
                                     .read_guards
                                     .iter()
-                                    .any(|guard| guard.matches(&rooted.subject))
+                                    .any(|guard| guard.matches_any_case(&rooted.subject))
                                 && self.read_guard(&rooted.subject).is_some()
                             {
                                 guarded.push(rooted.subject.clone());
@@ -1405,10 +1503,94 @@ impl Policy {
         }
     }
 
+    /// Where `path` (as written, relative to `base`) leads once symbolic
+    /// links are followed on the disk, placed against the project root, when
+    /// that is not where its lexical form `rooted` points; `None` without a
+    /// disk oracle. The disk is read when the call is judged: a link made or
+    /// changed between the decision and the run is not seen (in plan mode
+    /// nothing the agent runs can make one).
+    fn linked_path(&self, path: &str, base: &Path, rooted: &RootedPath) -> Option<RootedPath> {
+        let oracle = self.glob_oracle.as_ref()?;
+        let raw = match (path, self.home.as_deref()) {
+            ("~", Some(home)) => home.to_path_buf(),
+            (p, Some(home)) if p.starts_with("~/") => home.join(&p[2..]),
+            (p, _) => base.join(p),
+        };
+        self.linked(oracle.as_ref(), &raw, rooted)
+    }
+
+    /// Does `text` (a plain word, relative to `base` or absolute) lead
+    /// somewhere else once links are followed?
+    fn crosses_link(&self, text: &str, base: &Path) -> bool {
+        let lexical = RootedPath::new(
+            normalize(text, base, self.home.as_deref()),
+            &self.project_root,
+        );
+        self.linked_path(text, base, &lexical).is_some()
+    }
+
+    fn linked(
+        &self,
+        oracle: &dyn crate::GlobOracle,
+        raw: &Path,
+        rooted: &RootedPath,
+    ) -> Option<RootedPath> {
+        let real = oracle.resolve(raw)?;
+        let root_real = self.physical_root.as_deref().unwrap_or(&self.project_root);
+        let placed = match real.strip_prefix(root_real) {
+            Ok(relative) => RootedPath::new(
+                normalize(&relative.to_string_lossy(), &self.project_root, None),
+                &self.project_root,
+            ),
+            Err(_) => RootedPath::new(real, &self.project_root),
+        };
+        // Outside the project either way: the lexical path already asks,
+        // and a link between two outside places reaches no project file.
+        let both_outside = rooted.external && placed.external;
+        (placed.absolute != rooted.absolute && !both_outside).then_some(placed)
+    }
+
+    /// Can `word` (a glob or expansion where a program reads options) become
+    /// a word starting with `-` or `@`? Only a glob in the directory the
+    /// command starts in, whose matches the disk shows, can be told apart;
+    /// an expansion, or a glob without the disk, may become anything.
+    fn may_become_options(
+        &self,
+        word: &str,
+        base: &Path,
+        changes_directory: bool,
+        disk_settled: bool,
+    ) -> bool {
+        let marks = Marks::guessed(word);
+        let oracle = match &self.glob_oracle {
+            Some(oracle)
+                if marks.glob && !marks.expansion && !changes_directory && disk_settled =>
+            {
+                oracle
+            }
+            _ => return true,
+        };
+        if word.starts_with(['-', '@']) {
+            return true;
+        }
+        match oracle.expand(&base.join(word)) {
+            crate::GlobExpansion::Matches(found) => found.iter().any(|path| {
+                path.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with(['-', '@']))
+                    // `dir*/x`: a match's first component is what the program sees.
+                    || word.contains('/')
+            }),
+            crate::GlobExpansion::Unknown => true,
+        }
+    }
+
     fn guards(&self) -> Vec<Guard<'_>> {
         crate::shell_words::guards(&self.rules, &self.project_root)
     }
 }
+
+/// How a read of any file (names from a command's input) is shown.
+const NAMES_FROM_INPUT: &str = "$(names read from input)";
 
 /// The text `words` (a tail of a command's words) cover in the command's text.
 fn tail<'a>(text: &'a str, words: &[Word<'a>]) -> Option<&'a str> {

@@ -36,6 +36,17 @@ pub trait GlobOracle: Send + Sync + std::fmt::Debug {
     /// (`dotglob`, `globstar`, `nocaseglob`): a superset of what the shell
     /// would produce, or [`GlobExpansion::Unknown`].
     fn expand(&self, pattern: &Path) -> GlobExpansion;
+
+    /// The path `path` (absolute, not normalised: `link/..` leaves through
+    /// the link's target, as the kernel resolves it) reaches on the disk,
+    /// every symbolic link followed, component by component; the part that
+    /// does not exist is joined lexically. `None` when it cannot be told
+    /// (a loop, an unreadable directory) or without a disk. The policy
+    /// judges a path by both its lexical form and this one.
+    fn resolve(&self, path: &Path) -> Option<PathBuf> {
+        let _ = path;
+        None
+    }
 }
 
 /// A segment has glob syntax this matcher follows.

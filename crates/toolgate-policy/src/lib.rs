@@ -127,6 +127,10 @@ pub struct Policy {
     /// as its literal text when it matches nothing, instead of by every guarded
     /// file it could match.
     pub glob_oracle: Option<std::sync::Arc<dyn GlobOracle>>,
+    /// The project root with every symbolic link in it resolved (set by the
+    /// binary with the oracle): a path that [`GlobOracle::resolve`] leads
+    /// under it is inside the project.
+    pub physical_root: Option<PathBuf>,
     /// Which policy this is, for [`Policy::evaluate_prepared`]: a
     /// [`Prepared`] call is taken only by the policy that prepared it.
     id: PolicyId,

@@ -150,11 +150,21 @@ impl Ruleset {
     }
 
     /// The last rule matching the permission and the subject.
+    ///
+    /// For the permissions whose subjects are paths (`read`, `edit`, `list`,
+    /// `external_directory`), a rule that asks or denies also matches in any
+    /// letter case: on a file system that ignores case `.ENV` is `.env`, and
+    /// guarding both is the safe reading everywhere. A rule that allows
+    /// matches the case it was written in.
     pub fn last_match(&self, permission: &str, subject: &str) -> Option<&Rule> {
-        self.rules
-            .iter()
-            .rev()
-            .find(|rule| rule.permission.matches(permission) && rule.pattern.matches(subject))
+        let paths = is_path_permission(permission);
+        self.rules.iter().rev().find(|rule| {
+            rule.permission.matches(permission)
+                && (rule.pattern.matches(subject)
+                    || paths
+                        && rule.action != Action::Allow
+                        && rule.pattern.matches_any_case(subject))
+        })
     }
 
     /// True when no rule is present.
@@ -166,6 +176,11 @@ impl Ruleset {
     pub fn rules(&self) -> &[Rule] {
         &self.rules
     }
+}
+
+/// Permissions whose subjects are paths on the disk.
+pub(crate) fn is_path_permission(permission: &str) -> bool {
+    matches!(permission, "read" | "edit" | "list" | "external_directory")
 }
 
 fn parse_action(action: &str, file: &str, key: &str) -> Result<Action, PolicyError> {

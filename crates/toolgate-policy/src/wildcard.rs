@@ -43,6 +43,17 @@ impl Wildcard {
         &self.source
     }
 
+    /// True when `text` matches the whole pattern with ASCII letters of
+    /// either case taken as the same (a file system that ignores case, as
+    /// macOS's and Windows' do by default, opens `.ENV` for `.env`).
+    pub fn matches_any_case(&self, text: &str) -> bool {
+        let upper = |s: &str| s.bytes().any(|b| b.is_ascii_uppercase());
+        if !upper(text) && !upper(&self.source) {
+            return self.matches(text);
+        }
+        Wildcard::new(&self.source.to_ascii_lowercase()).matches(&text.to_ascii_lowercase())
+    }
+
     /// True when `text` matches the whole pattern.
     pub fn matches(&self, text: &str) -> bool {
         match &self.kind {

@@ -281,7 +281,7 @@ fn shell_words_as_paths() {
         (
             &default,
             Plan,
-            "cat --file=~root/x",
+            "diff --from-file=~root/x a",
             "ask external_directory [\"~root/x\"]",
         ),
         (
@@ -370,13 +370,11 @@ fn shell_words_as_paths() {
             "grep x -e /etc/passwd",
             "ask external_directory [\"/etc/passwd\"]",
         ),
-        // Not an exact long option: not guessed.
-        (
-            &default,
-            Plan,
-            "grep --reg /x f",
-            "ask external_directory [\"/x\"]",
-        ),
+        // A unique abbreviation is read as getopt_long reads it: `--reg`
+        // is `--regexp`, whose value is the pattern; an ambiguous one is
+        // refused.
+        (&default, Plan, "grep --reg /x f", "allow"),
+        (&default, Plan, "grep --no /x f", "deny"),
         // Inside `bash -c` words are guessed: every word may be a path.
         (
             &default,

@@ -60,6 +60,81 @@ impl GlobOracle for DiskGlobs {
             Err(Unknown) => GlobExpansion::Unknown,
         }
     }
+
+    fn resolve(&self, path: &Path) -> Option<PathBuf> {
+        resolve(path).ok()
+    }
+}
+
+/// The most symbolic links followed in one resolution (Linux's limit).
+const MAX_LINKS: usize = 40;
+
+/// Resolve `path` as the kernel does (see [`GlobOracle::resolve`]): each
+/// component in turn; a symbolic link's target replaces it (an absolute
+/// target restarts at `/`), `..` goes up from where the walk physically is,
+/// and once a component does not exist the rest is joined lexically.
+fn resolve(path: &Path) -> Result<PathBuf, Unknown> {
+    use std::collections::VecDeque;
+    use std::ffi::OsString;
+    use std::path::Component;
+
+    fn push_components(into: &mut VecDeque<OsString>, path: &Path, front: bool) {
+        let parts: Vec<OsString> = path
+            .components()
+            .filter_map(|c| match c {
+                Component::Normal(n) => Some(n.to_os_string()),
+                Component::ParentDir => Some(OsString::from("..")),
+                _ => None,
+            })
+            .collect();
+        if front {
+            for p in parts.into_iter().rev() {
+                into.push_front(p);
+            }
+        } else {
+            into.extend(parts);
+        }
+    }
+
+    if !path.is_absolute() {
+        return Err(Unknown);
+    }
+    let mut pending = VecDeque::new();
+    push_components(&mut pending, path, false);
+    let mut out = PathBuf::from("/");
+    let mut links = 0usize;
+    let mut exists = true;
+    while let Some(part) = pending.pop_front() {
+        if part == ".." {
+            out.pop();
+            continue;
+        }
+        let next = out.join(&part);
+        if !exists {
+            out = next;
+            continue;
+        }
+        match std::fs::symlink_metadata(&next) {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                links += 1;
+                if links > MAX_LINKS {
+                    return Err(Unknown);
+                }
+                let target = std::fs::read_link(&next).map_err(|_| Unknown)?;
+                if target.is_absolute() {
+                    out = PathBuf::from("/");
+                }
+                push_components(&mut pending, &target, true);
+            }
+            Ok(_) => out = next,
+            Err(err) if absent(&err) => {
+                exists = false;
+                out = next;
+            }
+            Err(_) => return Err(Unknown),
+        }
+    }
+    Ok(out)
 }
 
 fn expand(pattern: &Path) -> Result<Vec<PathBuf>, Unknown> {

@@ -230,6 +230,8 @@ pub fn load(settings: &Settings) -> Result<Loaded, PolicyError> {
     ));
     // Shell globs are judged by what they match on the disk.
     policy.glob_oracle = Some(Arc::new(crate::globs::DiskGlobs));
+    policy.physical_root =
+        toolgate_policy::GlobOracle::resolve(&crate::globs::DiskGlobs, &policy.project_root);
     warnings.extend(built);
     let configured_mode = settings
         .mode
