@@ -337,7 +337,7 @@ fn verdict(
         judge_argv(&item.words, env, state, depth, inner)?;
     }
     for a in &item.assigns {
-        if !wrappers::harmless_variable(&a.name) {
+        if !wrappers::harmless_setting(&a.name, &a.value.text, a.value.is_plain()) {
             let shown = format!("{}=…", a.name);
             return Err(Refusal::new(if item.words.is_empty() {
                 format!("assignment `{shown}` can change what later commands run")

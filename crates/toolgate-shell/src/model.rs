@@ -103,6 +103,11 @@ pub(crate) struct Program {
     pub searches_here: Option<SearchesHere>,
     /// Attached values lose every leading `=` (clap: `-f=F` reads `F`).
     pub strip_equals: bool,
+    /// `--` is refused: the program's own reader can take it as a value
+    /// (`tree -P -- -o out` writes `out`).
+    pub no_dashdash: bool,
+    /// A word that is a negative number ends the options (`seq -5 5`).
+    pub negative_numbers: bool,
     pub options: Vec<Opt>,
 }
 
@@ -184,6 +189,8 @@ pub(crate) fn parse_block(block: &'static str) -> Result<Program, String> {
         pattern_operand: false,
         searches_here: None,
         strip_equals: false,
+        no_dashdash: false,
+        negative_numbers: false,
         options: Vec::new(),
     };
     for raw in lines {
@@ -220,6 +227,8 @@ fn attribute(program: &mut Program, line: &'static str) -> Result<(), String> {
         "no-abbrev" => program.no_abbrev = true,
         "pattern-operand" => program.pattern_operand = true,
         "strip-equals" => program.strip_equals = true,
+        "no-dashdash" => program.no_dashdash = true,
+        "negative-numbers" => program.negative_numbers = true,
         "searches-here" => {
             program.searches_here = Some(match words.next() {
                 None => SearchesHere::Always,
@@ -332,8 +341,8 @@ pub(crate) struct Use<'a> {
 pub(crate) struct Parsed<'a> {
     /// Operands, in order (indices into the arguments).
     pub operands: Vec<usize>,
-    /// Every option given, with its value if any.
-    pub options: Vec<(&'static Opt, Option<&'a str>)>,
+    /// Every option given, with its value if any and the index of its word.
+    pub options: Vec<(&'static Opt, Option<&'a str>, usize)>,
     /// Values of options whose role is a name, file or tree, and response files.
     pub uses: Vec<Use<'a>>,
     /// Some option makes the operands trees.
@@ -421,6 +430,22 @@ pub(crate) fn parse<'a>(
             continue;
         }
         if a == "--" {
+            if program.no_dashdash {
+                return Err(Refusal::with_kind(
+                    RefusalKind::UnknownOption,
+                    format!("`{name} --`: its reader can take `--` as an option's value"),
+                ));
+            }
+            end = true;
+            i += 1;
+            continue;
+        }
+        if program.negative_numbers
+            && a.len() > 1
+            && a[1..].bytes().all(|b| b.is_ascii_digit() || b == b'.')
+            && a[1..].bytes().any(|b| b.is_ascii_digit())
+        {
+            parsed.operands.push(i);
             end = true;
             i += 1;
             continue;
@@ -570,7 +595,7 @@ impl<'a> Parsed<'a> {
                 }
             }
         }
-        self.options.push((opt, value));
+        self.options.push((opt, value, word));
         Ok(())
     }
 
@@ -760,8 +785,14 @@ pub(crate) fn path_words(name: &str, args: &[&str]) -> Option<crate::PathWords> 
         (Role::File, true) | (Role::Name, true) => Role::Tree,
         (r, _) => r,
     };
-    let pattern_given = parsed.options.iter().any(|(o, _)| o.gives_pattern);
-    let rest_data = parsed.options.iter().any(|(o, _)| o.rest_data);
+    let pattern_given = parsed.options.iter().any(|(o, _, _)| o.gives_pattern);
+    // `jq --args`: the operands after it are strings.
+    let rest_data_from = parsed
+        .options
+        .iter()
+        .filter(|(o, _, _)| o.rest_data)
+        .map(|(_, _, at)| *at)
+        .min();
     let mut operands = parsed.operands.clone();
     // Without GNU permutation (POSIXLY_CORRECT) every word after the first
     // operand is an operand: what either reading takes for a path counts.
@@ -781,7 +812,7 @@ pub(crate) fn path_words(name: &str, args: &[&str]) -> Option<crate::PathWords> 
         if program.pattern_operand && !pattern_given && Some(i) == first_operand {
             continue;
         }
-        if rest_data {
+        if rest_data_from.is_some_and(|at| i > at) {
             continue;
         }
         let Some(role) = role_of(operand_role) else {

@@ -101,7 +101,6 @@ pub(crate) fn judge(
         "test" | "[" | "[[" => test(name, args),
         _ if crate::model::program(name).is_some() => modelled(name, args, env),
         _ if always_read_only(name) => Ok(()),
-        "find" => find(args),
         "rg" => checked(name, args, &RG).map(drop),
         "sed" => sed(args, env),
         "awk" | "gawk" | "mawk" | "nawk" | "original-awk" => awk(name, args, env),
@@ -132,14 +131,25 @@ fn modelled(name: &str, args: &[Word], env: &Env<'_>) -> Result<(), Refusal> {
     let Some(program) = crate::model::program(name) else {
         return Err(Refusal::new(not_read_only(name)));
     };
-    // `head -20`, `tail -5`: the obsolete count form, first argument only.
-    let legacy = matches!(name, "head" | "tail")
-        && args.first().is_some_and(|w| {
-            w.is_plain()
-                && w.text.len() > 1
-                && w.text.starts_with('-')
-                && w.text[1..].bytes().all(|b| b.is_ascii_digit())
-        });
+    // `head -20`, `tail -5f`, `tail +5`: the obsolete count form, first
+    // argument only (tail's only when at most one file follows).
+    let legacy = args.first().is_some_and(|w| {
+        let t = w.text.as_str();
+        let (sign, rest) = t.split_at(t.len().min(1));
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        let suffix = &rest[digits..];
+        w.is_plain()
+            && digits > 0
+            && match name {
+                "head" => sign == "-" && suffix.bytes().all(|b| b"bcklmqvz".contains(&b)),
+                "tail" => {
+                    (sign == "-" || sign == "+")
+                        && suffix.bytes().all(|b| b"bclf".contains(&b))
+                        && args.len() <= 2
+                }
+                _ => false,
+            }
+    });
     let args = if legacy { &args[1..] } else { args };
     let parsed = crate::model::parse(name, program, args)?;
     env.reads.borrow_mut().extend(parsed.reads(program, args));
@@ -283,26 +293,6 @@ const UNIQ: Rules = Rules {
     long: &[],
     long_safe: &[],
 };
-
-fn find(args: &[Word]) -> Result<(), Refusal> {
-    for a in args {
-        if matches!(
-            a.text.as_str(),
-            "-delete"
-                | "-exec"
-                | "-execdir"
-                | "-ok"
-                | "-okdir"
-                | "-fls"
-                | "-fprint"
-                | "-fprint0"
-                | "-fprintf"
-        ) {
-            return Err(opts::flag_refusal("find", &a.text));
-        }
-    }
-    plain_args("find", args)
-}
 
 fn test(name: &str, args: &[Word]) -> Result<(), Refusal> {
     for a in args {

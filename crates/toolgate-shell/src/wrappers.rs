@@ -94,11 +94,7 @@ pub(crate) fn judge(
         "command" => descend(args, command(args), true, env, state, depth, inner),
         "builtin" => descend(args, Ok(Some(0)), true, env, state, depth, inner),
         "xargs" => xargs(args, env, state, depth, inner),
-        "find" => {
-            // Judged by the table; only the commands it runs are recorded here.
-            find_commands(args, env, state, depth, inner);
-            return None;
-        }
+        "find" => find(args, env, state, depth, inner),
         _ if runner(name).is_some() => {
             describe_runner(name, args, env, state, depth, inner);
             Err(refusal(format!("`{name}` runs a command")))
@@ -416,7 +412,8 @@ fn env_wrapper(
         if name.is_empty() || !name.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_') {
             break;
         }
-        if problem.is_none() && !harmless_variable(name) {
+        let value = &w.text[name.len() + 1..];
+        if problem.is_none() && !harmless_setting(name, value, w.is_plain()) {
             problem = Some(refusal(format!(
                 "environment variable `{name}=…` can change what runs"
             )));
@@ -448,6 +445,24 @@ fn env_wrapper(
 /// The environment variables a command may be given and stay read-only.
 pub(crate) fn harmless_variable(name: &str) -> bool {
     matches!(name, "LANG" | "TZ" | "NO_COLOR" | "TERM" | "COLUMNS") || name.starts_with("LC_")
+}
+
+/// A variable set to a value that is known harmless: any value of a
+/// [`harmless_variable`], a pager set to `cat` (or empty: no pager) for git
+/// and the programs that page (`GIT_PAGER=cat git log`), and
+/// `GIT_OPTIONAL_LOCKS=0` (git then skips the index refresh it would write).
+pub(crate) fn harmless_setting(name: &str, value: &str, plain: bool) -> bool {
+    if harmless_variable(name) {
+        return true;
+    }
+    plain
+        && match name {
+            "PAGER" | "GIT_PAGER" | "MANPAGER" | "SYSTEMD_PAGER" | "BAT_PAGER" => {
+                matches!(value, "" | "cat" | "/bin/cat" | "/usr/bin/cat")
+            }
+            "GIT_OPTIONAL_LOCKS" => value == "0",
+            _ => false,
+        }
 }
 
 /// GNU `xargs`'s long options.
@@ -626,36 +641,148 @@ fn exec_start(args: &[Word]) -> Start {
 }
 
 /// Record the commands `find -exec/-execdir/-ok/-okdir COMMAND... ;|+` runs.
-fn find_commands(
+/// `find START... EXPRESSION`: read-only without `-delete`, `-fprint*`,
+/// `-fls`, `-ok`/`-okdir` (they read an answer from the terminal), and with
+/// `-exec`/`-execdir CMD … {} ;|+` only when CMD is read-only whatever
+/// names it is given (found names start with the start point or `./`,
+/// never with `-`). The files CMD is given are read: those whose name
+/// matches the expression's `-name`/`-iname` when the expression is a plain
+/// conjunction (`START/**/PATTERN`), else every file under the start points
+/// (`START/**`): globs the policy expands on the disk, each match judged as
+/// the file it is. `-files0-from F` reads F
+/// and takes the start points from it. Every command `-exec` and friends
+/// would run is recorded, refused or not.
+fn find(
     args: &[Word],
     env: &Env<'_>,
-    state: &State,
+    state: &mut State,
     depth: usize,
     inner: &mut Vec<String>,
-) {
+) -> Result<(), Refusal> {
+    let mut problem: Option<Refusal> = crate::opts::plain_args("find", args).err();
+    // Leading options, then start points up to the first expression word.
     let mut i = 0;
-    while i < args.len() {
-        if !matches!(
-            args[i].text.as_str(),
-            "-exec" | "-execdir" | "-ok" | "-okdir"
-        ) {
-            i += 1;
-            continue;
+    while let Some(w) = args.get(i) {
+        match w.text.as_str() {
+            "-H" | "-L" | "-P" => i += 1,
+            "-D" => i += 2,
+            t if t.starts_with("-O") || (t.starts_with("-D") && t.len() > 2) => i += 1,
+            _ => break,
         }
-        let start = i + 1;
-        let mut end = start;
-        while let Some(w) = args.get(end) {
-            let plus = w.text == "+" && end > start && args[end - 1].text == "{}";
-            if w.text == ";" || plus {
-                break;
+    }
+    let mut starts: Vec<&str> = Vec::new();
+    while let Some(w) = args.get(i) {
+        let t = w.text.as_str();
+        if t.starts_with('-') || t == "(" || t == "!" || t == "," {
+            break;
+        }
+        starts.push(t);
+        i += 1;
+    }
+    let mut names: Vec<&str> = Vec::new();
+    let mut conjunction = true;
+    let mut runs = false;
+    let mut starts_from_file = false;
+    while let Some(w) = args.get(i) {
+        let t = w.text.as_str();
+        i += 1;
+        match t {
+            "-delete" | "-fls" | "-fprint" | "-fprint0" | "-fprintf" => {
+                problem.get_or_insert_with(|| crate::opts::flag_refusal("find", t));
             }
-            end += 1;
+            "-exec" | "-execdir" | "-ok" | "-okdir" => {
+                if matches!(t, "-ok" | "-okdir") {
+                    // It asks on the terminal before each command.
+                    problem.get_or_insert_with(|| crate::opts::flag_refusal("find", t));
+                }
+                let start = i;
+                let mut end = start;
+                while let Some(w) = args.get(end) {
+                    let plus = w.text == "+" && end > start && args[end - 1].text == "{}";
+                    if w.text == ";" || plus {
+                        break;
+                    }
+                    end += 1;
+                }
+                if end >= args.len() || end == start {
+                    problem.get_or_insert_with(|| {
+                        Refusal::new(format!(
+                            "`find {t}` without a command ended by `;` or `{{}} +`"
+                        ))
+                    });
+                } else {
+                    runs = true;
+                    let mut scratch = state.clone();
+                    let cmd = &args[start..end];
+                    let verdict = enter(cmd, env, &mut scratch, depth, inner);
+                    let safe = cmd
+                        .first()
+                        .and_then(|w| program_name(w).ok())
+                        .is_some_and(table::any_arguments_safe);
+                    if let Err(e) = verdict {
+                        problem.get_or_insert(e);
+                    } else if !safe {
+                        problem.get_or_insert_with(|| {
+                            Refusal::with_kind(
+                                crate::RefusalKind::RunsProgram,
+                                format!("`find {t}` runs `{}`, which is not read-only with any file name", cmd[0].text),
+                            )
+                        });
+                    }
+                }
+                i = end + 1;
+            }
+            "-name" | "-iname" => {
+                if let Some(v) = args.get(i) {
+                    names.push(v.text.as_str());
+                }
+                i += 1;
+            }
+            "-files0-from" => {
+                if let Some(v) = args.get(i) {
+                    env.reads.borrow_mut().push(crate::FileRead {
+                        target: crate::ReadTarget::Path(v.text.clone()),
+                        tree: false,
+                    });
+                }
+                starts_from_file = true;
+                i += 1;
+            }
+            "-o" | "-or" | "!" | "-not" | "(" | ")" | "," => conjunction = false,
+            _ => {}
         }
-        if end > start {
-            let mut scratch = state.clone();
-            let _ = enter(&args[start..end], env, &mut scratch, depth, inner);
+    }
+    if runs {
+        let mut reads = env.reads.borrow_mut();
+        if starts_from_file {
+            reads.push(crate::FileRead {
+                target: crate::ReadTarget::Any,
+                tree: true,
+            });
         }
-        i = end + 1;
+        let starts = if starts.is_empty() { vec!["."] } else { starts };
+        for start in starts {
+            match (conjunction, names.as_slice()) {
+                (true, [name, ..]) if !name.contains('/') => reads.push(crate::FileRead {
+                    target: crate::ReadTarget::Path(format!(
+                        "{}/**/{name}",
+                        start.trim_end_matches('/')
+                    )),
+                    tree: false,
+                }),
+                // Every file under the start point, each judged as the file
+                // it is (unlike a directory read recursively, `find` hands
+                // each name to the command).
+                _ => reads.push(crate::FileRead {
+                    target: crate::ReadTarget::Path(format!("{}/**", start.trim_end_matches('/'))),
+                    tree: false,
+                }),
+            }
+        }
+    }
+    match problem {
+        Some(p) => Err(p),
+        None => Ok(()),
     }
 }
 

@@ -11,10 +11,27 @@
 //! - `long_run` (ignored): `scripts/oracle [COUNT] [SEED]`: the whole corpus plus
 //!   generated commands until COUNT executions.
 //!
+//! - `option_sweep_slice`: every option of every program of `programs.txt` alone
+//!   (with a value hostile for its role and a seeded one) and a sample of pairs
+//!   (`support/sweep.rs`), in every `cargo test`.
+//! - `option_sweep_long` (ignored): `scripts/option-sweep [SEED]`: every option in
+//!   every shape and place with every value, and pairs of options.
+//! - `sweep_catches_wrongly_allowed`: commands the sweep makes for options that
+//!   write or read guarded files, run as if allowed, are reported.
+//!
 //! Environment: `ORACLE_SEED` (default 8), `ORACLE_COUNT` (executions of the long
 //! run, default 20000), `ORACLE_SLICE` (generated candidates of the fast slice,
 //! default 200), `ORACLE_NO_SANDBOX=1` (try the fallback without namespaces),
 //! `ORACLE_TRACE=1` (time each execution).
+//!
+//! The sweep: `SWEEP_SEED` (default 8), `SWEEP_PAIRS` (pairs of options in the
+//! slice, default 120), `SWEEP_MAX_PAIRS` (pairs of the long run: a seeded sample of
+//! 3000 by default, `all` for every pair), `SWEEP_JOBS` (worlds run in parallel,
+//! default the number of CPUs), `SWEEP_VERBOSE=1` (coverage by program),
+//! `SWEEP_LIST=1` (every candidate with the broker's answer), `SWEEP_DRY=1` (make
+//! the candidates, print their number, run nothing), `SWEEP_ALLOW_MISSING=1` (skip,
+//! with a note, the programs of programs.txt not installed here, instead of
+//! failing).
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -25,6 +42,8 @@
 #[path = "support/oracle.rs"]
 mod oracle;
 mod support;
+#[path = "support/sweep.rs"]
+mod sweep;
 
 use oracle::{Candidate, Form, Runner, Sandbox, Tally, World};
 
@@ -77,7 +96,12 @@ fn harness_reports_writers() {
             None,
             "planted program ran: planted-11-ls",
         ),
-        (both, "env -i bash -c tree", None, "planted-root-tree"),
+        (
+            both,
+            "env -i bash -c planted-only-here",
+            None,
+            "planted-root-planted-only-here",
+        ),
         (bash, "printf %n PATH; ls", None, "planted-0-ls"),
         (bash, "true {PATH}<README.md; tree", None, "planted-1"),
         (both, "cd evil.git && git status", None, "fsmonitor-evil"),
@@ -139,7 +163,7 @@ fn harness_reports_writers() {
     }
     let argv = Candidate {
         form: Form::Argv(
-            ["env", "-i", "bash", "-c", "tree"]
+            ["env", "-i", "bash", "-c", "planted-only-here"]
                 .map(String::from)
                 .to_vec(),
         ),
@@ -149,10 +173,10 @@ fn harness_reports_writers() {
     if !outcome
         .violations
         .iter()
-        .any(|v| v.contains("planted-root-tree"))
+        .any(|v| v.contains("planted-root-planted-only-here"))
     {
         failures.push(format!(
-            "argv env -i bash -c tree: got {:?}",
+            "argv env -i bash -c planted-only-here: got {:?}",
             outcome.violations
         ));
     }
@@ -308,4 +332,259 @@ fn run(world: &mut World, candidates: Vec<Candidate>) -> Tally {
     };
     oracle::run_allowed(world, &allowed, &mut tally);
     tally
+}
+
+/// The option sweep's test: the model, minus what is not installed (a failure
+/// unless SWEEP_ALLOW_MISSING=1), swept with `budget`; fails on any violation or
+/// guarded read, and when an option of an installed program was not covered.
+fn option_sweep(budget: sweep::Budget, timeout: std::time::Duration) {
+    let seed = env_number("SWEEP_SEED", 8);
+    let programs = sweep::parse(sweep::PROGRAMS).unwrap_or_else(|e| panic!("{e}"));
+    let mut missing = Vec::new();
+    let include: Vec<bool> = programs
+        .iter()
+        .map(|p| {
+            let absent: Vec<&String> = p.names.iter().filter(|n| !sweep::installed(n)).collect();
+            // sudo and doas are modelled only to find the command they run:
+            // the broker refuses them whatever they run, so nothing of theirs
+            // is admitted, installed or not.
+            let never_admitted = ["sudo", "doas"];
+            missing.extend(
+                absent
+                    .iter()
+                    .filter(|n| !never_admitted.contains(&n.as_str()))
+                    .map(|n| n.to_string()),
+            );
+            !absent.contains(&&p.names[0])
+        })
+        .collect();
+    if !missing.is_empty() {
+        let allow = std::env::var("SWEEP_ALLOW_MISSING").is_ok_and(|v| v == "1");
+        assert!(
+            allow,
+            "programs of programs.txt not installed on this machine: {} (install them, or set SWEEP_ALLOW_MISSING=1 to skip them)",
+            missing.join(", ")
+        );
+        println!(
+            "option sweep: not installed, skipped (SWEEP_ALLOW_MISSING=1): {}",
+            missing.join(", ")
+        );
+    }
+    let sandbox = oracle::detect_sandbox();
+    oracle::say_sandbox(sandbox);
+    let plan = sweep::plan(&programs, &include, seed, budget);
+    println!(
+        "option sweep: {:?}: {} candidates, {} of {} pairs of options",
+        budget,
+        plan.swept.len(),
+        plan.pairs_taken,
+        plan.pairs_total
+    );
+    if std::env::var("SWEEP_DRY").is_ok_and(|v| v == "1") {
+        return;
+    }
+    let jobs = env_number(
+        "SWEEP_JOBS",
+        std::thread::available_parallelism().map_or(1, |n| n.get() as u64),
+    )
+    .max(1);
+    let mut worlds: Vec<World> = (0..jobs)
+        .map(|j| {
+            let mut world = World::build(&oracle::work_dir(&format!("sweep-{j}")), sandbox);
+            world.timeout = timeout;
+            world
+        })
+        .collect();
+    let started = std::time::Instant::now();
+    let report = sweep::run(&mut worlds, &programs, &plan.swept, true);
+    if std::env::var("SWEEP_VERBOSE").is_ok_and(|v| v == "1") {
+        print!("{}", report.coverage());
+    }
+    let line = report.line(seed);
+    println!("{line}");
+    println!(
+        "time: {:.0} s with {jobs} worlds; worlds repaired {} times",
+        started.elapsed().as_secs_f64(),
+        worlds.iter().map(|w| w.rebuilds).sum::<usize>()
+    );
+    let distinct = report.distinct_failures();
+    if !distinct.is_empty() {
+        println!("distinct failures (by program and option):");
+        for d in &distinct {
+            println!("  {d}");
+        }
+    }
+    let uncovered: Vec<String> = report
+        .programs
+        .iter()
+        .filter(|p| p.covered.len() < p.listed)
+        .map(|p| format!("{} ({}/{})", p.name, p.covered.len(), p.listed))
+        .collect();
+    assert!(
+        uncovered.is_empty(),
+        "options no candidate used: {}",
+        uncovered.join(", ")
+    );
+    assert!(
+        report.failures.is_empty(),
+        "commands toolgate allows in plan mode wrote or read a guarded file:\n{}\n{line}",
+        distinct.join("\n")
+    );
+}
+
+/// Every option alone and a sample of pairs, in every `cargo test`.
+#[test]
+fn option_sweep_slice() {
+    let pairs = env_number("SWEEP_PAIRS", 120) as usize;
+    option_sweep(
+        sweep::Budget::Slice { pairs },
+        std::time::Duration::from_secs(2),
+    );
+}
+
+/// Every option in every shape, every pair (`scripts/option-sweep [SEED]`).
+#[test]
+#[ignore = "long: run with scripts/option-sweep"]
+fn option_sweep_long() {
+    let max_pairs = match std::env::var("SWEEP_MAX_PAIRS").as_deref() {
+        Ok("all") => None,
+        Ok(n) => Some(n.parse().expect("SWEEP_MAX_PAIRS is a number or `all`")),
+        Err(_) => Some(3000),
+    };
+    option_sweep(
+        sweep::Budget::Full { max_pairs },
+        std::time::Duration::from_secs(5),
+    );
+}
+
+/// The sweep's own model of options that write or read guarded files, as the
+/// broker must refuse them: what the sweep makes for them is reported when run as
+/// if allowed (bypassing the broker, as `harness_reports_writers` does).
+const BAD_MODEL: &str = "\
+[sort]
+-o, --output =name !write writes a file
+-r, --reverse
+[time]
+posix
+-f, --format =data
+-o, --output =name !write writes a file
+-p, --portability
+[du]
+operands name
+--files0-from =file +lists-operands
+-a, --all
+[wc]
+--files0-from =file +lists-operands
+-l, --lines
+";
+
+#[test]
+fn sweep_catches_wrongly_allowed() {
+    let programs = sweep::parse(BAD_MODEL).unwrap();
+    let plan = sweep::plan(
+        &programs,
+        &[true; 4],
+        8,
+        sweep::Budget::Full { max_pairs: None },
+    );
+    // (the start of a command the sweep must make, up to its operands; the runners;
+    // program, option and what is reported)
+    let cases: &[(&str, &[Runner], &str, &str, &str)] = &[
+        (
+            "sort -o out",
+            &[Runner::Bash, Runner::Dash],
+            "sort",
+            "--output",
+            "created proj/out",
+        ),
+        // bash's `time` keyword reads `-o` as the command: only dash runs GNU time.
+        (
+            "time -o out",
+            &[Runner::Dash],
+            "time",
+            "--output",
+            "created proj/out",
+        ),
+        (
+            "time -oout",
+            &[Runner::Dash],
+            "time",
+            "--output",
+            "created proj/out",
+        ),
+        // After another option's value.
+        (
+            "time -f 3 -o out",
+            &[Runner::Dash],
+            "time",
+            "--output",
+            "created proj/out",
+        ),
+        // du reads its list from `.env`.
+        (
+            "du --files0-from=.env",
+            &[Runner::Bash, Runner::Dash],
+            "du",
+            "--files0-from",
+            "proj/.env",
+        ),
+        // wc reads `.env`, named in the list.
+        (
+            "wc --files0-from=lists/guarded0",
+            &[Runner::Bash, Runner::Dash],
+            "wc",
+            "--files0-from",
+            "proj/.env",
+        ),
+    ];
+    let mut chosen: Vec<sweep::Swept> = Vec::new();
+    for (start, ..) in cases {
+        let s = plan
+            .swept
+            .iter()
+            .find(|s| {
+                let Form::Text(t) = &s.candidate.form else {
+                    return false;
+                };
+                (t == start || t.starts_with(&format!("{start} "))) && s.options.len() == 1
+            })
+            .unwrap_or_else(|| panic!("the sweep makes no command {start:?}"));
+        chosen.push(s.clone());
+    }
+    let pair = plan.swept.iter().any(|s| {
+        programs[s.program].name() == "time" && s.options.len() == 2 && s.options.contains(&0)
+    });
+    assert!(pair, "the sweep makes no pair with `time -f`");
+    let sandbox = oracle::detect_sandbox();
+    let world = World::build(&oracle::work_dir("sweep-selftest"), sandbox);
+    let report = sweep::run(&mut [world], &programs, &chosen, false);
+    println!("{}", report.line(8));
+    for d in report.distinct_failures() {
+        println!("  {d}");
+    }
+    let mut missed = Vec::new();
+    for ((_, runners, program, option, expected), s) in cases.iter().zip(&chosen) {
+        let Form::Text(command) = &s.candidate.form else {
+            unreachable!()
+        };
+        for runner in *runners {
+            let found = report.failures.iter().any(|f| {
+                f.command == *command
+                    && f.program == *program
+                    && f.options == [option.to_string()]
+                    && f.what.iter().any(|w| {
+                        w.contains(expected) && w.contains(&format!("under {}", runner.name()))
+                    })
+            });
+            if !found {
+                missed.push(format!("{command:?} under {}: {expected:?}", runner.name()));
+            }
+        }
+    }
+    assert!(
+        missed.is_empty(),
+        "the sweep missed:\n{}\nfailures: {:#?}",
+        missed.join("\n"),
+        report.failures
+    );
 }

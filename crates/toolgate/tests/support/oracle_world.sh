@@ -64,6 +64,15 @@ printf 'private key\n' >secrets/key
 printf 'token\n' >secrets/token
 printf 'neighbour\n' >"$W/neighbour/file.txt"
 
+# Committed links: one to a guarded file (reading `docs/cfg` reads `.env`), one out
+# of the project. And lists of file names that name a guarded file, NUL-separated
+# (`wc --files0-from=lists/guarded0` reads `.env`) and one a line.
+ln -s ../.env docs/cfg
+ln -s /etc docs/etc
+mkdir -p lists
+printf '.env\0' >lists/guarded0
+printf '.env\n' >lists/guarded
+
 # Files named like flags: a glob that reaches them hands them to a program as options.
 for f in -rf --output=x -delete -i -e -o -f --files-from=list.txt -exec --pre=sh -n; do
     printf 'flag-named file\n' >./"$f"
@@ -78,7 +87,7 @@ for d in 0 10 11 12; do
         marker "$d/$p" "planted-$d-$p"
     done
 done
-for p in ls rg tree git cat grep head sed find sort env xargs wc file jq; do
+for p in ls rg tree git cat grep head sed find sort env xargs wc file jq planted-only-here; do
     marker "./$p" "planted-root-$p"
 done
 
