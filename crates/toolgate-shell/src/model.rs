@@ -471,7 +471,10 @@ pub(crate) fn parse<'a>(
                     parsed.record(name, &shown, opt, None, i - 1)?
                 }
                 (_, Some(v)) => {
-                    if !w.is_plain() && consequential {
+                    // A glob over `--opt=VALUE` only matches names that
+                    // start with `--opt=`: the same option, once per match.
+                    // An expansion can split into other words.
+                    if w.expansion.is_some() && consequential {
                         return Err(bad_value(name, &shown, opt, w));
                     }
                     let v = if program.strip_equals {
@@ -505,7 +508,10 @@ pub(crate) fn parse<'a>(
                 }
                 let rest = &cluster[j + ch.len_utf8()..];
                 if !rest.is_empty() {
-                    if !w.is_plain() && consequential {
+                    // As with `--opt=VALUE`: a glob over `-oVALUE` keeps the
+                    // option (only when it is the cluster's first letter).
+                    let glob_keeps_option = w.expansion.is_none() && j == 0;
+                    if !w.is_plain() && consequential && !glob_keeps_option {
                         return Err(bad_value(name, &shown, opt, w));
                     }
                     let rest = if program.strip_equals {

@@ -197,6 +197,12 @@ fn everyday_research_still_flows() {
         "sort -u README.md",
         "ls -la docs",
         "cat README.md src/a.rs",
+        // A glob over `--opt=VALUE` only makes more of the same option.
+        "grep -rn main --include=*.rs src",
+        "find . -name '*.rs' -exec wc -l {} +",
+        "sed -n 's/^fn //p' src/a.rs",
+        "awk '{print $1}' README.md",
+        "GIT_PAGER=cat ls",
     ] {
         let (decision, reason) = decide(&root, "plan", &[], "bash", command);
         if decision != "allow" {
