@@ -662,9 +662,15 @@ fn find(
     let mut problem: Option<Refusal> = crate::opts::plain_args("find", args).err();
     // Leading options, then start points up to the first expression word.
     let mut i = 0;
+    // `-L`/`-follow`: symbolic links are followed, wherever they lead.
+    let mut follows = false;
     while let Some(w) = args.get(i) {
         match w.text.as_str() {
-            "-H" | "-L" | "-P" => i += 1,
+            "-L" => {
+                follows = true;
+                i += 1;
+            }
+            "-H" | "-P" => i += 1,
             "-D" => i += 2,
             t if t.starts_with("-O") || (t.starts_with("-D") && t.len() > 2) => i += 1,
             _ => break,
@@ -749,12 +755,13 @@ fn find(
                 i += 1;
             }
             "-o" | "-or" | "!" | "-not" | "(" | ")" | "," => conjunction = false,
+            "-follow" => follows = true,
             _ => {}
         }
     }
     if runs {
         let mut reads = env.reads.borrow_mut();
-        if starts_from_file {
+        if starts_from_file || follows {
             reads.push(crate::FileRead {
                 target: crate::ReadTarget::Any,
                 tree: true,

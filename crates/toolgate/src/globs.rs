@@ -14,7 +14,8 @@
 //!   may be set in a `.bashrc` a login shell reads), case either way
 //!   (`nocaseglob`), a bracket with a range or a class as any character;
 //! - a segment that is exactly `**` matches any number of directories
-//!   (`globstar`) as well as one name;
+//!   (`globstar`) as well as one name, without entering a symbolic link to a
+//!   directory (bash 4.3 and later, zsh and `find` without `-L` do not);
 //! - `.` and `..` are never listed: the policy adds them for segments such as
 //!   `.*` itself (old bash, dash).
 //!
@@ -167,7 +168,7 @@ fn expand(pattern: &Path) -> Result<Vec<PathBuf>, Unknown> {
                 if recursive {
                     // `globstar`: this directory and every name below it.
                     next.push(dir.clone());
-                    walk(&dir, &mut visited, &mut next)?;
+                    walk(&dir, !last, &mut visited, &mut next)?;
                 } else {
                     let pattern = SegmentPattern::new(segment).ok_or(Unknown)?;
                     list(&dir, &mut visited, |name| {
@@ -216,17 +217,31 @@ fn list(dir: &Path, visited: &mut usize, mut each: impl FnMut(&str)) -> Result<(
 
 /// Every path below `dir` (directories followed through symlinks, bounded by
 /// the visit budget, which also ends symlink loops).
-fn walk(dir: &Path, visited: &mut usize, out: &mut Vec<PathBuf>) -> Result<(), Unknown> {
+/// Every name below `dir` (only directories when `dirs_only`: a `**` that
+/// more segments follow). A symbolic link to a directory is listed but not
+/// entered, as bash (4.3 and later) and zsh walk `**`, and as `find` does
+/// without `-L`.
+fn walk(
+    dir: &Path,
+    dirs_only: bool,
+    visited: &mut usize,
+    out: &mut Vec<PathBuf>,
+) -> Result<(), Unknown> {
     let mut below = Vec::new();
     list(dir, visited, |name| below.push(dir.join(name)))?;
     for path in below {
-        let is_dir = std::fs::metadata(&path).is_ok_and(|meta| meta.is_dir());
-        out.push(path.clone());
+        let meta = std::fs::symlink_metadata(&path);
+        let is_dir = meta.as_ref().is_ok_and(|meta| meta.is_dir());
+        let is_link_to_dir = meta.is_ok_and(|meta| meta.file_type().is_symlink())
+            && std::fs::metadata(&path).is_ok_and(|meta| meta.is_dir());
+        if !dirs_only || is_dir || is_link_to_dir {
+            out.push(path.clone());
+        }
         if out.len() > DiskGlobs::MAX_MATCHES {
             return Err(Unknown);
         }
         if is_dir {
-            walk(&path, visited, out)?;
+            walk(&path, dirs_only, visited, out)?;
         }
     }
     Ok(())
