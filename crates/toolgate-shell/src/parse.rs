@@ -344,12 +344,10 @@ impl<'s> Walker<'s> {
                 }
             }
             "comment" => {}
-            "subshell" => self.construct(
-                node,
-                "subshell `( … )` cannot be proven read-only",
-                inh,
-                depth,
-            ),
+            // A subshell runs its commands in a copy of the shell: each is
+            // judged as it stands. A `cd` inside is taken to persist, which
+            // only adds directories to those later words are judged in.
+            "subshell" => self.seq(node, inh, depth),
             "compound_statement" => {
                 let arithmetic = children(node).first().is_some_and(|c| c.kind() == "((");
                 let reason = if arithmetic {
