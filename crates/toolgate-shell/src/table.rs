@@ -121,6 +121,7 @@ pub(crate) fn judge(
         }
         "hostname" => hostname(args),
         "git" => git::judge(args, env, state),
+        _ if version_only(name, args) => Ok(()),
         _ => Err(Refusal::new(not_read_only(name))),
     }
 }
@@ -157,6 +158,23 @@ fn modelled(name: &str, args: &[Word], env: &Env<'_>) -> Result<(), Refusal> {
         Some(r) => Err(r),
         None => Ok(()),
     }
+}
+
+/// `node --version`, `python3 -V`, `gcc --version`: an interpreter or
+/// compiler asked only for its version prints it and exits. Not the
+/// toolchain proxies (`cargo`, `rustc`, `go`: a toolchain file in the
+/// project can make them download and install one) nor `npm` (it may look
+/// for updates).
+fn version_only(name: &str, args: &[Word]) -> bool {
+    let flags: &[&str] = match name {
+        "node" | "nodejs" | "ruby" | "perl" | "deno" => &["--version", "-v"],
+        "python" | "python3" | "pypy3" => &["--version", "-V"],
+        "java" | "javac" => &["--version", "-version"],
+        "gcc" | "g++" | "cc" | "c++" | "clang" | "clang++" | "make" | "cmake" => &["--version"],
+        _ if name.starts_with("python3.") => &["--version", "-V"],
+        _ => return false,
+    };
+    matches!(args, [only] if only.is_plain() && flags.contains(&only.text.as_str()))
 }
 
 /// Why an unknown or writing program is not read-only.
