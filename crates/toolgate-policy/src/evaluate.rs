@@ -1382,7 +1382,10 @@ impl Policy {
                     }
                 }
                 Place::Paths(mut paths) => {
-                    if self.glob_oracle.is_some() && !arg.marks.expansion && !arg.marks.glob {
+                    // From the command's own directory, `crosses_link` already
+                    // looked; after a `cd` every possible directory is asked.
+                    let look = crosses_link || (changes_directory && self.glob_oracle.is_some());
+                    if look && !arg.marks.expansion && !arg.marks.glob {
                         let mut real = Vec::new();
                         for base in bases.iter().flatten() {
                             let lexical = RootedPath::new(
@@ -1535,8 +1538,25 @@ impl Policy {
         raw: &Path,
         rooted: &RootedPath,
     ) -> Option<RootedPath> {
-        let real = oracle.resolve(raw)?;
         let root_real = self.physical_root.as_deref().unwrap_or(&self.project_root);
+        // Below the project root (and not climbing out of it), only the
+        // components under the root need the disk: the root's own are known.
+        let below = raw.strip_prefix(&self.project_root).ok().filter(|rest| {
+            !rest
+                .components()
+                .any(|c| matches!(c, std::path::Component::ParentDir))
+        });
+        let real = match below {
+            Some(rest) if self.physical_root.is_some() => {
+                let real = oracle.resolve_below(root_real, rest)?;
+                // The usual answer: no link, the path is itself.
+                if real.strip_prefix(root_real).is_ok_and(|r| r == rest) {
+                    return None;
+                }
+                real
+            }
+            _ => oracle.resolve(raw)?,
+        };
         let placed = match real.strip_prefix(root_real) {
             Ok(relative) => RootedPath::new(
                 normalize(&relative.to_string_lossy(), &self.project_root, None),

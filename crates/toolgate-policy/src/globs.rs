@@ -47,6 +47,13 @@ pub trait GlobOracle: Send + Sync + std::fmt::Debug {
         let _ = path;
         None
     }
+
+    /// [`GlobOracle::resolve`] of `base.join(relative)`, where `base` is
+    /// already a real path (no symbolic link in it): only the components of
+    /// `relative` are looked at.
+    fn resolve_below(&self, base: &Path, relative: &Path) -> Option<PathBuf> {
+        self.resolve(&base.join(relative))
+    }
 }
 
 /// A segment has glob syntax this matcher follows.

@@ -63,8 +63,67 @@ impl GlobOracle for DiskGlobs {
     }
 
     fn resolve(&self, path: &Path) -> Option<PathBuf> {
-        resolve(path).ok()
+        resolve(Path::new("/"), path).ok()
     }
+
+    fn resolve_below(&self, base: &Path, relative: &Path) -> Option<PathBuf> {
+        if no_link_below(base, relative) {
+            // The kernel walked every existing component without meeting a
+            // link: the path is what it says.
+            return Some(base.join(relative));
+        }
+        resolve(base, relative).ok()
+    }
+}
+
+/// One `openat2(RESOLVE_NO_SYMLINKS)` from a descriptor of `base` (kept per
+/// thread): true when the kernel walks `relative` without meeting a symbolic
+/// link, up to its end or to the first component that does not exist. False
+/// when it meets one, or cannot tell (an older kernel, `..`, an error): the
+/// caller then walks component by component.
+#[cfg(target_os = "linux")]
+fn no_link_below(base: &Path, relative: &Path) -> bool {
+    use rustix::fs::{openat2, Mode, OFlags, ResolveFlags};
+    use rustix::io::Errno;
+    use std::cell::RefCell;
+    use std::os::fd::OwnedFd;
+
+    thread_local! {
+        static BASE: RefCell<Option<(PathBuf, OwnedFd)>> = const { RefCell::new(None) };
+    }
+    if relative.as_os_str().is_empty() || relative.is_absolute() {
+        return false;
+    }
+    BASE.with(|cell| {
+        let mut cell = cell.borrow_mut();
+        if cell.as_ref().is_none_or(|(path, _)| path != base) {
+            let fd = rustix::fs::open(
+                base,
+                OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            );
+            *cell = fd.ok().map(|fd| (base.to_path_buf(), fd));
+        }
+        let Some((_, dir)) = cell.as_ref() else {
+            return false;
+        };
+        let opened = openat2(
+            dir,
+            relative,
+            OFlags::PATH | OFlags::CLOEXEC,
+            Mode::empty(),
+            ResolveFlags::NO_SYMLINKS | ResolveFlags::BENEATH,
+        );
+        match opened {
+            Ok(_) => true,
+            Err(e) => e == Errno::NOENT || e == Errno::NOTDIR,
+        }
+    })
+}
+
+#[cfg(not(target_os = "linux"))]
+fn no_link_below(_base: &Path, _relative: &Path) -> bool {
+    false
 }
 
 /// The most symbolic links followed in one resolution (Linux's limit).
@@ -74,7 +133,7 @@ const MAX_LINKS: usize = 40;
 /// component in turn; a symbolic link's target replaces it (an absolute
 /// target restarts at `/`), `..` goes up from where the walk physically is,
 /// and once a component does not exist the rest is joined lexically.
-fn resolve(path: &Path) -> Result<PathBuf, Unknown> {
+fn resolve(base: &Path, path: &Path) -> Result<PathBuf, Unknown> {
     use std::collections::VecDeque;
     use std::ffi::OsString;
     use std::path::Component;
@@ -97,12 +156,16 @@ fn resolve(path: &Path) -> Result<PathBuf, Unknown> {
         }
     }
 
-    if !path.is_absolute() {
+    if !base.is_absolute() {
         return Err(Unknown);
     }
     let mut pending = VecDeque::new();
     push_components(&mut pending, path, false);
-    let mut out = PathBuf::from("/");
+    let mut out = if path.is_absolute() {
+        PathBuf::from("/")
+    } else {
+        base.to_path_buf()
+    };
     let mut links = 0usize;
     let mut exists = true;
     while let Some(part) = pending.pop_front() {
@@ -420,6 +483,9 @@ mod tests {
         let dir = Scratch::new("loop");
         std::fs::create_dir(dir.path().join("d")).unwrap();
         std::os::unix::fs::symlink("..", dir.path().join("d/up")).unwrap();
-        check(dir.path(), "d/**/x", None);
+        // `**` lists the link but does not enter it: the walk ends.
+        check(dir.path(), "d/**/x", Some(&[]));
+        std::fs::write(dir.path().join("d/x"), "x").unwrap();
+        check(dir.path(), "d/**/x", Some(&["d/x"]));
     }
 }
