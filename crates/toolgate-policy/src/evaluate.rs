@@ -1514,6 +1514,14 @@ impl Policy {
     /// nothing the agent runs can make one).
     fn linked_path(&self, path: &str, base: &Path, rooted: &RootedPath) -> Option<RootedPath> {
         let oracle = self.glob_oracle.as_ref()?;
+        if let Some(root_real) = &self.physical_root {
+            if base == self.project_root
+                && crate::paths::is_plain(path)
+                && !oracle.leaves_through_link(root_real, Path::new(path))
+            {
+                return None;
+            }
+        }
         let raw = match (path, self.home.as_deref()) {
             ("~", Some(home)) => home.to_path_buf(),
             (p, Some(home)) if p.starts_with("~/") => home.join(&p[2..]),
@@ -1525,6 +1533,12 @@ impl Policy {
     /// Does `text` (a plain word, relative to `base` or absolute) lead
     /// somewhere else once links are followed?
     fn crosses_link(&self, text: &str, base: &Path) -> bool {
+        // The usual word: plain, relative, from the project root.
+        if let (Some(oracle), Some(root_real)) = (&self.glob_oracle, &self.physical_root) {
+            if base == self.project_root && crate::paths::is_plain(text) {
+                return oracle.leaves_through_link(root_real, Path::new(text));
+            }
+        }
         let lexical = RootedPath::new(
             normalize(text, base, self.home.as_deref()),
             &self.project_root,

@@ -54,6 +54,14 @@ pub trait GlobOracle: Send + Sync + std::fmt::Debug {
     fn resolve_below(&self, base: &Path, relative: &Path) -> Option<PathBuf> {
         self.resolve(&base.join(relative))
     }
+
+    /// Does `base.join(relative)` (`base` real, `relative` plain: no `.`
+    /// or `..`) lead anywhere else once links are followed? False when it
+    /// cannot be told.
+    fn leaves_through_link(&self, base: &Path, relative: &Path) -> bool {
+        self.resolve_below(base, relative)
+            .is_some_and(|real| real != base.join(relative))
+    }
 }
 
 /// A segment has glob syntax this matcher follows.

@@ -47,11 +47,16 @@ impl Wildcard {
     /// either case taken as the same (a file system that ignores case, as
     /// macOS's and Windows' do by default, opens `.ENV` for `.env`).
     pub fn matches_any_case(&self, text: &str) -> bool {
-        let upper = |s: &str| s.bytes().any(|b| b.is_ascii_uppercase());
-        if !upper(text) && !upper(&self.source) {
-            return self.matches(text);
+        match &self.kind {
+            Kind::Any => true,
+            Kind::Literal => self.source.eq_ignore_ascii_case(text),
+            Kind::Glob { bare } => {
+                glob_match_with(&self.source, text, true)
+                    || bare
+                        .as_deref()
+                        .is_some_and(|bare| glob_match_with(bare, text, true))
+            }
         }
-        Wildcard::new(&self.source.to_ascii_lowercase()).matches(&text.to_ascii_lowercase())
     }
 
     /// True when `text` matches the whole pattern.
@@ -70,6 +75,11 @@ impl Wildcard {
 /// Iterative matcher with single-star backtracking: O(pattern × text) at worst,
 /// never exponential.
 fn glob_match(pattern: &str, text: &str) -> bool {
+    glob_match_with(pattern, text, false)
+}
+
+/// [`glob_match`], ASCII letters of either case the same when `fold`.
+fn glob_match_with(pattern: &str, text: &str, fold: bool) -> bool {
     let pattern: &[u8] = pattern.as_bytes();
     let text_bytes = text.as_bytes();
     let (mut p, mut t) = (0usize, 0usize);
@@ -88,7 +98,9 @@ fn glob_match(pattern: &str, text: &str) -> bool {
                     t += char_len(text_bytes[t]);
                     continue;
                 }
-                byte if byte == text_bytes[t] => {
+                byte if byte == text_bytes[t]
+                    || (fold && byte.eq_ignore_ascii_case(&text_bytes[t])) =>
+                {
                     p += 1;
                     t += 1;
                     continue;

@@ -66,6 +66,11 @@ impl GlobOracle for DiskGlobs {
         resolve(Path::new("/"), path).ok()
     }
 
+    fn leaves_through_link(&self, base: &Path, relative: &Path) -> bool {
+        !no_link_below(base, relative)
+            && resolve(base, relative).is_ok_and(|real| real != base.join(relative))
+    }
+
     fn resolve_below(&self, base: &Path, relative: &Path) -> Option<PathBuf> {
         if no_link_below(base, relative) {
             // The kernel walked every existing component without meeting a
