@@ -423,6 +423,21 @@ impl Policy {
             }
             Subject::Paths(paths) => {
                 let mut shown = Vec::new();
+                // OpenCode grants every edit with `always`; a read that asks
+                // (a `.env` file) is granted for that file only.
+                let path_check = |subject: String| {
+                    let always = if spec.kind == Kind::Read {
+                        GrantPattern::exact(&subject)
+                    } else {
+                        GrantPattern::prefixed("", "*")
+                    };
+                    let target = if spec.kind == Kind::List {
+                        TargetKind::Directory
+                    } else {
+                        TargetKind::File
+                    };
+                    simple(subject, always, Some(target))
+                };
                 for path in paths {
                     let rooted =
                         RootedPath::resolve(path, &base, &self.project_root, self.home.as_deref());
@@ -435,32 +450,10 @@ impl Policy {
                         if real.external && !rooted.external {
                             checks.push(external_check(&real, false));
                         }
-                        let always = if spec.kind == Kind::Read {
-                            GrantPattern::exact(&real.subject)
-                        } else {
-                            GrantPattern::prefixed("", "*")
-                        };
-                        let target = if spec.kind == Kind::List {
-                            TargetKind::Directory
-                        } else {
-                            TargetKind::File
-                        };
-                        checks.push(simple(real.subject, always, Some(target)));
+                        checks.push(path_check(real.subject));
                     }
                     shown.push(rooted.subject.clone());
-                    // OpenCode grants every edit with `always`; a read that asks
-                    // (a `.env` file) is granted for that file only.
-                    let always = if spec.kind == Kind::Read {
-                        GrantPattern::exact(&rooted.subject)
-                    } else {
-                        GrantPattern::prefixed("", "*")
-                    };
-                    let target = if spec.kind == Kind::List {
-                        TargetKind::Directory
-                    } else {
-                        TargetKind::File
-                    };
-                    checks.push(simple(rooted.subject, always, Some(target)));
+                    checks.push(path_check(rooted.subject));
                 }
                 // Entries that are globs (Gemini's `read_many_files` `paths` and
                 // `include`) read what they match: as a shell's `cat` would.
@@ -1393,7 +1386,18 @@ impl Policy {
                                 &self.project_root,
                             );
                             if let Some(linked) = self.linked_path(arg.text, base, &lexical) {
-                                real.push(linked.absolute);
+                                let placed =
+                                    RootedPath::new(linked.absolute.clone(), &self.project_root);
+                                if linked.external && !placed.external {
+                                    // Its links could not be followed: it may
+                                    // lead anywhere.
+                                    if !outside.iter().any(|seen| seen == arg.text) {
+                                        outside.push(arg.text.to_string());
+                                        checks.push(anywhere_check(arg.text));
+                                    }
+                                } else {
+                                    real.push(linked.absolute);
+                                }
                             }
                         }
                         paths.extend(real);
@@ -1562,14 +1566,19 @@ impl Policy {
         });
         let real = match below {
             Some(rest) if self.physical_root.is_some() => {
-                let real = oracle.resolve_below(root_real, rest)?;
+                let Some(real) = oracle.resolve_below(root_real, rest) else {
+                    return Some(unresolved(raw));
+                };
                 // The usual answer: no link, the path is itself.
                 if real.strip_prefix(root_real).is_ok_and(|r| r == rest) {
                     return None;
                 }
                 real
             }
-            _ => oracle.resolve(raw)?,
+            _ => match oracle.resolve(raw) {
+                Some(real) => real,
+                None => return Some(unresolved(raw)),
+            },
         };
         let placed = match real.strip_prefix(root_real) {
             Ok(relative) => RootedPath::new(
@@ -1620,6 +1629,17 @@ impl Policy {
 
     fn guards(&self) -> Vec<Guard<'_>> {
         crate::shell_words::guards(&self.rules, &self.project_root)
+    }
+}
+
+/// A path whose links could not be followed (a loop, a directory that
+/// cannot be searched): it may lead anywhere, so it is judged as a place
+/// outside the project.
+fn unresolved(raw: &Path) -> RootedPath {
+    RootedPath {
+        absolute: raw.to_path_buf(),
+        subject: raw.to_string_lossy().into_owned(),
+        external: true,
     }
 }
 

@@ -40,12 +40,13 @@ pub trait GlobOracle: Send + Sync + std::fmt::Debug {
     /// The path `path` (absolute, not normalised: `link/..` leaves through
     /// the link's target, as the kernel resolves it) reaches on the disk,
     /// every symbolic link followed, component by component; the part that
-    /// does not exist is joined lexically. `None` when it cannot be told
-    /// (a loop, an unreadable directory) or without a disk. The policy
-    /// judges a path by both its lexical form and this one.
+    /// does not exist is joined lexically. `None` when it cannot be told (a
+    /// loop, a directory that cannot be searched). The policy judges a path
+    /// by both its lexical form and this one, and one that cannot be
+    /// resolved as a place outside the project. The default (an oracle that
+    /// only expands globs) sees no links.
     fn resolve(&self, path: &Path) -> Option<PathBuf> {
-        let _ = path;
-        None
+        Some(path.to_path_buf())
     }
 
     /// [`GlobOracle::resolve`] of `base.join(relative)`, where `base` is
@@ -56,11 +57,11 @@ pub trait GlobOracle: Send + Sync + std::fmt::Debug {
     }
 
     /// Does `base.join(relative)` (`base` real, `relative` plain: no `.`
-    /// or `..`) lead anywhere else once links are followed? False when it
+    /// or `..`) lead anywhere else once links are followed? True when it
     /// cannot be told.
     fn leaves_through_link(&self, base: &Path, relative: &Path) -> bool {
         self.resolve_below(base, relative)
-            .is_some_and(|real| real != base.join(relative))
+            .is_none_or(|real| real != base.join(relative))
     }
 }
 

@@ -50,6 +50,18 @@ impl<'o> Env<'o> {
     }
 }
 
+impl Env<'_> {
+    /// Record that the command reads these files (paths as written).
+    pub(crate) fn read_files(&self, paths: impl IntoIterator<Item = String>) {
+        self.reads
+            .borrow_mut()
+            .extend(paths.into_iter().map(|path| FileRead {
+                target: crate::ReadTarget::Path(path),
+                tree: false,
+            }));
+    }
+}
+
 /// Which shell will read a script.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Shell {

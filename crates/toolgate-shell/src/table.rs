@@ -659,13 +659,7 @@ fn sed(args: &[Word], env: &Env<'_>) -> Result<(), Refusal> {
         scripts.push(positional.remove(0));
     }
     for script in scripts {
-        let facts = crate::sedscript::analyse(script)?;
-        env.reads
-            .borrow_mut()
-            .extend(facts.reads.into_iter().map(|path| crate::FileRead {
-                target: crate::ReadTarget::Path(path),
-                tree: false,
-            }));
+        env.read_files(crate::sedscript::analyse(script)?.reads);
     }
     Ok(())
 }
@@ -835,13 +829,7 @@ pub(crate) fn awk_command<'a>(name: &str, args: &'a [Word]) -> Result<AwkCommand
 fn awk(name: &str, args: &[Word], env: &Env<'_>) -> Result<(), Refusal> {
     let command = awk_command(name, args)?;
     for program in command.programs {
-        let facts = crate::awk::analyse(program).map_err(Refusal::new)?;
-        env.reads
-            .borrow_mut()
-            .extend(facts.reads.into_iter().map(|path| crate::FileRead {
-                target: crate::ReadTarget::Path(path),
-                tree: false,
-            }));
+        env.read_files(crate::awk::analyse(program).map_err(Refusal::new)?.reads);
     }
     Ok(())
 }

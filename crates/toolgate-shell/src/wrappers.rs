@@ -54,43 +54,13 @@ pub(crate) fn judge(
             Err(refusal("`eval` runs its arguments as shell code"))
         }
         "env" => env_wrapper(args, env, state, depth, inner),
-        "timeout" => descend(
-            args,
-            modelled(name, args, 1),
-            false,
-            env,
-            state,
-            depth,
-            inner,
-        ),
-        "time" => descend(
-            args,
-            modelled(name, args, 0),
-            true,
-            env,
-            state,
-            depth,
-            inner,
-        ),
+        // Their own options, from the model; `timeout` has a duration before
+        // the command, and `time` alone (no command) reports on nothing.
+        "time" | "timeout" | "stdbuf" | "ionice" => {
+            let start = modelled(name, args, usize::from(name == "timeout"));
+            descend(args, start, name == "time", env, state, depth, inner)
+        }
         "nice" => descend(args, nice(args), true, env, state, depth, inner),
-        "stdbuf" => descend(
-            args,
-            modelled(name, args, 0),
-            false,
-            env,
-            state,
-            depth,
-            inner,
-        ),
-        "ionice" => descend(
-            args,
-            modelled(name, args, 0),
-            false,
-            env,
-            state,
-            depth,
-            inner,
-        ),
         "command" => descend(args, command(args), true, env, state, depth, inner),
         "builtin" => descend(args, Ok(Some(0)), true, env, state, depth, inner),
         "xargs" => xargs(args, env, state, depth, inner),
@@ -582,14 +552,8 @@ fn xargs(
     {
         // The items are read (from FILE or the input), and the command gets
         // them as arguments: they may name any file.
-        let mut reads = env.reads.borrow_mut();
-        for f in arg_files {
-            reads.push(crate::FileRead {
-                target: crate::ReadTarget::Path(f.to_string()),
-                tree: false,
-            });
-        }
-        reads.push(crate::FileRead {
+        env.read_files(arg_files.into_iter().map(str::to_string));
+        env.reads.borrow_mut().push(crate::FileRead {
             target: crate::ReadTarget::Any,
             tree: true,
         });
@@ -745,12 +709,7 @@ fn find(
                 i += 1;
             }
             "-files0-from" => {
-                if let Some(v) = args.get(i) {
-                    env.reads.borrow_mut().push(crate::FileRead {
-                        target: crate::ReadTarget::Path(v.text.clone()),
-                        tree: false,
-                    });
-                }
+                env.read_files(args.get(i).map(|v| v.text.clone()));
                 starts_from_file = true;
                 i += 1;
             }

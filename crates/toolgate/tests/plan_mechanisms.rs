@@ -44,6 +44,8 @@ fn hostile_project(name: &str) -> std::path::PathBuf {
     std::os::unix::fs::symlink("../.env", root.join("docs/cfg")).unwrap();
     std::os::unix::fs::symlink("/etc", root.join("docs/etc")).unwrap();
     std::os::unix::fs::symlink(".env", root.join("notes.txt")).unwrap();
+    // A link that cannot be followed may lead anywhere.
+    std::os::unix::fs::symlink("loop", root.join("loop")).unwrap();
     root
 }
 
@@ -99,6 +101,7 @@ const NEVER_ALLOWED: &[&str] = &[
     "sed '1r docs/cfg' README.md",
     "sed 's/x/y/w out' README.md",
     "cat docs/*",
+    "cat loop",
     // 6. Case.
     "cat .ENV",
     "cat .Env",
@@ -164,6 +167,7 @@ fn tool_paths_follow_links() {
         ("read", "notes.txt", "`read: *.env`"),
         ("read", "docs/etc/passwd", "/etc/passwd"),
         ("read", ".ENV", "`read: *.env`"),
+        ("read", "loop", "external_directory"),
         ("read", "README.md", ""),
     ] {
         let (decision, reason) = decide(&root, "plan", &[], tool, path);
