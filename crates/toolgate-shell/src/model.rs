@@ -860,6 +860,15 @@ mod tests {
         }
     }
 
+    /// A fuzz crash (`du \xdc`, decoded as U+FFFD): a first word that starts
+    /// with a multi-byte character is no obsolete count.
+    #[test]
+    fn multibyte_first_arguments() {
+        for script in ["du \u{fffd}", "head \u{fffd}5", "tail \u{fffd}", "wc é -l"] {
+            let _ = crate::analyze(crate::Script::Text(script), &crate::Options::default());
+        }
+    }
+
     #[test]
     fn names_are_unique() {
         let mut seen = std::collections::HashSet::new();

@@ -136,7 +136,11 @@ fn modelled(name: &str, args: &[Word], env: &Env<'_>) -> Result<(), Refusal> {
     // argument only (tail's only when at most one file follows).
     let legacy = args.first().is_some_and(|w| {
         let t = w.text.as_str();
-        let (sign, rest) = t.split_at(t.len().min(1));
+        let (sign, rest) = match (t.strip_prefix('-'), t.strip_prefix('+')) {
+            (Some(rest), _) => ("-", rest),
+            (None, Some(rest)) => ("+", rest),
+            (None, None) => return false,
+        };
         let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
         let suffix = &rest[digits..];
         w.is_plain()
