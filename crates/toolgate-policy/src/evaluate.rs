@@ -371,12 +371,23 @@ impl Policy {
                 // can change it first (`touch src/x.env.rs; cat src/*.rs`).
                 let disk_settled = analysis.is_read_only();
                 checks.extend(self.shell_word_checks(&analysis.commands, &base, disk_settled));
+                let moves = analysis.commands.iter().any(|c| {
+                    c.text
+                        .split(' ')
+                        .next()
+                        .is_some_and(|w| matches!(w, "cd" | "pushd" | "popd"))
+                });
                 for command in &analysis.commands {
-                    let read_only = command.verdict.is_ok() && held.is_none();
-                    let refusal = match (&command.verdict, &held) {
-                        (Ok(()), None) => None,
-                        (Err(refusal), _) => Some(refusal.reason.clone()),
-                        (Ok(()), Some(held)) => Some(held.to_string()),
+                    let unmet = match &command.verdict {
+                        Ok(()) => self.unmet_requirement(&command.requires, &base, moves),
+                        Err(_) => None,
+                    };
+                    let read_only = command.verdict.is_ok() && held.is_none() && unmet.is_none();
+                    let refusal = match (&command.verdict, &held, unmet) {
+                        (Ok(()), None, None) => None,
+                        (Err(refusal), _, _) => Some(refusal.reason.clone()),
+                        (Ok(()), Some(held), _) => Some(held.to_string()),
+                        (Ok(()), None, Some(unmet)) => Some(unmet),
                     };
                     // What the mode says of a command that only reads is the
                     // same in every mode; of any other, see [`Basis::Shell`].
@@ -1024,6 +1035,21 @@ impl Policy {
 }
 
 /// A shell call's own directory, against the directory the agent reported.
+/// An argument standing for any file a command could name (names that
+/// arrive on its input, unknown until it runs).
+fn any_name<'a>(role: Role) -> Arg<'a> {
+    Arg {
+        text: NAMES_FROM_INPUT,
+        marks: Marks {
+            expansion: true,
+            ..Marks::default()
+        },
+        role,
+        external: true,
+        names: false,
+    }
+}
+
 fn join_dir(cwd: Option<&str>, dir: &str) -> String {
     match cwd {
         Some(cwd) if !dir.starts_with(['/', '~']) => {
@@ -1289,11 +1315,13 @@ impl Policy {
                 marks: Marks::guessed(target),
                 role: Role::File,
                 external: true,
+                names: false,
             });
         }
         // What the program models found read beyond the words: option
         // values (`--files0-from=F`), response files (`@F`), and names that
-        // arrive on the input (`xargs cat`), which may be any file.
+        // arrive on the input (`xargs cat`), which may be any file, or the
+        // names a producer prints (`find … | xargs cat`).
         for read in commands.iter().flat_map(|c| &c.reads) {
             let role = if read.tree { Role::Tree } else { Role::File };
             if let ReadTarget::OptionsIn(word) = &read.target {
@@ -1307,18 +1335,27 @@ impl Policy {
                     marks: Marks::guessed(path),
                     role,
                     external: true,
+                    names: false,
                 },
-                ReadTarget::Any | ReadTarget::OptionsIn(_) => Arg {
-                    text: NAMES_FROM_INPUT,
-                    marks: Marks {
-                        expansion: true,
-                        ..Marks::default()
-                    },
+                ReadTarget::Names(glob) => Arg {
+                    text: glob,
+                    marks: Marks::guessed(glob),
                     role,
                     external: true,
+                    names: true,
                 },
+                ReadTarget::Any | ReadTarget::OptionsIn(_) => any_name(role),
             });
         }
+        // A name a consumer may split into other words is any file.
+        let split: Vec<Role> = args
+            .iter()
+            .filter(|arg| {
+                arg.names && self.names_may_split(arg.text, base, changes_directory, disk_settled)
+            })
+            .map(|arg| arg.role)
+            .collect();
+        args.extend(split.into_iter().map(any_name));
         let mut bases: Option<Vec<Option<PathBuf>>> = None;
 
         let at_root = !changes_directory && *base == *self.project_root;
@@ -1593,6 +1630,72 @@ impl Policy {
         (placed.absolute != rooted.absolute && !both_outside).then_some(placed)
     }
 
+    /// The first disk fact a read-only verdict rests on that does not hold
+    /// (or cannot be told: no disk oracle, a `cd` in the script), as the
+    /// refusal to give.
+    fn unmet_requirement(
+        &self,
+        requires: &[toolgate_shell::Requirement],
+        base: &Path,
+        moves: bool,
+    ) -> Option<String> {
+        for requirement in requires {
+            let toolgate_shell::Requirement::AbsentUpward { name, why } = requirement else {
+                return Some("a condition on the disk that toolgate cannot check".to_string());
+            };
+            let Some(oracle) = self.glob_oracle.as_ref().filter(|_| !moves) else {
+                return Some(format!(
+                    "a `{name}` in the working directory or above it {why}, and the disk cannot be checked here"
+                ));
+            };
+            for dir in base.ancestors() {
+                let path = dir.join(name);
+                match oracle.exists(&path) {
+                    Some(false) => {}
+                    Some(true) => return Some(format!("`{}` {why}", path.display())),
+                    None => {
+                        return Some(format!(
+                            "whether `{}` exists cannot be told, and such a file {why}",
+                            path.display()
+                        ))
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    /// Could a consumer split one of the names matching `glob` (printed by
+    /// `find`, `git ls-files`) into other words? Only the disk can say: when
+    /// some match's path (from `base`) has a blank, quote, backslash or glob
+    /// character, or the disk cannot be read, or the script may change it
+    /// first.
+    fn names_may_split(
+        &self,
+        glob: &str,
+        base: &Path,
+        changes_directory: bool,
+        disk_settled: bool,
+    ) -> bool {
+        let oracle = match &self.glob_oracle {
+            Some(oracle) if !changes_directory && disk_settled => oracle,
+            _ => return true,
+        };
+        let odd = |path: &Path| {
+            let rel = path.strip_prefix(base).unwrap_or(path);
+            rel.to_string_lossy().contains([
+                ' ', '\t', '\n', '\'', '"', '\\', '*', '?', '[', ']', '{', '}', '$', '`',
+            ])
+        };
+        if !crate::has_glob_chars(glob) {
+            return odd(Path::new(glob));
+        }
+        match oracle.expand(&base.join(glob)) {
+            crate::GlobExpansion::Matches(found) => found.iter().any(|p| odd(p)),
+            crate::GlobExpansion::Unknown => true,
+        }
+    }
+
     /// Can `word` (a glob or expansion where a program reads options) become
     /// a word starting with `-` or `@`? Only a glob in the directory the
     /// command starts in, whose matches the disk shows, can be told apart;
@@ -1617,11 +1720,11 @@ impl Policy {
             return true;
         }
         match oracle.expand(&base.join(word)) {
+            // What the program sees starts as the match's path from `base`.
             crate::GlobExpansion::Matches(found) => found.iter().any(|path| {
-                path.file_name()
-                    .is_some_and(|n| n.to_string_lossy().starts_with(['-', '@']))
-                    // `dir*/x`: a match's first component is what the program sees.
-                    || word.contains('/')
+                path.strip_prefix(base)
+                    .map(|rel| rel.to_string_lossy().starts_with(['-', '@']))
+                    .unwrap_or(true)
             }),
             crate::GlobExpansion::Unknown => true,
         }

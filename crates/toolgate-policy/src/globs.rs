@@ -37,6 +37,12 @@ pub trait GlobOracle: Send + Sync + std::fmt::Debug {
     /// would produce, or [`GlobExpansion::Unknown`].
     fn expand(&self, pattern: &Path) -> GlobExpansion;
 
+    /// Is there a file, directory or link (followed or not) at `path`
+    /// (absolute)? `None` when it cannot be told; the default cannot.
+    fn exists(&self, _path: &Path) -> Option<bool> {
+        None
+    }
+
     /// The path `path` (absolute, not normalised: `link/..` leaves through
     /// the link's target, as the kernel resolves it) reaches on the disk,
     /// every symbolic link followed, component by component; the part that

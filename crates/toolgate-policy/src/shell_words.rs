@@ -122,6 +122,10 @@ pub(crate) struct Arg<'a> {
     /// False for parts that only name a local file to read rules (`HEAD:path`,
     /// `host:path`): `http://x` is not a path outside the project.
     pub external: bool,
+    /// A glob standing for names a command printed (`$(find …)`, `find … |
+    /// xargs`): if a match's path has a blank, quote, backslash or glob
+    /// character, the consumer may split it into any word.
+    pub names: bool,
 }
 
 impl<'a> Arg<'a> {
@@ -131,6 +135,7 @@ impl<'a> Arg<'a> {
             marks,
             role,
             external: true,
+            names: false,
         }
     }
 }
@@ -140,6 +145,10 @@ impl<'a> Arg<'a> {
 pub(crate) struct Word<'a> {
     pub text: &'a str,
     pub marks: Marks,
+    /// The globs the names in this word match (a bounded `$(…)`).
+    pub names: Option<&'a [String]>,
+    /// A process substitution `<(…)`: a pipe, no path.
+    pub pipe: bool,
 }
 
 /// The path arguments of a command given as words, program first.
@@ -157,10 +166,10 @@ pub(crate) fn arguments<'a>(words: &[Word<'a>], out: &mut Vec<Arg<'a>>) {
             return;
         }
     };
-    if name == "xargs" || reads_here_recursively(name, args) {
-        // `xargs`: the command it runs gets paths from its input, found like
-        // `find . -exec` finds them. `git grep`: searches the working tree
-        // from here. Either way, read as a tree from here.
+    // `xargs`: the shell crate reports what the command it runs reads
+    // (names from the input: any file, or the names a producer prints).
+    if reads_here_recursively(name, args) {
+        // `git grep`: searches the working tree from here.
         out.push(Arg::new(".", Marks::default(), Role::Tree));
     }
     // The program's model in the shell crate (`programs.txt`): the same
@@ -207,19 +216,27 @@ fn from_shell_model<'a>(name: &str, args: &[Word<'a>], out: &mut Vec<Arg<'a>>) -
         let Some(text) = word.text.get(path.range.clone()) else {
             continue;
         };
-        if text.is_empty() || text == "-" {
+        if text.is_empty() || text == "-" || word.pipe {
             continue;
         }
         let whole = path.range.start == 0 && path.range.end == word.text.len();
-        let marks = if whole {
-            word.marks
-        } else {
-            word.marks.part(text)
-        };
         let role = match path.role {
             toolgate_shell::PathRole::Name => Role::Name,
             toolgate_shell::PathRole::File => Role::File,
             toolgate_shell::PathRole::Tree => Role::Tree,
+        };
+        if let (true, Some(globs)) = (whole, word.names) {
+            for glob in globs {
+                let mut arg = Arg::new(glob, Marks::guessed(glob), role);
+                arg.names = true;
+                out.push(arg);
+            }
+            continue;
+        }
+        let marks = if whole {
+            word.marks
+        } else {
+            word.marks.part(text)
         };
         out.push(Arg::new(text, marks, role));
     }
@@ -236,7 +253,7 @@ fn from_shell_model<'a>(name: &str, args: &[Word<'a>], out: &mut Vec<Arg<'a>>) -
 /// also a file or directory that may be read.
 fn shifted_data<'a>(args: &[Word<'a>], before: usize, out: &mut Vec<Arg<'a>>) {
     for word in args {
-        if !(word.marks.glob || word.marks.expansion) {
+        if !(word.marks.glob || word.marks.expansion) || word.pipe || word.names.is_some() {
             continue;
         }
         let seen = out[before..]
@@ -701,6 +718,8 @@ fn parse<'a>(args: &[Word<'a>], spec: &Options, permute: bool) -> Option<Parsed<
                     Some(value) => Word {
                         text: value,
                         marks: word.marks.part(value),
+                        names: None,
+                        pipe: false,
                     },
                     None => {
                         let next = *args.get(i)?;
@@ -720,6 +739,8 @@ fn parse<'a>(args: &[Word<'a>], spec: &Options, permute: bool) -> Option<Parsed<
                     value: attached.map(|value| Word {
                         text: value,
                         marks: word.marks.part(value),
+                        names: None,
+                        pipe: false,
                     }),
                 });
             } else {
@@ -745,6 +766,8 @@ fn parse<'a>(args: &[Word<'a>], spec: &Options, permute: bool) -> Option<Parsed<
                     Some(Word {
                         text: rest,
                         marks: word.marks.part(rest),
+                        names: None,
+                        pipe: false,
                     })
                 } else if spec.valued.contains(c) {
                     let next = *args.get(i)?;
@@ -1309,6 +1332,8 @@ pub(crate) fn command_words(command: &SimpleCommand) -> Option<Vec<Word<'_>>> {
                     glob: span.glob,
                     tilde: span.tilde,
                 },
+                names: span.names.as_deref(),
+                pipe: span.pipe,
             })
         })
         .collect()
@@ -1322,6 +1347,8 @@ pub(crate) fn guessed_words(text: &str) -> Vec<Word<'_>> {
         .map(|text| Word {
             text,
             marks: Marks::guessed(text),
+            names: None,
+            pipe: false,
         })
         .collect()
 }

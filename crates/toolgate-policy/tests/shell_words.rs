@@ -202,7 +202,40 @@ fn shell_words_as_paths() {
         // `$(< FILE)` reads FILE.
         (&guarded, Auto, "echo \"$(< .env)\"", "deny read:*.env"),
         (&guarded, Auto, "echo $(<secret?/k)", "deny read:secrets/**"),
-        (&guarded, Auto, "cat <(cat secrets/k)", "deny read:*.env"),
+        // `<(…)` is a pipe; the command inside reads what it names.
+        (
+            &guarded,
+            Auto,
+            "cat <(cat secrets/k)",
+            "deny read:secrets/**",
+        ),
+        (&guarded, Auto, "diff <(cat .env) x", "deny read:*.env"),
+        // Names a producer prints meet the guards they match on the disk.
+        (
+            &guarded,
+            Auto,
+            "cat $(find . -name '*.env')",
+            "deny read:*.env",
+        ),
+        (
+            &guarded,
+            Auto,
+            "find secrets | xargs cat",
+            "deny read:secrets/**",
+        ),
+        // Without the disk, a name may split into any word.
+        (
+            &guarded,
+            Auto,
+            "for f in secret?/*; do cat \"$f\"; done",
+            "deny read:*.env",
+        ),
+        (
+            &guarded,
+            Auto,
+            "git ls-files | while read -r f; do cat \"$f\"; done",
+            "deny read:*.env",
+        ),
         (
             &guarded,
             Auto,

@@ -29,6 +29,11 @@ pub(crate) struct Env<'o> {
     /// Files read through options, response files and input, as the
     /// program models find them; each simple command takes its own.
     pub reads: RefCell<Vec<FileRead>>,
+    /// For the command being judged, when it reads a pipe from a producer
+    /// of names: the globs those names match (`names.rs`).
+    pub stdin_names: RefCell<Option<Vec<String>>>,
+    /// Disk facts the verdicts rest on; each simple command takes its own.
+    pub requires: RefCell<Vec<crate::Requirement>>,
 }
 
 impl<'o> Env<'o> {
@@ -46,12 +51,18 @@ impl<'o> Env<'o> {
             tree_sitter_only,
             repo_checks: RefCell::new(Vec::new()),
             reads: RefCell::new(Vec::new()),
+            stdin_names: RefCell::new(None),
+            requires: RefCell::new(Vec::new()),
         }
     }
 }
 
 impl Env<'_> {
     /// Record that the command reads these files (paths as written).
+    pub(crate) fn require(&self, facts: impl IntoIterator<Item = crate::Requirement>) {
+        self.requires.borrow_mut().extend(facts);
+    }
+
     pub(crate) fn read_files(&self, paths: impl IntoIterator<Item = String>) {
         self.reads
             .borrow_mut()
@@ -200,6 +211,7 @@ fn unparseable(text: &str, refusal: Refusal) -> SimpleCommand {
         words: Vec::new(),
         redirects: Vec::new(),
         reads: Vec::new(),
+        requires: Vec::new(),
     }
 }
 
@@ -264,9 +276,14 @@ pub(crate) fn simple_command(
             .filter_map(|r| r.input.as_deref())
             .any(|p| input_problem(p, env, state).is_some());
     let first_read = env.reads.borrow().len();
+    let first_require = env.requires.borrow().len();
+    let outer_names = env.stdin_names.replace(item.stdin_names.clone());
     let verdict = verdict(item, env, state, depth, &mut inner);
+    env.stdin_names.replace(outer_names);
     let mut reads = env.reads.borrow_mut().split_off(first_read);
     reads.dedup();
+    let mut requires = env.requires.borrow_mut().split_off(first_require);
+    requires.dedup();
     let always = if literal {
         text.clone()
     } else {
@@ -281,6 +298,7 @@ pub(crate) fn simple_command(
         words,
         redirects,
         reads,
+        requires,
     }
 }
 
@@ -309,6 +327,8 @@ fn spans(item: &Item) -> (Vec<WordSpan>, Vec<std::ops::Range<usize>>) {
             expansion: w.expansion.is_some(),
             glob: w.glob.is_some(),
             tilde: w.tilde,
+            names: w.names.clone(),
+            pipe: w.pipe,
         })
         .collect();
     let redirects = item.redirects.iter().map(|r| next(r.text.len())).collect();

@@ -16,11 +16,33 @@ pub(crate) struct WordBuilder {
     prev_dot: bool,
     /// Something could not be decoded with certainty.
     pub uncertain: Option<String>,
+    /// The names bound of the last substitution or loop variable appended.
+    pub names: Option<Vec<String>>,
+    /// With `names`: recorded outside double quotes.
+    pub names_split: bool,
+    /// With `names`: the text the whole word must be for them to hold.
+    pub names_text: Option<String>,
+    /// Inside a double-quoted string.
+    pub in_quotes: bool,
 }
 
 impl WordBuilder {
     pub(crate) fn finish(self) -> Word {
-        self.word
+        let mut word = self.word;
+        // Only a word that is exactly one expansion keeps its bound.
+        if self.names_text.as_deref() == Some(word.text.as_str()) {
+            word.names = self.names;
+            word.names_split = self.names_split;
+        }
+        if word.expansion.as_deref() != Some(word.text.as_str()) {
+            word.pipe = false;
+        }
+        word
+    }
+
+    /// Mark the word as a process substitution.
+    pub(crate) fn pipe(&mut self) {
+        self.word.pipe = true;
     }
 
     /// Append a character that bash treats literally (quoted or escaped).

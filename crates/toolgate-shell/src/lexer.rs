@@ -49,6 +49,21 @@ fn safe_unquoted(c: u8) -> bool {
         )
 }
 
+/// Add a command; after `|`, with the names its producer can print.
+fn push(items: &mut Vec<Item>, words: Vec<Word>, piped: bool) {
+    let stdin_names = if piped {
+        items.last().and_then(crate::names::bound)
+    } else {
+        None
+    };
+    items.push(Item {
+        words,
+        piped,
+        stdin_names,
+        ..Item::default()
+    });
+}
+
 /// Split a plain script into simple commands, or `None` to use tree-sitter.
 pub(crate) fn fast(src: &str) -> Option<Vec<Item>> {
     let b = src.as_bytes();
@@ -57,6 +72,8 @@ pub(crate) fn fast(src: &str) -> Option<Vec<Item>> {
     let mut i = 0;
     // The last thing seen was an operator that needs a command after it.
     let mut dangling = false;
+    // The next command reads the output of the last one (`|`).
+    let mut piped = false;
     while i < b.len() {
         let c = b[i];
         match c {
@@ -72,10 +89,8 @@ pub(crate) fn fast(src: &str) -> Option<Vec<Item>> {
                     _ => 1,
                 };
                 dangling = c != b';';
-                items.push(Item {
-                    words: std::mem::take(&mut words),
-                    ..Item::default()
-                });
+                push(&mut items, std::mem::take(&mut words), piped);
+                piped = c == b'|' && len == 1;
                 i += len;
             }
             _ => {
@@ -104,10 +119,7 @@ pub(crate) fn fast(src: &str) -> Option<Vec<Item>> {
         }
     }
     if !words.is_empty() {
-        items.push(Item {
-            words,
-            ..Item::default()
-        });
+        push(&mut items, words, piped);
     } else if dangling || items.is_empty() {
         return None;
     }

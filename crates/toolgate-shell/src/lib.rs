@@ -83,11 +83,11 @@
 //!
 //! # What it refuses
 //!
-//! Parse errors, command and process substitution, parameter expansion with
-//! operators, arithmetic, expansions or unquoted globs and braces in the
-//! program name or in the arguments of a program whose flags matter,
-//! subshells, `{ }` groups, loops, `if`, `case`, function definitions,
-//! `eval`, `source`, background `&`, assignments and environment prefixes
+//! Parse errors, backtick substitution, output process substitution
+//! `>(…)`, parameter expansion with operators, arithmetic, expansions or
+//! unquoted globs and braces in the program name or in the arguments of a
+//! program whose flags matter, `case`, `select`, `for ((…))`, function
+//! definitions, `eval`, `source`, background `&`, assignments and environment prefixes
 //! other than `LANG LC_* TZ NO_COLOR TERM COLUMNS`, a `LANG`/`LC_*`
 //! assignment made in the shell itself (standalone, or before a special
 //! builtin) when any command follows it in the script (bash decodes each
@@ -108,6 +108,23 @@
 //! descriptors 1 and 2, `>&N` other than `2>&1`/`1>&2`, descriptors above 9
 //! and named descriptors (`{NAME}>file`, `{NAME}<&0`, `{NAME}>&-`, which
 //! assign `NAME` in the shell) are refused.
+//!
+//! # Substitutions, loops and names from a producer
+//!
+//! The commands inside `$(…)`, `<(…)`, subshells, `{ …; }` groups, `if`,
+//! `while`/`until` and `for` loops are judged as they stand: the construct
+//! only decides which of them run, and how often. Output that becomes words
+//! (`cat $(…)`, `… | xargs cat`, `… | while read -r f`) may name any file,
+//! unless the command printing it is one whose names are known (`find`
+//! without `-L`/`-printf`/`-exec`, `git ls-files`, and line filters of them:
+//! see the `names` module): then the words are among the files the globs of
+//! [`WordSpan::names`] and [`ReadTarget::Names`] match on the disk, which
+//! the policy checks for names a consumer would split. `for f in WORDS`
+//! walks the body once per plain word with `$f` in its place, and once per
+//! glob with `"$f"` standing for one of its matches. A loop or `read`
+//! variable must be lower case and not one programs read (`http_proxy`):
+//! `for PATH in …` and `read IFS` are refused. `<(…)` is a pipe, not a path
+//! (dash reads it as a syntax error, so the line never runs there).
 //!
 //! A script is read as bash, but the agent's shell may be bash, zsh or
 //! `/bin/sh` (dash, busybox ash), so syntax that `/bin/sh` reads differently
@@ -141,7 +158,9 @@
 //! let opts = Options::default();
 //! let why = |s| analyze(Script::Text(s), &opts).refusal.map(|r| r.reason);
 //! assert_eq!(why("echo x > out.txt").unwrap(), "output redirection `> out.txt` writes a file");
-//! assert_eq!(why("ls $(rm -rf /)").unwrap(), "command substitution `$(...)` cannot be proven read-only");
+//! assert_eq!(why("ls $(rm -rf /)").unwrap(), "`rm` deletes files");
+//! assert_eq!(why("for PATH in /tmp; do ls; done").unwrap(), "the loop variable `PATH` could be one the environment gives programs (only lower-case names are allowed)");
+//! assert!(why("for f in src/*.rs; do head -5 \"$f\"; done").is_none());
 //! assert_eq!(why("PATH=/tmp ls").unwrap(), "environment prefix `PATH=…` can change what runs");
 //! assert_eq!(why("git -c core.pager=evil log").unwrap(), "`git -c` sets configuration that can make git run programs");
 //! assert_eq!(why("cat f </dev/tcp/127.0.0.1/9").unwrap(), "input redirection `< /dev/tcp/127.0.0.1/9` reads a device or kernel file, not a project file");
@@ -205,11 +224,13 @@ mod decode;
 mod git;
 mod lexer;
 mod model;
+mod names;
 mod opts;
 mod parse;
 mod sedscript;
 mod syntax;
 mod table;
+mod toolchain;
 mod wrappers;
 
 use std::path::PathBuf;
@@ -452,6 +473,22 @@ pub fn sed_script_only_reads(script: &str) -> bool {
     sedscript::analyse(script).is_ok()
 }
 
+/// A fact about the disk that a command's verdict rests on and that the
+/// analysis cannot see: the caller checks it (the policy with its disk
+/// oracle) and refuses the command when it does not hold or cannot be told.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Requirement {
+    /// No file or directory at `name` (a relative path) in the directory
+    /// the command runs in, nor in any directory above it.
+    AbsentUpward {
+        /// The path looked for in each directory.
+        name: &'static str,
+        /// What such a file would do (for the refusal).
+        why: &'static str,
+    },
+}
+
 /// The file a [`FileRead`] reads.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum ReadTarget {
@@ -465,6 +502,12 @@ pub enum ReadTarget {
     /// where a file is named `--files0-from=x`): any file when it may
     /// expand to a word starting with `-` or `@`, nothing more otherwise.
     OptionsIn(String),
+    /// A name a producer printed (`find src -name '*.rs' | xargs cat`):
+    /// one of the files this glob matches on the disk, as long as none of
+    /// them has a blank, quote, backslash or glob character in its path
+    /// (the consumer would split it into other words, which may be any
+    /// file).
+    Names(String),
 }
 
 /// One simple command of a script.
@@ -491,6 +534,9 @@ pub struct SimpleCommand {
     /// Files the command (or a command it runs) reads that are not its
     /// operands: option values, response files, names from its input.
     pub reads: Vec<FileRead>,
+    /// What must hold on the disk for `verdict` to stand (`cargo --version`
+    /// with no `rust-toolchain.toml` above the working directory).
+    pub requires: Vec<Requirement>,
 }
 
 /// One word of a [`SimpleCommand`]: its place in the command's `text` (after
@@ -506,6 +552,13 @@ pub struct WordSpan {
     pub glob: bool,
     /// The word starts with an unquoted `~`.
     pub tilde: bool,
+    /// The word is exactly a command substitution (or a loop variable bound
+    /// to names) whose command prints only names matching these globs,
+    /// relative to the working directory: a path there is one of their
+    /// matches on the disk (see [`ReadTarget::Names`] for split names).
+    pub names: Option<Vec<String>>,
+    /// The word is a process substitution `<(…)`: a pipe, not a file.
+    pub pipe: bool,
 }
 
 /// The analysis of a whole script.

@@ -359,8 +359,16 @@ pub(crate) struct Parsed<'a> {
 
 /// Could the shell turn this word into one starting with `-` (or `@`)?
 fn may_be_option(w: &Word) -> bool {
-    if w.is_plain() {
+    if w.is_plain() || w.pipe {
         return false;
+    }
+    // Names a producer prints: they start as the globs start, unless the
+    // shell splits them (a name with a blank gives any word).
+    if let Some(globs) = &w.names {
+        return w.names_split
+            || globs
+                .iter()
+                .any(|g| g.is_empty() || g.starts_with(['-', '@', '*', '?', '[', '{']));
     }
     // A brace alone (`{a,b}`) becomes its alternatives, which are plain.
     if w.expansion.is_none() && w.glob == Some('{') && !w.text.contains(['-', '*', '?', '[', '@']) {
@@ -618,11 +626,21 @@ impl<'a> Parsed<'a> {
             })
             .collect();
         for &i in &self.option_words {
-            if let Some(w) = args.get(i) {
-                out.push(FileRead {
+            let Some(w) = args.get(i) else {
+                continue;
+            };
+            match &w.names {
+                // Names a producer prints: options only where a match
+                // starts so (a name split at a blank is checked by the
+                // policy as the word's path, which then may be any file).
+                Some(globs) => out.extend(globs.iter().map(|g| FileRead {
+                    target: ReadTarget::OptionsIn(g.clone()),
+                    tree: true,
+                })),
+                None => out.push(FileRead {
                     target: ReadTarget::OptionsIn(w.text.clone()),
                     tree: true,
-                });
+                }),
             }
         }
         if self.any_operand && matches!(program.operands, Role::File | Role::Tree) {

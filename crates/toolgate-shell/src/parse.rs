@@ -18,6 +18,16 @@ use crate::Refusal;
 /// Syntactic nesting deeper than this is refused rather than walked.
 pub(crate) const MAX_NEST: usize = 100;
 
+/// A `for` loop over more plain words than this is judged with its
+/// variable unknown (the body is walked once per plain word otherwise).
+const MAX_LITERALS: usize = 16;
+
+/// Characters that make a value split or glob when used unquoted (or that
+/// quoting would make a different word).
+const SPLITS: &[char] = &[
+    ' ', '\t', '\n', '*', '?', '[', ']', '{', '}', '\'', '"', '\\', '$', '`', '~',
+];
+
 thread_local! {
     static PARSER: RefCell<Option<Parser>> = const { RefCell::new(None) };
 }
@@ -85,6 +95,8 @@ pub(crate) fn parse(src: &str) -> Result<Vec<Item>, Refusal> {
         items: Vec::new(),
         fatal: None,
         misaligned: Cell::new(false),
+        bindings: Vec::new(),
+        pipe_in: None,
     };
     walker.seq(root, None, 0);
     if walker.misaligned.get() {
@@ -229,6 +241,40 @@ struct Walker<'s> {
     fatal: Option<Refusal>,
     /// A token boundary fell inside a (masked) non-ASCII character.
     misaligned: Cell<bool>,
+    /// Loop variables of the loops being walked, innermost last.
+    bindings: Vec<(String, Binding)>,
+    /// While walking a statement that reads a pipe: the names bound of what
+    /// the command before it prints.
+    pipe_in: Option<Vec<String>>,
+}
+
+/// What a loop variable holds while its body is walked.
+#[derive(Debug, Clone)]
+enum Binding {
+    /// One word without blanks, quotes or glob characters (the body is
+    /// walked once for each).
+    Literal(String),
+    /// A name matching one of these globs (a bounded command's output).
+    Names(Vec<String>),
+    /// One match of this glob (the body is walked once for each glob).
+    Glob(String),
+    /// Anything.
+    Unknown,
+}
+
+/// A loop or `read` variable toolgate lets a read-only script set: lower
+/// case (the environment's variables that programs read are upper case),
+/// and none of the lower-case ones programs do read (`http_proxy`, ...).
+pub(crate) fn harmless_variable(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    bytes
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == b'_')
+        && name
+            .bytes()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'_')
+        && !name.contains("proxy")
+        && name != "_"
 }
 
 impl<'s> Walker<'s> {
@@ -277,6 +323,8 @@ impl<'s> Walker<'s> {
         let mut prev_start = self.items.len();
         // The statement after a `|&` (marked once it is walked).
         let mut after_pipe_amp = false;
+        // The statement after a `|`.
+        let mut after_pipe = false;
         while let Some(n) = stack.pop() {
             let kind = n.kind();
             if n.is_named() && matches!(kind, "list" | "pipeline") {
@@ -289,8 +337,23 @@ impl<'s> Walker<'s> {
                 if kind == "comment" {
                     continue;
                 }
+                let producer = prev_start;
                 prev_start = self.items.len();
+                let piped = std::mem::take(&mut after_pipe);
+                let names = if piped {
+                    self.items.get(producer).and_then(crate::names::bound)
+                } else {
+                    None
+                };
+                let outer = std::mem::replace(&mut self.pipe_in, names.clone());
                 self.stmt(n, inh, depth + 1);
+                self.pipe_in = outer;
+                if piped {
+                    if let Some(first) = self.items.get_mut(prev_start) {
+                        first.piped = true;
+                        first.stdin_names = names;
+                    }
+                }
                 if std::mem::take(&mut after_pipe_amp) {
                     // dash: a syntax error; bash: `2>&1 |`.
                     let r = bash_only("the pipe `|&`");
@@ -305,6 +368,8 @@ impl<'s> Walker<'s> {
                 );
             } else if kind == "|&" {
                 after_pipe_amp = true;
+            } else if kind == "|" {
+                after_pipe = true;
             }
             // Other anonymous tokens are operators (`&&`, `||`, `;`, `|`,
             // `|&`, newlines) or the brackets of the construct.
@@ -350,12 +415,18 @@ impl<'s> Walker<'s> {
             "subshell" => self.seq(node, inh, depth),
             "compound_statement" => {
                 let arithmetic = children(node).first().is_some_and(|c| c.kind() == "((");
-                let reason = if arithmetic {
-                    "arithmetic command `(( … ))` cannot be proven read-only"
+                if arithmetic {
+                    self.construct(
+                        node,
+                        "arithmetic command `(( … ))` cannot be proven read-only",
+                        inh,
+                        depth,
+                    );
                 } else {
-                    "command group `{ … }` cannot be proven read-only"
-                };
-                self.construct(node, reason, inh, depth);
+                    // A group runs its commands in this shell, each judged
+                    // as it stands.
+                    self.seq(node, inh, depth);
+                }
             }
             "function_definition" => self.construct(
                 node,
@@ -363,18 +434,17 @@ impl<'s> Walker<'s> {
                 inh,
                 depth,
             ),
-            "if_statement" => self.construct(
+            // Conditions and branches are commands judged as they stand;
+            // which of them run does not matter when each only reads.
+            "if_statement" => self.generic(node, inh, depth),
+            "while_statement" => self.while_loop(node, inh, depth),
+            "for_statement" => self.for_loop(node, inh, depth),
+            "c_style_for_statement" => self.construct(
                 node,
-                "`if` statement cannot be proven read-only",
+                "arithmetic `for ((…))` loop cannot be proven read-only",
                 inh,
                 depth,
             ),
-            "while_statement" => {
-                self.construct(node, "`while` loop cannot be proven read-only", inh, depth)
-            }
-            "for_statement" | "c_style_for_statement" => {
-                self.construct(node, "`for` loop cannot be proven read-only", inh, depth)
-            }
             "case_statement" => self.construct(
                 node,
                 "`case` statement cannot be proven read-only",
@@ -386,6 +456,171 @@ impl<'s> Walker<'s> {
                 self.construct(node, &reason, inh, depth)
             }
         }
+    }
+
+    /// `for NAME [in WORDS]; do BODY; done`: the body's commands are judged
+    /// with `$NAME` standing for each word: a plain word is put in its
+    /// place (the body is walked once for each), a glob or a bounded
+    /// substitution makes `"$NAME"` one of the names it can give.
+    fn for_loop(&mut self, node: Node<'_>, inh: Option<&Refusal>, depth: usize) {
+        let start = self.items.len();
+        let mut own: Option<Refusal> = None;
+        let mut name = String::new();
+        let mut values: Vec<Word> = Vec::new();
+        let mut listed = false;
+        let mut body = None;
+        for (field, child) in children_with_fields(node) {
+            match field {
+                Some("variable") => name = self.raw(child).to_string(),
+                Some("value") => {
+                    listed = true;
+                    let w = self.word(child, &mut own, inh, depth);
+                    values.push(w);
+                }
+                Some("body") => body = Some(child),
+                _ if !child.is_named() => {
+                    let raw = self.raw(child);
+                    if raw == "select" {
+                        set_own(&mut own, "`select` reads a choice from the terminal");
+                    }
+                    listed |= raw == "in";
+                }
+                _ => {
+                    set_own(
+                        &mut own,
+                        format!(
+                            "`{}` in a `for` loop cannot be proven read-only",
+                            child.kind()
+                        ),
+                    );
+                    self.generic(child, inh, depth + 1);
+                }
+            }
+        }
+        if !harmless_variable(&name) {
+            set_own(
+                &mut own,
+                format!(
+                    "the loop variable `{name}` could be one the environment gives programs (only lower-case names are allowed)"
+                ),
+            );
+        }
+        let refusal = own.or_else(|| inh.cloned());
+        let inh = refusal.as_ref();
+        let Some(body) = body else {
+            self.mark(start, &Refusal::new("a `for` loop without a body"));
+            return;
+        };
+        let mut literals: Vec<String> = Vec::new();
+        let mut globs: Vec<String> = Vec::new();
+        let mut names: Vec<String> = Vec::new();
+        let mut unknown = !listed;
+        for v in &values {
+            let text = v.text.as_str();
+            if v.is_plain() && !text.is_empty() && !text.contains(SPLITS) {
+                literals.push(text.to_string());
+            } else if let (Some(bound), None) = (&v.names, &v.bash_only) {
+                names.extend(bound.iter().cloned());
+            } else if v.expansion.is_none()
+                && !v.tilde
+                && matches!(v.glob, Some('*' | '?' | '['))
+                && v.bash_only.is_none()
+                && !text.contains(['{', '}', ' ', '\t', '\n', '\'', '"', '\\'])
+            {
+                globs.push(text.to_string());
+            } else {
+                unknown = true;
+            }
+        }
+        if literals.len() + globs.len() > MAX_LITERALS {
+            unknown = true;
+        }
+        let mut walks: Vec<Binding> = Vec::new();
+        if unknown {
+            walks.push(Binding::Unknown);
+        } else {
+            walks.extend(literals.into_iter().map(Binding::Literal));
+            walks.extend(globs.into_iter().map(Binding::Glob));
+            if !names.is_empty() {
+                walks.push(Binding::Names(names));
+            }
+            if walks.is_empty() {
+                // `for x in; do …`: never runs; judged once all the same.
+                walks.push(Binding::Unknown);
+            }
+        }
+        for binding in walks {
+            self.bindings.push((name.clone(), binding));
+            self.seq(body, inh, depth + 1);
+            self.bindings.pop();
+        }
+        if let Some(r) = refusal {
+            self.mark(start, &r);
+        }
+    }
+
+    /// `while COND; do BODY; done` (and `until`): the condition and body are
+    /// commands judged as they stand. `… | while read -r NAME` binds NAME to
+    /// the names the producer can print.
+    fn while_loop(&mut self, node: Node<'_>, inh: Option<&Refusal>, depth: usize) {
+        let start = self.items.len();
+        let mut body = None;
+        let pipe_in = self.pipe_in.take();
+        for (field, child) in children_with_fields(node) {
+            if field == Some("body") {
+                body = Some(child);
+            } else if child.is_named() {
+                if field == Some("condition") || is_statement(child.kind()) {
+                    self.stmt(child, inh, depth + 1);
+                } else {
+                    self.generic(child, inh, depth + 1);
+                }
+            }
+        }
+        let Some(body) = body else {
+            self.mark(start, &Refusal::new("a `while` loop without a body"));
+            return;
+        };
+        // The condition's `read` names, when it is exactly `read [-r] NAME...`.
+        let mut bound: Vec<(String, Binding)> = Vec::new();
+        let read_names: Option<Vec<&Word>> = match self.items.get(start..) {
+            Some([cond])
+                if cond
+                    .words
+                    .first()
+                    .is_some_and(|w| w.is_plain() && w.text == "read") =>
+            {
+                Some(
+                    cond.words[1..]
+                        .iter()
+                        .filter(|w| !w.text.starts_with('-'))
+                        .collect(),
+                )
+            }
+            _ => None,
+        };
+        if let Some(read_names) = read_names {
+            // Without `-r` a backslash is dropped: a name with one is
+            // among those the policy checks for (as for blanks).
+            let options_plain = self.items.get(start).is_some_and(|c| {
+                c.words[1..]
+                    .iter()
+                    .filter(|w| w.text.starts_with('-'))
+                    .all(|w| w.text == "-r")
+            });
+            for (k, w) in read_names.iter().enumerate() {
+                let binding = match (&pipe_in, read_names.len(), k) {
+                    (Some(names), 1, 0) if options_plain => Binding::Names(names.clone()),
+                    _ => Binding::Unknown,
+                };
+                bound.push((w.text.clone(), binding));
+            }
+        }
+        let pushed = bound.len();
+        self.bindings.extend(bound);
+        self.seq(body, inh, depth + 1);
+        self.bindings.truncate(self.bindings.len() - pushed);
+        self.pipe_in = pipe_in;
     }
 
     /// A construct that is never read-only: the commands inside are still
@@ -955,6 +1190,7 @@ impl<'s> Walker<'s> {
                 }
                 let kids = children(node);
                 let last = kids.len().saturating_sub(1);
+                let outer_quotes = std::mem::replace(&mut b.in_quotes, true);
                 for (i, child) in kids.into_iter().enumerate() {
                     if !child.is_named() {
                         // The quotes around the string, and a `$` that starts
@@ -972,6 +1208,7 @@ impl<'s> Walker<'s> {
                         self.part(child, b, own, inh, depth + 1);
                     }
                 }
+                b.in_quotes = outer_quotes;
             }
             "concatenation" => {
                 if !contiguous(node) {
@@ -986,7 +1223,12 @@ impl<'s> Walker<'s> {
                 b.uncertain = Some(format!("locale string `{raw}`"));
                 b.expansion(raw);
             }
-            "simple_expansion" => b.expansion(raw),
+            "simple_expansion" => self.variable(raw.get(1..).unwrap_or(""), raw, b),
+            "expansion" if plain_expansion(node) => self.variable(
+                raw.get(2..raw.len().saturating_sub(1)).unwrap_or(""),
+                raw,
+                b,
+            ),
             "expansion" => {
                 if !plain_expansion(node) {
                     set_own(
@@ -998,32 +1240,46 @@ impl<'s> Walker<'s> {
                 b.expansion(raw);
             }
             "command_substitution" => {
+                // `$(…)`: its commands are judged as they stand; its output
+                // becomes words, which may name any file unless the command
+                // is a producer whose names are known (names.rs).
                 if raw.starts_with('`') {
                     set_own(
                         own,
                         "backtick command substitution cannot be proven read-only",
                     );
-                } else {
-                    set_own(
-                        own,
-                        "command substitution `$(...)` cannot be proven read-only",
-                    );
                 }
+                let start = self.items.len();
+                let outer = self.pipe_in.take();
                 self.seq(node, inh, depth + 1);
+                self.pipe_in = outer;
+                let inner = self.items.get(start..).unwrap_or(&[]);
+                let one_pipeline = inner.iter().skip(1).all(|i| i.piped);
                 b.expansion(raw);
+                b.names = if one_pipeline {
+                    inner.last().and_then(crate::names::bound)
+                } else {
+                    None
+                };
+                b.names_split = !b.in_quotes;
+                b.names_text = Some(raw.to_string());
             }
             "process_substitution" => {
-                let shown = if raw.starts_with('>') {
-                    ">(...)"
-                } else {
-                    "<(...)"
-                };
-                set_own(
-                    own,
-                    format!("process substitution `{shown}` cannot be proven read-only"),
-                );
+                // `<(…)`: bash runs the commands, each judged as it stands,
+                // and the word is a pipe to read (dash: a syntax error).
+                // `>(…)` gives the program a pipe to write to.
+                if raw.starts_with('>') {
+                    set_own(
+                        own,
+                        "process substitution `>(...)` cannot be proven read-only",
+                    );
+                }
+                let outer = self.pipe_in.take();
                 self.seq(node, inh, depth + 1);
+                self.pipe_in = outer;
+                // dash reads `<(` as a syntax error: the line never runs.
                 b.expansion(raw);
+                b.pipe();
             }
             "arithmetic_expansion" => {
                 set_own(
@@ -1040,6 +1296,35 @@ impl<'s> Walker<'s> {
                 );
                 self.generic(node, inh, depth + 1);
                 b.expansion(raw);
+            }
+        }
+    }
+}
+
+impl Walker<'_> {
+    /// `$NAME` or `${NAME}`: a loop variable's value when one is bound.
+    fn variable(&self, name: &str, raw: &str, b: &mut WordBuilder) {
+        match self.bindings.iter().rev().find(|(n, _)| n == name) {
+            Some((_, Binding::Literal(text))) => b.quoted_str(text),
+            Some((_, Binding::Names(globs))) => {
+                b.expansion(raw);
+                b.names = Some(globs.clone());
+                b.names_split = !b.in_quotes;
+                b.names_text = Some(raw.to_string());
+            }
+            // The glob in its place: the same files (one at a time), and
+            // the policy checks the matches' paths for what would split.
+            Some((_, Binding::Glob(glob))) => {
+                for c in glob.chars() {
+                    b.unquoted(c);
+                }
+                b.names = Some(vec![glob.clone()]);
+                b.names_split = !b.in_quotes;
+                b.names_text = Some(glob.clone());
+            }
+            Some((_, Binding::Unknown)) | None => {
+                b.expansion(raw);
+                b.names = None;
             }
         }
     }

@@ -21,6 +21,17 @@ pub(crate) struct Word {
     /// A bash-only spelling inside the word (`$'…'`) that `/bin/sh` reads
     /// differently: the construct, for the refusal.
     pub bash_only: Option<String>,
+    /// The word is exactly one command substitution (or a loop variable
+    /// bound to one) whose command prints only names matching these globs
+    /// (relative to the working directory): what `find . -name '*.rs'`
+    /// can print. See `names.rs`.
+    pub names: Option<Vec<String>>,
+    /// With `names`: the expansion is unquoted, so the shell splits the
+    /// names at blanks and expands globs in them.
+    pub names_split: bool,
+    /// The word is a process substitution `<(…)`: a pipe the command reads,
+    /// no file.
+    pub pipe: bool,
 }
 
 impl Word {
@@ -74,6 +85,11 @@ pub(crate) struct Item {
     /// A bash-only construct around or in the command (`|&`, `[[ a > b ]]`,
     /// `+=`): refused unless the script is known to run in bash.
     pub bash_only: Option<Refusal>,
+    /// The command reads the output of the command before it in a pipeline.
+    pub piped: bool,
+    /// When `piped`: globs every line of that output matches (a name
+    /// `find`, `git ls-files` or a line filter of theirs printed).
+    pub stdin_names: Option<Vec<String>>,
 }
 
 impl Item {

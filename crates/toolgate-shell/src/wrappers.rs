@@ -465,6 +465,43 @@ fn xargs_slot_var() -> Refusal {
     refusal("`xargs --process-slot-var` sets an environment variable in every command it runs")
 }
 
+/// `find`'s words must be plain, except a start point that is a glob
+/// starting with a letter, digit, `_`, `.` or `/`: each of its matches
+/// starts the same way, so none is an option or an operator.
+fn find_plain_args(args: &[Word]) -> Result<(), Refusal> {
+    let mut i = 0;
+    while let Some(w) = args.get(i) {
+        match w.text.as_str() {
+            "-H" | "-L" | "-P" => i += 1,
+            "-D" => i += 2,
+            t if t.starts_with("-O") || (t.starts_with("-D") && t.len() > 2) => i += 1,
+            _ => break,
+        }
+    }
+    let mut start = i;
+    while let Some(w) = args.get(start) {
+        let t = w.text.as_str();
+        if t.starts_with('-') || t == "(" || t == "!" || t == "," {
+            break;
+        }
+        start += 1;
+    }
+    let safe_glob = |w: &Word| {
+        w.expansion.is_none()
+            && !w.tilde
+            && matches!(w.glob, Some('*' | '?' | '['))
+            && w.text
+                .starts_with(|c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '/'))
+    };
+    let checked: Vec<Word> = args
+        .iter()
+        .enumerate()
+        .filter(|(k, w)| !((i..start).contains(k) && safe_glob(w)))
+        .map(|(_, w)| w.clone())
+        .collect();
+    crate::opts::plain_args("find", &checked)
+}
+
 /// `xargs [OPTION]... [COMMAND [INITIAL-ARGS]...]` read as GNU xargs does
 /// (`+0a:E:e::i::I:l::L:n:prs:txP:d:o`, no permutation). `-I`, `-i`,
 /// `--replace` and `--process-slot-var` (and their abbreviations) are
@@ -481,7 +518,17 @@ fn xargs(
     // `-a FILE`: the items come from FILE instead of the input.
     let mut arg_files: Vec<&str> = Vec::new();
     while let Some(w) = args.get(i) {
-        let a = plain_option(w, "xargs")?;
+        let a = match plain_option(w, "xargs") {
+            Ok(a) => a,
+            Err(r) => {
+                // Refused, but the items may still name any file.
+                env.reads.borrow_mut().push(crate::FileRead {
+                    target: crate::ReadTarget::Any,
+                    tree: true,
+                });
+                return Err(r);
+            }
+        };
         if a == "--" {
             i += 1;
             break;
@@ -552,11 +599,25 @@ fn xargs(
     {
         // The items are read (from FILE or the input), and the command gets
         // them as arguments: they may name any file.
+        // From a producer of known names (`find … | xargs`), the items are
+        // among those names.
+        let bounded = if arg_files.is_empty() {
+            env.stdin_names.borrow().clone()
+        } else {
+            None
+        };
         env.read_files(arg_files.into_iter().map(str::to_string));
-        env.reads.borrow_mut().push(crate::FileRead {
-            target: crate::ReadTarget::Any,
-            tree: true,
-        });
+        let mut reads = env.reads.borrow_mut();
+        match bounded {
+            Some(globs) => reads.extend(globs.into_iter().map(|g| crate::FileRead {
+                target: crate::ReadTarget::Names(g),
+                tree: true,
+            })),
+            None => reads.push(crate::FileRead {
+                target: crate::ReadTarget::Any,
+                tree: true,
+            }),
+        }
     }
     let Some(rest) = args.get(i..).filter(|r| !r.is_empty()) else {
         return problem.map_or(Ok(()), Err); // runs `echo`
@@ -623,7 +684,7 @@ fn find(
     depth: usize,
     inner: &mut Vec<String>,
 ) -> Result<(), Refusal> {
-    let mut problem: Option<Refusal> = crate::opts::plain_args("find", args).err();
+    let mut problem: Option<Refusal> = find_plain_args(args).err();
     // Leading options, then start points up to the first expression word.
     let mut i = 0;
     // `-L`/`-follow`: symbolic links are followed, wherever they lead.

@@ -167,7 +167,8 @@ pub const BENCH_UNSAFE: &[&str] = &[
     "git push origin main",
     "sed -i s/a/b/ file.txt",
     "python3 -c 'import os; os.remove(\"x\")'",
-    "ls $(cat list)",
+    // Not here: `ls $(cat list)` (the bench's list has it) only reads; the
+    // names it lists may be any file, so the policy asks before it runs.
     "mv a b",
     "chmod +x run.sh",
     "make install",

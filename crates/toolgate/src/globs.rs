@@ -66,6 +66,14 @@ impl GlobOracle for DiskGlobs {
         resolve(Path::new("/"), path).ok()
     }
 
+    fn exists(&self, path: &Path) -> Option<bool> {
+        match std::fs::symlink_metadata(path) {
+            Ok(_) => Some(true),
+            Err(err) if absent(&err) => Some(false),
+            Err(_) => None,
+        }
+    }
+
     fn leaves_through_link(&self, base: &Path, relative: &Path) -> bool {
         !no_link_below(base, relative)
             && resolve(base, relative).map_or(true, |real| real != base.join(relative))

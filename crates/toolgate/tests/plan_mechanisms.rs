@@ -105,6 +105,42 @@ const NEVER_ALLOWED: &[&str] = &[
     // 6. Case.
     "cat .ENV",
     "cat .Env",
+    // 7. Substitutions, loops and producers: what their words name.
+    "cat $(echo .env)",
+    "cat \"$(printf .env)\"",
+    "for f in .env; do cat \"$f\"; done",
+    "for f in README.md .env; do head -1 $f; done",
+    "for f in docs/*; do cat \"$f\"; done",
+    "for f in $(ls -a); do cat \"$f\"; done",
+    "for f in *; do cat $f; done",
+    "find . -name '*.txt' | xargs cat",
+    "find docs -name 'c*' -print0 | xargs -0 cat",
+    "find . -maxdepth 1 -name '.e*' | xargs cat",
+    "find . -name x -o -name '.env' | xargs cat",
+    "find . | grep -v README | xargs cat",
+    "find . -name '*.md' | sed s/README.md/.env/ | xargs cat",
+    "git ls-files | xargs cat",
+    "cat $(find docs -name cfg)",
+    "cat $(find . -name 'opt*')",
+    "find . -name '*.md' | while read -r f; do cat \"$f\" docs/cfg; done",
+    "ls -a | while read -r f; do cat \"$f\"; done",
+    "find . -name x | { read f; cat \"$f\"; }",
+    "cat <(cat .env)",
+    "diff <(cat docs/cfg) README.md",
+    "if true; then cat .env; fi",
+    "{ cat docs/cfg; }",
+    "while false; do cat notes.txt; done",
+    "for PATH in .; do ls; done",
+    "for IFS in x; do ls; done",
+    "for http_proxy in x; do ls; done",
+    "find . -name x | while read -r PATH; do ls; done",
+    "ls | read LD_PRELOAD",
+    "for f in README.md; do cat $f > out; done",
+    "cat README.md | tee >(cat)",
+    "for f in README.md; do \"$f\"; done",
+    "for f in src/*; do $f; done",
+    "for ((i=0;i<1;i++)); do ls; done",
+    "select f in a; do ls; done",
 ];
 
 #[test]
@@ -140,6 +176,12 @@ fn a_deny_rule_meets_the_same_reads_in_auto() {
         "xargs -a .env echo",
         "sed '1r .env' README.md",
         "sed -n '/x/R docs/cfg' README.md",
+        "cat $(find . -maxdepth 1 -name '.e*')",
+        "find docs -name cfg | xargs cat",
+        "git ls-files | xargs grep KEY",
+        "for f in docs/*; do head -1 \"$f\"; done",
+        "cat <(cat notes.txt)",
+        "if true; then cat docs/cfg; fi",
     ];
     let mut missed = Vec::new();
     for command in reads_env {
@@ -207,6 +249,20 @@ fn everyday_research_still_flows() {
         "sed -n 's/^fn //p' src/a.rs",
         "awk '{print $1}' README.md",
         "GIT_PAGER=cat ls",
+        // Substitutions, loops and producers with read-only insides.
+        "echo \"branch: $(git rev-parse --abbrev-ref HEAD)\"",
+        "wc -l $(find src -name '*.rs')",
+        "cat \"$(find src -name a.rs)\"",
+        "find src -name '*.rs' | xargs wc -l",
+        "find src -name '*.rs' -print0 | xargs -0 grep -l main",
+        "find src -type f | sort | head -5 | xargs wc -c",
+        "for f in src/*.rs; do echo \"== $f\"; head -5 \"$f\"; done",
+        "for c in ls cat; do command -v \"$c\" || echo missing; done",
+        "for d in src/; do echo \"$d: $(find \"$d\" -name '*.rs' | wc -l)\"; done",
+        "find src -name '*.rs' | while read -r f; do wc -l \"$f\"; done",
+        "comm -13 <(ls src | sort) <(ls docs | sort)",
+        "if [ -f README.md ]; then head -1 README.md; fi",
+        "{ ls src; ls docs; } | sort",
     ] {
         let (decision, reason) = decide(&root, "plan", &[], "bash", command);
         if decision != "allow" {
@@ -214,4 +270,72 @@ fn everyday_research_still_flows() {
         }
     }
     assert!(refused.is_empty(), "refused:\n{}", refused.join("\n"));
+}
+
+/// Toolchain queries are read-only only while no file in the project (or
+/// above it) makes the toolchain install or run something: checked on the
+/// disk for each call.
+#[test]
+fn toolchain_queries_rest_on_the_disk() {
+    let root = hostile_project("toolchain-queries");
+    std::fs::write(
+        root.join("Cargo.toml"),
+        "[package]\nname = \"a\"\nversion = \"0.1.0\"\nedition = \"2021\"\n",
+    )
+    .unwrap();
+    let queries = [
+        "cargo --version",
+        "rustc -vV",
+        "rustup toolchain list",
+        "cargo metadata --format-version 1 --no-deps --offline",
+        "cargo tree --offline --locked",
+    ];
+    for command in queries {
+        let (decision, reason) = decide(&root, "plan", &[], "bash", command);
+        assert_eq!(decision, "allow", "{command}: {reason}");
+    }
+    // A toolchain file makes every one of them a possible install.
+    std::fs::write(
+        root.join("rust-toolchain.toml"),
+        "[toolchain]\nchannel = \"nightly\"\n",
+    )
+    .unwrap();
+    for command in queries {
+        let (decision, reason) = decide(&root, "plan", &[], "bash", command);
+        assert_eq!(decision, "deny", "{command}: {reason}");
+        assert!(
+            reason.contains("rust-toolchain.toml"),
+            "{command}: {reason}"
+        );
+    }
+    std::fs::remove_file(root.join("rust-toolchain.toml")).unwrap();
+    // A cargo configuration can name the compiler cargo tree runs; metadata
+    // without dependencies runs none.
+    std::fs::create_dir_all(root.join(".cargo")).unwrap();
+    std::fs::write(
+        root.join(".cargo/config.toml"),
+        "[build]\nrustc-wrapper = \"./x.sh\"\n",
+    )
+    .unwrap();
+    let (decision, reason) = decide(&root, "plan", &[], "bash", "cargo tree --offline --locked");
+    assert_eq!(decision, "deny", "{reason}");
+    assert!(reason.contains(".cargo/config.toml"), "{reason}");
+    let (decision, reason) = decide(
+        &root,
+        "plan",
+        &[],
+        "bash",
+        "cargo metadata --no-deps --offline",
+    );
+    assert_eq!(decision, "allow", "{reason}");
+    // Off the network and the lock file only with the flags that say so.
+    for command in [
+        "cargo tree",
+        "cargo metadata",
+        "cargo tree --offline",
+        "cargo +nightly --version",
+    ] {
+        let (decision, reason) = decide(&root, "plan", &[], "bash", command);
+        assert_eq!(decision, "deny", "{command}: {reason}");
+    }
 }
