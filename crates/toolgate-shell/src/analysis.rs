@@ -389,7 +389,9 @@ fn verdict(
     }
     if state.shell != Shell::Bash {
         if let Some(r) = item.bash_only() {
-            return Err(r);
+            if !ansi_c_data_only(item) {
+                return Err(r);
+            }
         }
     }
     if state.shell == Shell::Posix {
@@ -401,6 +403,51 @@ fn verdict(
         }
     }
     Ok(())
+}
+
+/// Is every bash-only piece of `item` an ANSI-C string `$'…'` that starts a
+/// word that both shells read as data? dash splits such a script at the
+/// same places (the string holds no `\'`) and reads the word as `$` and the
+/// raw body, which is never an option; the word must be no option in bash
+/// either (so the options and operands line up the same in both readings),
+/// an argument of a program whose operands are roles by position (its
+/// model in programs.txt; not one that reads code: sed, awk, jq, find, or
+/// runs a command), and no path there: a data operand or option value,
+/// such as grep's pattern (`grep -rn $'\t' src`). The bash reading is the
+/// one judged; the dash one only differs in that data.
+fn ansi_c_data_only(item: &Item) -> bool {
+    if item.bash_only.is_some()
+        || item.redirects.iter().any(|r| r.bash_only.is_some())
+        || item.assigns.iter().any(|a| a.value.bash_only.is_some())
+    {
+        return false;
+    }
+    let Some((program, args)) = item.words.split_first() else {
+        return false;
+    };
+    if program.bash_only.is_some() || !program.is_plain() {
+        return false;
+    }
+    let name = program.text.as_str();
+    let lead_only = |w: &Word| w.bash_only.is_none() || (w.ansi_c_lead && !w.text.starts_with('-'));
+    if name == "echo" {
+        // Every word is printed (dash's echo also reads escapes in it).
+        return args.iter().all(lead_only);
+    }
+    let scripted = matches!(
+        name,
+        "sed" | "awk" | "gawk" | "mawk" | "nawk" | "jq" | "yq" | "find" | "xargs" | "git" | "env"
+    ) || table::is_wrapper(name);
+    if scripted || crate::model::program(name).is_none() {
+        return false;
+    }
+    let texts: Vec<&str> = args.iter().map(|w| w.text.as_str()).collect();
+    let Some(paths) = crate::model::path_words(name, &texts) else {
+        return false;
+    };
+    args.iter().enumerate().all(|(i, w)| {
+        lead_only(w) && (w.bash_only.is_none() || !paths.words.iter().any(|p| p.word == i))
+    })
 }
 
 /// An input redirection reads only a plain file inside the project: never

@@ -156,6 +156,11 @@ impl WordBuilder {
 
     /// Decode an ANSI-C string `$'...'` (the whole source, with `$'` and `'`).
     pub(crate) fn ansi_c_source(&mut self, raw: &str) {
+        let body_quotes = raw.get(2..).is_some_and(|b| b.contains("\\'"));
+        self.word.ansi_c_lead = !self.started && !body_quotes && self.word.bash_only.is_none();
+        if body_quotes {
+            self.word.ansi_c_lead = false;
+        }
         // dash reads `$'\'' …'` as `$`, `'\'` and more shell code.
         self.word
             .bash_only

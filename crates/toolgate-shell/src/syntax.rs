@@ -29,6 +29,11 @@ pub(crate) struct Word {
     /// With `names`: the expansion is unquoted, so the shell splits the
     /// names at blanks and expands globs in them.
     pub names_split: bool,
+    /// The word starts with an ANSI-C string `$'…'` without `\'` inside,
+    /// and has no other bash-only piece: dash splits the script at the same
+    /// places and reads this word as `$` and the string's raw body (a word
+    /// that is never an option).
+    pub ansi_c_lead: bool,
     /// The word is a process substitution `<(…)`: a pipe the command reads,
     /// no file.
     pub pipe: bool,

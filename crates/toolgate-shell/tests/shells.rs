@@ -39,7 +39,7 @@ fn argv_scripts_are_read_by_their_shell() {
         (&["/bin/sh", "-c", ANSI], Some(BASH_ONLY)),
         (&["dash", "-c", ANSI], Some(BASH_ONLY)),
         (&["/usr/bin/dash", "-lc", ANSI], Some(BASH_ONLY)),
-        (&["zsh", "-c", "echo $'x' | cat"], Some(BASH_ONLY)),
+        (&["zsh", "-c", "cat $'x' | cat"], Some(BASH_ONLY)),
         (&["bash", "-c", ANSI], None),
         (&["bash", "-lc", "ls &>/dev/null; grep x <<< y"], None),
         (&["/bin/bash", "-c", "ls |& head"], None),
