@@ -24,9 +24,15 @@
 //!   `--locked` (or, for `metadata`, `--no-deps`, which resolves nothing
 //!   and runs no compiler: then `.cargo/config` does not matter).
 //!
-//! Not admitted: `go` (a `go.mod` can switch toolchains, which downloads
-//! one, and `go list` downloads modules; go is not installed where this is
-//! tested), `npm` and `pip` (they check the network for their own updates
+//! - `go version` and `go env [-json] NAME...` for names that need no C
+//!   compiler (not `CGO_*`, `PKG_CONFIG`, `GOGCCFLAGS`: to print those, go
+//!   runs the compiler, writing temporary files), with no `go.mod` or
+//!   `go.work` in the working directory or above it (from go 1.21 their
+//!   `go`/`toolchain` lines make go download and run another toolchain).
+//!
+//! Not admitted: `go env` with no name (all of them, the costly ones too),
+//! `go list` (downloads modules), `go doc` (fills the build cache), `npm`
+//! and `pip` (they check the network for their own updates
 //! and write their caches), `python3 -m` (the working directory comes first
 //! on the module path), `cargo +TOOLCHAIN` (installs it).
 
@@ -36,6 +42,7 @@ use crate::{Refusal, Requirement};
 
 const TOOLCHAIN_FILES: &[&str] = &["rust-toolchain", "rust-toolchain.toml"];
 const CARGO_CONFIG: &[&str] = &[".cargo/config.toml", ".cargo/config"];
+const GO_MODULE: &[&str] = &["go.mod", "go.work"];
 
 /// `Some(verdict)` when `name args` is one of the toolchain queries.
 pub(crate) fn judge(name: &str, args: &[Word], env: &Env<'_>) -> Option<Result<(), Refusal>> {
@@ -60,6 +67,13 @@ pub(crate) fn judge(name: &str, args: &[Word], env: &Env<'_>) -> Option<Result<(
         }
         "rustup" if rustup_query(&texts) => {
             require(TOOLCHAIN_FILES, toolchain);
+            Some(Ok(()))
+        }
+        "go" if go_query(&texts) => {
+            require(
+                GO_MODULE,
+                "can name a go toolchain, which go downloads and runs (go 1.21 and later)",
+            );
             Some(Ok(()))
         }
         "cargo" => match texts.split_first() {
@@ -91,6 +105,25 @@ fn version_flags(args: &[&str]) -> bool {
         }
     }
     version
+}
+
+/// `go version`, `go env [-json] NAME...` (names that need no compiler).
+fn go_query(args: &[&str]) -> bool {
+    match args {
+        ["version"] => true,
+        ["env", rest @ ..] => {
+            let names: Vec<&&str> = rest.iter().filter(|a| **a != "-json").collect();
+            !names.is_empty()
+                && names.iter().all(|n| {
+                    n.bytes()
+                        .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == b'_')
+                        && !n.is_empty()
+                        && !n.starts_with("CGO_")
+                        && !matches!(**n, "PKG_CONFIG" | "GOGCCFLAGS")
+                })
+        }
+        _ => false,
+    }
 }
 
 fn rustup_query(args: &[&str]) -> bool {

@@ -34,6 +34,29 @@ fn decide(root: &Path, mode: &str, extra: &[&str], tool: &str, subject: &str) ->
     )
 }
 
+/// Every path below `root` with its size and modification time.
+fn snapshot(root: &Path) -> Vec<(std::path::PathBuf, u64, Option<std::time::SystemTime>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let Ok(meta) = std::fs::symlink_metadata(&path) else {
+                continue;
+            };
+            if meta.is_dir() {
+                stack.push(path.clone());
+            }
+            out.push((path, meta.len(), meta.modified().ok()));
+        }
+    }
+    out.sort();
+    out
+}
+
 fn hostile_project(name: &str) -> std::path::PathBuf {
     let dir = support::project_dir(name);
     let root = dir.canonicalize().unwrap();
@@ -283,6 +306,8 @@ fn toolchain_queries_rest_on_the_disk() {
         "[package]\nname = \"a\"\nversion = \"0.1.0\"\nedition = \"2021\"\n",
     )
     .unwrap();
+    std::fs::create_dir_all(root.join("src")).unwrap();
+    std::fs::write(root.join("src/lib.rs"), "").unwrap();
     let queries = [
         "cargo --version",
         "rustc -vV",
@@ -294,6 +319,36 @@ fn toolchain_queries_rest_on_the_disk() {
         let (decision, reason) = decide(&root, "plan", &[], "bash", command);
         assert_eq!(decision, "allow", "{command}: {reason}");
     }
+    // Run what was allowed, under bash and dash: the project is unchanged.
+    let before = snapshot(&root);
+    for command in queries
+        .iter()
+        .chain(&["go version", "go env GOPATH GOVERSION"])
+    {
+        for shell in ["bash", "dash"] {
+            let _ = std::process::Command::new(shell)
+                .args(["-c", command])
+                .current_dir(&root)
+                .output();
+        }
+    }
+    assert_eq!(
+        before,
+        snapshot(&root),
+        "a toolchain query changed the project"
+    );
+    // go: a go.mod above the working directory can name a toolchain.
+    for command in ["go version", "go env GOPATH"] {
+        let (decision, reason) = decide(&root, "plan", &[], "bash", command);
+        assert_eq!(decision, "allow", "{command}: {reason}");
+    }
+    std::fs::write(root.join("go.mod"), "module a\n\ngo 1.99\n").unwrap();
+    for command in ["go version", "go env GOPATH"] {
+        let (decision, reason) = decide(&root, "plan", &[], "bash", command);
+        assert_eq!(decision, "deny", "{command}: {reason}");
+        assert!(reason.contains("go.mod"), "{command}: {reason}");
+    }
+    std::fs::remove_file(root.join("go.mod")).unwrap();
     // A toolchain file makes every one of them a possible install.
     std::fs::write(
         root.join("rust-toolchain.toml"),
