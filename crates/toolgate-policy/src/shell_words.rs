@@ -166,6 +166,9 @@ pub(crate) fn arguments<'a>(words: &[Word<'a>], out: &mut Vec<Arg<'a>>) {
             return;
         }
     };
+    if name == "git" && args.iter().any(|w| w.text.starts_with("-L")) {
+        return git_line_ranges(args, out);
+    }
     // `xargs`: the shell crate reports what the command it runs reads
     // (names from the input: any file, or the names a producer prints).
     if reads_here_recursively(name, args) {
@@ -310,6 +313,37 @@ fn program_name(word: &str) -> Option<&str> {
 
 /// Every argument may name a path (`role`): flags give their `=VALUE` and
 /// whatever follows their first letter (`-f/etc/x`, `-I../inc`).
+/// `git log|blame -L RANGE`: a line range (`10,20`, `/regex/,+5`,
+/// `:funcname`) is no path; only a `:FILE` after it names a file (`git log
+/// -L 1,5:src/a.rs`). Every other word as [`generic`] reads it.
+fn git_line_ranges<'a>(args: &[Word<'a>], out: &mut Vec<Arg<'a>>) {
+    let mut i = 0;
+    while let Some(word) = args.get(i) {
+        i += 1;
+        let (word, range) = if word.text == "-L" {
+            let Some(value) = args.get(i) else {
+                break;
+            };
+            i += 1;
+            (value, value.text)
+        } else if let Some(attached) = word.text.strip_prefix("-L") {
+            (word, attached)
+        } else {
+            generic_word(*word, Role::Tree, out);
+            continue;
+        };
+        if let Some((_, file)) = range.rsplit_once(':') {
+            if !file.is_empty() {
+                out.push(Arg::new(file, word.marks.part(file), Role::File));
+            }
+        }
+        // The range itself may still hold an expansion or a glob.
+        if word.marks.expansion || word.marks.glob {
+            generic_word(*word, Role::Tree, out);
+        }
+    }
+}
+
 fn generic<'a>(args: &[Word<'a>], role: Role, out: &mut Vec<Arg<'a>>) {
     for word in args {
         generic_word(*word, role, out);

@@ -407,6 +407,8 @@ fn shell_words_as_paths() {
         // is `--regexp`, whose value is the pattern; an ambiguous one is
         // refused.
         (&default, Plan, "grep --reg /x f", "allow"),
+        // git's line ranges are no paths; a `:FILE` after one is.
+        (&guarded, Auto, "git log -L 1,5:.env", "deny read:*.env"),
         (&default, Plan, "grep --no /x f", "deny"),
         // Inside `bash -c` words are guessed: every word may be a path.
         (

@@ -681,11 +681,17 @@ impl<'s> Walker<'s> {
                 );
             }
         }
+        let piped_in = redirs.iter().find_map(|r| r.pipe.clone());
         match body {
             Some(b) if b.kind() == "command" => self.command(b, redirs, own, idx, inh, depth + 1),
             Some(b) => {
                 let start = self.items.len();
+                let outer = match &piped_in {
+                    Some(names) => std::mem::replace(&mut self.pipe_in, names.clone()),
+                    None => self.pipe_in.clone(),
+                };
                 self.stmt(b, inh, depth + 1);
+                self.pipe_in = outer;
                 // tree-sitter-bash may attach a redirection to a whole
                 // pipeline; apply it to every command in the body.
                 if let Some(r) = redirs.iter().find_map(|r| r.refusal.clone()).or(own) {
@@ -794,6 +800,10 @@ impl<'s> Walker<'s> {
             }
         }
         item.redirects.extend(extra);
+        if let Some(names) = item.redirects.iter().find_map(|r| r.pipe.clone()) {
+            item.piped = true;
+            item.stdin_names = names;
+        }
         self.place(idx, item, own, inh);
     }
 
@@ -1274,12 +1284,21 @@ impl<'s> Walker<'s> {
                         "process substitution `>(...)` cannot be proven read-only",
                     );
                 }
+                let start = self.items.len();
                 let outer = self.pipe_in.take();
                 self.seq(node, inh, depth + 1);
                 self.pipe_in = outer;
+                let inner = self.items.get(start..).unwrap_or(&[]);
+                let one_pipeline = inner.iter().skip(1).all(|i| i.piped);
                 // dash reads `<(` as a syntax error: the line never runs.
                 b.expansion(raw);
                 b.pipe();
+                b.names = if one_pipeline {
+                    inner.last().and_then(crate::names::bound)
+                } else {
+                    None
+                };
+                b.names_text = Some(raw.to_string());
             }
             "arithmetic_expansion" => {
                 set_own(
@@ -1385,6 +1404,8 @@ pub(crate) fn judge_redirect(fd: &str, op: &str, dests: &[Word]) -> Redir {
         "<" if matches!(fd, "1" | "2") => Some(Refusal::new(format!(
             "input redirection `{shown}` points an output descriptor at a file"
         ))),
+        // `< <(…)`: the input is a pipe from commands judged on their own.
+        "<" if matches!(fd, "" | "0") && dest.is_some_and(|d| d.pipe) => None,
         "<" => match dest {
             Some(d) => match input_word_problem(d, &shown) {
                 Some(r) => Some(r),
@@ -1424,11 +1445,15 @@ pub(crate) fn judge_redirect(fd: &str, op: &str, dests: &[Word]) -> Redir {
         ))),
         _ => Some(not_safe()),
     };
+    let pipe = dest
+        .filter(|d| d.pipe && op == "<" && matches!(fd, "" | "0"))
+        .map(|d| d.names.clone());
     Redir {
         text,
         refusal,
         input,
         bash_only: sh_differs,
+        pipe,
     }
 }
 

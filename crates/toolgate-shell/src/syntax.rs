@@ -74,6 +74,9 @@ pub(crate) struct Redir {
     pub input: Option<String>,
     /// Why `/bin/sh` reads this redirection differently from bash (`&>`, `<<<`, ...).
     pub bash_only: Option<Refusal>,
+    /// Input from a process substitution (`< <(…)`): a pipe, with the names
+    /// bound of the command inside when it is a producer of names.
+    pub pipe: Option<Option<Vec<String>>>,
 }
 
 /// One simple command as parsed.

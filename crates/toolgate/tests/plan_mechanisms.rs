@@ -252,6 +252,25 @@ fn everyday_research_still_flows() {
     let root = hostile_project("research-flows");
     std::fs::create_dir_all(root.join("src")).unwrap();
     std::fs::write(root.join("src/a.rs"), "fn main() {}\n").unwrap();
+    let git = |args: &[&str]| {
+        let status = std::process::Command::new("git")
+            .args(args)
+            .current_dir(&root)
+            .output()
+            .unwrap();
+        assert!(status.status.success(), "git {args:?}: {status:?}");
+    };
+    git(&["init", "-q"]);
+    git(&["add", "src/a.rs", "README.md"]);
+    git(&[
+        "-c",
+        "user.email=a@b",
+        "-c",
+        "user.name=a",
+        "commit",
+        "-qm",
+        "init",
+    ]);
     let mut refused = Vec::new();
     for command in [
         "time -f %e ls",
@@ -286,6 +305,9 @@ fn everyday_research_still_flows() {
         "comm -13 <(ls src | sort) <(ls docs | sort)",
         "if [ -f README.md ]; then head -1 README.md; fi",
         "{ ls src; ls docs; } | sort",
+        // A line range is no path.
+        "git blame -w -L '/fn main/,+1' src/a.rs",
+        "git log -L 1,1:src/a.rs --oneline",
     ] {
         let (decision, reason) = decide(&root, "plan", &[], "bash", command);
         if decision != "allow" {
