@@ -199,6 +199,7 @@
 #![deny(missing_docs)]
 
 mod analysis;
+mod archives;
 mod arity;
 mod awk;
 mod decode;
