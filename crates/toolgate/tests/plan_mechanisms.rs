@@ -105,6 +105,31 @@ const NEVER_ALLOWED: &[&str] = &[
     // 6. Case.
     "cat .ENV",
     "cat .Env",
+    // 7. Archives and fd: extracting, creating, running, remote archives,
+    // guarded archives and option files.
+    "tar -xf a.tar",
+    "tar xzf a.tar.gz",
+    "tar -cf out.tar .",
+    "tar -tf evil.tar --to-command=sh",
+    "tar -t -f host:x",
+    "tar tf host:x",
+    "tar -tf a.tar -I sh",
+    "tar -tf a.tar --checkpoint=1 --checkpoint-action=exec=sh",
+    "tar -tf a.tar -T list0",
+    "tar -tf .env",
+    "tar tf docs/cfg",
+    "tar -tf a.tar --verbatim-files-from -T .env",
+    "unzip x.zip",
+    "unzip -l x.zip -d out",
+    "unzip -d out x.zip",
+    "unzip -p .env",
+    "unzip -l docs/cfg",
+    "unzip -Z -1 .env",
+    "fd -x rm",
+    "fd . -X sh -c 'cat .env'",
+    "fdfind -e rs --exec-batch rm",
+    "fd --ignore-file .env x",
+    "fd --base-directory / passwd",
 ];
 
 #[test]
@@ -140,6 +165,11 @@ fn a_deny_rule_meets_the_same_reads_in_auto() {
         "xargs -a .env echo",
         "sed '1r .env' README.md",
         "sed -n '/x/R docs/cfg' README.md",
+        "tar tf .env",
+        "tar -tf a.tar -X docs/cfg",
+        "unzip -p docs/cfg",
+        "zipinfo .env",
+        "fdfind --ignore-file .env x",
     ];
     let mut missed = Vec::new();
     for command in reads_env {
@@ -207,6 +237,9 @@ fn everyday_research_still_flows() {
         "sed -n 's/^fn //p' src/a.rs",
         "awk '{print $1}' README.md",
         "GIT_PAGER=cat ls",
+        "tar -tzf build.tar.gz",
+        "unzip -l dist.zip",
+        "fdfind -e rs main src",
     ] {
         let (decision, reason) = decide(&root, "plan", &[], "bash", command);
         if decision != "allow" {
