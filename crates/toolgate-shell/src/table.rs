@@ -998,6 +998,10 @@ pub(crate) fn is_wrapper(name: &str) -> bool {
             | "uvx"
             | "pipx"
             | "find"
+            // `fd -x/-X CMD`; `tar --to-command`, `-I`, `-F`, `--checkpoint-action`.
+            | "fd"
+            | "fdfind"
+            | "tar"
             | "awk"
             | "gawk"
             | "mawk"
