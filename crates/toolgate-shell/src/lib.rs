@@ -52,6 +52,32 @@
 //!   `--set` or its abbreviations, and no operand but `+FORMAT`: `date
 //!   0101000030` sets the clock), `hostname` (no argument). GNU long options
 //!   are also caught abbreviated (`sort --outp=x`).
+//! * Archive listers and `fd`, read by their models plus checks of their
+//!   own: `tar` only listing (`-t`, `--list`) an archive given with `-f`
+//!   (`-f -` is standard input), an old-style first word (`tar tzf A.tar`)
+//!   read as tar rewrites it (each letter an option, each letter that takes
+//!   a value taking the next word in turn); never extracting, creating,
+//!   appending or deleting, never `--to-command`, `-I`, `-F`,
+//!   `--checkpoint-action`, `--rsh-command`, `--rmt-command`,
+//!   `--index-file`, `-g`, `--volno-file` or `-C`; never an archive named
+//!   `HOST:FILE` (a colon with no `/` before it: GNU tar reaches it through
+//!   rsh) without `--force-local`, nor no `-f` at all (`$TAPE`); `-T FILE`
+//!   only after `--verbatim-files-from` (otherwise a line of FILE starting
+//!   with `-` is a tar option). The archive and the `-T`/`-X` files are
+//!   reads; the operands are member names (data). `unzip` only with `-l`,
+//!   `-v`, `-t`, `-z`, `-p` or `-c` (they write no file, even for members
+//!   named `../x` or `/x`), never `-d`, `-f`, `-u`, `-T`, no word starting
+//!   with `-` after the archive but `-x`, and an archive name that is plain
+//!   and has no `*`, `?` or `[` (unzip expands those itself); the archive is
+//!   a read, and so are `NAME.zip` and `NAME.ZIP`, which unzip tries when
+//!   `NAME` is missing. `zipinfo` and `unzip -Z` likewise (zipinfo never
+//!   extracts). `fd` and `fdfind` never with `-x`/`--exec`,
+//!   `-X`/`--exec-batch` or `--base-directory`; fd prints names, so its
+//!   paths are names as `find`'s are (`-L` follows links to print more
+//!   names, `-l` runs `ls -l` on them), and `--ignore-file F` is a read.
+//!   `TAR_OPTIONS`, `UNZIP` and `ZIPINFO` in the agent's own environment
+//!   add options this cannot see (set in the command, they are refused like
+//!   any other environment prefix).
 //! * `git` with `status log diff show branch blame grep ls-files ls-tree
 //!   rev-parse rev-list describe reflog shortlog cat-file for-each-ref
 //!   name-rev remote tag merge-base stash worktree config show-ref
@@ -218,6 +244,7 @@
 #![deny(missing_docs)]
 
 mod analysis;
+mod archives;
 mod arity;
 mod awk;
 mod decode;

@@ -108,6 +108,9 @@ pub(crate) struct Program {
     pub no_dashdash: bool,
     /// A word that is a negative number ends the options (`seq -5 5`).
     pub negative_numbers: bool,
+    /// The first operand is a file that is read (unzip's archive); the
+    /// others have the `operands` role.
+    pub archive_operand: bool,
     pub options: Vec<Opt>,
 }
 
@@ -191,6 +194,7 @@ pub(crate) fn parse_block(block: &'static str) -> Result<Program, String> {
         strip_equals: false,
         no_dashdash: false,
         negative_numbers: false,
+        archive_operand: false,
         options: Vec::new(),
     };
     for raw in lines {
@@ -229,6 +233,7 @@ fn attribute(program: &mut Program, line: &'static str) -> Result<(), String> {
         "strip-equals" => program.strip_equals = true,
         "no-dashdash" => program.no_dashdash = true,
         "negative-numbers" => program.negative_numbers = true,
+        "archive-operand" => program.archive_operand = true,
         "searches-here" => {
             program.searches_here = Some(match words.next() {
                 None => SearchesHere::Always,
@@ -358,7 +363,7 @@ pub(crate) struct Parsed<'a> {
 }
 
 /// Could the shell turn this word into one starting with `-` (or `@`)?
-fn may_be_option(w: &Word) -> bool {
+pub(crate) fn may_be_option(w: &Word) -> bool {
     if w.is_plain() || w.pipe {
         return false;
     }
@@ -398,13 +403,27 @@ pub(crate) fn parse<'a>(
     args: &'a [Word],
 ) -> Result<Parsed<'a>, Refusal> {
     let mut parsed = Parsed::default();
+    match read_into(name, program, args, &mut parsed) {
+        Ok(()) => Ok(parsed),
+        // An option already read that writes or runs is the clearer reason
+        // (`fd -X sh -c`: clap gives `-c` to the command, this reader to fd).
+        Err(e) => Err(parsed.refusal.take().unwrap_or(e)),
+    }
+}
+
+fn read_into<'a>(
+    name: &str,
+    program: &'static Program,
+    args: &'a [Word],
+    parsed: &mut Parsed<'a>,
+) -> Result<(), Refusal> {
     let mut i = 0;
     let mut end = false;
     let consequential = program.has_consequential_option() || program.response_files;
     if program.response_files {
         // binutils expand every whole `@FILE` argument before reading options.
         for (j, w) in args.iter().enumerate() {
-            response_file(w, j, &mut parsed);
+            response_file(w, j, parsed);
         }
     }
     while let Some(w) = args.get(i) {
@@ -573,7 +592,7 @@ pub(crate) fn parse<'a>(
             ));
         }
     }
-    Ok(parsed)
+    Ok(())
 }
 
 impl<'a> Parsed<'a> {
@@ -782,7 +801,51 @@ pub(crate) fn path_words(name: &str, args: &[&str]) -> Option<crate::PathWords> 
             any_file: false,
         });
     }
+    // `unzip -Z ARGS` is `zipinfo ARGS`.
+    if name == "unzip" && args.first() == Some(&"-Z") {
+        let mut paths = path_words("zipinfo", &args[1..])?;
+        for w in &mut paths.words {
+            w.word += 1;
+        }
+        return Some(paths);
+    }
     let program = program(name)?;
+    // `tar tzf A.tar`: the old-style letters, as tar reads them.
+    if name == "tar" {
+        if let Some(pieces) = args
+            .first()
+            .and_then(|first| crate::archives::tar_old_style(program, first, args.len()))
+        {
+            let texts: Vec<String> = pieces
+                .iter()
+                .map(|p| match p {
+                    crate::archives::Piece::Letter(c) => format!("-{c}"),
+                    crate::archives::Piece::Word(i) => {
+                        args.get(*i).copied().unwrap_or_default().to_string()
+                    }
+                })
+                .collect();
+            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+            let mut paths = path_words_as_read(name, program, &refs)?;
+            for w in &mut paths.words {
+                w.word = match pieces.get(w.word) {
+                    Some(crate::archives::Piece::Word(i)) => *i,
+                    _ => 0,
+                };
+            }
+            return Some(paths);
+        }
+    }
+    path_words_as_read(name, program, args)
+}
+
+/// [`path_words`] for arguments as the program reads them.
+fn path_words_as_read(
+    name: &str,
+    program: &'static Program,
+    args: &[&str],
+) -> Option<crate::PathWords> {
+    use crate::{PathRole, PathWord};
     let words: Vec<Word> = args.iter().map(|a| Word::literal(a)).collect();
     let parsed = parse(name, program, &words).ok()?;
     let role_of = |r: Role| match r {
@@ -839,7 +902,12 @@ pub(crate) fn path_words(name: &str, args: &[&str]) -> Option<crate::PathWords> 
         if rest_data_from.is_some_and(|at| i > at) {
             continue;
         }
-        let Some(role) = role_of(operand_role) else {
+        let role = if program.archive_operand && Some(i) == first_operand {
+            Some(PathRole::File)
+        } else {
+            role_of(operand_role)
+        };
+        let Some(role) = role else {
             continue;
         };
         if parsed.operands.contains(&i) {

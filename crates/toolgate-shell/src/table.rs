@@ -144,6 +144,8 @@ pub(crate) fn judge(
         {
             Ok(())
         }
+        "tar" => crate::archives::tar(args, env),
+        "unzip" | "zipinfo" => crate::archives::unzip(name, args, env),
         _ if crate::model::program(name).is_some() => modelled(name, args, env),
         _ if always_read_only(name) => Ok(()),
         "rg" => checked(name, args, &RG).map(drop),
@@ -1044,6 +1046,10 @@ pub(crate) fn is_wrapper(name: &str) -> bool {
             | "uvx"
             | "pipx"
             | "find"
+            // `fd -x/-X CMD`; `tar --to-command`, `-I`, `-F`, `--checkpoint-action`.
+            | "fd"
+            | "fdfind"
+            | "tar"
             | "awk"
             | "gawk"
             | "mawk"

@@ -119,8 +119,10 @@ fn help_options(text: &str) -> BTreeSet<String> {
         }
         for word in rest.split_whitespace() {
             if word.starts_with('-') {
+                // `-u, --unrestricted...` (clap: the flag may be repeated).
                 let spelled = word
                     .trim_end_matches(',')
+                    .trim_end_matches("...")
                     .split(['=', '['])
                     .next()
                     .unwrap_or_default();
@@ -300,6 +302,7 @@ Usage: x [OPTION]... [FILE]...
   -NUM                      same as --context=NUM
   ------- Listing options -------
   -L level      Descend only level directories deep.
+  -u, --unrestricted...
 -t may be used only when translating.
                              --deep is a description
 ";
@@ -310,6 +313,7 @@ Usage: x [OPTION]... [FILE]...
         "--all",
         "--context",
         "--strings",
+        "--unrestricted",
         "--width",
         "-A",
         "-C",
@@ -318,6 +322,7 @@ Usage: x [OPTION]... [FILE]...
         "-S",
         "-a",
         "-c",
+        "-u",
         "-w",
     ];
     assert_eq!(got, want);

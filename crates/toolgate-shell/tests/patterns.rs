@@ -101,6 +101,8 @@ fn always_patterns() {
         ("eval ls", &["eval ls"]),
         ("xargs rm", &["xargs rm"]),
         ("find . -name x", &["find . -name x"]),
+        ("fd -x rm", &["fd -x rm"]),
+        ("tar -xf a.tar", &["tar -xf a.tar"]),
         ("timeout 5 ls", &["timeout 5 ls"]),
         ("nohup ls", &["nohup ls"]),
         ("npx prettier", &["npx prettier"]),

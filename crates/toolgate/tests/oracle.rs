@@ -31,7 +31,7 @@
 //! `SWEEP_LIST=1` (every candidate with the broker's answer), `SWEEP_DRY=1` (make
 //! the candidates, print their number, run nothing), `SWEEP_ALLOW_MISSING=1` (skip,
 //! with a note, the programs of programs.txt not installed here, instead of
-//! failing).
+//! failing), `SWEEP_ONLY=tar,fdfind` (only these programs).
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -339,8 +339,19 @@ fn run(world: &mut World, candidates: Vec<Candidate>) -> Tally {
 /// guarded read, and when an option of an installed program was not covered.
 fn option_sweep(budget: sweep::Budget, timeout: std::time::Duration) {
     let seed = env_number("SWEEP_SEED", 8);
-    let programs = sweep::parse(sweep::PROGRAMS).unwrap_or_else(|e| panic!("{e}"));
+    let mut programs = sweep::parse(sweep::PROGRAMS).unwrap_or_else(|e| panic!("{e}"));
+    // A program installed under one of its names only (fd-find's `fdfind` on
+    // Debian) is swept under the names it has here.
+    for p in &mut programs {
+        if p.names.len() > 1 && p.names.iter().any(|n| sweep::installed(n)) {
+            p.names.retain(|n| sweep::installed(n));
+        }
+    }
     let mut missing = Vec::new();
+    // SWEEP_ONLY=tar,unzip: only these programs (any of their names).
+    let only: Option<Vec<String>> = std::env::var("SWEEP_ONLY")
+        .ok()
+        .map(|v| v.split(',').map(str::to_string).collect());
     let include: Vec<bool> = programs
         .iter()
         .map(|p| {
@@ -356,6 +367,9 @@ fn option_sweep(budget: sweep::Budget, timeout: std::time::Duration) {
                     .map(|n| n.to_string()),
             );
             !absent.contains(&&p.names[0])
+                && only
+                    .as_ref()
+                    .is_none_or(|only| p.names.iter().any(|n| only.contains(n)))
         })
         .collect();
     if !missing.is_empty() {

@@ -164,6 +164,31 @@ const NEVER_ALLOWED: &[&str] = &[
     "for f in src/*; do $f; done",
     "for ((i=0;i<1;i++)); do ls; done",
     "select f in a; do ls; done",
+    // 8. Archives and fd: extracting, creating, running, remote archives,
+    // guarded archives and option files.
+    "tar -xf a.tar",
+    "tar xzf a.tar.gz",
+    "tar -cf out.tar .",
+    "tar -tf evil.tar --to-command=sh",
+    "tar -t -f host:x",
+    "tar tf host:x",
+    "tar -tf a.tar -I sh",
+    "tar -tf a.tar --checkpoint=1 --checkpoint-action=exec=sh",
+    "tar -tf a.tar -T list0",
+    "tar -tf .env",
+    "tar tf docs/cfg",
+    "tar -tf a.tar --verbatim-files-from -T .env",
+    "unzip x.zip",
+    "unzip -l x.zip -d out",
+    "unzip -d out x.zip",
+    "unzip -p .env",
+    "unzip -l docs/cfg",
+    "unzip -Z -1 .env",
+    "fd -x rm",
+    "fd . -X sh -c 'cat .env'",
+    "fdfind -e rs --exec-batch rm",
+    "fd --ignore-file .env x",
+    "fd --base-directory / passwd",
 ];
 
 #[test]
@@ -205,6 +230,11 @@ fn a_deny_rule_meets_the_same_reads_in_auto() {
         "for f in docs/*; do head -1 \"$f\"; done",
         "cat <(cat notes.txt)",
         "if true; then cat docs/cfg; fi",
+        "tar tf .env",
+        "tar -tf a.tar -X docs/cfg",
+        "unzip -p docs/cfg",
+        "zipinfo .env",
+        "fdfind --ignore-file .env x",
     ];
     let mut missed = Vec::new();
     for command in reads_env {
@@ -308,6 +338,9 @@ fn everyday_research_still_flows() {
         // A line range is no path.
         "git blame -w -L '/fn main/,+1' src/a.rs",
         "git log -L 1,1:src/a.rs --oneline",
+        "tar -tzf build.tar.gz",
+        "unzip -l dist.zip",
+        "fdfind -e rs main src",
     ] {
         let (decision, reason) = decide(&root, "plan", &[], "bash", command);
         if decision != "allow" {

@@ -73,6 +73,33 @@ mkdir -p lists
 printf '.env\0' >lists/guarded0
 printf '.env\n' >lists/guarded
 
+# Archives for tar, unzip and zipinfo: ordinary members, one named `../neighbour/escape`
+# and one with an absolute name (extracting them would write outside the project).
+mkdir -p archives
+python3 - <<'PY'
+import gzip, io, tarfile, zipfile
+members = [
+    ("README.md", b"# archived readme\n"),
+    ("src/main.rs", b"fn main() {}\n"),
+    ("../neighbour/escape", b"escaped\n"),
+    ("/tmp/toolgate-oracle-absolute-escape", b"absolute\n"),
+]
+buf = io.BytesIO()
+with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as t:
+    for name, data in members:
+        info = tarfile.TarInfo(name)
+        info.size, info.mtime, info.mode = len(data), 1577836800, 0o644
+        t.addfile(info, io.BytesIO(data))
+open("archives/evil.tar", "wb").write(buf.getvalue())
+with open("archives/evil.tar.gz", "wb") as f:
+    with gzip.GzipFile(fileobj=f, mode="wb", mtime=0, filename="") as g:
+        g.write(buf.getvalue())
+with zipfile.ZipFile("archives/evil.zip", "w") as z:
+    for name, data in members:
+        z.writestr(zipfile.ZipInfo(name, (2020, 1, 1, 0, 0, 0)), data)
+    z.writestr(zipfile.ZipInfo("dir/", (2020, 1, 1, 0, 0, 0)), b"")
+PY
+
 # Files named like flags: a glob that reaches them hands them to a program as options.
 for f in -rf --output=x -delete -i -e -o -f --files-from=list.txt -exec --pre=sh -n; do
     printf 'flag-named file\n' >./"$f"

@@ -98,6 +98,9 @@ pub struct Program {
     pub response_files: bool,
     pub no_abbrev: bool,
     pub max_operands: Option<usize>,
+    /// `archive-operand`: the first operand is an archive (unzip, zipinfo); such
+    /// a `posix` block is no wrapper (its operands are not a command).
+    pub archive_operand: bool,
     pub options: Vec<Opt>,
 }
 
@@ -118,8 +121,8 @@ fn role(word: &str) -> Result<Role, String> {
 }
 
 /// Read the model: `[names]` starts a block; comment lines and attribute lines
-/// other than `operands`, `posix`, `response-files`, `no-abbrev` and
-/// `max-operands` are skipped; lines starting with `-` are options.
+/// other than `operands`, `posix`, `response-files`, `no-abbrev`,
+/// `archive-operand` and `max-operands` are skipped; lines starting with `-` are options.
 pub fn parse(text: &str) -> Result<Vec<Program>, String> {
     let mut programs: Vec<Program> = Vec::new();
     for (n, raw) in text.lines().enumerate() {
@@ -145,6 +148,7 @@ pub fn parse(text: &str) -> Result<Vec<Program>, String> {
                 response_files: false,
                 no_abbrev: false,
                 max_operands: None,
+                archive_operand: false,
                 options: Vec::new(),
             });
             continue;
@@ -162,6 +166,7 @@ pub fn parse(text: &str) -> Result<Vec<Program>, String> {
             "posix" => program.posix = true,
             "response-files" => program.response_files = true,
             "no-abbrev" => program.no_abbrev = true,
+            "archive-operand" => program.archive_operand = true,
             "max-operands" => {
                 program.max_operands = Some(
                     words
@@ -171,6 +176,13 @@ pub fn parse(text: &str) -> Result<Vec<Program>, String> {
                 );
             }
             _ => {} // `source` and whatever else describes the block
+        }
+    }
+    // An archive lister's options end at its archive, but it runs no command:
+    // swept as an ordinary program (options after the archive are tried too).
+    for p in &mut programs {
+        if p.archive_operand {
+            p.posix = false;
         }
     }
     Ok(programs)
@@ -293,7 +305,10 @@ fn wrapper_operands(name: &str) -> &'static str {
 fn leading_operands(name: &str) -> &'static str {
     match name {
         "grep" | "egrep" | "fgrep" | "rg" => "x ",
-        "jq" => ". ",
+        "jq" | "fd" | "fdfind" => ". ",
+        // An archive to list (the operands are then member names).
+        "tar" => "-tf archives/evil.tar ",
+        "unzip" | "zipinfo" => "archives/evil.zip ",
         _ => "",
     }
 }
@@ -548,7 +563,9 @@ impl Maker<'_> {
     fn random_place(&mut self) -> Place {
         match self.rng.below(10) {
             0 | 1 => Place::AfterValue,
-            2 | 3 if !self.p.posix => Place::AfterOperand,
+            // Options after an archive are refused (`unzip A -d out`): the full
+            // sweep tries them; the slice runs the archive listers' options.
+            2 | 3 if !self.p.posix && !self.p.archive_operand => Place::AfterOperand,
             _ => Place::Alone,
         }
     }
