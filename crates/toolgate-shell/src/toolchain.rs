@@ -21,8 +21,16 @@
 //!   `rustup component list [--installed]`;
 //! - `cargo metadata` and `cargo tree` with options that neither reach the
 //!   network nor write `Cargo.lock`: `--frozen`, or `--offline` with
-//!   `--locked` (or, for `metadata`, `--no-deps`, which resolves nothing
-//!   and runs no compiler: then `.cargo/config` does not matter).
+//!   `--locked`, or for `metadata` `--no-deps`, which resolves nothing, so
+//!   fetches nothing, writes no lock file and runs no compiler (then
+//!   `.cargo/config` does not matter; checked with strace on a manifest with
+//!   a dependency and no lock file);
+//! - `cargo locate-project` (reads manifests upward, prints a path);
+//! - `rustc --print KIND [--target T]` for kinds that print facts of the
+//!   compiler (`cfg`, `sysroot`, `target-list`, `target-libdir`, ...), not
+//!   those that need an input file or link;
+//! - `npm --version`, `pip --version` (no network, no write: seen with
+//!   strace; their update checks run only for commands).
 //!
 //! - `go version` and `go env [-json] NAME...` for names that need no C
 //!   compiler (not `CGO_*`, `PKG_CONFIG`, `GOGCCFLAGS`: to print those, go
@@ -31,8 +39,10 @@
 //!   `go`/`toolchain` lines make go download and run another toolchain).
 //!
 //! Not admitted: `go env` with no name (all of them, the costly ones too),
-//! `go list` (downloads modules), `go doc` (fills the build cache), `npm`
-//! and `pip` (they check the network for their own updates
+//! `go list` (downloads modules), `go doc` (fills the build cache), `cargo
+//! fmt --check` (rustfmt follows `#[path = "…"] mod` to any file and shows
+//! what it cannot parse), `npm ls` (writes a debug log, may check for
+//! updates) and `pip list|show|freeze` (they check the network for their own updates
 //! and write their caches), `python3 -m` (the working directory comes first
 //! on the module path), `cargo +TOOLCHAIN` (installs it).
 
@@ -65,6 +75,12 @@ pub(crate) fn judge(name: &str, args: &[Word], env: &Env<'_>) -> Option<Result<(
             require(TOOLCHAIN_FILES, toolchain);
             Some(Ok(()))
         }
+        "rustc" if rustc_print(&texts) => {
+            require(TOOLCHAIN_FILES, toolchain);
+            Some(Ok(()))
+        }
+        "npm" if matches!(texts.as_slice(), ["--version"] | ["-v"]) => Some(Ok(())),
+        "pip" | "pip3" if matches!(texts.as_slice(), ["--version"] | ["-V"]) => Some(Ok(())),
         "rustup" if rustup_query(&texts) => {
             require(TOOLCHAIN_FILES, toolchain);
             Some(Ok(()))
@@ -77,6 +93,10 @@ pub(crate) fn judge(name: &str, args: &[Word], env: &Env<'_>) -> Option<Result<(
             Some(Ok(()))
         }
         "cargo" => match texts.split_first() {
+            Some((&"locate-project", rest)) if locate_project(rest) => {
+                require(TOOLCHAIN_FILES, toolchain);
+                Some(Ok(()))
+            }
             Some((&sub, rest)) if sub == "metadata" || sub == "tree" => {
                 Some(cargo_query(sub, rest, env).map(|config| {
                     require(TOOLCHAIN_FILES, toolchain);
@@ -124,6 +144,72 @@ fn go_query(args: &[&str]) -> bool {
         }
         _ => false,
     }
+}
+
+/// `rustc --print KIND [--target T]` (also `--print=KIND`).
+fn rustc_print(args: &[&str]) -> bool {
+    const KINDS: &[&str] = &[
+        "cfg",
+        "sysroot",
+        "target-list",
+        "target-libdir",
+        "host-tuple",
+        "target-cpus",
+        "target-features",
+        "relocation-models",
+        "code-models",
+        "tls-models",
+        "split-debuginfo",
+        "stack-protector-strategies",
+        "deployment-target",
+        "calling-conventions",
+    ];
+    let mut printed = false;
+    let mut i = 0;
+    while let Some(a) = args.get(i) {
+        i += 1;
+        let (opt, value) = match a.split_once('=') {
+            Some((o, v)) if o.starts_with("--") => (o, Some(v)),
+            _ => (*a, None),
+        };
+        let value = match value {
+            Some(v) => v,
+            None => match args.get(i) {
+                Some(v) if matches!(opt, "--print" | "--target") => {
+                    i += 1;
+                    v
+                }
+                _ => return false,
+            },
+        };
+        let plain = value
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-' | b'.'));
+        match opt {
+            "--print" if KINDS.contains(&value) => printed = true,
+            "--target" if plain && !value.is_empty() => {}
+            _ => return false,
+        }
+    }
+    printed
+}
+
+/// `cargo locate-project [--workspace] [--message-format json|plain] [-q]`.
+fn locate_project(args: &[&str]) -> bool {
+    let mut i = 0;
+    while let Some(a) = args.get(i) {
+        i += 1;
+        match *a {
+            "--workspace" | "-q" | "--quiet" => {}
+            "--message-format=json" | "--message-format=plain" => {}
+            "--message-format" => match args.get(i) {
+                Some(&("json" | "plain")) => i += 1,
+                _ => return false,
+            },
+            _ => return false,
+        }
+    }
+    true
 }
 
 fn rustup_query(args: &[&str]) -> bool {
@@ -209,7 +295,7 @@ fn cargo_query(sub: &str, args: &[&str], env: &Env<'_>) -> Result<bool, Refusal>
     }
     let has = |o: &str| seen.contains(&o);
     let no_deps = sub == "metadata" && has("--no-deps");
-    let offline = has("--frozen") || has("--offline");
+    let offline = has("--frozen") || has("--offline") || no_deps;
     let unchanged_lock = has("--frozen") || has("--locked") || no_deps;
     if !offline || !unchanged_lock {
         return Err(Refusal::with_kind(

@@ -599,6 +599,11 @@ fn xargs(
     {
         // The items are read (from FILE or the input), and the command gets
         // them as arguments: they may name any file.
+        // A command that only prints its arguments (`xargs basename`) reads
+        // no file, whatever names arrive.
+        let prints_only = args.get(i).is_some_and(|w| {
+            w.is_plain() && matches!(w.text.as_str(), "echo" | "basename" | "dirname")
+        });
         // From a producer of known names (`find … | xargs`), the items are
         // among those names.
         let bounded = if arg_files.is_empty() {
@@ -609,6 +614,7 @@ fn xargs(
         env.read_files(arg_files.into_iter().map(str::to_string));
         let mut reads = env.reads.borrow_mut();
         match bounded {
+            _ if prints_only => {}
             Some(globs) => reads.extend(globs.into_iter().map(|g| crate::FileRead {
                 target: crate::ReadTarget::Names(g),
                 tree: true,
