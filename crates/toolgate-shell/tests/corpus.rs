@@ -134,3 +134,65 @@ fn bench_mix_is_classified_as_expected() {
         assert!(!analyze(Script::Text(s), &opts).is_read_only(), "{s}");
     }
 }
+
+/// The research sets (commands agents ran while researching; none writes):
+/// the shell analysis refuses exactly the ones listed here, each for a
+/// reason the docs give. A newly refused line fails, and so does a listed
+/// one that passes now (drop it from the list). The policy's own refusals
+/// (a path outside the project, a toolchain file on the disk) are measured
+/// through the binary by scripts/research-refusals.
+#[test]
+fn research_sets_refuse_only_the_known() {
+    const KNOWN: &[&str] = &[
+        // Run code, reach the network or write caches (toolchain.rs).
+        "npm ls --depth=0",
+        "npm ls --depth=0 2>/dev/null",
+        "cargo tree -d",
+        "cargo tree",
+        "go list ./...",
+        "go list -f '{{.ImportPath}}: {{join .Imports \" \"}}' ./...",
+        "go doc net/http.Client | head -40",
+        "pip list",
+        "pip list 2>/dev/null | head -30",
+        "pip show requests",
+        "python3 -m json.tool package.json | head -30",
+        "python3 -m pip freeze | grep -i pytest",
+        "python3 -c \"import sys; print(sys.version); print(sys.executable)\"",
+        "python3 -B -c \"import tomllib; d=tomllib.load(open('pyproject.toml','rb')); print(d['project'].get('dependencies'))\"",
+        "node -p \"require('./package.json').engines\"",
+        "cargo fmt --all -- --check",
+        "yq '.jobs | keys' .github/workflows/ci.yml",
+        // git's arguments from a substitution may be options.
+        "git log --oneline \"$(git describe --tags --abbrev=0)\"..HEAD",
+        "for c in $(git log --format=%h -5); do git show --stat --oneline \"$c\" | head -8; done",
+        // tree-sitter-bash drops part of this script.
+        "git ls-files '*.go' | while read -r f; do echo \"$f $(grep -c 'func ' \"$f\")\"; done",
+    ];
+    let opts = common::options();
+    let mut problems = Vec::new();
+    for set in [
+        "research-dev.txt",
+        "research-heldout.txt",
+        "research-blind.txt",
+    ] {
+        let path = format!("{}/tests/corpus/{set}", env!("CARGO_MANIFEST_DIR"));
+        let text = std::fs::read_to_string(&path).unwrap();
+        for line in text
+            .lines()
+            .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        {
+            let a = analyze(Script::Text(line), &opts);
+            let known = KNOWN.contains(&line);
+            match (&a.refusal, known) {
+                (Some(r), false) => {
+                    problems.push(format!("{set}: {line:?}: refused: {}", r.reason))
+                }
+                (None, true) => {
+                    problems.push(format!("{set}: {line:?}: passes now, drop it from KNOWN"))
+                }
+                _ => {}
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
