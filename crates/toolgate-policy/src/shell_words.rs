@@ -147,6 +147,8 @@ pub(crate) struct Word<'a> {
     pub marks: Marks,
     /// The globs the names in this word match (a bounded `$(…)`).
     pub names: Option<&'a [String]>,
+    /// With `names`: unquoted, so split into several words.
+    pub names_split: bool,
     /// A process substitution `<(…)`: a pipe, no path.
     pub pipe: bool,
 }
@@ -256,7 +258,20 @@ fn from_shell_model<'a>(name: &str, args: &[Word<'a>], out: &mut Vec<Arg<'a>>) -
 /// also a file or directory that may be read.
 fn shifted_data<'a>(args: &[Word<'a>], before: usize, out: &mut Vec<Arg<'a>>) {
     for word in args {
-        if !(word.marks.glob || word.marks.expansion) || word.pipe || word.names.is_some() {
+        if !(word.marks.glob || word.marks.expansion) || word.pipe {
+            continue;
+        }
+        if let Some(globs) = word.names {
+            // Whole names stay where they are (data); split ones may land
+            // in file places: the files the globs match, each checked for
+            // what would split.
+            if word.names_split {
+                for glob in globs {
+                    let mut arg = Arg::new(glob, Marks::guessed(glob), Role::Tree);
+                    arg.names = true;
+                    out.push(arg);
+                }
+            }
             continue;
         }
         let seen = out[before..]
@@ -753,6 +768,7 @@ fn parse<'a>(args: &[Word<'a>], spec: &Options, permute: bool) -> Option<Parsed<
                         text: value,
                         marks: word.marks.part(value),
                         names: None,
+                        names_split: false,
                         pipe: false,
                     },
                     None => {
@@ -774,6 +790,7 @@ fn parse<'a>(args: &[Word<'a>], spec: &Options, permute: bool) -> Option<Parsed<
                         text: value,
                         marks: word.marks.part(value),
                         names: None,
+                        names_split: false,
                         pipe: false,
                     }),
                 });
@@ -801,6 +818,7 @@ fn parse<'a>(args: &[Word<'a>], spec: &Options, permute: bool) -> Option<Parsed<
                         text: rest,
                         marks: word.marks.part(rest),
                         names: None,
+                        names_split: false,
                         pipe: false,
                     })
                 } else if spec.valued.contains(c) {
@@ -1367,6 +1385,7 @@ pub(crate) fn command_words(command: &SimpleCommand) -> Option<Vec<Word<'_>>> {
                     tilde: span.tilde,
                 },
                 names: span.names.as_deref(),
+                names_split: span.names_split,
                 pipe: span.pipe,
             })
         })
@@ -1382,6 +1401,7 @@ pub(crate) fn guessed_words(text: &str) -> Vec<Word<'_>> {
             text,
             marks: Marks::guessed(text),
             names: None,
+            names_split: false,
             pipe: false,
         })
         .collect()

@@ -109,6 +109,26 @@ fn shell_words_as_paths() {
             "tar czf /tmp/x.tgz secret[s]",
             "deny read:secrets/**",
         ),
+        // An archiver's model describes listing: creating reads its operands.
+        (
+            &guarded,
+            Auto,
+            "tar czf /tmp/x.tgz secrets",
+            "deny read:secrets/**",
+        ),
+        (
+            &guarded,
+            Auto,
+            "tar -c -f x.tar secrets/key",
+            "deny read:secrets/**",
+        ),
+        (
+            &guarded,
+            Auto,
+            "tar --create --file=x.tar .env",
+            "deny read:*.env",
+        ),
+        (&guarded, Auto, "tar -tf .env", "deny read:*.env"),
         (&guarded, Auto, "cat .e*", "deny read:*.env"),
         (&guarded, Auto, "cat ?env", "deny read:*.env"),
         (&guarded, Auto, "cat .[e]nv", "deny read:*.env"),

@@ -328,6 +328,7 @@ fn spans(item: &Item) -> (Vec<WordSpan>, Vec<std::ops::Range<usize>>) {
             glob: w.glob.is_some(),
             tilde: w.tilde,
             names: w.names.clone(),
+            names_split: w.names_split,
             pipe: w.pipe,
         })
         .collect();

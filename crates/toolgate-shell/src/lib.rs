@@ -584,6 +584,10 @@ pub struct WordSpan {
     /// relative to the working directory: a path there is one of their
     /// matches on the disk (see [`ReadTarget::Names`] for split names).
     pub names: Option<Vec<String>>,
+    /// With `names`: the word is unquoted, so the shell splits the names at
+    /// blanks (and expands globs in them) into several words, which may
+    /// land where the program reads files even from a data position.
+    pub names_split: bool,
     /// The word is a process substitution `<(…)`: a pipe, not a file.
     pub pipe: bool,
 }

@@ -848,6 +848,19 @@ fn path_words_as_read(
     use crate::{PathRole, PathWord};
     let words: Vec<Word> = args.iter().map(|a| Word::literal(a)).collect();
     let parsed = parse(name, program, &words).ok()?;
+    // The model of an archiver describes listing only: when the command
+    // creates, extracts or changes an archive (refused), or names no mode,
+    // its operands are files it reads or writes, not member names, and the
+    // caller reads every word as a path instead.
+    let lists = parsed
+        .options
+        .iter()
+        .any(|(opt, _, _)| opt.short.contains(&'t') || opt.long.contains(&"list"));
+    if (name == "tar" || program.archive_operand) && parsed.refusal.is_some()
+        || name == "tar" && !lists
+    {
+        return None;
+    }
     let role_of = |r: Role| match r {
         Role::Data => None,
         Role::Name => Some(PathRole::Name),

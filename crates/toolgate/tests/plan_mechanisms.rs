@@ -67,6 +67,12 @@ fn hostile_project(name: &str) -> std::path::PathBuf {
     std::os::unix::fs::symlink("../.env", root.join("docs/cfg")).unwrap();
     std::os::unix::fs::symlink("/etc", root.join("docs/etc")).unwrap();
     std::os::unix::fs::symlink(".env", root.join("notes.txt")).unwrap();
+    // Names a producer prints: a source-looking link to `.env`, and a name
+    // that splits at its blank into `lib/split` and `.env`.
+    std::fs::create_dir_all(root.join("lib")).unwrap();
+    std::fs::write(root.join("lib/a.rs"), "pub fn a() {}\n").unwrap();
+    std::os::unix::fs::symlink("../.env", root.join("lib/evil.rs")).unwrap();
+    std::fs::write(root.join("lib/split .env"), "harmless\n").unwrap();
     // A link that cannot be followed may lead anywhere.
     std::os::unix::fs::symlink("loop", root.join("loop")).unwrap();
     root
@@ -164,6 +170,16 @@ const NEVER_ALLOWED: &[&str] = &[
     "for f in src/*; do $f; done",
     "for ((i=0;i<1;i++)); do ls; done",
     "select f in a; do ls; done",
+    "for f in lib/*; do grep \\-c $f; done",
+    "for f in lib/*; do cat $f; done",
+    "for f in lib/*.rs; do cat \"$f\"; done",
+    "find lib -name '*.rs' | xargs cat",
+    "find lib -type f | xargs cat",
+    "find lib -type f -print0 | xargs -0 grep -c x",
+    "cat $(find lib -type f)",
+    "grep -c $(find lib -name 'split*')",
+    "git ls-files | while read f; do cat \"$f\"; done",
+    "for f in .env; do :; done; cat \"$f\"",
     // 8. Archives and fd: extracting, creating, running, remote archives,
     // guarded archives and option files.
     "tar -xf a.tar",
@@ -317,7 +333,7 @@ fn everyday_research_still_flows() {
         "cat README.md src/a.rs",
         // A glob over `--opt=VALUE` only makes more of the same option.
         "grep -rn main --include=*.rs src",
-        "find . -name '*.rs' -exec wc -l {} +",
+        "find src -name '*.rs' -exec wc -l {} +",
         "sed -n 's/^fn //p' src/a.rs",
         "awk '{print $1}' README.md",
         "GIT_PAGER=cat ls",

@@ -1324,6 +1324,34 @@ impl Rng {
     }
 }
 
+/// Lists a `for` loop walks (plain words, globs, substitutions).
+const LOOP_WORDS: &[&str] = &[
+    "*",
+    ".*",
+    "lib/*",
+    "docs/*",
+    "README.md .env",
+    "$(find lib)",
+    "$(find . -maxdepth 1 -name '.e*')",
+    "$(git ls-files)",
+    "$(ls -a)",
+    "$(find lib -name '*.rs')",
+];
+
+/// Commands whose output becomes another command's words.
+const PRODUCERS: &[&str] = &[
+    "find lib",
+    "find lib -name '*.rs'",
+    "find . -maxdepth 1",
+    "find lib -print0",
+    "find lib -type f | sort",
+    "find . -name '*.md' | grep -v x",
+    "git ls-files",
+    "git ls-files '*.rs'",
+    "ls -a",
+    "echo .env",
+];
+
 /// One generated candidate.
 pub fn generate(rng: &mut Rng) -> Candidate {
     let mut cmd = if rng.chance(8) {
@@ -1358,6 +1386,17 @@ pub fn generate(rng: &mut Rng) -> Candidate {
             )
         }
         5 => cmd = format!("{cmd}; {}", rng.pick(FOLLOWERS)),
+        // Words from a producer: a loop, a substitution, xargs, while-read.
+        6 => cmd = format!("for f in {}; do {cmd} \"$f\"; done", rng.pick(LOOP_WORDS)),
+        7 => cmd = format!("for f in {}; do {cmd} $f; done", rng.pick(LOOP_WORDS)),
+        8 => cmd = format!("{} | xargs {cmd}", rng.pick(PRODUCERS)),
+        9 => cmd = format!("{cmd} $({})", rng.pick(PRODUCERS)),
+        10 => {
+            cmd = format!(
+                "{} | while read -r f; do {cmd} \"$f\"; done",
+                rng.pick(PRODUCERS)
+            )
+        }
         _ => {}
     }
     let form = match rng.below(14) {

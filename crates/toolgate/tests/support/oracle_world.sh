@@ -73,6 +73,14 @@ mkdir -p lists
 printf '.env\0' >lists/guarded0
 printf '.env\n' >lists/guarded
 
+# For commands whose words come from a producer (`find lib | xargs cat`,
+# `for f in lib/*`): a source-looking link to `.env`, and a name that splits
+# at its blank into `lib/split` and `.env`.
+mkdir -p lib
+printf 'pub fn a() {}\n' >lib/a.rs
+ln -s ../.env lib/evil.rs
+printf 'harmless\n' >'lib/split .env'
+
 # Archives for tar, unzip and zipinfo: ordinary members, one named `../neighbour/escape`
 # and one with an absolute name (extracting them would write outside the project).
 mkdir -p archives

@@ -67,6 +67,23 @@ if [ "$sandbox" = full ]; then
         done
     done
     # Pid 1 is this script; anything else still alive outlived the command.
+    # bash does not wait for the commands of a process substitution (`diff
+    # <(ls a) <(ls b)`): one that ends within a second is not left behind.
+    alive() {
+        for p in /proc/[0-9]*; do
+            [ "$p" = /proc/1 ] && continue
+            read -r stat 2>/dev/null <"$p/stat" || continue
+            state=${stat##*) }
+            [ "${state%% *}" = Z ] && continue
+            return 0
+        done
+        return 1
+    }
+    tries=0
+    while alive && [ "$tries" -lt 20 ]; do
+        sleep 0.05
+        tries=$((tries + 1))
+    done
     for p in /proc/[0-9]*; do
         [ "$p" = /proc/1 ] && continue
         [ -r "$p/stat" ] || continue
