@@ -22,6 +22,9 @@ pub(crate) const MAX_NEST: usize = 100;
 /// variable unknown (the body is walked once per plain word otherwise).
 const MAX_LITERALS: usize = 16;
 
+/// Loop bodies walked in one script at most (see `Walker::loop_walks`).
+const MAX_LOOP_WALKS: usize = 64;
+
 /// Characters that make a value split or glob when used unquoted (or that
 /// quoting would make a different word).
 const SPLITS: &[char] = &[
@@ -97,6 +100,7 @@ pub(crate) fn parse(src: &str) -> Result<Vec<Item>, Refusal> {
         misaligned: Cell::new(false),
         bindings: Vec::new(),
         pipe_in: None,
+        loop_walks: 0,
     };
     walker.seq(root, None, 0);
     if walker.misaligned.get() {
@@ -246,6 +250,9 @@ struct Walker<'s> {
     /// While walking a statement that reads a pipe: the names bound of what
     /// the command before it prints.
     pipe_in: Option<Vec<String>>,
+    /// Loop bodies walked so far: past [`MAX_LOOP_WALKS`], a loop's body is
+    /// walked once with its variable unknown (nested loops multiply).
+    loop_walks: usize,
 }
 
 /// What a loop variable holds while its body is walked.
@@ -532,7 +539,9 @@ impl<'s> Walker<'s> {
                 unknown = true;
             }
         }
-        if literals.len() + globs.len() > MAX_LITERALS {
+        if literals.len() + globs.len() > MAX_LITERALS
+            || self.loop_walks + literals.len() + globs.len() + 1 > MAX_LOOP_WALKS
+        {
             unknown = true;
         }
         let mut walks: Vec<Binding> = Vec::new();
@@ -549,6 +558,7 @@ impl<'s> Walker<'s> {
                 walks.push(Binding::Unknown);
             }
         }
+        self.loop_walks += walks.len();
         for binding in walks {
             self.bindings.push((name.clone(), binding));
             self.seq(body, inh, depth + 1);
