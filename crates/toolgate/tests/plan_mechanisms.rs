@@ -465,3 +465,103 @@ fn toolchain_queries_rest_on_the_disk() {
         assert_eq!(decision, "deny", "{command}: {reason}");
     }
 }
+
+/// Every option the toolchain queries admit, with hostile values (a guarded
+/// file, a link to it, a path outside, `-`, an option-looking word), asked
+/// of the binary in plan mode; what it allows runs under bash and dash in
+/// the hostile project and must change nothing and print no secret.
+#[test]
+fn toolchain_options_swept() {
+    let root = hostile_project("toolchain-sweep");
+    std::fs::write(
+        root.join("Cargo.toml"),
+        "[package]\nname = \"a\"\nversion = \"0.1.0\"\nedition = \"2021\"\n",
+    )
+    .unwrap();
+    std::fs::create_dir_all(root.join("src")).unwrap();
+    std::fs::write(root.join("src/lib.rs"), "").unwrap();
+    let values = [
+        ".env",
+        "docs/cfg",
+        "/etc/passwd",
+        "-",
+        "--config=x",
+        "@.env",
+        "1",
+    ];
+    let mut commands: Vec<String> = Vec::new();
+    for base in ["cargo metadata --no-deps", "cargo tree --offline --locked"] {
+        for opt in [
+            "--features",
+            "-F",
+            "--color",
+            "--manifest-path",
+            "--format-version",
+            "--filter-platform",
+            "-e",
+            "-i",
+            "--depth",
+            "--prefix",
+            "--charset",
+            "-p",
+            "--target",
+            "-f",
+            "--exclude",
+            "--prune",
+        ] {
+            for v in values {
+                commands.push(format!("{base} {opt} {v}"));
+                commands.push(format!("{base} {opt}={v}"));
+            }
+        }
+        for flag in [
+            "--offline",
+            "--frozen",
+            "--locked",
+            "-q",
+            "--all-features",
+            "--no-default-features",
+            "--workspace",
+            "-d",
+            "--no-dedupe",
+        ] {
+            commands.push(format!("{base} {flag}"));
+        }
+    }
+    for v in values {
+        commands.push(format!("rustc --print {v}"));
+        commands.push(format!("rustc --print cfg --target {v}"));
+        commands.push(format!("cargo locate-project --message-format {v}"));
+        commands.push(format!("go env {v}"));
+    }
+    let before = snapshot(&root);
+    let mut allowed = 0;
+    let mut problems = Vec::new();
+    for command in &commands {
+        let (decision, _) = decide(&root, "plan", &[], "bash", command);
+        if decision != "allow" {
+            continue;
+        }
+        allowed += 1;
+        for shell in ["bash", "dash"] {
+            let out = std::process::Command::new(shell)
+                .args(["-c", command])
+                .current_dir(&root)
+                .output()
+                .unwrap();
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            if text.contains("hunter2") || text.contains("root:x:0") {
+                problems.push(format!("{shell}: {command}: printed a secret"));
+            }
+        }
+    }
+    if before != snapshot(&root) {
+        problems.push("the project changed".to_string());
+    }
+    assert!(allowed > 50, "only {allowed} of {} allowed", commands.len());
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
