@@ -369,8 +369,20 @@ fn verdict(
         }
         judge_argv(&item.words, env, state, depth, inner)?;
     }
+    // `IFS= read -r f`: an empty IFS for the `read` builtin alone (a
+    // regular builtin: the assignment lasts for that command in bash and
+    // dash) keeps the line whole.
+    let read_ifs = |a: &crate::syntax::Assign| {
+        a.name == "IFS"
+            && a.value.text.is_empty()
+            && a.value.is_plain()
+            && item
+                .words
+                .first()
+                .is_some_and(|w| w.is_plain() && w.text == "read")
+    };
     for a in &item.assigns {
-        if !wrappers::harmless_setting(&a.name, &a.value.text, a.value.is_plain()) {
+        if !read_ifs(a) && !wrappers::harmless_setting(&a.name, &a.value.text, a.value.is_plain()) {
             let shown = format!("{}=…", a.name);
             return Err(Refusal::new(if item.words.is_empty() {
                 format!("assignment `{shown}` can change what later commands run")

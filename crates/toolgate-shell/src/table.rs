@@ -176,35 +176,38 @@ pub(crate) fn judge(
     }
 }
 
+/// `head -20`, `tail -5f`, `tail +5`: the obsolete count form, first
+/// argument only (tail's only when at most one file follows; `count` is
+/// the number of arguments).
+pub(crate) fn legacy_count(name: &str, first: &str, count: usize) -> bool {
+    let (sign, rest) = match (first.strip_prefix('-'), first.strip_prefix('+')) {
+        (Some(rest), _) => ("-", rest),
+        (None, Some(rest)) => ("+", rest),
+        (None, None) => return false,
+    };
+    let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+    let suffix = &rest[digits..];
+    digits > 0
+        && match name {
+            "head" => sign == "-" && suffix.bytes().all(|b| b"bcklmqvz".contains(&b)),
+            "tail" => {
+                (sign == "-" || sign == "+")
+                    && suffix.bytes().all(|b| b"bclf".contains(&b))
+                    && count <= 2
+            }
+            _ => false,
+        }
+}
+
 /// A program judged by its model alone: every option known, none unsafe;
 /// the files its options read are recorded for the policy.
 fn modelled(name: &str, args: &[Word], env: &Env<'_>) -> Result<(), Refusal> {
     let Some(program) = crate::model::program(name) else {
         return Err(Refusal::new(not_read_only(name)));
     };
-    // `head -20`, `tail -5f`, `tail +5`: the obsolete count form, first
-    // argument only (tail's only when at most one file follows).
-    let legacy = args.first().is_some_and(|w| {
-        let t = w.text.as_str();
-        let (sign, rest) = match (t.strip_prefix('-'), t.strip_prefix('+')) {
-            (Some(rest), _) => ("-", rest),
-            (None, Some(rest)) => ("+", rest),
-            (None, None) => return false,
-        };
-        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
-        let suffix = &rest[digits..];
-        w.is_plain()
-            && digits > 0
-            && match name {
-                "head" => sign == "-" && suffix.bytes().all(|b| b"bcklmqvz".contains(&b)),
-                "tail" => {
-                    (sign == "-" || sign == "+")
-                        && suffix.bytes().all(|b| b"bclf".contains(&b))
-                        && args.len() <= 2
-                }
-                _ => false,
-            }
-    });
+    let legacy = args
+        .first()
+        .is_some_and(|w| w.is_plain() && legacy_count(name, &w.text, args.len()));
     let args = if legacy { &args[1..] } else { args };
     let parsed = crate::model::parse(name, program, args)?;
     env.reads.borrow_mut().extend(parsed.reads(program, args));

@@ -348,6 +348,7 @@ fn everyday_research_still_flows() {
         "for c in ls cat; do command -v \"$c\" || echo missing; done",
         "for d in src/; do echo \"$d: $(find \"$d\" -name '*.rs' | wc -l)\"; done",
         "find src -name '*.rs' | while read -r f; do wc -l \"$f\"; done",
+        "find src -type f | while IFS= read -r f; do head -1 \"$f\"; done",
         "comm -13 <(ls src | sort) <(ls docs | sort)",
         "if [ -f README.md ]; then head -1 README.md; fi",
         "{ ls src; ls docs; } | sort",
