@@ -178,6 +178,9 @@ impl Policy {
     /// the session's state is known, and hand the result to
     /// [`Policy::evaluate_prepared`] with the same call.
     pub fn prepare(&self, call: &Call<'_>) -> Prepared {
+        if let Some(oracle) = &self.glob_oracle {
+            oracle.begin_call();
+        }
         Prepared {
             policy: self.id.0,
             body: self.prepare_body(call),

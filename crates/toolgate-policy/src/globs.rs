@@ -37,6 +37,12 @@ pub trait GlobOracle: Send + Sync + std::fmt::Debug {
     /// would produce, or [`GlobExpansion::Unknown`].
     fn expand(&self, pattern: &Path) -> GlobExpansion;
 
+    /// A call's judgement begins. An oracle that remembers answers must
+    /// give, from here on, none that the disk's changes made before this
+    /// point have made wrong. The policy calls it at the start of
+    /// [`crate::Policy::prepare`].
+    fn begin_call(&self) {}
+
     /// The path `path` (absolute, not normalised: `link/..` leaves through
     /// the link's target, as the kernel resolves it) reaches on the disk,
     /// every symbolic link followed, component by component; the part that

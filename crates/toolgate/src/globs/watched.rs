@@ -1,0 +1,376 @@
+//! Link answers remembered while inotify reports no change.
+//!
+//! A path judged to cross no symbolic link stays so until a directory the
+//! answer looked in changes: a name in it is created, deleted, moved in or
+//! out, or changes attributes (a directory made unsearchable), or the
+//! directory itself is deleted or moved. Each of those directories carries
+//! an inotify watch, added *before* the disk is asked (so a change made
+//! while it is asked is reported too). Any reported change forgets every
+//! remembered answer of that memory, and the watches at and below the name
+//! that changed (the directory now there may be another one); a full queue
+//! forgets everything.
+//!
+//! The kernel queues an event before the call that made the change returns,
+//! so reading the queue (one `read` that finds it empty) when a judgement
+//! begins ([`begin_call`]) sees every change made before: an answer used is
+//! the disk's at the call's first link question, as without memory. What
+//! inotify does not report is not seen: a mount (or unmount) on a watched
+//! path, and changes made on another machine to a network file system; a
+//! mount is not a link for the kernel's `RESOLVE_NO_SYMLINKS` walk either.
+//!
+//! Each thread keeps its own memories: one below the project's real root
+//! (names relative to it, watched through `/proc/self/fd`, so a root moved
+//! away is still the one the descriptor holds), one for absolute paths.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+
+use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
+use rustix::fs::{Mode, OFlags};
+use rustix::io::Errno;
+
+use super::Unknown;
+
+/// Looked up for every path of every call: a fast hasher.
+type Hasher = foldhash::fast::RandomState;
+
+/// The most directories one memory watches; beyond, answers are not kept.
+const MAX_DIRS: usize = 1024;
+/// The most answers one memory keeps; beyond, it starts again.
+const MAX_ANSWERS: usize = 8192;
+
+/// What a watched directory reports: every change to a name in it that can
+/// change how a path through it resolves.
+fn watch_flags() -> WatchFlags {
+    WatchFlags::CREATE
+        | WatchFlags::DELETE
+        | WatchFlags::MOVED_FROM
+        | WatchFlags::MOVED_TO
+        | WatchFlags::ATTRIB
+        | WatchFlags::DELETE_SELF
+        | WatchFlags::MOVE_SELF
+        | WatchFlags::ONLYDIR
+        | WatchFlags::DONT_FOLLOW
+}
+
+/// Is a directory watched now?
+enum Watch {
+    Yes,
+    /// It does not exist (or is not a directory): its parent's watch
+    /// reports its creation.
+    Missing,
+    /// It could not be watched: the answer is not kept.
+    Failed,
+}
+
+/// Answers kept while their directories report no change.
+pub(super) struct Memory {
+    inotify: OwnedFd,
+    /// Prepended to a directory's key to name it for `inotify_add_watch`.
+    prefix: Vec<u8>,
+    dirs: HashMap<Box<[u8]>, i32, Hasher>,
+    by_wd: HashMap<i32, Box<[u8]>, Hasher>,
+    answers: HashMap<Box<[u8]>, PathBuf, Hasher>,
+    /// The queue was read since the current judgement began.
+    drained: bool,
+}
+
+impl Memory {
+    fn new(prefix: Vec<u8>) -> Option<Memory> {
+        let inotify = inotify::init(CreateFlags::NONBLOCK | CreateFlags::CLOEXEC).ok()?;
+        Some(Memory {
+            inotify,
+            prefix,
+            dirs: HashMap::default(),
+            by_wd: HashMap::default(),
+            answers: HashMap::default(),
+            drained: true,
+        })
+    }
+
+    /// Read the changes reported since the last time (once a judgement).
+    fn drain(&mut self) {
+        if self.drained {
+            return;
+        }
+        self.drained = true;
+        // Usually nothing happened: one `ioctl(FIONREAD)`, cheaper than a
+        // `read` that finds the queue empty.
+        if rustix::io::ioctl_fionread(&self.inotify).is_ok_and(|pending| pending == 0) {
+            return;
+        }
+        let mut buf = [MaybeUninit::<u8>::uninit(); 4096];
+        let mut events: Vec<(i32, ReadFlags, Option<Vec<u8>>)> = Vec::new();
+        let mut failed = false;
+        {
+            let mut reader = inotify::Reader::new(&self.inotify, &mut buf);
+            loop {
+                match reader.next() {
+                    Ok(event) => events.push((
+                        event.wd(),
+                        event.events(),
+                        event.file_name().map(|n| n.to_bytes().to_vec()),
+                    )),
+                    Err(Errno::AGAIN) => break,
+                    Err(Errno::INTR) => continue,
+                    Err(_) => {
+                        failed = true;
+                        break;
+                    }
+                }
+            }
+        }
+        if failed {
+            self.forget_all();
+        }
+        for (wd, flags, name) in events {
+            self.answers.clear();
+            if flags.contains(ReadFlags::QUEUE_OVERFLOW) {
+                self.forget_all();
+                continue;
+            }
+            let Some(dir) = self.by_wd.get(&wd).cloned() else {
+                continue;
+            };
+            let gone = ReadFlags::IGNORED
+                | ReadFlags::DELETE_SELF
+                | ReadFlags::MOVE_SELF
+                | ReadFlags::UNMOUNT;
+            match name {
+                _ if flags.intersects(gone) => self.forget_under(&dir),
+                Some(name) => self.forget_under(&join(&dir, &name)),
+                None => {}
+            }
+        }
+    }
+
+    fn forget_all(&mut self) {
+        self.answers.clear();
+        for (_, wd) in self.dirs.drain() {
+            let _ = inotify::remove_watch(&self.inotify, wd);
+        }
+        self.by_wd.clear();
+    }
+
+    /// Forget the watches of `dir` and of every directory below it.
+    fn forget_under(&mut self, dir: &[u8]) {
+        let gone: Vec<Box<[u8]>> = self
+            .dirs
+            .keys()
+            .filter(|key| under(key, dir))
+            .cloned()
+            .collect();
+        for key in gone {
+            if let Some(wd) = self.dirs.remove(&key) {
+                self.by_wd.remove(&wd);
+                let _ = inotify::remove_watch(&self.inotify, wd);
+            }
+        }
+    }
+
+    fn knows(&self, key: &[u8]) -> Option<&PathBuf> {
+        self.answers.get(key)
+    }
+
+    fn remember(&mut self, key: &[u8], answer: PathBuf) {
+        if self.answers.len() >= MAX_ANSWERS {
+            self.answers.clear();
+        }
+        self.answers.insert(key.into(), answer);
+    }
+
+    /// Watch the directory `key` (named by the prefix and the key).
+    fn watch(&mut self, key: &[u8]) -> Watch {
+        if self.dirs.contains_key(key) {
+            return Watch::Yes;
+        }
+        if self.dirs.len() >= MAX_DIRS {
+            return Watch::Failed;
+        }
+        let mut name = self.prefix.clone();
+        name.extend_from_slice(if key.is_empty() { b"." } else { key });
+        let path = Path::new(OsStr::from_bytes(&name));
+        match inotify::add_watch(&self.inotify, path, watch_flags()) {
+            Ok(wd) => {
+                if self.by_wd.get(&wd).is_some_and(|seen| **seen != *key) {
+                    // One directory under two names (a bind mount): its
+                    // changes would forget only one of them.
+                    return Watch::Failed;
+                }
+                self.dirs.insert(key.into(), wd);
+                self.by_wd.insert(wd, key.into());
+                Watch::Yes
+            }
+            Err(Errno::NOENT | Errno::NOTDIR) => Watch::Missing,
+            Err(_) => Watch::Failed,
+        }
+    }
+
+    /// Watch the root and every directory on the way to `relative`'s last
+    /// component, top down, up to the first that does not exist. False when
+    /// an answer about `relative` could not be kept.
+    fn watch_below(&mut self, relative: &Path) -> bool {
+        if !matches!(self.watch(b""), Watch::Yes) {
+            return false;
+        }
+        let mut parts = Vec::new();
+        for component in relative.components() {
+            match component {
+                Component::Normal(name) => parts.push(name),
+                _ => return false,
+            }
+        }
+        let mut key: Vec<u8> = Vec::new();
+        for name in parts.iter().take(parts.len().saturating_sub(1)) {
+            if !key.is_empty() {
+                key.push(b'/');
+            }
+            key.extend_from_slice(name.as_encoded_bytes());
+            match self.watch(&key) {
+                Watch::Yes => {}
+                Watch::Missing => return true,
+                Watch::Failed => return false,
+            }
+        }
+        true
+    }
+}
+
+/// `key` is `dir` or below it (`dir` empty: the root of a relative memory).
+fn under(key: &[u8], dir: &[u8]) -> bool {
+    dir.is_empty()
+        || key == dir
+        || (key.starts_with(dir) && (dir.ends_with(b"/") || key.get(dir.len()) == Some(&b'/')))
+}
+
+fn join(dir: &[u8], name: &[u8]) -> Vec<u8> {
+    let mut out = dir.to_vec();
+    if !out.is_empty() && !out.ends_with(b"/") {
+        out.push(b'/');
+    }
+    out.extend_from_slice(name);
+    out
+}
+
+/// The project's real root, open, and its memory.
+struct Base {
+    path: PathBuf,
+    fd: OwnedFd,
+    memory: Option<Memory>,
+    /// Making the memory was tried (inotify may be unavailable).
+    tried: bool,
+}
+
+thread_local! {
+    static BASE: RefCell<Option<Base>> = const { RefCell::new(None) };
+    static ABSOLUTE: RefCell<(Option<Memory>, bool)> = const { RefCell::new((None, false)) };
+}
+
+/// A judgement begins: the next question reads the changes reported.
+pub(super) fn begin_call() {
+    BASE.with(|cell| {
+        if let Some(memory) = cell.borrow_mut().as_mut().and_then(|b| b.memory.as_mut()) {
+            memory.drained = false;
+        }
+    });
+    ABSOLUTE.with(|cell| {
+        if let Some(memory) = cell.borrow_mut().0.as_mut() {
+            memory.drained = false;
+        }
+    });
+}
+
+/// Calls `f` with a descriptor of `base` (kept per thread; `None` when it
+/// cannot be opened) and, with `remember`, its memory.
+pub(super) fn with_base<R>(
+    base: &Path,
+    remember: bool,
+    f: impl FnOnce(Option<BorrowedFd<'_>>, Option<&mut BaseMemory<'_>>) -> R,
+) -> R {
+    BASE.with(|cell| {
+        let mut cell = cell.borrow_mut();
+        if cell.as_ref().is_none_or(|b| b.path != base) {
+            let fd = rustix::fs::open(
+                base,
+                OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            );
+            *cell = fd.ok().map(|fd| Base {
+                path: base.to_path_buf(),
+                fd,
+                memory: None,
+                tried: false,
+            });
+        }
+        let Some(b) = cell.as_mut() else {
+            return f(None, None);
+        };
+        if remember && !b.tried {
+            b.tried = true;
+            let prefix = format!("/proc/self/fd/{}/", b.fd.as_raw_fd()).into_bytes();
+            b.memory = Memory::new(prefix);
+        }
+        let fd = b.fd.as_fd();
+        match b.memory.as_mut().filter(|_| remember) {
+            Some(memory) => {
+                memory.drain();
+                f(Some(fd), Some(&mut BaseMemory(memory)))
+            }
+            None => f(Some(fd), None),
+        }
+    })
+}
+
+/// The memory of paths below the project's real root.
+pub(super) struct BaseMemory<'a>(&'a mut Memory);
+
+impl BaseMemory<'_> {
+    /// Is `relative` known to cross no link?
+    pub(super) fn knows(&self, relative: &[u8]) -> bool {
+        self.0.knows(relative).is_some()
+    }
+
+    /// Watch what an answer about `relative` depends on; false when it
+    /// could not be kept.
+    pub(super) fn watch_below(&mut self, relative: &Path) -> bool {
+        self.0.watch_below(relative)
+    }
+
+    /// `relative` crosses no link.
+    pub(super) fn remember(&mut self, relative: &[u8]) {
+        self.0.remember(relative, PathBuf::new());
+    }
+}
+
+/// [`super::resolve`] of an absolute path, remembered.
+pub(super) fn resolve(path: &Path) -> Result<PathBuf, Unknown> {
+    ABSOLUTE.with(|cell| {
+        let mut cell = cell.borrow_mut();
+        let (memory, tried) = &mut *cell;
+        if !*tried {
+            *tried = true;
+            *memory = Memory::new(Vec::new());
+        }
+        let Some(memory) = memory.as_mut() else {
+            return super::resolve(Path::new("/"), path, &mut |_| {});
+        };
+        memory.drain();
+        let key = path.as_os_str().as_encoded_bytes();
+        if let Some(real) = memory.knows(key) {
+            return Ok(real.clone());
+        }
+        let mut keep = true;
+        let real = super::resolve(Path::new("/"), path, &mut |dir| {
+            keep = keep && matches!(memory.watch(dir.as_os_str().as_encoded_bytes()), Watch::Yes);
+        });
+        if let (true, Ok(real)) = (keep, &real) {
+            memory.remember(key, real.clone());
+        }
+        real
+    })
+}
