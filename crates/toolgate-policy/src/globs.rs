@@ -62,6 +62,17 @@ pub trait GlobOracle: Send + Sync + std::fmt::Debug {
         self.resolve(&base.join(relative))
     }
 
+    /// Where the symbolic links met below the directory `dir` (absolute,
+    /// normalised) lead, for a program that follows them while it walks the
+    /// tree (`grep -R`): the real place of every link reached, the links
+    /// below a linked directory too. Empty when `dir` is not a directory or
+    /// holds no link; `None` when it cannot be told (a directory that cannot
+    /// be read, too much to visit). The default sees no links.
+    fn links_below(&self, dir: &Path) -> Option<Vec<PathBuf>> {
+        let _ = dir;
+        Some(Vec::new())
+    }
+
     /// Does `base.join(relative)` (`base` real, `relative` plain: no `.`
     /// or `..`) lead anywhere else once links are followed? True when it
     /// cannot be told.

@@ -122,15 +122,19 @@ pub(crate) struct Arg<'a> {
     /// False for parts that only name a local file to read rules (`HEAD:path`,
     /// `host:path`): `http://x` is not a path outside the project.
     pub external: bool,
+    /// The program follows symbolic links met below this directory
+    /// (`grep -R`, `rg -L`): what they lead to is read too.
+    pub follows_links: bool,
 }
 
 impl<'a> Arg<'a> {
-    fn new(text: &'a str, marks: Marks, role: Role) -> Self {
+    pub(crate) fn new(text: &'a str, marks: Marks, role: Role) -> Self {
         Arg {
             text,
             marks,
             role,
             external: true,
+            follows_links: false,
         }
     }
 }
@@ -221,10 +225,16 @@ fn from_shell_model<'a>(name: &str, args: &[Word<'a>], out: &mut Vec<Arg<'a>>) -
             toolgate_shell::PathRole::File => Role::File,
             toolgate_shell::PathRole::Tree => Role::Tree,
         };
-        out.push(Arg::new(text, marks, role));
+        out.push(Arg {
+            follows_links: paths.follows_links,
+            ..Arg::new(text, marks, role)
+        });
     }
     if paths.searches_here {
-        out.push(Arg::new(".", Marks::default(), Role::Tree));
+        out.push(Arg {
+            follows_links: paths.follows_links,
+            ..Arg::new(".", Marks::default(), Role::Tree)
+        });
     }
     true
 }

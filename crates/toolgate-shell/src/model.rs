@@ -70,6 +70,9 @@ pub(crate) struct Opt {
     pub gives_pattern: bool,
     /// The operands after the pattern are data (`jq --args`).
     pub rest_data: bool,
+    /// Symbolic links met below a directory operand are followed
+    /// (`grep -R`, `rg -L`, `tree -l`).
+    pub follows_links: bool,
     /// Why the option makes the command not read-only.
     pub effect: Option<(RefusalKind, &'static str)>,
 }
@@ -108,6 +111,9 @@ pub(crate) struct Program {
     pub no_dashdash: bool,
     /// A word that is a negative number ends the options (`seq -5 5`).
     pub negative_numbers: bool,
+    /// Symbolic links met below a directory operand are followed, whatever
+    /// the options (`diff`).
+    pub follows_links: bool,
     pub options: Vec<Opt>,
 }
 
@@ -191,6 +197,7 @@ pub(crate) fn parse_block(block: &'static str) -> Result<Program, String> {
         strip_equals: false,
         no_dashdash: false,
         negative_numbers: false,
+        follows_links: false,
         options: Vec::new(),
     };
     for raw in lines {
@@ -229,6 +236,7 @@ fn attribute(program: &mut Program, line: &'static str) -> Result<(), String> {
         "strip-equals" => program.strip_equals = true,
         "no-dashdash" => program.no_dashdash = true,
         "negative-numbers" => program.negative_numbers = true,
+        "follows-links" => program.follows_links = true,
         "searches-here" => {
             program.searches_here = Some(match words.next() {
                 None => SearchesHere::Always,
@@ -278,6 +286,7 @@ fn option(line: &'static str) -> Result<Opt, String> {
         lists_operands: false,
         gives_pattern: false,
         rest_data: false,
+        follows_links: false,
         effect: None,
     };
     for word in main.split_whitespace() {
@@ -311,6 +320,8 @@ fn option(line: &'static str) -> Result<Opt, String> {
             opt.gives_pattern = true;
         } else if word == "+rest-data" {
             opt.rest_data = true;
+        } else if word == "+follows-links" {
+            opt.follows_links = true;
         } else {
             return Err(format!("unknown word `{word}`"));
         }
@@ -347,6 +358,8 @@ pub(crate) struct Parsed<'a> {
     pub uses: Vec<Use<'a>>,
     /// Some option makes the operands trees.
     pub recursive: bool,
+    /// Some option makes the program follow links below its operands.
+    pub follows_links: bool,
     /// The operands may be any file (listed in a file, or stdin).
     pub any_operand: bool,
     /// Words the shell may turn into options (a glob, an expansion) of a
@@ -585,6 +598,9 @@ impl<'a> Parsed<'a> {
         if opt.recursive {
             self.recursive = true;
         }
+        if opt.follows_links {
+            self.follows_links = true;
+        }
         if opt.lists_operands {
             self.any_operand = true;
         }
@@ -762,6 +778,7 @@ pub(crate) fn path_words(name: &str, args: &[&str]) -> Option<crate::PathWords> 
             words,
             searches_here: false,
             any_file: false,
+            follows_links: false,
         });
     }
     let program = program(name)?;
@@ -843,6 +860,7 @@ pub(crate) fn path_words(name: &str, args: &[&str]) -> Option<crate::PathWords> 
         words: out,
         searches_here,
         any_file: parsed.any_operand,
+        follows_links: parsed.follows_links || program.follows_links,
     })
 }
 
@@ -866,6 +884,28 @@ mod tests {
     fn multibyte_first_arguments() {
         for script in ["du \u{fffd}", "head \u{fffd}5", "tail \u{fffd}", "wc é -l"] {
             let _ = crate::analyze(crate::Script::Text(script), &crate::Options::default());
+        }
+    }
+
+    /// Options that follow the links below a directory operand say so;
+    /// the same reads without them do not.
+    #[test]
+    fn link_following_options() {
+        for (name, args, follows) in [
+            ("grep", &["-R", "KEY", "docs"][..], true),
+            ("grep", &["--dereference-recursive", "KEY"][..], true),
+            ("grep", &["-r", "KEY", "docs"][..], false),
+            ("rg", &["-L", "KEY"][..], true),
+            ("rg", &["--follow", "KEY", "docs"][..], true),
+            ("rg", &["KEY", "docs"][..], false),
+            ("tree", &["-l", "docs"][..], true),
+            ("tree", &["docs"][..], false),
+            ("ls", &["-RL", "docs"][..], true),
+            ("du", &["-L", "docs"][..], true),
+            ("diff", &["docs", "other"][..], true),
+        ] {
+            let words = path_words(name, args).unwrap();
+            assert_eq!(words.follows_links, follows, "{name} {args:?}");
         }
     }
 

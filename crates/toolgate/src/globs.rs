@@ -100,6 +100,14 @@ impl GlobOracle for DiskGlobs {
         resolve(Path::new("/"), path, &mut |_| {}).ok()
     }
 
+    fn links_below(&self, dir: &Path) -> Option<Vec<PathBuf>> {
+        #[cfg(target_os = "linux")]
+        if self.remember {
+            return watched::links_below(dir).ok();
+        }
+        links_below(dir, &mut |_| {}).ok()
+    }
+
     fn leaves_through_link(&self, base: &Path, relative: &Path) -> bool {
         !no_link_below(base, relative, self.remember)
             && resolve(base, relative, &mut |_| {}).map_or(true, |real| real != base.join(relative))
@@ -163,6 +171,51 @@ fn no_link_below(base: &Path, relative: &Path, remember: bool) -> bool {
 #[cfg(not(target_os = "linux"))]
 fn no_link_below(_base: &Path, _relative: &Path, _remember: bool) -> bool {
     false
+}
+
+/// Where the links met below `dir` lead, walking the tree as `grep -R`
+/// does (links to directories entered, each real directory once): see
+/// [`GlobOracle::links_below`]. Bounded by [`DiskGlobs::MAX_VISITED`]
+/// entries and [`DiskGlobs::MAX_MATCHES`] links. `looking_in` is told each
+/// directory before it is read or a name is looked up in it.
+fn links_below(dir: &Path, looking_in: &mut dyn FnMut(&Path)) -> Result<Vec<PathBuf>, Unknown> {
+    let start = resolve(Path::new("/"), dir, looking_in)?;
+    let mut reached = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut pending = vec![start];
+    let mut visited = 0usize;
+    while let Some(dir) = pending.pop() {
+        if !seen.insert(dir.clone()) {
+            continue;
+        }
+        looking_in(&dir);
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(err) if absent(&err) => continue,
+            Err(_) => return Err(Unknown),
+        };
+        for entry in entries {
+            let entry = entry.map_err(|_| Unknown)?;
+            visited += 1;
+            if visited > DiskGlobs::MAX_VISITED {
+                return Err(Unknown);
+            }
+            let kind = entry.file_type().map_err(|_| Unknown)?;
+            if kind.is_symlink() {
+                let real = resolve(Path::new("/"), &entry.path(), looking_in)?;
+                if std::fs::symlink_metadata(&real).is_ok_and(|meta| meta.is_dir()) {
+                    pending.push(real.clone());
+                }
+                reached.push(real);
+                if reached.len() > DiskGlobs::MAX_MATCHES {
+                    return Err(Unknown);
+                }
+            } else if kind.is_dir() {
+                pending.push(entry.path());
+            }
+        }
+    }
+    Ok(reached)
 }
 
 /// The most symbolic links followed in one resolution (Linux's limit).

@@ -76,6 +76,8 @@ pub(super) struct Memory {
     dirs: HashMap<Box<[u8]>, i32, Hasher>,
     by_wd: HashMap<i32, Box<[u8]>, Hasher>,
     answers: HashMap<Box<[u8]>, PathBuf, Hasher>,
+    /// Where the links below a directory lead ([`links_below`]).
+    trees: HashMap<Box<[u8]>, Vec<PathBuf>, Hasher>,
     /// The queue was read since the current judgement began.
     drained: bool,
 }
@@ -89,6 +91,7 @@ impl Memory {
             dirs: HashMap::default(),
             by_wd: HashMap::default(),
             answers: HashMap::default(),
+            trees: HashMap::default(),
             drained: true,
         })
     }
@@ -129,7 +132,7 @@ impl Memory {
             self.forget_all();
         }
         for (wd, flags, name) in events {
-            self.answers.clear();
+            self.forget_answers();
             if flags.contains(ReadFlags::QUEUE_OVERFLOW) {
                 self.forget_all();
                 continue;
@@ -149,8 +152,13 @@ impl Memory {
         }
     }
 
-    fn forget_all(&mut self) {
+    fn forget_answers(&mut self) {
         self.answers.clear();
+        self.trees.clear();
+    }
+
+    fn forget_all(&mut self) {
+        self.forget_answers();
         for (_, wd) in self.dirs.drain() {
             let _ = inotify::remove_watch(&self.inotify, wd);
         }
@@ -178,8 +186,8 @@ impl Memory {
     }
 
     fn remember(&mut self, key: &[u8], answer: PathBuf) {
-        if self.answers.len() >= MAX_ANSWERS {
-            self.answers.clear();
+        if self.answers.len() + self.trees.len() >= MAX_ANSWERS {
+            self.forget_answers();
         }
         self.answers.insert(key.into(), answer);
     }
@@ -372,5 +380,43 @@ pub(super) fn resolve(path: &Path) -> Result<PathBuf, Unknown> {
             memory.remember(key, real.clone());
         }
         real
+    })
+}
+
+/// [`super::links_below`] of an absolute directory, remembered: every
+/// directory read (and every one a link's resolution looked in) is watched
+/// before it is read; one that does not exist is reported by its parent's
+/// watch, placed before the name was looked up there.
+pub(super) fn links_below(dir: &Path) -> Result<Vec<PathBuf>, Unknown> {
+    ABSOLUTE.with(|cell| {
+        let mut cell = cell.borrow_mut();
+        let (memory, tried) = &mut *cell;
+        if !*tried {
+            *tried = true;
+            *memory = Memory::new(Vec::new());
+        }
+        let Some(memory) = memory.as_mut() else {
+            return super::links_below(dir, &mut |_| {});
+        };
+        memory.drain();
+        let key = dir.as_os_str().as_encoded_bytes();
+        if let Some(found) = memory.trees.get(key) {
+            return Ok(found.clone());
+        }
+        let mut keep = true;
+        let found = super::links_below(dir, &mut |looked| {
+            keep = keep
+                && matches!(
+                    memory.watch(looked.as_os_str().as_encoded_bytes()),
+                    Watch::Yes | Watch::Missing
+                );
+        });
+        if let (true, Ok(found)) = (keep, &found) {
+            if memory.answers.len() + memory.trees.len() >= MAX_ANSWERS {
+                memory.forget_answers();
+            }
+            memory.trees.insert(key.into(), found.clone());
+        }
+        found
     })
 }
