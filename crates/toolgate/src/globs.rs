@@ -76,6 +76,26 @@ struct Unknown;
 
 #[cfg(target_os = "linux")]
 mod watched;
+#[cfg(target_os = "linux")]
+pub use watched::{confirm, deferred, epoch};
+
+/// See the Linux version: without inotify nothing is remembered.
+#[cfg(not(target_os = "linux"))]
+pub fn epoch() -> u64 {
+    0
+}
+
+/// See the Linux version: without inotify nothing is remembered.
+#[cfg(not(target_os = "linux"))]
+pub fn deferred<R>(f: impl FnOnce() -> R) -> R {
+    f()
+}
+
+/// See the Linux version: without inotify nothing is remembered.
+#[cfg(not(target_os = "linux"))]
+pub fn confirm() -> u64 {
+    0
+}
 
 impl GlobOracle for DiskGlobs {
     fn expand(&self, pattern: &Path) -> GlobExpansion {
@@ -630,6 +650,38 @@ mod tests {
         symlink("/etc", root.join("out")).unwrap();
         oracle.begin_call();
         assert_eq!(oracle.resolve(&outside), Some(PathBuf::from("/etc/x")));
+    }
+
+    /// Deferred judgements do not look at the queue; the confirmation
+    /// that follows them sees a change made meanwhile.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn deferred_answers_are_confirmed() {
+        use std::os::unix::fs::symlink;
+        let dir = tree("deferred");
+        let root = dir.path().canonicalize().unwrap();
+        let oracle = DiskGlobs::per_call();
+        let plain = Path::new("src/a.rs");
+        oracle.begin_call();
+        assert!(!oracle.leaves_through_link(&root, plain));
+        let before = confirm();
+        std::fs::remove_file(root.join(plain)).unwrap();
+        symlink("../.env", root.join(plain)).unwrap();
+        // Whatever a deferred question answers, the confirmation tells.
+        let _ = deferred(|| {
+            oracle.begin_call();
+            oracle.leaves_through_link(&root, plain)
+        });
+        assert_ne!(confirm(), before);
+        // Judged again, the link is seen.
+        let again = epoch();
+        let leaves = deferred(|| {
+            oracle.begin_call();
+            oracle.leaves_through_link(&root, plain)
+        });
+        if confirm() == again {
+            assert!(leaves);
+        }
     }
 
     #[test]

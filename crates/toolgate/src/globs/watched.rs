@@ -11,24 +11,32 @@
 //! forgets everything.
 //!
 //! The kernel queues an event before the call that made the change returns,
-//! so reading the queue (one `read` that finds it empty) when a judgement
-//! begins ([`begin_call`]) sees every change made before: an answer used is
-//! the disk's at the call's first link question, as without memory. What
+//! so reading the queue (one `ioctl(FIONREAD)` that finds it empty) when a
+//! judgement begins ([`begin_call`]) sees every change made before: an
+//! answer used is the disk's at the call's first link question, as without
+//! memory. `serve` reads it once for a batch of calls instead: it prepares
+//! them [`deferred`], reads the queue ([`confirm`]) before any of their
+//! decisions is made, and judges again every call whose preparation began
+//! before a read that found changes ([`epoch`]); an answer it uses is then
+//! the disk's at the confirmation, later than the judgement. What
 //! inotify does not report is not seen: a mount (or unmount) on a watched
 //! path, and changes made on another machine to a network file system; a
 //! mount is not a link for the kernel's `RESOLVE_NO_SYMLINKS` walk either.
 //!
-//! Each thread keeps its own memories: one below the project's real root
-//! (names relative to it, watched through `/proc/self/fd`, so a root moved
-//! away is still the one the descriptor holds), one for absolute paths.
+//! Two memories, shared by the threads (one lock): one below the project's
+//! real root (names relative to it, watched through `/proc/self/fd`, so a
+//! root moved away is still the one the descriptor holds), one for absolute
+//! paths.
 
-use std::cell::RefCell;
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
 use rustix::fs::{Mode, OFlags};
@@ -96,7 +104,8 @@ impl Memory {
         })
     }
 
-    /// Read the changes reported since the last time (once a judgement).
+    /// Read the changes reported since the last time (once a judgement,
+    /// or once a batch when confirmed, see [`confirm`]).
     fn drain(&mut self) {
         if self.drained {
             return;
@@ -107,6 +116,17 @@ impl Memory {
         if rustix::io::ioctl_fionread(&self.inotify).is_ok_and(|pending| pending == 0) {
             return;
         }
+        // Answers given before now may have been wrong: judgements that
+        // used them are judged again (see [`epoch`]).
+        EPOCH.fetch_add(1, Ordering::SeqCst);
+        self.read_events();
+    }
+
+    /// Read and act on the reported changes (a buffer of its own, off the
+    /// usual path).
+    #[cold]
+    #[inline(never)]
+    fn read_events(&mut self) {
         let mut buf = [MaybeUninit::<u8>::uninit(); 4096];
         let mut events: Vec<(i32, ReadFlags, Option<Vec<u8>>)> = Vec::new();
         let mut failed = false;
@@ -274,64 +294,120 @@ struct Base {
     tried: bool,
 }
 
+/// Both memories, shared by every thread: a judgement prepared on one
+/// thread is confirmed on another ([`confirm`]).
+struct State {
+    base: Option<Base>,
+    absolute: Option<Memory>,
+    absolute_tried: bool,
+}
+
+static STATE: Mutex<State> = Mutex::new(State {
+    base: None,
+    absolute: None,
+    absolute_tried: false,
+});
+
+/// Counts the reads of the queue that found changes.
+static EPOCH: AtomicU64 = AtomicU64::new(0);
+
 thread_local! {
-    static BASE: RefCell<Option<Base>> = const { RefCell::new(None) };
-    static ABSOLUTE: RefCell<(Option<Memory>, bool)> = const { RefCell::new((None, false)) };
+    /// Within [`deferred`]: questions do not read the queue.
+    static DEFERRED: Cell<bool> = const { Cell::new(false) };
 }
 
-/// A judgement begins: the next question reads the changes reported.
+fn state() -> MutexGuard<'static, State> {
+    STATE.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A judgement begins: the next question reads the changes reported
+/// (unless the judgement is [`deferred`]).
 pub(super) fn begin_call() {
-    BASE.with(|cell| {
-        if let Some(memory) = cell.borrow_mut().as_mut().and_then(|b| b.memory.as_mut()) {
-            memory.drained = false;
-        }
-    });
-    ABSOLUTE.with(|cell| {
-        if let Some(memory) = cell.borrow_mut().0.as_mut() {
-            memory.drained = false;
-        }
-    });
+    if DEFERRED.get() {
+        return;
+    }
+    let mut state = state();
+    if let Some(memory) = state.base.as_mut().and_then(|b| b.memory.as_mut()) {
+        memory.drained = false;
+    }
+    if let Some(memory) = state.absolute.as_mut() {
+        memory.drained = false;
+    }
 }
 
-/// Calls `f` with a descriptor of `base` (kept per thread; `None` when it
-/// cannot be opened) and, with `remember`, its memory.
+/// How many times the queue was found to hold changes. A judgement made
+/// with [`deferred`] reads this before it starts; once it is over,
+/// [`confirm`] reads the queue: the same number then means no answer it
+/// used had been made wrong by a change before the confirmation.
+pub fn epoch() -> u64 {
+    EPOCH.load(Ordering::SeqCst)
+}
+
+/// Runs `f` (judgements) without reading the queue at each call's first
+/// question: the caller [`confirm`]s them all at once before their
+/// decisions are used, and judges again those whose [`epoch`] changed.
+pub fn deferred<R>(f: impl FnOnce() -> R) -> R {
+    let before = DEFERRED.replace(true);
+    let out = f();
+    DEFERRED.set(before);
+    out
+}
+
+/// Read the queue of changes now; the [`epoch`] after.
+pub fn confirm() -> u64 {
+    let mut state = state();
+    if let Some(memory) = state.base.as_mut().and_then(|b| b.memory.as_mut()) {
+        memory.drained = false;
+        memory.drain();
+    }
+    if let Some(memory) = state.absolute.as_mut() {
+        memory.drained = false;
+        memory.drain();
+    }
+    epoch()
+}
+
+/// Calls `f` with a descriptor of `base` (kept; `None` when it cannot be
+/// opened) and, with `remember`, its memory.
 pub(super) fn with_base<R>(
     base: &Path,
     remember: bool,
     f: impl FnOnce(Option<BorrowedFd<'_>>, Option<&mut BaseMemory<'_>>) -> R,
 ) -> R {
-    BASE.with(|cell| {
-        let mut cell = cell.borrow_mut();
-        if cell.as_ref().is_none_or(|b| b.path != base) {
-            let fd = rustix::fs::open(
-                base,
-                OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-                Mode::empty(),
-            );
-            *cell = fd.ok().map(|fd| Base {
-                path: base.to_path_buf(),
-                fd,
-                memory: None,
-                tried: false,
-            });
+    let mut state = state();
+    if state.base.as_ref().is_none_or(|b| b.path != base) {
+        if state.base.as_ref().is_some_and(|b| b.memory.is_some()) {
+            // Its queue goes with it: judgements it answered are redone.
+            EPOCH.fetch_add(1, Ordering::SeqCst);
         }
-        let Some(b) = cell.as_mut() else {
-            return f(None, None);
-        };
-        if remember && !b.tried {
-            b.tried = true;
-            let prefix = format!("/proc/self/fd/{}/", b.fd.as_raw_fd()).into_bytes();
-            b.memory = Memory::new(prefix);
+        let fd = rustix::fs::open(
+            base,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        );
+        state.base = fd.ok().map(|fd| Base {
+            path: base.to_path_buf(),
+            fd,
+            memory: None,
+            tried: false,
+        });
+    }
+    let Some(b) = state.base.as_mut() else {
+        return f(None, None);
+    };
+    if remember && !b.tried {
+        b.tried = true;
+        let prefix = format!("/proc/self/fd/{}/", b.fd.as_raw_fd()).into_bytes();
+        b.memory = Memory::new(prefix);
+    }
+    let fd = b.fd.as_fd();
+    match b.memory.as_mut().filter(|_| remember) {
+        Some(memory) => {
+            memory.drain();
+            f(Some(fd), Some(&mut BaseMemory(memory)))
         }
-        let fd = b.fd.as_fd();
-        match b.memory.as_mut().filter(|_| remember) {
-            Some(memory) => {
-                memory.drain();
-                f(Some(fd), Some(&mut BaseMemory(memory)))
-            }
-            None => f(Some(fd), None),
-        }
-    })
+        None => f(Some(fd), None),
+    }
 }
 
 /// The memory of paths below the project's real root.
@@ -355,32 +431,35 @@ impl BaseMemory<'_> {
     }
 }
 
+/// The memory of absolute paths, made on first use (`None` without inotify).
+fn absolute(state: &mut State) -> Option<&mut Memory> {
+    if !state.absolute_tried {
+        state.absolute_tried = true;
+        state.absolute = Memory::new(Vec::new());
+    }
+    let memory = state.absolute.as_mut()?;
+    memory.drain();
+    Some(memory)
+}
+
 /// [`super::resolve`] of an absolute path, remembered.
 pub(super) fn resolve(path: &Path) -> Result<PathBuf, Unknown> {
-    ABSOLUTE.with(|cell| {
-        let mut cell = cell.borrow_mut();
-        let (memory, tried) = &mut *cell;
-        if !*tried {
-            *tried = true;
-            *memory = Memory::new(Vec::new());
-        }
-        let Some(memory) = memory.as_mut() else {
-            return super::resolve(Path::new("/"), path, &mut |_| {});
-        };
-        memory.drain();
-        let key = path.as_os_str().as_encoded_bytes();
-        if let Some(real) = memory.knows(key) {
-            return Ok(real.clone());
-        }
-        let mut keep = true;
-        let real = super::resolve(Path::new("/"), path, &mut |dir| {
-            keep = keep && matches!(memory.watch(dir.as_os_str().as_encoded_bytes()), Watch::Yes);
-        });
-        if let (true, Ok(real)) = (keep, &real) {
-            memory.remember(key, real.clone());
-        }
-        real
-    })
+    let mut state = state();
+    let Some(memory) = absolute(&mut state) else {
+        return super::resolve(Path::new("/"), path, &mut |_| {});
+    };
+    let key = path.as_os_str().as_encoded_bytes();
+    if let Some(real) = memory.knows(key) {
+        return Ok(real.clone());
+    }
+    let mut keep = true;
+    let real = super::resolve(Path::new("/"), path, &mut |dir| {
+        keep = keep && matches!(memory.watch(dir.as_os_str().as_encoded_bytes()), Watch::Yes);
+    });
+    if let (true, Ok(real)) = (keep, &real) {
+        memory.remember(key, real.clone());
+    }
+    real
 }
 
 /// [`super::links_below`] of an absolute directory, remembered: every
@@ -388,35 +467,27 @@ pub(super) fn resolve(path: &Path) -> Result<PathBuf, Unknown> {
 /// before it is read; one that does not exist is reported by its parent's
 /// watch, placed before the name was looked up there.
 pub(super) fn links_below(dir: &Path) -> Result<Vec<PathBuf>, Unknown> {
-    ABSOLUTE.with(|cell| {
-        let mut cell = cell.borrow_mut();
-        let (memory, tried) = &mut *cell;
-        if !*tried {
-            *tried = true;
-            *memory = Memory::new(Vec::new());
+    let mut state = state();
+    let Some(memory) = absolute(&mut state) else {
+        return super::links_below(dir, &mut |_| {});
+    };
+    let key = dir.as_os_str().as_encoded_bytes();
+    if let Some(found) = memory.trees.get(key) {
+        return Ok(found.clone());
+    }
+    let mut keep = true;
+    let found = super::links_below(dir, &mut |looked| {
+        keep = keep
+            && matches!(
+                memory.watch(looked.as_os_str().as_encoded_bytes()),
+                Watch::Yes | Watch::Missing
+            );
+    });
+    if let (true, Ok(found)) = (keep, &found) {
+        if memory.answers.len() + memory.trees.len() >= MAX_ANSWERS {
+            memory.forget_answers();
         }
-        let Some(memory) = memory.as_mut() else {
-            return super::links_below(dir, &mut |_| {});
-        };
-        memory.drain();
-        let key = dir.as_os_str().as_encoded_bytes();
-        if let Some(found) = memory.trees.get(key) {
-            return Ok(found.clone());
-        }
-        let mut keep = true;
-        let found = super::links_below(dir, &mut |looked| {
-            keep = keep
-                && matches!(
-                    memory.watch(looked.as_os_str().as_encoded_bytes()),
-                    Watch::Yes | Watch::Missing
-                );
-        });
-        if let (true, Ok(found)) = (keep, &found) {
-            if memory.answers.len() + memory.trees.len() >= MAX_ANSWERS {
-                memory.forget_answers();
-            }
-            memory.trees.insert(key.into(), found.clone());
-        }
-        found
-    })
+        memory.trees.insert(key.into(), found.clone());
+    }
+    found
 }
