@@ -23,10 +23,10 @@
 //! path, and changes made on another machine to a network file system; a
 //! mount is not a link for the kernel's `RESOLVE_NO_SYMLINKS` walk either.
 //!
-//! Two memories, shared by the threads (one lock): one below the project's
-//! real root (names relative to it, watched through `/proc/self/fd`, so a
-//! root moved away is still the one the descriptor holds), one for absolute
-//! paths.
+//! Each thread keeps two memories (behind a lock only [`confirm`] takes
+//! from another thread): one below the project's real root (names relative
+//! to it, watched through `/proc/self/fd`, so a root moved away is still
+//! the one the descriptor holds), one for absolute paths.
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -36,7 +36,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
 use rustix::fs::{Mode, OFlags};
@@ -294,19 +294,33 @@ struct Base {
     tried: bool,
 }
 
-/// Both memories, shared by every thread: a judgement prepared on one
-/// thread is confirmed on another ([`confirm`]).
+/// One thread's memories. A judgement prepared on one thread may be
+/// confirmed on another ([`confirm`] reads every thread's queue): each is
+/// behind a lock that only a confirmation takes from another thread.
+#[derive(Default)]
 struct State {
     base: Option<Base>,
     absolute: Option<Memory>,
     absolute_tried: bool,
 }
 
-static STATE: Mutex<State> = Mutex::new(State {
-    base: None,
-    absolute: None,
-    absolute_tried: false,
-});
+impl Drop for State {
+    fn drop(&mut self) {
+        // Its queues go with it: judgements it answered are redone.
+        EPOCH.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// Every thread's memories, for [`confirm`].
+static REGISTRY: Mutex<Vec<Weak<Mutex<State>>>> = Mutex::new(Vec::new());
+
+fn registered() -> Arc<Mutex<State>> {
+    let state = Arc::new(Mutex::new(State::default()));
+    let mut registry = REGISTRY.lock().unwrap_or_else(PoisonError::into_inner);
+    registry.retain(|weak| weak.strong_count() > 0);
+    registry.push(Arc::downgrade(&state));
+    state
+}
 
 /// Counts the reads of the queue that found changes.
 static EPOCH: AtomicU64 = AtomicU64::new(0);
@@ -314,10 +328,13 @@ static EPOCH: AtomicU64 = AtomicU64::new(0);
 thread_local! {
     /// Within [`deferred`]: questions do not read the queue.
     static DEFERRED: Cell<bool> = const { Cell::new(false) };
+    /// This thread's memories.
+    static MINE: Arc<Mutex<State>> = registered();
 }
 
-fn state() -> MutexGuard<'static, State> {
-    STATE.lock().unwrap_or_else(PoisonError::into_inner)
+/// Calls `f` with this thread's memories.
+fn with_state<R>(f: impl FnOnce(&mut State) -> R) -> R {
+    MINE.with(|mine| f(&mut mine.lock().unwrap_or_else(PoisonError::into_inner)))
 }
 
 /// A judgement begins: the next question reads the changes reported
@@ -326,13 +343,14 @@ pub(super) fn begin_call() {
     if DEFERRED.get() {
         return;
     }
-    let mut state = state();
-    if let Some(memory) = state.base.as_mut().and_then(|b| b.memory.as_mut()) {
-        memory.drained = false;
-    }
-    if let Some(memory) = state.absolute.as_mut() {
-        memory.drained = false;
-    }
+    with_state(|state| {
+        if let Some(memory) = state.base.as_mut().and_then(|b| b.memory.as_mut()) {
+            memory.drained = false;
+        }
+        if let Some(memory) = state.absolute.as_mut() {
+            memory.drained = false;
+        }
+    });
 }
 
 /// How many times the queue was found to hold changes. A judgement made
@@ -353,16 +371,19 @@ pub fn deferred<R>(f: impl FnOnce() -> R) -> R {
     out
 }
 
-/// Read the queue of changes now; the [`epoch`] after.
+/// Read every thread's queue of changes now; the [`epoch`] after.
 pub fn confirm() -> u64 {
-    let mut state = state();
-    if let Some(memory) = state.base.as_mut().and_then(|b| b.memory.as_mut()) {
-        memory.drained = false;
-        memory.drain();
-    }
-    if let Some(memory) = state.absolute.as_mut() {
-        memory.drained = false;
-        memory.drain();
+    let registry = REGISTRY.lock().unwrap_or_else(PoisonError::into_inner);
+    for state in registry.iter().filter_map(Weak::upgrade) {
+        let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(memory) = state.base.as_mut().and_then(|b| b.memory.as_mut()) {
+            memory.drained = false;
+            memory.drain();
+        }
+        if let Some(memory) = state.absolute.as_mut() {
+            memory.drained = false;
+            memory.drain();
+        }
     }
     epoch()
 }
@@ -374,7 +395,15 @@ pub(super) fn with_base<R>(
     remember: bool,
     f: impl FnOnce(Option<BorrowedFd<'_>>, Option<&mut BaseMemory<'_>>) -> R,
 ) -> R {
-    let mut state = state();
+    with_state(|state| with_base_in(state, base, remember, f))
+}
+
+fn with_base_in<R>(
+    state: &mut State,
+    base: &Path,
+    remember: bool,
+    f: impl FnOnce(Option<BorrowedFd<'_>>, Option<&mut BaseMemory<'_>>) -> R,
+) -> R {
     if state.base.as_ref().is_none_or(|b| b.path != base) {
         if state.base.as_ref().is_some_and(|b| b.memory.is_some()) {
             // Its queue goes with it: judgements it answered are redone.
@@ -444,8 +473,11 @@ fn absolute(state: &mut State) -> Option<&mut Memory> {
 
 /// [`super::resolve`] of an absolute path, remembered.
 pub(super) fn resolve(path: &Path) -> Result<PathBuf, Unknown> {
-    let mut state = state();
-    let Some(memory) = absolute(&mut state) else {
+    with_state(|state| resolve_in(state, path))
+}
+
+fn resolve_in(state: &mut State, path: &Path) -> Result<PathBuf, Unknown> {
+    let Some(memory) = absolute(state) else {
         return super::resolve(Path::new("/"), path, &mut |_| {});
     };
     let key = path.as_os_str().as_encoded_bytes();
@@ -467,8 +499,11 @@ pub(super) fn resolve(path: &Path) -> Result<PathBuf, Unknown> {
 /// before it is read; one that does not exist is reported by its parent's
 /// watch, placed before the name was looked up there.
 pub(super) fn links_below(dir: &Path) -> Result<Vec<PathBuf>, Unknown> {
-    let mut state = state();
-    let Some(memory) = absolute(&mut state) else {
+    with_state(|state| links_below_in(state, dir))
+}
+
+fn links_below_in(state: &mut State, dir: &Path) -> Result<Vec<PathBuf>, Unknown> {
+    let Some(memory) = absolute(state) else {
         return super::links_below(dir, &mut |_| {});
     };
     let key = dir.as_os_str().as_encoded_bytes();
