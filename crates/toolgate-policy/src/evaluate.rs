@@ -178,6 +178,9 @@ impl Policy {
     /// the session's state is known, and hand the result to
     /// [`Policy::evaluate_prepared`] with the same call.
     pub fn prepare(&self, call: &Call<'_>) -> Prepared {
+        if let Some(oracle) = &self.glob_oracle {
+            oracle.begin_call();
+        }
         Prepared {
             policy: self.id.0,
             body: self.prepare_body(call),
@@ -525,6 +528,9 @@ impl Policy {
                     &filters,
                     &base,
                 ));
+                // A search tool may follow the links below the directory it
+                // searches (OpenCode's `grep` has run `rg --follow`).
+                checks.extend(self.followed_link_checks(&searched, &base));
             }
             Subject::Text(text) if spec.kind == Kind::ExitPlan => {
                 ready.title = "Leave plan mode and carry out this plan".to_string();
@@ -1038,16 +1044,14 @@ impl Policy {
 /// An argument standing for any file a command could name (names that
 /// arrive on its input, unknown until it runs).
 fn any_name<'a>(role: Role) -> Arg<'a> {
-    Arg {
-        text: NAMES_FROM_INPUT,
-        marks: Marks {
+    Arg::new(
+        NAMES_FROM_INPUT,
+        Marks {
             expansion: true,
             ..Marks::default()
         },
         role,
-        external: true,
-        names: false,
-    }
+    )
 }
 
 fn join_dir(cwd: Option<&str>, dir: &str) -> String {
@@ -1299,6 +1303,7 @@ impl Policy {
                 .first()
                 .is_some_and(|w| matches!(w.text, "cd" | "pushd" | "popd" | "chdir"))
         });
+        let mut followed: Vec<(Option<String>, Role)> = Vec::new();
         let mut args: Vec<Arg<'_>> = Vec::new();
         for view in &views {
             if view.2 {
@@ -1310,13 +1315,7 @@ impl Policy {
             }
         }
         for target in redirects {
-            args.push(Arg {
-                text: target,
-                marks: Marks::guessed(target),
-                role: Role::File,
-                external: true,
-                names: false,
-            });
+            args.push(Arg::new(target, Marks::guessed(target), Role::File));
         }
         // What the program models found read beyond the words: option
         // values (`--files0-from=F`), response files (`@F`), and names that
@@ -1330,21 +1329,60 @@ impl Policy {
                 }
             }
             args.push(match &read.target {
-                ReadTarget::Path(path) => Arg {
-                    text: path,
-                    marks: Marks::guessed(path),
-                    role,
-                    external: true,
-                    names: false,
-                },
+                ReadTarget::Path(path) => Arg::new(path, Marks::guessed(path), role),
                 ReadTarget::Names(glob) => Arg {
-                    text: glob,
-                    marks: Marks::guessed(glob),
-                    role,
-                    external: true,
                     names: true,
+                    ..Arg::new(glob, Marks::guessed(glob), role)
                 },
                 ReadTarget::Any | ReadTarget::OptionsIn(_) => any_name(role),
+            });
+        }
+        // A program that follows the links below a directory it reads (`grep
+        // -R`, `rg -L`) reads what they lead to as well: each link's real
+        // place is judged like a word of the command; a tree the disk cannot
+        // show (too large, unreadable, a glob or an
+        // expansion, a directory changed by a `cd` or by the script itself)
+        // may lead anywhere.
+        for arg in &args {
+            // Without a disk oracle no link is seen, as for every path.
+            if !arg.follows_links || self.glob_oracle.is_none() {
+                continue;
+            }
+            let oracle = match &self.glob_oracle {
+                Some(oracle)
+                    if !arg.marks.expansion
+                        && !arg.marks.glob
+                        && !changes_directory
+                        && disk_settled =>
+                {
+                    oracle
+                }
+                _ => {
+                    followed.push((None, arg.role));
+                    continue;
+                }
+            };
+            let dir = normalize(arg.text, base, self.home.as_deref());
+            match oracle.links_below(&dir) {
+                Some(reached) => followed.extend(
+                    reached
+                        .into_iter()
+                        .map(|real| (Some(real.to_string_lossy().into_owned()), arg.role)),
+                ),
+                None => followed.push((None, arg.role)),
+            }
+        }
+        for (reached, role) in &followed {
+            args.push(match reached {
+                Some(path) => Arg::new(path, Marks::guessed(path), *role),
+                None => Arg::new(
+                    NAMES_FROM_INPUT,
+                    Marks {
+                        expansion: true,
+                        ..Marks::default()
+                    },
+                    *role,
+                ),
             });
         }
         // A name a consumer may split into other words is any file.
@@ -1694,6 +1732,36 @@ impl Policy {
             crate::GlobExpansion::Matches(found) => found.iter().any(|p| odd(p)),
             crate::GlobExpansion::Unknown => true,
         }
+    }
+
+    /// The checks for what the links below the directory `dir` (as written,
+    /// relative to `base`) lead to, for a tool that follows them while it
+    /// walks the tree: `external_directory` for a place outside the project,
+    /// the read guards for the files inside; a tree the disk cannot show
+    /// may lead anywhere. Nothing without a disk oracle (it sees no links).
+    fn followed_link_checks(&self, dir: &str, base: &Path) -> Vec<Check> {
+        let Some(oracle) = &self.glob_oracle else {
+            return Vec::new();
+        };
+        let absolute = normalize(dir, base, self.home.as_deref());
+        let Some(found) = oracle.links_below(&absolute) else {
+            return vec![anywhere_check(dir)];
+        };
+        let mut checks = Vec::new();
+        let mut inside = Vec::new();
+        for real in found {
+            let rooted = RootedPath::new(real, &self.project_root);
+            if rooted.external {
+                if !is_standard_device(&rooted.absolute) {
+                    checks.push(external_check(&rooted, true));
+                }
+            } else {
+                inside.push(rooted.absolute.to_string_lossy().into_owned());
+            }
+        }
+        let inside: Vec<&str> = inside.iter().map(String::as_str).collect();
+        checks.extend(self.read_guard_checks("rg -e x", &inside, &[], base));
+        checks
     }
 
     /// Can `word` (a glob or expansion where a program reads options) become

@@ -43,6 +43,12 @@ pub trait GlobOracle: Send + Sync + std::fmt::Debug {
         None
     }
 
+    /// A call's judgement begins. An oracle that remembers answers must
+    /// give, from here on, none that the disk's changes made before this
+    /// point have made wrong. The policy calls it at the start of
+    /// [`crate::Policy::prepare`].
+    fn begin_call(&self) {}
+
     /// The path `path` (absolute, not normalised: `link/..` leaves through
     /// the link's target, as the kernel resolves it) reaches on the disk,
     /// every symbolic link followed, component by component; the part that
@@ -60,6 +66,17 @@ pub trait GlobOracle: Send + Sync + std::fmt::Debug {
     /// `relative` are looked at.
     fn resolve_below(&self, base: &Path, relative: &Path) -> Option<PathBuf> {
         self.resolve(&base.join(relative))
+    }
+
+    /// Where the symbolic links met below the directory `dir` (absolute,
+    /// normalised) lead, for a program that follows them while it walks the
+    /// tree (`grep -R`): the real place of every link reached, the links
+    /// below a linked directory too. Empty when `dir` is not a directory or
+    /// holds no link; `None` when it cannot be told (a directory that cannot
+    /// be read, too much to visit). The default sees no links.
+    fn links_below(&self, dir: &Path) -> Option<Vec<PathBuf>> {
+        let _ = dir;
+        Some(Vec::new())
     }
 
     /// Does `base.join(relative)` (`base` real, `relative` plain: no `.`

@@ -126,16 +126,20 @@ pub(crate) struct Arg<'a> {
     /// xargs`): if a match's path has a blank, quote, backslash or glob
     /// character, the consumer may split it into any word.
     pub names: bool,
+    /// The program follows symbolic links met below this directory
+    /// (`grep -R`, `rg -L`): what they lead to is read too.
+    pub follows_links: bool,
 }
 
 impl<'a> Arg<'a> {
-    fn new(text: &'a str, marks: Marks, role: Role) -> Self {
+    pub(crate) fn new(text: &'a str, marks: Marks, role: Role) -> Self {
         Arg {
             text,
             marks,
             role,
             external: true,
             names: false,
+            follows_links: false,
         }
     }
 }
@@ -234,6 +238,7 @@ fn from_shell_model<'a>(name: &str, args: &[Word<'a>], out: &mut Vec<Arg<'a>>) -
             for glob in globs {
                 let mut arg = Arg::new(glob, Marks::guessed(glob), role);
                 arg.names = true;
+                arg.follows_links = paths.follows_links;
                 out.push(arg);
             }
             continue;
@@ -243,10 +248,16 @@ fn from_shell_model<'a>(name: &str, args: &[Word<'a>], out: &mut Vec<Arg<'a>>) -
         } else {
             word.marks.part(text)
         };
-        out.push(Arg::new(text, marks, role));
+        out.push(Arg {
+            follows_links: paths.follows_links,
+            ..Arg::new(text, marks, role)
+        });
     }
     if paths.searches_here {
-        out.push(Arg::new(".", Marks::default(), Role::Tree));
+        out.push(Arg {
+            follows_links: paths.follows_links,
+            ..Arg::new(".", Marks::default(), Role::Tree)
+        });
     }
     true
 }

@@ -464,6 +464,10 @@ pub struct PathWords {
     pub searches_here: bool,
     /// The operands (also) come from a file or the input: any file.
     pub any_file: bool,
+    /// Symbolic links below a directory among the paths are followed
+    /// (`grep -R`, `rg -L`, `tree -l`, `du -L`, `diff`): what they lead to
+    /// is read (or listed) too.
+    pub follows_links: bool,
 }
 
 /// How the program `name` (already past any wrapper) reads each of `args` as

@@ -70,6 +70,9 @@ pub(crate) struct Opt {
     pub gives_pattern: bool,
     /// The operands after the pattern are data (`jq --args`).
     pub rest_data: bool,
+    /// Symbolic links met below a directory operand are followed
+    /// (`grep -R`, `rg -L`, `tree -l`).
+    pub follows_links: bool,
     /// Why the option makes the command not read-only.
     pub effect: Option<(RefusalKind, &'static str)>,
 }
@@ -111,6 +114,9 @@ pub(crate) struct Program {
     /// The first operand is a file that is read (unzip's archive); the
     /// others have the `operands` role.
     pub archive_operand: bool,
+    /// Symbolic links met below a directory operand are followed, whatever
+    /// the options (`diff`).
+    pub follows_links: bool,
     pub options: Vec<Opt>,
 }
 
@@ -195,6 +201,7 @@ pub(crate) fn parse_block(block: &'static str) -> Result<Program, String> {
         no_dashdash: false,
         negative_numbers: false,
         archive_operand: false,
+        follows_links: false,
         options: Vec::new(),
     };
     for raw in lines {
@@ -234,6 +241,7 @@ fn attribute(program: &mut Program, line: &'static str) -> Result<(), String> {
         "no-dashdash" => program.no_dashdash = true,
         "negative-numbers" => program.negative_numbers = true,
         "archive-operand" => program.archive_operand = true,
+        "follows-links" => program.follows_links = true,
         "searches-here" => {
             program.searches_here = Some(match words.next() {
                 None => SearchesHere::Always,
@@ -283,6 +291,7 @@ fn option(line: &'static str) -> Result<Opt, String> {
         lists_operands: false,
         gives_pattern: false,
         rest_data: false,
+        follows_links: false,
         effect: None,
     };
     for word in main.split_whitespace() {
@@ -316,6 +325,8 @@ fn option(line: &'static str) -> Result<Opt, String> {
             opt.gives_pattern = true;
         } else if word == "+rest-data" {
             opt.rest_data = true;
+        } else if word == "+follows-links" {
+            opt.follows_links = true;
         } else {
             return Err(format!("unknown word `{word}`"));
         }
@@ -352,6 +363,8 @@ pub(crate) struct Parsed<'a> {
     pub uses: Vec<Use<'a>>,
     /// Some option makes the operands trees.
     pub recursive: bool,
+    /// Some option makes the program follow links below its operands.
+    pub follows_links: bool,
     /// The operands may be any file (listed in a file, or stdin).
     pub any_operand: bool,
     /// Words the shell may turn into options (a glob, an expansion) of a
@@ -612,6 +625,9 @@ impl<'a> Parsed<'a> {
         if opt.recursive {
             self.recursive = true;
         }
+        if opt.follows_links {
+            self.follows_links = true;
+        }
         if opt.lists_operands {
             self.any_operand = true;
         }
@@ -799,6 +815,7 @@ pub(crate) fn path_words(name: &str, args: &[&str]) -> Option<crate::PathWords> 
             words,
             searches_here: false,
             any_file: false,
+            follows_links: false,
         });
     }
     // `unzip -Z ARGS` is `zipinfo ARGS`.
@@ -952,6 +969,7 @@ fn path_words_as_read(
         words: out,
         searches_here,
         any_file: parsed.any_operand,
+        follows_links: parsed.follows_links || program.follows_links,
     })
 }
 
@@ -975,6 +993,28 @@ mod tests {
     fn multibyte_first_arguments() {
         for script in ["du \u{fffd}", "head \u{fffd}5", "tail \u{fffd}", "wc é -l"] {
             let _ = crate::analyze(crate::Script::Text(script), &crate::Options::default());
+        }
+    }
+
+    /// Options that follow the links below a directory operand say so;
+    /// the same reads without them do not.
+    #[test]
+    fn link_following_options() {
+        for (name, args, follows) in [
+            ("grep", &["-R", "KEY", "docs"][..], true),
+            ("grep", &["--dereference-recursive", "KEY"][..], true),
+            ("grep", &["-r", "KEY", "docs"][..], false),
+            ("rg", &["-L", "KEY"][..], true),
+            ("rg", &["--follow", "KEY", "docs"][..], true),
+            ("rg", &["KEY", "docs"][..], false),
+            ("tree", &["-l", "docs"][..], true),
+            ("tree", &["docs"][..], false),
+            ("ls", &["-RL", "docs"][..], true),
+            ("du", &["-L", "docs"][..], true),
+            ("diff", &["docs", "other"][..], true),
+        ] {
+            let words = path_words(name, args).unwrap();
+            assert_eq!(words.follows_links, follows, "{name} {args:?}");
         }
     }
 

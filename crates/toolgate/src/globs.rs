@@ -41,18 +41,61 @@ use toolgate_policy::{
 };
 
 /// Expands globs on the real disk; see the module documentation.
+///
+/// [`DiskGlobs::per_call`] also remembers which paths cross no symbolic link
+/// (see [`watched`]), for as long as inotify reports no change in any
+/// directory those answers looked in; the policy tells it when a call's
+/// judgement begins ([`GlobOracle::begin_call`]), and the first question of
+/// each call reads the changes reported since.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct DiskGlobs;
+pub struct DiskGlobs {
+    remember: bool,
+}
 
 impl DiskGlobs {
     /// The most directory entries one expansion reads.
     pub const MAX_VISITED: usize = 10_000;
     /// The most paths one expansion returns.
     pub const MAX_MATCHES: usize = 1_000;
+
+    /// An oracle that asks the disk every time.
+    pub fn new() -> DiskGlobs {
+        DiskGlobs { remember: false }
+    }
+
+    /// An oracle that remembers link answers while inotify reports no
+    /// change, for a caller that calls [`GlobOracle::begin_call`] before
+    /// each judgement.
+    pub fn per_call() -> DiskGlobs {
+        DiskGlobs { remember: true }
+    }
 }
 
 /// Too much, or not readable: the policy keeps its over-approximation.
 struct Unknown;
+
+#[cfg(target_os = "linux")]
+mod watched;
+#[cfg(target_os = "linux")]
+pub use watched::{confirm, deferred, epoch};
+
+/// See the Linux version: without inotify nothing is remembered.
+#[cfg(not(target_os = "linux"))]
+pub fn epoch() -> u64 {
+    0
+}
+
+/// See the Linux version: without inotify nothing is remembered.
+#[cfg(not(target_os = "linux"))]
+pub fn deferred<R>(f: impl FnOnce() -> R) -> R {
+    f()
+}
+
+/// See the Linux version: without inotify nothing is remembered.
+#[cfg(not(target_os = "linux"))]
+pub fn confirm() -> u64 {
+    0
+}
 
 impl GlobOracle for DiskGlobs {
     fn expand(&self, pattern: &Path) -> GlobExpansion {
@@ -62,8 +105,27 @@ impl GlobOracle for DiskGlobs {
         }
     }
 
+    fn begin_call(&self) {
+        #[cfg(target_os = "linux")]
+        if self.remember {
+            watched::begin_call();
+        }
+    }
+
     fn resolve(&self, path: &Path) -> Option<PathBuf> {
-        resolve(Path::new("/"), path).ok()
+        #[cfg(target_os = "linux")]
+        if self.remember && path.is_absolute() {
+            return watched::resolve(path).ok();
+        }
+        resolve(Path::new("/"), path, &mut |_| {}).ok()
+    }
+
+    fn links_below(&self, dir: &Path) -> Option<Vec<PathBuf>> {
+        #[cfg(target_os = "linux")]
+        if self.remember {
+            return watched::links_below(dir).ok();
+        }
+        links_below(dir, &mut |_| {}).ok()
     }
 
     fn exists(&self, path: &Path) -> Option<bool> {
@@ -75,17 +137,17 @@ impl GlobOracle for DiskGlobs {
     }
 
     fn leaves_through_link(&self, base: &Path, relative: &Path) -> bool {
-        !no_link_below(base, relative)
-            && resolve(base, relative).map_or(true, |real| real != base.join(relative))
+        !no_link_below(base, relative, self.remember)
+            && resolve(base, relative, &mut |_| {}).map_or(true, |real| real != base.join(relative))
     }
 
     fn resolve_below(&self, base: &Path, relative: &Path) -> Option<PathBuf> {
-        if no_link_below(base, relative) {
+        if no_link_below(base, relative, self.remember) {
             // The kernel walked every existing component without meeting a
             // link: the path is what it says.
             return Some(base.join(relative));
         }
-        resolve(base, relative).ok()
+        resolve(base, relative, &mut |_| {}).ok()
     }
 }
 
@@ -93,33 +155,29 @@ impl GlobOracle for DiskGlobs {
 /// thread): true when the kernel walks `relative` without meeting a symbolic
 /// link, up to its end or to the first component that does not exist. False
 /// when it meets one, or cannot tell (an older kernel, `..`, an error): the
-/// caller then walks component by component.
+/// caller then walks component by component. With `remember`, a true answer
+/// is kept while inotify reports no change in the directories it looked in
+/// (see [`watched`]).
 #[cfg(target_os = "linux")]
-fn no_link_below(base: &Path, relative: &Path) -> bool {
+fn no_link_below(base: &Path, relative: &Path, remember: bool) -> bool {
     use rustix::fs::{openat2, Mode, OFlags, ResolveFlags};
     use rustix::io::Errno;
-    use std::cell::RefCell;
-    use std::os::fd::OwnedFd;
 
-    thread_local! {
-        static BASE: RefCell<Option<(PathBuf, OwnedFd)>> = const { RefCell::new(None) };
-    }
     if relative.as_os_str().is_empty() || relative.is_absolute() {
         return false;
     }
-    BASE.with(|cell| {
-        let mut cell = cell.borrow_mut();
-        if cell.as_ref().is_none_or(|(path, _)| path != base) {
-            let fd = rustix::fs::open(
-                base,
-                OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-                Mode::empty(),
-            );
-            *cell = fd.ok().map(|fd| (base.to_path_buf(), fd));
-        }
-        let Some((_, dir)) = cell.as_ref() else {
+    watched::with_base(base, remember, |dir, mut memory| {
+        let Some(dir) = dir else {
             return false;
         };
+        let key = relative.as_os_str().as_encoded_bytes();
+        let mut keep = false;
+        if let Some(memory) = memory.as_deref_mut() {
+            if memory.knows(key) {
+                return true;
+            }
+            keep = memory.watch_below(relative);
+        }
         let opened = openat2(
             dir,
             relative,
@@ -127,16 +185,65 @@ fn no_link_below(base: &Path, relative: &Path) -> bool {
             Mode::empty(),
             ResolveFlags::NO_SYMLINKS | ResolveFlags::BENEATH,
         );
-        match opened {
+        let clear = match opened {
             Ok(_) => true,
             Err(e) => e == Errno::NOENT || e == Errno::NOTDIR,
+        };
+        if let (true, true, Some(memory)) = (clear, keep, memory) {
+            memory.remember(key);
         }
+        clear
     })
 }
 
 #[cfg(not(target_os = "linux"))]
-fn no_link_below(_base: &Path, _relative: &Path) -> bool {
+fn no_link_below(_base: &Path, _relative: &Path, _remember: bool) -> bool {
     false
+}
+
+/// Where the links met below `dir` lead, walking the tree as `grep -R`
+/// does (links to directories entered, each real directory once): see
+/// [`GlobOracle::links_below`]. Bounded by [`DiskGlobs::MAX_VISITED`]
+/// entries and [`DiskGlobs::MAX_MATCHES`] links. `looking_in` is told each
+/// directory before it is read or a name is looked up in it.
+fn links_below(dir: &Path, looking_in: &mut dyn FnMut(&Path)) -> Result<Vec<PathBuf>, Unknown> {
+    let start = resolve(Path::new("/"), dir, looking_in)?;
+    let mut reached = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut pending = vec![start];
+    let mut visited = 0usize;
+    while let Some(dir) = pending.pop() {
+        if !seen.insert(dir.clone()) {
+            continue;
+        }
+        looking_in(&dir);
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(err) if absent(&err) => continue,
+            Err(_) => return Err(Unknown),
+        };
+        for entry in entries {
+            let entry = entry.map_err(|_| Unknown)?;
+            visited += 1;
+            if visited > DiskGlobs::MAX_VISITED {
+                return Err(Unknown);
+            }
+            let kind = entry.file_type().map_err(|_| Unknown)?;
+            if kind.is_symlink() {
+                let real = resolve(Path::new("/"), &entry.path(), looking_in)?;
+                if std::fs::symlink_metadata(&real).is_ok_and(|meta| meta.is_dir()) {
+                    pending.push(real.clone());
+                }
+                reached.push(real);
+                if reached.len() > DiskGlobs::MAX_MATCHES {
+                    return Err(Unknown);
+                }
+            } else if kind.is_dir() {
+                pending.push(entry.path());
+            }
+        }
+    }
+    Ok(reached)
 }
 
 /// The most symbolic links followed in one resolution (Linux's limit).
@@ -146,7 +253,12 @@ const MAX_LINKS: usize = 40;
 /// component in turn; a symbolic link's target replaces it (an absolute
 /// target restarts at `/`), `..` goes up from where the walk physically is,
 /// and once a component does not exist the rest is joined lexically.
-fn resolve(base: &Path, path: &Path) -> Result<PathBuf, Unknown> {
+/// `looking_in` is told each directory before a name is looked up in it.
+fn resolve(
+    base: &Path,
+    path: &Path,
+    looking_in: &mut dyn FnMut(&Path),
+) -> Result<PathBuf, Unknown> {
     use std::collections::VecDeque;
     use std::ffi::OsString;
     use std::path::Component;
@@ -191,6 +303,7 @@ fn resolve(base: &Path, path: &Path) -> Result<PathBuf, Unknown> {
             out = next;
             continue;
         }
+        looking_in(&out);
         match std::fs::symlink_metadata(&next) {
             Ok(meta) if meta.file_type().is_symlink() => {
                 links += 1;
@@ -378,7 +491,7 @@ mod tests {
     }
 
     fn check(root: &Path, pattern: &str, expected: Option<&[&str]>) {
-        let got = DiskGlobs.expand(&root.join(pattern));
+        let got = DiskGlobs::new().expand(&root.join(pattern));
         let expected = match expected {
             Some(names) => {
                 let mut paths: Vec<PathBuf> = names.iter().map(|n| root.join(n)).collect();
@@ -489,6 +602,94 @@ mod tests {
         }
         check(dir.path(), "some/f*", None);
         check(dir.path(), "some/f1000?", Some(&[]));
+    }
+
+    /// Remembered link answers are dropped when a directory they looked in
+    /// changes, reported at the next call's first question.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn remembered_answers_see_changes() {
+        use std::os::unix::fs::symlink;
+        let dir = tree("remembered");
+        let root = dir.path().canonicalize().unwrap();
+        let oracle = DiskGlobs::per_call();
+        let plain = Path::new("src/sub/deep/d.rs");
+        for _ in 0..2 {
+            oracle.begin_call();
+            assert!(!oracle.leaves_through_link(&root, plain));
+            assert!(!oracle.leaves_through_link(&root, Path::new("new/x")));
+        }
+        // A file replaced by a link, deep down.
+        std::fs::remove_file(root.join(plain)).unwrap();
+        symlink("../../../.env", root.join(plain)).unwrap();
+        oracle.begin_call();
+        assert!(oracle.leaves_through_link(&root, plain));
+        std::fs::remove_file(root.join(plain)).unwrap();
+        std::fs::write(root.join(plain), "x").unwrap();
+        oracle.begin_call();
+        assert!(!oracle.leaves_through_link(&root, plain));
+        // A directory moved away and replaced by a link: the watches below
+        // it named another directory, they are made again.
+        std::fs::rename(root.join("src/sub"), root.join("old")).unwrap();
+        symlink("/etc", root.join("src/sub")).unwrap();
+        oracle.begin_call();
+        assert_eq!(
+            oracle.resolve_below(&root, Path::new("src/sub/deep/d.rs")),
+            Some(PathBuf::from("/etc/deep/d.rs"))
+        );
+        std::fs::remove_file(root.join("src/sub")).unwrap();
+        std::fs::rename(root.join("old"), root.join("src/sub")).unwrap();
+        oracle.begin_call();
+        assert!(!oracle.leaves_through_link(&root, plain));
+        std::fs::remove_file(root.join(plain)).unwrap();
+        symlink("/etc/passwd", root.join(plain)).unwrap();
+        oracle.begin_call();
+        assert!(oracle.leaves_through_link(&root, plain));
+        // A name that did not exist, created as a link.
+        symlink(".env", root.join("new")).unwrap();
+        oracle.begin_call();
+        assert!(oracle.leaves_through_link(&root, Path::new("new/x")));
+        // Absolute paths.
+        let outside = root.join("out/x");
+        oracle.begin_call();
+        assert_eq!(oracle.resolve(&outside), Some(outside.clone()));
+        oracle.begin_call();
+        assert_eq!(oracle.resolve(&outside), Some(outside.clone()));
+        symlink("/etc", root.join("out")).unwrap();
+        oracle.begin_call();
+        assert_eq!(oracle.resolve(&outside), Some(PathBuf::from("/etc/x")));
+    }
+
+    /// Deferred judgements do not look at the queue; the confirmation
+    /// that follows them sees a change made meanwhile.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn deferred_answers_are_confirmed() {
+        use std::os::unix::fs::symlink;
+        let dir = tree("deferred");
+        let root = dir.path().canonicalize().unwrap();
+        let oracle = DiskGlobs::per_call();
+        let plain = Path::new("src/a.rs");
+        oracle.begin_call();
+        assert!(!oracle.leaves_through_link(&root, plain));
+        let before = confirm();
+        std::fs::remove_file(root.join(plain)).unwrap();
+        symlink("../.env", root.join(plain)).unwrap();
+        // Whatever a deferred question answers, the confirmation tells.
+        let _ = deferred(|| {
+            oracle.begin_call();
+            oracle.leaves_through_link(&root, plain)
+        });
+        assert_ne!(confirm(), before);
+        // Judged again, the link is seen.
+        let again = epoch();
+        let leaves = deferred(|| {
+            oracle.begin_call();
+            oracle.leaves_through_link(&root, plain)
+        });
+        if confirm() == again {
+            assert!(leaves);
+        }
     }
 
     #[test]

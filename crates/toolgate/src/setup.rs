@@ -229,9 +229,9 @@ pub fn load(settings: &Settings) -> Result<Loaded, PolicyError> {
         DiskRepos::new(policy.project_root.clone()).per_batch(),
     ));
     // Shell globs are judged by what they match on the disk.
-    policy.glob_oracle = Some(Arc::new(crate::globs::DiskGlobs));
+    policy.glob_oracle = Some(Arc::new(crate::globs::DiskGlobs::per_call()));
     policy.physical_root =
-        toolgate_policy::GlobOracle::resolve(&crate::globs::DiskGlobs, &policy.project_root);
+        toolgate_policy::GlobOracle::resolve(&crate::globs::DiskGlobs::new(), &policy.project_root);
     warnings.extend(built);
     let configured_mode = settings
         .mode

@@ -509,6 +509,13 @@ fn read_connection(shared: &Shared, conn: ConnId, stream: UnixStream, unwritten:
                     line.prepare(&policy);
                     decoded.push((number, line));
                 });
+                // The link answers they used, confirmed at once (see
+                // `globs::confirm`): a call prepared before a change was seen
+                // is judged again.
+                let epoch = crate::globs::confirm();
+                for (_, line) in &mut decoded {
+                    line.confirm_prepared(epoch);
+                }
                 let mut hub = lock(&shared.hub);
                 let before = hub.broker.next_deadline();
                 let mut out = Vec::new();

@@ -57,6 +57,30 @@ fn snapshot(root: &Path) -> Vec<(std::path::PathBuf, u64, Option<std::time::Syst
     out
 }
 
+/// `toolgate check --json --input INPUT -- TOOL` in `root`, in plan mode.
+fn decide_input(root: &Path, tool: &str, input: &str) -> (String, String) {
+    let root_arg = root.to_str().unwrap();
+    let argv = [
+        "check",
+        "--json",
+        "--project-root",
+        root_arg,
+        "--mode",
+        "plan",
+        "--input",
+        input,
+        "--",
+        tool,
+    ];
+    let (_, out, err) = support::run(root, &argv, "");
+    let value: Value = serde_json::from_str(out.trim())
+        .unwrap_or_else(|_| panic!("{input}: not JSON: {out:?}; stderr {err}"));
+    (
+        value["decision"].as_str().unwrap_or_default().to_string(),
+        value["reason"].as_str().unwrap_or_default().to_string(),
+    )
+}
+
 fn hostile_project(name: &str) -> std::path::PathBuf {
     let dir = support::project_dir(name);
     let root = dir.canonicalize().unwrap();
@@ -205,6 +229,20 @@ const NEVER_ALLOWED: &[&str] = &[
     "fdfind -e rs --exec-batch rm",
     "fd --ignore-file .env x",
     "fd --base-directory / passwd",
+    // 7. Programs that follow the links inside a tree they read.
+    "grep -R KEY docs",
+    "grep --dereference-recursive KEY docs",
+    "grep -R KEY",
+    "grep -nR KEY .",
+    "rg -L KEY docs",
+    "rg --follow KEY",
+    "diff docs README.md",
+    "diff -r docs docs",
+    "tree -l docs",
+    "ls -RL docs",
+    "du -L docs",
+    "grep -R KEY d*",
+    "cd docs && grep -R KEY .",
 ];
 
 #[test]
@@ -266,6 +304,61 @@ fn a_deny_rule_meets_the_same_reads_in_auto() {
         }
     }
     assert!(missed.is_empty(), "not denied:\n{}", missed.join("\n"));
+}
+
+/// A link-following recursive read meets each guard and boundary its links
+/// lead to: a link to `.env` asks under `read: *.env`, one to `/etc` as
+/// `external_directory`; the same reads without following stay allowed.
+#[test]
+fn recursive_reads_that_follow_links() {
+    let root = hostile_project("recursive-links");
+    std::fs::create_dir_all(root.join("inner/sub")).unwrap();
+    std::os::unix::fs::symlink("../../.env", root.join("inner/sub/key")).unwrap();
+    std::fs::create_dir_all(root.join("src")).unwrap();
+    std::fs::write(root.join("src/a.rs"), "fn main() {}\n").unwrap();
+    std::os::unix::fs::symlink("a.rs", root.join("src/b.rs")).unwrap();
+    for (command, expect) in [
+        ("grep -R KEY docs", "external_directory"),
+        ("rg -L KEY docs", "external_directory"),
+        ("tree -l docs", "external_directory"),
+        ("grep -R KEY inner", "`read: *.env`"),
+        ("rg --follow KEY inner", "`read: *.env`"),
+        ("diff -r inner src", "`read: *.env`"),
+        ("grep -r KEY docs", ""),
+        ("grep -r KEY inner", ""),
+        ("rg KEY docs", ""),
+        ("rg KEY inner", ""),
+        ("tree docs", ""),
+        ("ls -R docs", ""),
+        // Links that stay among ordinary files change nothing.
+        ("grep -R main src", ""),
+        ("rg -L main src", ""),
+    ] {
+        let (decision, reason) = decide(&root, "plan", &[], "bash", command);
+        if expect.is_empty() {
+            assert_eq!(decision, "allow", "{command}: {reason}");
+        } else {
+            assert_eq!(decision, "ask", "{command}: {reason}");
+            assert!(reason.contains(expect), "{command}: {reason}");
+        }
+    } // An agent's search tool may follow them too (OpenCode's `grep` has run
+      // `rg --follow`).
+    for (input, expect) in [
+        (r#"{"pattern":"KEY","path":"docs"}"#, "external_directory"),
+        (r#"{"pattern":"KEY","path":"inner"}"#, "`read: *.env`"),
+        // `.` holds `docs/etc -> /etc`: either question, as the walk of
+        // `/etc` goes.
+        (r#"{"pattern":"KEY"}"#, "asks before"),
+        (r#"{"pattern":"main","path":"src"}"#, ""),
+    ] {
+        let (decision, reason) = decide_input(&root, "grep", input);
+        if expect.is_empty() {
+            assert_eq!(decision, "allow", "{input}: {reason}");
+        } else {
+            assert_eq!(decision, "ask", "{input}: {reason}");
+            assert!(reason.contains(expect), "{input}: {reason}");
+        }
+    }
 }
 
 /// Tools that take paths follow links too: a link to `.env` asks, a link out

@@ -143,6 +143,7 @@ impl Decoded {
                     Ahead {
                         hash,
                         prepared: None,
+                        epoch: 0,
                     },
                 )
             }
@@ -169,19 +170,37 @@ impl Decoded {
     /// ([`Policy::prepare`]), on whatever thread this runs, so that the
     /// broker only adds what the session decides. Harmless if the broker
     /// judges under another policy by then (a reload): it prepares again.
-    /// Whether there was a call to prepare.
+    /// Whether there was a call to prepare. Its disk link answers are not
+    /// checked against the inotify queue here: the caller must call
+    /// [`crate::globs::confirm`] and [`Decoded::confirm_prepared`] before the
+    /// broker judges it.
     pub fn prepare(&mut self, policy: &Policy) -> bool {
         let Parsed::Frame(ClientFrame::ToolCall(call), ahead) = &mut self.0 else {
             return false;
         };
         if ahead.prepared.is_none() {
-            ahead.prepared = Some(policy.prepare(&toolgate_policy::Call {
-                tool: &call.tool,
-                input: &call.input,
-                cwd: call.cwd.as_deref(),
+            // Its link answers are confirmed with the batch's
+            // (`confirm_prepared`), not at its first question.
+            ahead.epoch = crate::globs::epoch();
+            ahead.prepared = Some(crate::globs::deferred(|| {
+                policy.prepare(&toolgate_policy::Call {
+                    tool: &call.tool,
+                    input: &call.input,
+                    cwd: call.cwd.as_deref(),
+                })
             }));
         }
         true
+    }
+
+    /// After [`crate::globs::confirm`] gave `epoch`: a call prepared before
+    /// a change was seen is prepared again when the broker judges it.
+    pub fn confirm_prepared(&mut self, epoch: u64) {
+        if let Parsed::Frame(ClientFrame::ToolCall(_), ahead) = &mut self.0 {
+            if ahead.epoch != epoch {
+                ahead.prepared = None;
+            }
+        }
     }
 }
 
@@ -194,6 +213,8 @@ pub(super) struct Ahead {
     /// For a `tool_call`: its judgement as far as the policy alone goes
     /// ([`Decoded::prepare`]).
     pub(super) prepared: Option<toolgate_policy::Prepared>,
+    /// [`crate::globs::epoch`] before it was prepared.
+    pub(super) epoch: u64,
 }
 
 /// The `sessionID` of an unreadable line that is a `session_start` object.
