@@ -1285,7 +1285,11 @@ impl Policy {
                     view.0 += 1;
                 }
             }
-            for range in &command.redirects {
+            for (k, range) in command.redirects.iter().enumerate() {
+                // A word bound to a producer's names is read as its names.
+                if command.bound_redirects.contains(&k) {
+                    continue;
+                }
                 redirects.extend(command.text.get(range.clone()).and_then(redirect_target));
             }
         }
@@ -1363,10 +1367,14 @@ impl Policy {
                 }
             };
             let dir = normalize(arg.text, base, self.home.as_deref());
+            // A link that stays inside the tree leads where the tree's read
+            // already goes.
+            let tree = oracle.resolve(&dir).unwrap_or_else(|| dir.clone());
             match oracle.links_below(&dir) {
                 Some(reached) => followed.extend(
                     reached
                         .into_iter()
+                        .filter(|real| !real.starts_with(&tree))
                         .map(|real| (Some(real.to_string_lossy().into_owned()), arg.role)),
                 ),
                 None => followed.push((None, arg.role)),
@@ -1747,6 +1755,15 @@ impl Policy {
         let Some(found) = oracle.links_below(&absolute) else {
             return vec![anywhere_check(dir)];
         };
+        // A link that stays inside the tree leads where the tree's read
+        // already goes (and is judged with it).
+        let tree = oracle
+            .resolve(&absolute)
+            .unwrap_or_else(|| absolute.clone());
+        let found: Vec<PathBuf> = found
+            .into_iter()
+            .filter(|real| !real.starts_with(&tree))
+            .collect();
         let mut checks = Vec::new();
         let mut inside = Vec::new();
         for real in found {

@@ -157,8 +157,38 @@ pub(crate) struct Word<'a> {
     pub pipe: bool,
 }
 
+/// A word that is exactly commit ids a producer printed.
+fn commit_ids(w: &Word<'_>) -> bool {
+    w.names
+        .is_some_and(|n| n.len() == 1 && n[0] == toolgate_shell::COMMIT_IDS)
+}
+
+/// The names bound of a word when it is one of files (not commit ids).
+fn file_names<'a>(w: &Word<'a>) -> Option<&'a [String]> {
+    w.names.filter(|_| !commit_ids(w))
+}
+
 /// The path arguments of a command given as words, program first.
 pub(crate) fn arguments<'a>(words: &[Word<'a>], out: &mut Vec<Arg<'a>>) {
+    // A commit id a producer printed is a revision to git (`git show
+    // "$c"`; the shell crate refuses one after `--` or with `--no-index`),
+    // and names no file there. To any other program it is a word the shell
+    // decides at run time (a file named like a commit may be a link).
+    let git = words
+        .first()
+        .is_some_and(|w| program_name(w.text) == Some("git"));
+    let kept: Vec<Word<'a>>;
+    let words = if git && words.iter().skip(1).any(commit_ids) {
+        kept = words
+            .iter()
+            .enumerate()
+            .filter(|(k, w)| *k == 0 || !commit_ids(w))
+            .map(|(_, w)| *w)
+            .collect();
+        &kept[..]
+    } else {
+        words
+    };
     let Some((program, args)) = words.split_first() else {
         return;
     };
@@ -234,7 +264,7 @@ fn from_shell_model<'a>(name: &str, args: &[Word<'a>], out: &mut Vec<Arg<'a>>) -
             toolgate_shell::PathRole::File => Role::File,
             toolgate_shell::PathRole::Tree => Role::Tree,
         };
-        if let (true, Some(globs)) = (whole, word.names) {
+        if let (true, Some(globs)) = (whole, file_names(word)) {
             for glob in globs {
                 let mut arg = Arg::new(glob, Marks::guessed(glob), role);
                 arg.names = true;
@@ -272,7 +302,7 @@ fn shifted_data<'a>(args: &[Word<'a>], before: usize, out: &mut Vec<Arg<'a>>) {
         if !(word.marks.glob || word.marks.expansion) || word.pipe {
             continue;
         }
-        if let Some(globs) = word.names {
+        if let Some(globs) = file_names(word) {
             // Whole names stay where they are (data); split ones may land
             // in file places: the files the globs match, each checked for
             // what would split.

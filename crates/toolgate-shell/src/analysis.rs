@@ -210,6 +210,7 @@ fn unparseable(text: &str, refusal: Refusal) -> SimpleCommand {
         always: text.to_string(),
         words: Vec::new(),
         redirects: Vec::new(),
+        bound_redirects: Vec::new(),
         reads: Vec::new(),
         requires: Vec::new(),
     }
@@ -281,6 +282,12 @@ pub(crate) fn simple_command(
     let verdict = verdict(item, env, state, depth, &mut inner);
     env.stdin_names.replace(outer_names);
     let mut reads = env.reads.borrow_mut().split_off(first_read);
+    for globs in item.redirects.iter().filter_map(|r| r.input_names.as_ref()) {
+        reads.extend(globs.iter().map(|g| FileRead {
+            target: crate::ReadTarget::Names(g.clone()),
+            tree: false,
+        }));
+    }
     reads.dedup();
     let mut requires = env.requires.borrow_mut().split_off(first_require);
     requires.dedup();
@@ -297,6 +304,13 @@ pub(crate) fn simple_command(
         always,
         words,
         redirects,
+        bound_redirects: item
+            .redirects
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.input_names.is_some())
+            .map(|(k, _)| k)
+            .collect(),
         reads,
         requires,
     }

@@ -40,6 +40,34 @@ pub(crate) fn judge(args: &[Word], env: &Env<'_>, state: &State) -> Result<(), R
     if !env.opts.trust_git_config {
         return refuse("git is not read-only here: the repository's configuration is not trusted (trustGitConfig is false) and can make git run programs");
     }
+    // A commit id from a producer that prints only ids (`for c in $(git
+    // log --format=%h -5); do git show "$c"; done`) is a revision after the
+    // subcommand: judged as one (a hexadecimal word). Not among git's own
+    // options (`-C "$c"` would name a directory).
+    let ids: Vec<Word>;
+    let args = if args.iter().any(is_commit_id) {
+        let sub = args.iter().position(|w| !w.text.starts_with('-'));
+        let dashdash = args.iter().position(|w| w.text == "--");
+        if args.iter().enumerate().any(|(k, w)| {
+            is_commit_id(w) && (sub.is_none_or(|s| k <= s) || dashdash.is_some_and(|d| k > d))
+        }) || args.iter().any(|w| w.text == "--no-index")
+        {
+            return refuse("a commit id from a command's output before git's subcommand cannot be proven read-only");
+        }
+        ids = args
+            .iter()
+            .map(|w| {
+                if is_commit_id(w) {
+                    Word::literal("0123456789abcdef")
+                } else {
+                    w.clone()
+                }
+            })
+            .collect();
+        &ids[..]
+    } else {
+        args
+    };
     plain_args("git", args)?;
     let (chdirs, i) = global_options(args)?;
     let dirs = git_dirs(state, &chdirs)?;
@@ -59,6 +87,11 @@ pub(crate) fn judge(args: &[Word], env: &Env<'_>, state: &State) -> Result<(), R
     signatures(&sub.text, rest)?;
     subcommand(&sub.text, rest)?;
     own_repository(state, &chdirs, env)
+}
+
+/// A word that is exactly a commit id a producer printed.
+fn is_commit_id(w: &Word) -> bool {
+    w.names.as_deref() == Some(&[crate::names::HEX.to_string()][..])
 }
 
 /// git's own options before the subcommand: the `-C` directories in order

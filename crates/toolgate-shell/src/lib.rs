@@ -258,6 +258,11 @@ mod sedscript;
 mod syntax;
 mod table;
 mod toolchain;
+
+/// The one glob of [`WordSpan::names`] that stands for commit ids (the
+/// output of `git log --format=%H`, `git rev-list`, `git rev-parse REV`):
+/// hexadecimal words, no path.
+pub use names::HEX as COMMIT_IDS;
 mod wrappers;
 
 use std::path::PathBuf;
@@ -562,6 +567,10 @@ pub struct SimpleCommand {
     pub words: Vec<WordSpan>,
     /// Where each redirection (`2>/dev/null`, `<in.txt`) lies in `text`.
     pub redirects: Vec<std::ops::Range<usize>>,
+    /// The redirections (indices into `redirects`) that read a word bound
+    /// to names a producer printed (`< "$f"`): what they read is in
+    /// `reads` as [`ReadTarget::Names`], not their text.
+    pub bound_redirects: Vec<usize>,
     /// Files the command (or a command it runs) reads that are not its
     /// operands: option values, response files, names from its input.
     pub reads: Vec<FileRead>,

@@ -28,6 +28,12 @@
 
 use crate::syntax::{Item, Word};
 
+/// The bound of a producer that prints only commit ids (hexadecimal
+/// words): `git log --format=%H`, `git rev-list`, `git rev-parse REV`. Such
+/// a word is never an option and names no file: git takes it as a
+/// revision (see `git.rs`), and the policy reads it as no path.
+pub const HEX: &str = "<commit id>";
+
 /// The globs every name `item` prints matches, if known.
 pub(crate) fn bound(item: &Item) -> Option<Vec<String>> {
     if !item.assigns.is_empty() || item.construct.is_some() {
@@ -39,7 +45,7 @@ pub(crate) fn bound(item: &Item) -> Option<Vec<String>> {
     }
     match program.text.as_str() {
         "find" => find(args),
-        "git" => git_ls_files(args),
+        "git" => git_ls_files(args).or_else(|| git_commit_ids(args)),
         "grep" | "sort" | "uniq" | "head" | "tail" if item.piped => {
             line_filter(&program.text, args).then(|| item.stdin_names.clone())?
         }
@@ -227,6 +233,98 @@ fn git_ls_files(args: &[Word]) -> Option<Vec<String>> {
         }
     }
     Some(out)
+}
+
+/// `git log --format=%H` (or `%h`), `git rev-list`, `git rev-parse REV`,
+/// `git merge-base A B`, with options that add nothing to the ids.
+fn git_commit_ids(args: &[Word]) -> Option<Vec<String>> {
+    let (sub, rest) = args.split_first()?;
+    if !sub.is_plain() || rest.iter().any(|w| !w.is_plain()) {
+        return None;
+    }
+    let texts: Vec<&str> = rest.iter().map(|w| w.text.as_str()).collect();
+    let id_format = |f: &str| {
+        matches!(
+            f,
+            "%H" | "%h" | "format:%H" | "format:%h" | "tformat:%H" | "tformat:%h"
+        )
+    };
+    // Options that only choose commits.
+    let choose = |a: &str| {
+        matches!(
+            a,
+            "--no-merges"
+                | "--merges"
+                | "--first-parent"
+                | "--reverse"
+                | "--all"
+                | "--branches"
+                | "--tags"
+                | "--remotes"
+                | "--topo-order"
+                | "--date-order"
+        ) || [
+            "--max-count=",
+            "--since=",
+            "--until=",
+            "--after=",
+            "--before=",
+            "--author=",
+            "--grep=",
+            "--skip=",
+        ]
+        .iter()
+        .any(|p| a.starts_with(p))
+            || a.strip_prefix('-')
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|c| c.is_ascii_digit()))
+    };
+    let revision = |a: &str| !a.starts_with('-') && !a.contains(':');
+    let mut i = 0;
+    let mut ids = false;
+    match sub.text.as_str() {
+        "log" => {
+            while let Some(a) = texts.get(i) {
+                i += 1;
+                if let Some(f) = a
+                    .strip_prefix("--format=")
+                    .or_else(|| a.strip_prefix("--pretty="))
+                {
+                    if !id_format(f) {
+                        return None;
+                    }
+                    ids = true;
+                } else if *a == "-n" {
+                    texts.get(i)?.parse::<u64>().ok()?;
+                    i += 1;
+                } else if !(choose(a) || revision(a)) {
+                    return None;
+                }
+            }
+        }
+        "rev-list" => {
+            ids = true;
+            while let Some(a) = texts.get(i) {
+                i += 1;
+                if *a == "-n" {
+                    texts.get(i)?.parse::<u64>().ok()?;
+                    i += 1;
+                } else if !(choose(a) || revision(a)) {
+                    return None;
+                }
+            }
+        }
+        "rev-parse" | "merge-base" => {
+            ids = !texts.is_empty()
+                && texts.iter().all(|a| {
+                    revision(a)
+                        || matches!(*a, "--verify" | "--short" | "-q" | "--quiet")
+                        || a.strip_prefix("--short=")
+                            .is_some_and(|n| n.parse::<u8>().is_ok())
+                });
+        }
+        _ => return None,
+    }
+    ids.then(|| vec![HEX.to_string()])
 }
 
 /// A filter that prints some of its input lines unchanged.

@@ -1359,6 +1359,13 @@ impl Walker<'_> {
     }
 }
 
+/// A word that is exactly file names a producer printed (not commit ids).
+fn file_names(w: &Word) -> bool {
+    w.names
+        .as_deref()
+        .is_some_and(|n| n != [crate::names::HEX.to_string()])
+}
+
 /// `${NAME}` with nothing else inside.
 fn plain_expansion(node: Node<'_>) -> bool {
     let kids = children(node);
@@ -1416,6 +1423,9 @@ pub(crate) fn judge_redirect(fd: &str, op: &str, dests: &[Word]) -> Redir {
         ))),
         // `< <(…)`: the input is a pipe from commands judged on their own.
         "<" if matches!(fd, "" | "0") && dest.is_some_and(|d| d.pipe) => None,
+        // `< "$f"` with `$f` one of the names a producer printed: a read
+        // of one of the files they match (reported with the command).
+        "<" if matches!(fd, "" | "0") && dest.is_some_and(file_names) => None,
         "<" => match dest {
             Some(d) => match input_word_problem(d, &shown) {
                 Some(r) => Some(r),
@@ -1458,12 +1468,16 @@ pub(crate) fn judge_redirect(fd: &str, op: &str, dests: &[Word]) -> Redir {
     let pipe = dest
         .filter(|d| d.pipe && op == "<" && matches!(fd, "" | "0"))
         .map(|d| d.names.clone());
+    let input_names = dest
+        .filter(|d| !d.pipe && op == "<" && matches!(fd, "" | "0") && file_names(d))
+        .and_then(|d| d.names.clone());
     Redir {
         text,
         refusal,
         input,
         bash_only: sh_differs,
         pipe,
+        input_names,
     }
 }
 

@@ -77,6 +77,9 @@ pub(crate) struct Redir {
     /// Input from a process substitution (`< <(…)`): a pipe, with the names
     /// bound of the command inside when it is a producer of names.
     pub pipe: Option<Option<Vec<String>>>,
+    /// Input from a word bound to names a producer printed (`wc -l <
+    /// "$f"` in a loop over `git ls-files`): the globs they match.
+    pub input_names: Option<Vec<String>>,
 }
 
 /// One simple command as parsed.

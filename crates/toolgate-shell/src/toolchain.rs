@@ -116,6 +116,10 @@ pub(crate) fn judge(name: &str, args: &[Word], env: &Env<'_>) -> Option<Result<(
 
 /// Only `-V`, `--version`, `-v`, `--verbose` (clustered `-vV`), one a version.
 fn version_flags(args: &[&str]) -> bool {
+    // `cargo --list`: the subcommands and aliases it knows.
+    if args == ["--list"] {
+        return true;
+    }
     let mut version = false;
     for a in args {
         match *a {

@@ -160,11 +160,14 @@ fn research_sets_refuse_only_the_known() {
         "python3 -c \"import sys; print(sys.version); print(sys.executable)\"",
         "python3 -B -c \"import tomllib; d=tomllib.load(open('pyproject.toml','rb')); print(d['project'].get('dependencies'))\"",
         "node -p \"require('./package.json').engines\"",
+        "python3 -m pip list 2>/dev/null | head -n 40",
+        "pip show requests 2>/dev/null",
+        "python3 -c \"import tomllib,json; print(json.dumps(tomllib.load(open('pyproject.toml','rb')).get('project',{}).get('dependencies',[]), indent=2))\"",
         "cargo fmt --all -- --check",
         "yq '.jobs | keys' .github/workflows/ci.yml",
-        // git's arguments from a substitution may be options.
+        // git's arguments from a substitution may be options (a tag name
+        // from `git describe`, unlike a commit id, is not bounded).
         "git log --oneline \"$(git describe --tags --abbrev=0)\"..HEAD",
-        "for c in $(git log --format=%h -5); do git show --stat --oneline \"$c\" | head -8; done",
         // tree-sitter-bash drops part of this script.
         "git ls-files '*.go' | while read -r f; do echo \"$f $(grep -c 'func ' \"$f\")\"; done",
     ];
