@@ -160,10 +160,12 @@ impl Ruleset {
         let paths = is_path_permission(permission);
         self.rules.iter().rev().find(|rule| {
             rule.permission.matches(permission)
-                && (rule.pattern.matches(subject)
-                    || paths
-                        && rule.action != Action::Allow
-                        && rule.pattern.matches_any_case(subject))
+                && if paths && rule.action != Action::Allow {
+                    // One pass: a match in any case includes the exact one.
+                    rule.pattern.matches_any_case(subject)
+                } else {
+                    rule.pattern.matches(subject)
+                }
         })
     }
 
