@@ -1269,18 +1269,9 @@ impl<'s> Walker<'s> {
                         "backtick command substitution cannot be proven read-only",
                     );
                 }
-                let start = self.items.len();
-                let outer = self.pipe_in.take();
-                self.seq(node, inh, depth + 1);
-                self.pipe_in = outer;
-                let inner = self.items.get(start..).unwrap_or(&[]);
-                let one_pipeline = inner.iter().skip(1).all(|i| i.piped);
+                let names = self.substitution(node, inh, depth);
                 b.expansion(raw);
-                b.names = if one_pipeline {
-                    inner.last().and_then(crate::names::bound)
-                } else {
-                    None
-                };
+                b.names = names;
                 b.names_split = !b.in_quotes;
                 b.names_text = Some(raw.to_string());
             }
@@ -1294,20 +1285,11 @@ impl<'s> Walker<'s> {
                         "process substitution `>(...)` cannot be proven read-only",
                     );
                 }
-                let start = self.items.len();
-                let outer = self.pipe_in.take();
-                self.seq(node, inh, depth + 1);
-                self.pipe_in = outer;
-                let inner = self.items.get(start..).unwrap_or(&[]);
-                let one_pipeline = inner.iter().skip(1).all(|i| i.piped);
+                let names = self.substitution(node, inh, depth);
                 // dash reads `<(` as a syntax error: the line never runs.
                 b.expansion(raw);
                 b.pipe();
-                b.names = if one_pipeline {
-                    inner.last().and_then(crate::names::bound)
-                } else {
-                    None
-                };
+                b.names = names;
                 b.names_text = Some(raw.to_string());
             }
             "arithmetic_expansion" => {
@@ -1331,6 +1313,27 @@ impl<'s> Walker<'s> {
 }
 
 impl Walker<'_> {
+    /// Walk the commands of `$(…)` or `<(…)` (they read the outer input,
+    /// not a pipe the walker knows) and give the names bound of what they
+    /// print, when they are one pipeline ending in a producer of names.
+    fn substitution(
+        &mut self,
+        node: Node<'_>,
+        inh: Option<&Refusal>,
+        depth: usize,
+    ) -> Option<Vec<String>> {
+        let start = self.items.len();
+        let outer = self.pipe_in.take();
+        self.seq(node, inh, depth + 1);
+        self.pipe_in = outer;
+        let inner = self.items.get(start..).unwrap_or(&[]);
+        if inner.iter().skip(1).all(|i| i.piped) {
+            inner.last().and_then(crate::names::bound)
+        } else {
+            None
+        }
+    }
+
     /// `$NAME` or `${NAME}`: a loop variable's value when one is bound.
     fn variable(&self, name: &str, raw: &str, b: &mut WordBuilder) {
         match self.bindings.iter().rev().find(|(n, _)| n == name) {

@@ -468,12 +468,9 @@ fn everyday_research_still_flows() {
     assert!(refused.is_empty(), "refused:\n{}", refused.join("\n"));
 }
 
-/// Toolchain queries are read-only only while no file in the project (or
-/// above it) makes the toolchain install or run something: checked on the
-/// disk for each call.
-#[test]
-fn toolchain_queries_rest_on_the_disk() {
-    let root = hostile_project("toolchain-queries");
+/// The hostile project with a Cargo package in it.
+fn crate_project(name: &str) -> std::path::PathBuf {
+    let root = hostile_project(name);
     std::fs::write(
         root.join("Cargo.toml"),
         "[package]\nname = \"a\"\nversion = \"0.1.0\"\nedition = \"2021\"\n",
@@ -481,6 +478,15 @@ fn toolchain_queries_rest_on_the_disk() {
     .unwrap();
     std::fs::create_dir_all(root.join("src")).unwrap();
     std::fs::write(root.join("src/lib.rs"), "").unwrap();
+    root
+}
+
+/// Toolchain queries are read-only only while no file in the project (or
+/// above it) makes the toolchain install or run something: checked on the
+/// disk for each call.
+#[test]
+fn toolchain_queries_rest_on_the_disk() {
+    let root = crate_project("toolchain-queries");
     let queries = [
         "cargo --version",
         "rustc -vV",
@@ -574,14 +580,7 @@ fn toolchain_queries_rest_on_the_disk() {
 /// the hostile project and must change nothing and print no secret.
 #[test]
 fn toolchain_options_swept() {
-    let root = hostile_project("toolchain-sweep");
-    std::fs::write(
-        root.join("Cargo.toml"),
-        "[package]\nname = \"a\"\nversion = \"0.1.0\"\nedition = \"2021\"\n",
-    )
-    .unwrap();
-    std::fs::create_dir_all(root.join("src")).unwrap();
-    std::fs::write(root.join("src/lib.rs"), "").unwrap();
+    let root = crate_project("toolchain-sweep");
     let values = [
         ".env",
         "docs/cfg",
