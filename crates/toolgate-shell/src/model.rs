@@ -153,6 +153,20 @@ pub(crate) fn programs() -> &'static HashMap<&'static str, Program> {
 }
 
 /// The model of one program.
+/// Does `name` take only data: operands and every option's values (`echo`,
+/// `basename`, `dirname`)? Whatever words it is given then name no file.
+pub(crate) fn only_data(name: &str) -> bool {
+    match program(name) {
+        Some(p) => {
+            p.operands == Role::Data
+                && p.options
+                    .iter()
+                    .all(|o| o.role == Role::Data && o.more.iter().all(|r| *r == Role::Data))
+        }
+        None => name == "echo",
+    }
+}
+
 pub(crate) fn program(name: &str) -> Option<&'static Program> {
     programs().get(name)
 }

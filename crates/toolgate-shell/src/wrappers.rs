@@ -599,11 +599,11 @@ fn xargs(
     {
         // The items are read (from FILE or the input), and the command gets
         // them as arguments: they may name any file.
-        // A command that only prints its arguments (`xargs basename`) reads
-        // no file, whatever names arrive.
-        let prints_only = args.get(i).is_some_and(|w| {
-            w.is_plain() && matches!(w.text.as_str(), "echo" | "basename" | "dirname")
-        });
+        // A command whose operands and option values are all data (`xargs
+        // basename`, `xargs echo`) reads no file, whatever names arrive.
+        let prints_only = args
+            .get(i)
+            .is_some_and(|w| w.is_plain() && crate::model::only_data(&w.text));
         // From a producer of known names (`find … | xargs`), the items are
         // among those names.
         let bounded = if arg_files.is_empty() {

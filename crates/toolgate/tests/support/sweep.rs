@@ -120,7 +120,12 @@ fn role(word: &str) -> Result<Role, String> {
     })
 }
 
-/// Read the model: `[names]` starts a block; comment lines and attribute lines
+/// Read the model, on purpose with a reader of the sweep's own (not the
+/// shell crate's): a value role the crate's reader got wrong is swept with
+/// the hostile values of the role the file states, so the mistake shows as
+/// a guarded read or a write instead of being mirrored.
+///
+/// `[names]` starts a block; comment lines and attribute lines
 /// other than `operands`, `posix`, `response-files`, `no-abbrev`,
 /// `archive-operand` and `max-operands` are skipped; lines starting with `-` are options.
 pub fn parse(text: &str) -> Result<Vec<Program>, String> {
