@@ -1659,6 +1659,9 @@ impl Policy {
                 real
             }
             _ => match oracle.resolve(raw) {
+                // No link, and nothing to normalize (a resolved path has no
+                // `.` or `..`): the path is where its lexical form points.
+                Some(real) if real == raw => return None,
                 Some(real) => real,
                 None => return Some(unresolved(raw)),
             },

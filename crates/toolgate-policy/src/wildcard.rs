@@ -17,7 +17,76 @@ enum Kind {
     /// No wildcard characters: plain equality.
     Literal,
     /// General pattern; `bare` is the pattern without its trailing ` *`, if it had one.
-    Glob { bare: Option<String> },
+    Glob {
+        bare: Option<String>,
+        /// Without `?`: the literal runs between its stars, matched by
+        /// searching for each in turn (the usual path rule, `*.env`).
+        stars: Option<Stars>,
+        bare_stars: Option<Stars>,
+    },
+}
+
+/// A pattern of literal runs and stars only: `prefix*middle…*suffix`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Stars {
+    prefix: Box<[u8]>,
+    middle: Box<[Box<[u8]>]>,
+    suffix: Box<[u8]>,
+}
+
+impl Stars {
+    /// `None` when the pattern has a `?`, or no star.
+    fn new(pattern: &str) -> Option<Stars> {
+        if pattern.contains('?') || !pattern.contains('*') {
+            return None;
+        }
+        let mut runs: Vec<&[u8]> = pattern.as_bytes().split(|&b| b == b'*').collect();
+        // At least two runs: there is a star.
+        let suffix = runs.pop()?;
+        let prefix = runs.first().copied().unwrap_or_default();
+        let middle = runs
+            .iter()
+            .skip(1)
+            .filter(|run| !run.is_empty())
+            .map(|run| Box::<[u8]>::from(*run))
+            .collect();
+        Some(Stars {
+            prefix: prefix.into(),
+            middle,
+            suffix: suffix.into(),
+        })
+    }
+
+    /// Whole-text match; ASCII letters of either case the same when `fold`.
+    /// Each middle run is taken at its first place after the one before:
+    /// with stars only, the earliest place leaves the most room for the
+    /// rest, so this finds a match whenever there is one. (A run starts
+    /// with a character's first byte, which never occurs inside another
+    /// character of valid UTF-8: a byte search finds only whole characters.)
+    fn matches(&self, text: &[u8], fold: bool) -> bool {
+        let same = |a: &[u8], b: &[u8]| {
+            if fold {
+                a.eq_ignore_ascii_case(b)
+            } else {
+                a == b
+            }
+        };
+        let (prefix, suffix) = (&self.prefix[..], &self.suffix[..]);
+        if text.len() < prefix.len() + suffix.len()
+            || !same(&text[..prefix.len()], prefix)
+            || !same(&text[text.len() - suffix.len()..], suffix)
+        {
+            return false;
+        }
+        let mut rest = &text[prefix.len()..text.len() - suffix.len()];
+        for run in self.middle.iter() {
+            match rest.windows(run.len()).position(|window| same(window, run)) {
+                Some(at) => rest = &rest[at + run.len()..],
+                None => return false,
+            }
+        }
+        true
+    }
 }
 
 impl Wildcard {
@@ -28,8 +97,11 @@ impl Wildcard {
         } else if !pattern.contains(['*', '?']) {
             Kind::Literal
         } else {
+            let bare = pattern.strip_suffix(" *");
             Kind::Glob {
-                bare: pattern.strip_suffix(" *").map(str::to_string),
+                bare: bare.map(str::to_string),
+                stars: Stars::new(pattern),
+                bare_stars: bare.and_then(Stars::new),
             }
         };
         Wildcard {
@@ -50,12 +122,7 @@ impl Wildcard {
         match &self.kind {
             Kind::Any => true,
             Kind::Literal => self.source.eq_ignore_ascii_case(text),
-            Kind::Glob { bare } => {
-                glob_match_with(&self.source, text, true)
-                    || bare
-                        .as_deref()
-                        .is_some_and(|bare| glob_match_with(bare, text, true))
-            }
+            Kind::Glob { .. } => self.glob(text, true),
         }
     }
 
@@ -64,21 +131,30 @@ impl Wildcard {
         match &self.kind {
             Kind::Any => true,
             Kind::Literal => self.source == text,
-            Kind::Glob { bare } => {
-                glob_match(&self.source, text)
-                    || bare.as_deref().is_some_and(|bare| glob_match(bare, text))
-            }
+            Kind::Glob { .. } => self.glob(text, false),
         }
+    }
+
+    /// A general pattern's match, or its bare form's.
+    fn glob(&self, text: &str, fold: bool) -> bool {
+        let Kind::Glob {
+            bare,
+            stars,
+            bare_stars,
+        } = &self.kind
+        else {
+            return false;
+        };
+        let one = |pattern: &str, stars: &Option<Stars>| match stars {
+            Some(stars) => stars.matches(text.as_bytes(), fold),
+            None => glob_match_with(pattern, text, fold),
+        };
+        one(&self.source, stars) || bare.as_deref().is_some_and(|bare| one(bare, bare_stars))
     }
 }
 
 /// Iterative matcher with single-star backtracking: O(pattern × text) at worst,
-/// never exponential.
-fn glob_match(pattern: &str, text: &str) -> bool {
-    glob_match_with(pattern, text, false)
-}
-
-/// [`glob_match`], ASCII letters of either case the same when `fold`.
+/// never exponential; ASCII letters of either case the same when `fold`.
 fn glob_match_with(pattern: &str, text: &str, fold: bool) -> bool {
     let pattern: &[u8] = pattern.as_bytes();
     let text_bytes = text.as_bytes();
@@ -180,6 +256,25 @@ mod tests {
         ];
         for (pattern, text, expected) in cases {
             check(pattern, text, *expected);
+        }
+    }
+
+    proptest::proptest! {
+        /// The run search of star-only patterns answers as the general
+        /// matcher does, in either case mode.
+        #[test]
+        fn star_runs_agree_with_the_general_matcher(
+            pattern in "[ab.*é]{0,8}",
+            text in "[abAB.é/]{0,12}",
+            fold: bool,
+        ) {
+            if let Some(stars) = Stars::new(&pattern) {
+                proptest::prop_assert_eq!(
+                    stars.matches(text.as_bytes(), fold),
+                    glob_match_with(&pattern, &text, fold),
+                    "pattern {:?} text {:?}", pattern, text
+                );
+            }
         }
     }
 

@@ -509,7 +509,7 @@ fn main() -> ExitCode {
             };
             return ExitCode::from(toolgate::policy_cli::validate(
                 &files,
-                &settings_of(mode, args),
+                &settings_of(mode, args, false),
             ));
         }
         Some(Command::Policy(PolicyCommand::Import { files, from, agent })) => {
@@ -599,7 +599,7 @@ fn replay(
         if let Some(file) = file {
             args.policy = Some(file.to_path_buf());
         }
-        open(args)
+        open(args, true)
             .ok()
             .map(|opened| (opened.policy, opened.sources))
     };
@@ -644,7 +644,7 @@ fn check(check: CheckArgs, args: ServeArgs) -> ExitCode {
         Some(Ok(rules)) => Some(rules),
         Some(Err(err)) => return usage(err),
     };
-    let Ok(opened) = open(args) else {
+    let Ok(opened) = open(args, false) else {
         return ExitCode::from(2);
     };
     let policy = opened.policy;
@@ -884,8 +884,9 @@ struct Opened {
 }
 
 /// What the flags and the environment say about the policy.
-fn settings_of(mode: Option<Mode>, args: ServeArgs) -> Settings {
+fn settings_of(mode: Option<Mode>, args: ServeArgs, remember_links: bool) -> Settings {
     Settings {
+        remember_links,
         mode,
         policy: args.policy,
         agent: args.agent,
@@ -901,7 +902,9 @@ fn settings_of(mode: Option<Mode>, args: ServeArgs) -> Settings {
     }
 }
 
-fn open(args: ServeArgs) -> Result<Opened, ExitCode> {
+/// Opens the broker; `long_lived` for a process that judges many calls
+/// (see [`Settings::remember_links`]).
+fn open(args: ServeArgs, long_lived: bool) -> Result<Opened, ExitCode> {
     let env_mode = std::env::var("TOOLGATE_MODE").ok();
     let mode = match choose_mode(args.mode, args.permission_mode, env_mode.as_deref()) {
         Ok(mode) => mode,
@@ -910,7 +913,7 @@ fn open(args: ServeArgs) -> Result<Opened, ExitCode> {
             return Err(ExitCode::from(2));
         }
     };
-    let settings = settings_of(mode, args.clone());
+    let settings = settings_of(mode, args.clone(), long_lived);
     let setup::Loaded {
         policy,
         warnings,
@@ -1004,7 +1007,7 @@ fn serve(args: ServeArgs) -> ExitCode {
         policy,
         max_frame_bytes,
         ..
-    } = match open(args) {
+    } = match open(args, true) {
         Ok(opened) => opened,
         Err(code) => return code,
     };
@@ -1191,7 +1194,7 @@ fn hook(agent: HookAgent, socket: Option<PathBuf>, wait: Option<u64>, args: Serv
         policy,
         configured_mode,
         ..
-    } = match open(args) {
+    } = match open(args, false) {
         Ok(opened) => opened,
         Err(_) => {
             return write(&deny(
@@ -1309,7 +1312,7 @@ fn in_process(
         policy,
         configured_mode,
         ..
-    } = open(args)?;
+    } = open(args, true)?;
     let mut server = Server::new(InProcess::new(
         broker,
         session,

@@ -605,11 +605,6 @@ fn hand_over(
     }
 }
 
-/// How many calls are prepared before their link answers are confirmed
-/// together (see `answer`): one look at the inotify queue for as many, and
-/// few judgements held at once.
-const CONFIRMED: usize = 32;
-
 /// At most this many lines read together, with nothing handed to the worker
 /// still unanswered, are answered on the reader's thread: a lone call never
 /// waits for another thread to wake up.
@@ -750,38 +745,31 @@ fn answer<W: Write>(
     crate::repo::next_batch();
     let deadline_before = shared.broker.next_deadline();
     // Every line read is handled, even after a `shutdown` frame or a
-    // signal stopped the broker: a stopped broker denies the calls. They go
-    // by groups of [`CONFIRMED`]: each call of a group is prepared before
-    // any is decided, and the disk's link answers they used are confirmed
-    // at once (one look at the inotify queue, see `globs::confirm`); a call
-    // prepared before a change was seen is judged again.
+    // signal stopped the broker: a stopped broker denies the calls. Each
+    // call of the batch is prepared (most already are, by the reader)
+    // before any is decided, and the disk's link answers they used are
+    // confirmed at once (one look at each inotify queue, see
+    // `globs::confirm`); a call prepared before a change was seen is
+    // judged again. The lines stay where they are until the broker takes
+    // them.
     let policy = shared.broker.policy().clone();
-    let mut group: Vec<(u64, Decoded)> = Vec::with_capacity(CONFIRMED);
-    let mut rest = lines.drain(..);
-    loop {
-        group.extend(rest.by_ref().take(CONFIRMED));
-        if group.is_empty() {
-            break;
-        }
-        for (_, decoded) in &mut group {
-            decoded.prepare(&policy);
-        }
-        let epoch = crate::globs::confirm();
-        for (number, mut decoded) in group.drain(..) {
-            decoded.confirm_prepared(epoch);
-            let Shared { broker, frames, .. } = &mut *shared;
-            broker.step(
-                Input::Decoded {
-                    conn: STDIO,
-                    decoded,
-                    number,
-                },
-                frames,
-            );
-            shared.encode_frames();
-        }
+    for (_, decoded) in lines.iter_mut() {
+        decoded.prepare(&policy);
     }
-    drop(rest);
+    let epoch = crate::globs::confirm();
+    for (number, mut decoded) in lines.drain(..) {
+        decoded.confirm_prepared(epoch);
+        let Shared { broker, frames, .. } = &mut *shared;
+        broker.step(
+            Input::Decoded {
+                conn: STDIO,
+                decoded,
+                number,
+            },
+            frames,
+        );
+        shared.encode_frames();
+    }
     if ended && !shared.broker.stopped() {
         let Shared { broker, frames, .. } = &mut *shared;
         broker.step(Input::Stop, frames);

@@ -37,6 +37,12 @@ pub struct Settings {
     pub cwd: PathBuf,
     /// `HOME`.
     pub home: Option<PathBuf>,
+    /// Remember which paths cross no symbolic link while inotify reports no
+    /// change (see `globs::watched`): for a process that judges many calls
+    /// (`serve`, `mcp`, `replay`). A process that judges one (`hook`,
+    /// `check`) asks the disk instead: watching a large directory, and
+    /// closing the watches, cost more than the questions they save.
+    pub remember_links: bool,
 }
 
 /// The policy, the warnings to log, and where the policy came from.
@@ -229,7 +235,11 @@ pub fn load(settings: &Settings) -> Result<Loaded, PolicyError> {
         DiskRepos::new(policy.project_root.clone()).per_batch(),
     ));
     // Shell globs are judged by what they match on the disk.
-    policy.glob_oracle = Some(Arc::new(crate::globs::DiskGlobs::per_call()));
+    policy.glob_oracle = Some(Arc::new(if settings.remember_links {
+        crate::globs::DiskGlobs::per_call()
+    } else {
+        crate::globs::DiskGlobs::new()
+    }));
     policy.physical_root =
         toolgate_policy::GlobOracle::resolve(&crate::globs::DiskGlobs::new(), &policy.project_root);
     warnings.extend(built);

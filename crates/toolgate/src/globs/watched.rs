@@ -23,10 +23,11 @@
 //! path, and changes made on another machine to a network file system; a
 //! mount is not a link for the kernel's `RESOLVE_NO_SYMLINKS` walk either.
 //!
-//! Each thread keeps two memories (behind a lock only [`confirm`] takes
-//! from another thread): one below the project's real root (names relative
+//! Each thread keeps two memories: one below the project's real root (names relative
 //! to it, watched through `/proc/self/fd`, so a root moved away is still
-//! the one the descriptor holds), one for absolute paths.
+//! the one the descriptor holds), one for absolute paths. [`confirm`] looks
+//! at every thread's queues without their owners' locks, and takes an
+//! owner's lock only to read changes it found, and only when it is free.
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -35,8 +36,8 @@ use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, TryLockError, Weak};
 
 use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
 use rustix::fs::{Mode, OFlags};
@@ -76,9 +77,46 @@ enum Watch {
     Failed,
 }
 
+/// A memory's inotify queue, which [`confirm`] reads from any thread
+/// without taking the owner's lock.
+struct Queue {
+    fd: OwnedFd,
+    /// A confirmation found changes on the queue that its owner has not
+    /// read yet: the owner reads them at its next question.
+    dirty: AtomicBool,
+}
+
+/// Drops a memory's queue on a thread of its own. Closing an inotify
+/// descriptor that holds watches waits for the kernel to retire them
+/// (milliseconds: an RCU grace period), which would stall the judgement, or
+/// the end of the thread or of the process, that dropped it; a descriptor
+/// still open when the process ends is released without that wait. (A
+/// confirmation holding the queue for a moment closes it itself.)
+fn close_later(queue: Arc<Queue>) {
+    static CLOSER: Mutex<Option<std::sync::mpsc::Sender<Arc<Queue>>>> = Mutex::new(None);
+    let mut closer = CLOSER.lock().unwrap_or_else(PoisonError::into_inner);
+    if closer.is_none() {
+        let (send, receive) = std::sync::mpsc::channel::<Arc<Queue>>();
+        let spawned = std::thread::Builder::new()
+            .name("toolgate-closer".to_string())
+            .spawn(move || receive.into_iter().for_each(drop));
+        if spawned.is_ok() {
+            *closer = Some(send);
+        }
+    }
+    // Without the thread (it could not be started), the queue goes here.
+    if let Some(send) = closer.as_ref() {
+        let _ = send.send(queue);
+    }
+}
+
+/// Every memory's queue, with the memories of the thread that owns it.
+type Queues = Vec<(Weak<Queue>, Weak<Mutex<State>>)>;
+static QUEUES: Mutex<Queues> = Mutex::new(Vec::new());
+
 /// Answers kept while their directories report no change.
 pub(super) struct Memory {
-    inotify: OwnedFd,
+    queue: Arc<Queue>,
     /// Prepended to a directory's key to name it for `inotify_add_watch`.
     prefix: Vec<u8>,
     dirs: HashMap<Box<[u8]>, i32, Hasher>,
@@ -90,11 +128,26 @@ pub(super) struct Memory {
     drained: bool,
 }
 
+impl Drop for Memory {
+    fn drop(&mut self) {
+        close_later(self.queue.clone());
+    }
+}
+
 impl Memory {
     fn new(prefix: Vec<u8>) -> Option<Memory> {
-        let inotify = inotify::init(CreateFlags::NONBLOCK | CreateFlags::CLOEXEC).ok()?;
+        let fd = inotify::init(CreateFlags::NONBLOCK | CreateFlags::CLOEXEC).ok()?;
+        let queue = Arc::new(Queue {
+            fd,
+            dirty: AtomicBool::new(false),
+        });
+        let owner = MINE.with(Arc::downgrade);
+        let mut queues = QUEUES.lock().unwrap_or_else(PoisonError::into_inner);
+        queues.retain(|(queue, _)| queue.strong_count() > 0);
+        queues.push((Arc::downgrade(&queue), owner));
+        drop(queues);
         Some(Memory {
-            inotify,
+            queue,
             prefix,
             dirs: HashMap::default(),
             by_wd: HashMap::default(),
@@ -107,13 +160,16 @@ impl Memory {
     /// Read the changes reported since the last time (once a judgement,
     /// or once a batch when confirmed, see [`confirm`]).
     fn drain(&mut self) {
-        if self.drained {
+        if self.drained && !self.queue.dirty.load(Ordering::SeqCst) {
             return;
         }
         self.drained = true;
+        // Cleared before the queue is read: a change a confirmation finds
+        // after this is read at the next question.
+        self.queue.dirty.store(false, Ordering::SeqCst);
         // Usually nothing happened: one `ioctl(FIONREAD)`, cheaper than a
         // `read` that finds the queue empty.
-        if rustix::io::ioctl_fionread(&self.inotify).is_ok_and(|pending| pending == 0) {
+        if rustix::io::ioctl_fionread(&self.queue.fd).is_ok_and(|pending| pending == 0) {
             return;
         }
         // Answers given before now may have been wrong: judgements that
@@ -131,7 +187,7 @@ impl Memory {
         let mut events: Vec<(i32, ReadFlags, Option<Vec<u8>>)> = Vec::new();
         let mut failed = false;
         {
-            let mut reader = inotify::Reader::new(&self.inotify, &mut buf);
+            let mut reader = inotify::Reader::new(&self.queue.fd, &mut buf);
             loop {
                 match reader.next() {
                     Ok(event) => events.push((
@@ -180,7 +236,7 @@ impl Memory {
     fn forget_all(&mut self) {
         self.forget_answers();
         for (_, wd) in self.dirs.drain() {
-            let _ = inotify::remove_watch(&self.inotify, wd);
+            let _ = inotify::remove_watch(&self.queue.fd, wd);
         }
         self.by_wd.clear();
     }
@@ -196,7 +252,7 @@ impl Memory {
         for key in gone {
             if let Some(wd) = self.dirs.remove(&key) {
                 self.by_wd.remove(&wd);
-                let _ = inotify::remove_watch(&self.inotify, wd);
+                let _ = inotify::remove_watch(&self.queue.fd, wd);
             }
         }
     }
@@ -223,7 +279,7 @@ impl Memory {
         let mut name = self.prefix.clone();
         name.extend_from_slice(if key.is_empty() { b"." } else { key });
         let path = Path::new(OsStr::from_bytes(&name));
-        match inotify::add_watch(&self.inotify, path, watch_flags()) {
+        match inotify::add_watch(&self.queue.fd, path, watch_flags()) {
             Ok(wd) => {
                 if self.by_wd.get(&wd).is_some_and(|seen| **seen != *key) {
                     // One directory under two names (a bind mount): its
@@ -295,8 +351,9 @@ struct Base {
 }
 
 /// One thread's memories. A judgement prepared on one thread may be
-/// confirmed on another ([`confirm`] reads every thread's queue): each is
-/// behind a lock that only a confirmation takes from another thread.
+/// confirmed on another ([`confirm`] reads every thread's queue): the
+/// memories are behind a lock that a confirmation only tries, from another
+/// thread, when it found changes.
 #[derive(Default)]
 struct State {
     base: Option<Base>,
@@ -311,17 +368,6 @@ impl Drop for State {
     }
 }
 
-/// Every thread's memories, for [`confirm`].
-static REGISTRY: Mutex<Vec<Weak<Mutex<State>>>> = Mutex::new(Vec::new());
-
-fn registered() -> Arc<Mutex<State>> {
-    let state = Arc::new(Mutex::new(State::default()));
-    let mut registry = REGISTRY.lock().unwrap_or_else(PoisonError::into_inner);
-    registry.retain(|weak| weak.strong_count() > 0);
-    registry.push(Arc::downgrade(&state));
-    state
-}
-
 /// Counts the reads of the queue that found changes.
 static EPOCH: AtomicU64 = AtomicU64::new(0);
 
@@ -329,7 +375,7 @@ thread_local! {
     /// Within [`deferred`]: questions do not read the queue.
     static DEFERRED: Cell<bool> = const { Cell::new(false) };
     /// This thread's memories.
-    static MINE: Arc<Mutex<State>> = registered();
+    static MINE: Arc<Mutex<State>> = Arc::new(Mutex::new(State::default()));
 }
 
 /// Calls `f` with this thread's memories.
@@ -372,16 +418,39 @@ pub fn deferred<R>(f: impl FnOnce() -> R) -> R {
 }
 
 /// Read every thread's queue of changes now; the [`epoch`] after.
+///
+/// Each queue is looked at without its owner's lock (one
+/// `ioctl(FIONREAD)`): a flood's reader keeps preparing calls while the
+/// worker confirms them. A queue that holds changes is marked for its owner
+/// to read at its next question, the epoch moves on (every judgement
+/// prepared before is judged again), and the owner's memories are read
+/// here when its lock is free (an idle thread's would otherwise hold the
+/// changes, and move the epoch at every confirmation).
 pub fn confirm() -> u64 {
-    let registry = REGISTRY.lock().unwrap_or_else(PoisonError::into_inner);
-    for state in registry.iter().filter_map(Weak::upgrade) {
-        let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
+    let queues = QUEUES.lock().unwrap_or_else(PoisonError::into_inner);
+    for (queue, owner) in queues.iter() {
+        let Some(queue) = queue.upgrade() else {
+            continue;
+        };
+        if rustix::io::ioctl_fionread(&queue.fd).is_ok_and(|pending| pending == 0) {
+            continue;
+        }
+        // Marked before the epoch moves: a judgement that reads the epoch
+        // after it moved finds the mark and reads the queue first.
+        queue.dirty.store(true, Ordering::SeqCst);
+        EPOCH.fetch_add(1, Ordering::SeqCst);
+        let Some(owner) = owner.upgrade() else {
+            continue;
+        };
+        let mut state = match owner.try_lock() {
+            Ok(state) => state,
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) => continue,
+        };
         if let Some(memory) = state.base.as_mut().and_then(|b| b.memory.as_mut()) {
-            memory.drained = false;
             memory.drain();
         }
         if let Some(memory) = state.absolute.as_mut() {
-            memory.drained = false;
             memory.drain();
         }
     }
@@ -404,7 +473,13 @@ fn with_base_in<R>(
     remember: bool,
     f: impl FnOnce(Option<BorrowedFd<'_>>, Option<&mut BaseMemory<'_>>) -> R,
 ) -> R {
-    if state.base.as_ref().is_none_or(|b| b.path != base) {
+    // The same bytes (not `Path`'s component-wise equality, a walk at
+    // every question): another spelling of the root only opens it again.
+    if state
+        .base
+        .as_ref()
+        .is_none_or(|b| b.path.as_os_str() != base.as_os_str())
+    {
         if state.base.as_ref().is_some_and(|b| b.memory.is_some()) {
             // Its queue goes with it: judgements it answered are redone.
             EPOCH.fetch_add(1, Ordering::SeqCst);
