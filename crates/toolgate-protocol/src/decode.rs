@@ -747,6 +747,30 @@ impl Envelope {
     }
 
     fn scope_spec(&self, object: &Map<String, Value>) -> Result<ScopeSpec, DecodeError> {
+        // A key the scope does not know is refused, as the policy file
+        // refuses one: `filePattern` for `filePatterns` would start the
+        // session with no file limit.
+        if let Some(key) = object
+            .keys()
+            .find(|key| !SCOPE_KEYS.contains(&key.as_str()))
+        {
+            let hint = SCOPE_KEYS
+                .iter()
+                .find(|known| known.eq_ignore_ascii_case(key) || close_to(known, key))
+                .map(|known| format!(" (did you mean `{known}`?)"))
+                .unwrap_or_default();
+            return Err(self.error(
+                ErrorCode::InvalidFrame,
+                format!(
+                    "`permissions.{key}` is not a scope field{hint}: a scope has {}",
+                    SCOPE_KEYS
+                        .iter()
+                        .map(|k| format!("`{k}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            ));
+        }
         let list = |key: &str| -> Result<Option<Vec<String>>, DecodeError> {
             match object.get(key) {
                 None | Some(Value::Null) => Ok(None),
@@ -895,6 +919,42 @@ pub(crate) fn truncate(text: &str, max: usize) -> String {
         end -= 1;
     }
     format!("{}…", &text[..end])
+}
+
+/// The fields of `session_start.permissions`.
+const SCOPE_KEYS: [&str; 5] = [
+    "allowedTools",
+    "deniedTools",
+    "filePatterns",
+    "commandPatterns",
+    "patternSyntax",
+];
+
+/// `typed` is `known` with one character added, dropped or changed (a
+/// plural dropped, a letter slipped), letter case aside.
+fn close_to(known: &str, typed: &str) -> bool {
+    let (a, b): (Vec<char>, Vec<char>) = (
+        known.to_ascii_lowercase().chars().collect(),
+        typed.to_ascii_lowercase().chars().collect(),
+    );
+    let (long, short) = if a.len() >= b.len() {
+        (&a, &b)
+    } else {
+        (&b, &a)
+    };
+    if long.len() - short.len() > 1 {
+        return false;
+    }
+    let start = long
+        .iter()
+        .zip(short.iter())
+        .take_while(|(x, y)| x == y)
+        .count();
+    // Past the first difference, the rest must be the same (after the
+    // changed character, or after the one added).
+    let skip = if long.len() == short.len() { 1 } else { 0 };
+    long.get(start + 1..) == short.get(start + skip..)
+        || (start == long.len() && start == short.len())
 }
 
 #[cfg(test)]

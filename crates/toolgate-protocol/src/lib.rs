@@ -210,8 +210,11 @@ pub struct SessionStart {
     pub join: bool,
 }
 
-/// A sub-session's permissions (Roo Code's subtask permissions).
+/// A sub-session's permissions (Roo Code's subtask permissions). A key it
+/// does not know is refused: a misspelt `filePattern` would otherwise
+/// start the session with no file limit at all.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ScopeSpec {
     /// Tools the session may use at all (absent: no limit).
     #[serde(
