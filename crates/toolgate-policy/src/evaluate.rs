@@ -559,7 +559,54 @@ impl Policy {
                 ));
             }
         }
+        // A tool toolgate does not know whose input carries a command
+        // (`command`, `cmd`, `script`, a program with its `args`) meets the
+        // `bash` rules too, in every mode, as it meets the session's scope.
+        if spec.kind == Kind::Other {
+            ready
+                .checks
+                .extend(self.embedded_command_checks(call.input));
+        }
         Body::Ready(Box::new(ready))
+    }
+
+    /// The checks that hold each simple command found in an unknown tool's
+    /// input against the `bash` rules: allowed by every mode (the tool's
+    /// own check carries the mode's answer), so a rule can only make the
+    /// call stricter; a command whose program cannot be known meets every
+    /// deny and ask rule of `bash`, as in a shell call.
+    fn embedded_command_checks(
+        &self,
+        input: &serde_json::Map<String, serde_json::Value>,
+    ) -> Vec<Check> {
+        let mut checks = Vec::new();
+        for command in unknown_fields(input).commands {
+            let script = match &command {
+                ShellInput::Text(text) => toolgate_shell::Script::Text(text),
+                ShellInput::Argv(argv) => toolgate_shell::Script::Argv(argv),
+            };
+            let analysis = toolgate_shell::analyze(script, &self.shell);
+            for simple in &analysis.commands {
+                checks.push(Check {
+                    permission: Cow::Borrowed("bash"),
+                    subject: simple.text.clone(),
+                    inner: simple.inner.clone(),
+                    basis: Basis::Fixed,
+                    mode_action: Action::Allow,
+                    mode_reason: Cow::Borrowed(
+                        "a command in the input of a tool toolgate does not know meets the `bash` rules",
+                    ),
+                    always: GrantPattern::exact(&simple.text),
+                    read_only: false,
+                    refusal: None,
+                    narrower: Vec::new(),
+                    scope: Some(TargetKind::Command),
+                    reached: None,
+                    runs_unknown: runs_unknown(simple),
+                });
+            }
+        }
+        checks
     }
 
     /// The rest of a judgement, in the session's state: its scope, mode,

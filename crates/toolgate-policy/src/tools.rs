@@ -1074,6 +1074,45 @@ pub fn unknown_fields(input: &Map<String, Value>) -> UnknownFields {
 }
 
 fn scan_object(object: &Map<String, Value>, found: &mut UnknownFields) {
+    // A program and its arguments given apart (`{"command": "rm", "args":
+    // ["-rf", "x"]}`, as MCP shell servers take them), or an `argv` list:
+    // the whole command line, as an argument vector.
+    let string_list = |value: &Value| -> Option<Vec<String>> {
+        match value {
+            Value::Array(items) => items
+                .iter()
+                .map(|item| item.as_str().map(str::to_string))
+                .collect(),
+            _ => None,
+        }
+    };
+    let mut program: Option<&str> = None;
+    let mut arguments: Option<Vec<String>> = None;
+    for (key, value) in object {
+        let folded: String = key
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric())
+            .map(|c| c.to_ascii_lowercase())
+            .collect();
+        match (folded.as_str(), value) {
+            ("command" | "cmd" | "program" | "executable" | "exe" | "bin", Value::String(text)) => {
+                program = Some(text)
+            }
+            ("args" | "arguments" | "argv", value) => arguments = string_list(value),
+            _ => {}
+        }
+    }
+    match (program, arguments) {
+        (Some(program), Some(arguments)) => {
+            let mut argv = vec![program.to_string()];
+            argv.extend(arguments);
+            found.commands.push(ShellInput::Argv(argv));
+        }
+        (None, Some(argv)) if !argv.is_empty() && object.contains_key("argv") => {
+            found.commands.push(ShellInput::Argv(argv));
+        }
+        _ => {}
+    }
     for (key, value) in object {
         let folded: String = key
             .chars()
