@@ -16,7 +16,10 @@
 //!   Claude's rules: `//abs` absolute, `~/` home, `/p` and `./p` relative to
 //!   the settings file, `**` any depth. `WebFetch(domain:HOST)` is the URLs
 //!   on that host. `defaultMode` is the mode; `additionalDirectories` are
-//!   `external_directory` allows.
+//!   `external_directory` allows (a relative one, `../docs/`, resolved
+//!   against the project whose `.claude/` holds the file, as Claude Code
+//!   resolves it against the directory it runs in; else against the
+//!   directory the import runs in).
 //! - **qwen-code** settings: `permissions` as Claude Code's, with qwen's
 //!   tool names; `tools.exclude` / `excludeTools` are denies,
 //!   `tools.allowed` / `allowedTools` allows, `run_shell_command(git)` a
@@ -260,7 +263,14 @@ fn claude_permissions(out: &mut Converted, file: &str, value: &Value) {
         .and_then(Value::as_array)
     {
         for dir in dirs.iter().filter_map(Value::as_str) {
-            let dir = path_pattern(&format!("//{}", dir.trim_start_matches('/')));
+            let Some(dir) = additional_directory(file, dir) else {
+                out.skip(
+                    format!("{file}: permissions.additionalDirectories"),
+                    format!("`{dir}` is not a directory name"),
+                );
+                continue;
+            };
+            let dir = path_pattern(&dir);
             let dir = dir.trim_end_matches('/');
             out.rule("external_directory", dir, "allow");
             out.rule("external_directory", &format!("{dir}/*"), "allow");
@@ -282,6 +292,37 @@ fn claude_permissions(out: &mut Converted, file: &str, value: &Value) {
             );
         }
     }
+}
+
+/// One of Claude Code's `additionalDirectories` as a path pattern's spec:
+/// an absolute path as `//path`, a home path as `~/path`, and a relative one
+/// (`../docs/`) resolved where Claude Code resolves it, against the
+/// directory it runs in: the project whose `.claude/` holds the settings
+/// file, else the directory the import runs in. `None` for an empty name.
+fn additional_directory(file: &str, dir: &str) -> Option<String> {
+    let dir = dir.trim();
+    if dir.is_empty() {
+        return None;
+    }
+    if dir == "~" || dir.starts_with("~/") {
+        return Some(dir.to_string());
+    }
+    if dir.starts_with('/') {
+        return Some(format!("//{}", dir.trim_start_matches('/')));
+    }
+    let settings = std::path::Path::new(file);
+    let folder = settings.parent().unwrap_or(std::path::Path::new(""));
+    let cwd = std::env::current_dir().unwrap_or_else(|_| std::path::PathBuf::from("/"));
+    let project = match folder.file_name() {
+        Some(name) if name == ".claude" => folder.parent().unwrap_or(folder).to_path_buf(),
+        _ => std::path::PathBuf::new(),
+    };
+    let base = toolgate_policy::normalize(&project.to_string_lossy(), &cwd, None);
+    let full = toolgate_policy::normalize(dir, &base, None);
+    Some(format!(
+        "//{}",
+        full.to_string_lossy().trim_start_matches('/')
+    ))
 }
 
 /// qwen-code's tool lists (`run_shell_command(git)`: a command prefix).

@@ -227,3 +227,45 @@ fn validate_reports_errors_warnings_and_lints() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Claude Code resolves a relative `additionalDirectories` entry against the
+/// directory it runs in (the project whose `.claude/` holds the settings):
+/// the import allows that directory, not `/../docs` (issue 25 item 14).
+#[test]
+fn relative_additional_directories_are_resolved_against_the_project() {
+    let top = support::project_dir("policy-import-dirs")
+        .canonicalize()
+        .unwrap();
+    let project = top.join("app");
+    std::fs::create_dir_all(top.join("docs")).unwrap();
+    std::fs::create_dir_all(&project).unwrap();
+    let (policy, err) = import(
+        &project,
+        ".claude/settings.json",
+        r#"{"permissions":{"additionalDirectories":["../docs/","/srv/shared/","lib/../../notes"]}}"#,
+        &[],
+    );
+    let text = std::fs::read_to_string(&policy).unwrap();
+    assert!(!text.contains("/.."), "a `..` left in a path: {text}");
+    let docs = top.join("docs");
+    let notes = top.join("notes");
+    for (dir, pattern) in [(&docs, "docs"), (&notes, "notes")] {
+        assert!(
+            text.contains(&format!("\"{}\"", dir.display())),
+            "{pattern}: {text}\n{err}"
+        );
+    }
+    // Reading a file in `../docs` is allowed by the imported policy, as
+    // Claude Code allows it; a sibling directory still asks.
+    let inside = docs.join("guide.md");
+    std::fs::write(&inside, "x").unwrap();
+    assert_eq!(
+        answer(&project, &policy, "read", inside.to_str().unwrap()),
+        "allow"
+    );
+    let other = top.join("other/secret.md");
+    assert_eq!(
+        answer(&project, &policy, "read", other.to_str().unwrap()),
+        "ask"
+    );
+}
