@@ -591,3 +591,53 @@ fn an_answer_naming_its_call_answers_that_question() {
     assert_eq!(decisions[1]["message"], "not now");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A FIFO (or a link to one) named `*.jsonl` in a directory replayed is
+/// skipped with a warning naming it, instead of blocking the replay
+/// forever on its open (issue 25 item 11); the regular files are replayed.
+#[test]
+fn a_fifo_in_a_replayed_directory_is_skipped() {
+    let dir = support::project_dir("replay-fifo");
+    std::fs::write(
+        dir.join("a.jsonl"),
+        "{\"type\":\"tool_call\",\"sessionID\":\"s\",\"callID\":\"c1\",\"tool\":\"read\",\"input\":{\"filePath\":\"README.md\"}}\n",
+    )
+    .unwrap();
+    let fifo = dir.join("b.jsonl");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    std::os::unix::fs::symlink(&fifo, dir.join("c.jsonl")).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(["replay", "--summary", "--mode", "plan", "."])
+        .current_dir(&dir)
+        .env_remove("TOOLGATE_MODE")
+        .env_remove("TOOLGATE_PERMISSION")
+        .env_remove("TOOLGATE_STATE_DIR")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("replay blocked on the FIFO");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    for name in ["b.jsonl", "c.jsonl"] {
+        assert!(
+            stderr.contains(name) && stderr.contains("not a regular file (a FIFO)"),
+            "{name}: {stderr}"
+        );
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("1 call") || stdout.contains("calls"),
+        "{stdout}"
+    );
+}

@@ -24,27 +24,31 @@ pub struct Options {
     pub compare: Option<(PathBuf, PathBuf)>,
 }
 
-/// Every file to replay: the files named, and the `*.jsonl` files under
-/// the directories named (sorted, recursively). `Err` names a path that
-/// cannot be read.
-pub fn files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
+/// Every file to replay: the files named (a pipe too: `<(zcat x.gz)`),
+/// and the regular `*.jsonl` files under the directories named (sorted,
+/// recursively; links to files followed, links to directories not), with
+/// a warning for each `*.jsonl` found there that is not a regular file (a
+/// FIFO would block the replay forever). `Err` names a path that cannot be
+/// read.
+pub fn files(paths: &[PathBuf]) -> Result<(Vec<PathBuf>, Vec<String>), String> {
     let mut out = Vec::new();
+    let mut warnings = Vec::new();
     for path in paths {
         let meta = std::fs::metadata(path)
             .map_err(|err| format!("cannot read {}: {err}", path.display()))?;
         if meta.is_dir() {
             let mut found = Vec::new();
-            walk(path, &mut found)?;
+            walk(path, &mut found, &mut warnings)?;
             found.sort();
             out.extend(found);
         } else {
             out.push(path.clone());
         }
     }
-    Ok(out)
+    Ok((out, warnings))
 }
 
-fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), String> {
+fn walk(dir: &Path, out: &mut Vec<PathBuf>, warnings: &mut Vec<String>) -> Result<(), String> {
     let entries =
         std::fs::read_dir(dir).map_err(|err| format!("cannot read {}: {err}", dir.display()))?;
     for entry in entries {
@@ -54,12 +58,38 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), String> {
             .file_type()
             .map_err(|err| format!("cannot read {}: {err}", path.display()))?;
         if kind.is_dir() {
-            walk(&path, out)?;
+            walk(&path, out, warnings)?;
         } else if path.extension().is_some_and(|ext| ext == "jsonl") {
-            out.push(path);
+            // What the name leads to (a link is followed): only a regular
+            // file is read; a FIFO or a device would block or never end.
+            match std::fs::metadata(&path) {
+                Ok(meta) if meta.is_file() => out.push(path),
+                Ok(meta) => warnings.push(format!(
+                    "skipped {}: not a regular file ({})",
+                    path.display(),
+                    kind_name(&meta.file_type())
+                )),
+                Err(err) => warnings.push(format!("skipped {}: {err}", path.display())),
+            }
         }
     }
     Ok(())
+}
+
+/// What a file that is not a regular one is, for a warning.
+fn kind_name(kind: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_socket() {
+        "a socket"
+    } else if kind.is_char_device() || kind.is_block_device() {
+        "a device"
+    } else if kind.is_dir() {
+        "a directory"
+    } else {
+        "not a file"
+    }
 }
 
 /// A progress line on stderr when it is a terminal.
@@ -101,11 +131,19 @@ pub type PolicyFor<'a> = dyn Fn(Option<&Path>) -> Option<(Arc<Policy>, Vec<Strin
 /// differences (`--check`, `--compare`), 2 for input that cannot be used.
 pub fn main(paths: &[PathBuf], options: &Options, policy: &PolicyFor<'_>) -> u8 {
     let files = match files(paths) {
-        Ok(files) if files.is_empty() => {
-            eprintln!("toolgate replay: no .jsonl files to replay");
-            return 2;
+        Ok((files, warnings)) => {
+            for warning in &warnings {
+                let _ = writeln!(std::io::stderr(), "toolgate replay: {warning}");
+            }
+            if files.is_empty() {
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "toolgate replay: no .jsonl files to replay"
+                );
+                return 2;
+            }
+            files
         }
-        Ok(files) => files,
         Err(err) => {
             eprintln!("toolgate replay: {err}");
             return 2;
