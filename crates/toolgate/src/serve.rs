@@ -416,6 +416,8 @@ where
     broker.step(Input::Opened { conn: STDIO }, &mut frames);
     let (approver, answers) = match approver {
         Some((approver, name, answers)) => {
+            // The agent's pipe never answers: only this approver does.
+            broker.reserve_approver(APPROVER);
             broker.step(Input::Opened { conn: APPROVER }, &mut frames);
             let hello = serde_json::json!({"type":"hello","role":"approver","client":name});
             let hello = hello.to_string();

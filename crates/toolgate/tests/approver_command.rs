@@ -350,3 +350,64 @@ echo '{"response":"reject","message":"from the program"}'"#,
     assert_eq!(frames[2]["message"], "from the program");
     assert_eq!(frames.len(), 3, "{frames:?}");
 }
+
+/// The agent's own pipe is not an answerer when an approver is configured
+/// (issue 25 item 2): a `hello` as approver on stdin is refused, the
+/// question never reaches stdout, and an answer sent there anyway is
+/// refused; the call is decided by the approver (here: by its silence and
+/// the ask timeout), never by the agent with source `user`.
+#[test]
+fn the_agent_cannot_approve_itself() {
+    let root = project_dir("approver-self");
+    // An approver that never answers: reads its question and sleeps.
+    let program = script(&root, "approve.sh", "cat >/dev/null; sleep 30");
+    let args = vec![
+        "serve".to_string(),
+        format!("--approver=command:{program}"),
+        "--mode".to_string(),
+        "ask".to_string(),
+        "--ask-timeout".to_string(),
+        "2".to_string(),
+    ];
+    let mut broker = Broker::start(&root, &args, &[]);
+    broker.send(r#"{"type":"hello","role":"approver","client":"agent"}"#);
+    broker.send(&call("c1", "rm -rf build"));
+    // The agent answers the question if it sees one, and guesses otherwise.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let seen: Vec<String> = broker
+        .lines()
+        .iter()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|f| f["type"] == "permission_request")
+        .filter_map(|f| f["permissionID"].as_str().map(str::to_string))
+        .collect();
+    for id in seen.iter().map(String::as_str).chain(["per_1", "1"]) {
+        broker.send(&format!(
+            r#"{{"type":"permission_response","permissionID":"{id}","response":"once"}}"#
+        ));
+    }
+    broker.wait_for("the decision", |lines| {
+        lines.iter().any(|l| l.contains("\"type\":\"decision\""))
+    });
+    let (_, lines, stderr) = broker.finish();
+    let frames: Vec<Value> = lines
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(
+        frames.iter().all(|f| f["type"] != "permission_request"),
+        "a question reached the agent: {lines:?}"
+    );
+    let hello_refused = frames.iter().any(|f| {
+        f["type"] == "error"
+            && f["code"] == "forbidden"
+            && f["message"].as_str().unwrap_or("").contains("approver")
+    });
+    assert!(
+        hello_refused,
+        "the hello was not refused: {lines:?}\n{stderr}"
+    );
+    let decision = frames.iter().find(|f| f["type"] == "decision").unwrap();
+    assert_eq!(decision["decision"], "deny", "{decision}");
+    assert_ne!(decision["source"], "user", "{decision}");
+}

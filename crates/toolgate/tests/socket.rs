@@ -552,3 +552,37 @@ fn a_reload_reaches_a_connection_that_prepared_with_the_old_policy() {
     let stderr = broker.stop();
     assert!(stderr.contains("reloaded the policy"), "{stderr}");
 }
+
+/// The connection that made a call never answers it while another can
+/// (issue 25 item 2): an agent that says `hello` as an approver is not asked
+/// about its own call when another approver is connected, and its answer is
+/// refused; the other approver's answer decides.
+#[test]
+fn an_approver_never_answers_its_own_call() {
+    let broker = Broker::start("self-approve", &["--ask-timeout", "5"]);
+    let mut human = broker.connect();
+    human.hello("approver", "tui");
+    let mut sly = broker.connect();
+    sly.hello("approver", "sly-agent");
+    sly.send(edit("s1", "c1", "src/a.rs"));
+    let question = human.recv();
+    assert_eq!(question["type"], "permission_request");
+    assert!(sly.quiet(300), "the agent was asked about its own call");
+    let id = question["permissionID"].as_str().unwrap().to_string();
+    sly.send(json!({"type":"permission_response","permissionID":id,"response":"once"}));
+    assert_eq!(sly.recv()["code"], "unknown_permission");
+    human.send(json!({"type":"permission_response","permissionID":id,"response":"reject"}));
+    let decision = sly.recv();
+    assert_eq!(decision["type"], "decision");
+    assert_eq!(decision["decision"], "deny");
+    assert_eq!(decision["source"], "user");
+    // An approver that connects later is not handed its own open call.
+    let mut late = broker.connect();
+    late.hello("agent", "late");
+    late.send(edit("s2", "c2", "src/b.rs"));
+    let question = human.recv();
+    assert_eq!(question["type"], "permission_request");
+    late.hello("approver", "late-approver");
+    assert!(late.quiet(300), "the late approver was handed its own call");
+    broker.stop();
+}

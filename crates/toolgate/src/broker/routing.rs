@@ -268,6 +268,10 @@ pub(super) struct Connections {
     open: HashMap<ConnId, Peer, foldhash::fast::RandomState>,
     /// The approver connections, in the order they said `hello`.
     approvers: Vec<ConnId>,
+    /// The one connection that may be an approver (`serve --approver`'s
+    /// own): no other may become one, and a question nobody hears waits
+    /// for it instead of going back to the connection that made the call.
+    sole_approver: Option<ConnId>,
     /// Calls with an open question: session → call → (owner, permission id).
     owners: HashMap<String, HashMap<String, (ConnId, String)>>,
     /// Open questions by permission id.
@@ -456,9 +460,31 @@ impl Broker {
         }
     }
 
+    /// Only `conn` may be an approver from now on (`serve --approver`: the
+    /// in-process approver's connection). The agent's pipe is then never an
+    /// answerer: its `hello` as an approver is refused, and questions never
+    /// go back to it, even when the approver has gone.
+    pub fn reserve_approver(&mut self, conn: ConnId) {
+        self.conns.sole_approver = Some(conn);
+    }
+
     /// `hello`: the connection's role and name; an approver gets every open
-    /// question at once.
+    /// question at once, except those about its own calls.
     fn hello(&mut self, conn: ConnId, hello: wire::Hello, out: &mut Vec<Output>) {
+        if hello.role == Role::Approver && self.conns.sole_approver.is_some_and(|a| a != conn) {
+            out.push(Output {
+                to: To::Caller(conn),
+                frame: ServerFrame::Error(wire::ErrorFrame {
+                    code: ErrorCode::Forbidden,
+                    message: "this connection cannot be an approver: toolgate was started with its own approver (--approver), which alone answers questions".to_string(),
+                    call_id: None,
+                    session_id: None,
+                    permission_id: None,
+                    line: None,
+                }),
+            });
+            return;
+        }
         let peer = self.conns.open.entry(conn).or_default();
         let was = peer.role;
         peer.role = hello.role;
@@ -485,7 +511,8 @@ impl Broker {
                 let ids: Vec<String> = open.into_iter().map(|(_, id)| id.clone()).collect();
                 for id in ids {
                     if let Some(asked) = self.conns.asked.get_mut(&id) {
-                        if !asked.addressees.contains(&conn) {
+                        // Never a question about its own call.
+                        if !asked.addressees.contains(&conn) && asked.owner != conn {
                             asked.addressees.push(conn);
                             out.push(Output {
                                 to: To::Approver(conn),
@@ -505,9 +532,15 @@ impl Broker {
     fn leave_approvers(&mut self, conn: ConnId, out: &mut Vec<Output>) {
         self.conns.approvers.retain(|&c| c != conn);
         let mut orphans: Vec<(u64, String)> = Vec::new();
+        let owner_answers = self.conns.sole_approver.is_none();
         for (id, asked) in &mut self.conns.asked {
             asked.addressees.retain(|&c| c != conn);
-            if asked.addressees.is_empty() && self.conns.open.contains_key(&asked.owner) {
+            // Back to the connection that made the call, unless only the
+            // broker's own approver may answer: then the question waits.
+            if asked.addressees.is_empty()
+                && owner_answers
+                && self.conns.open.contains_key(&asked.owner)
+            {
                 let seq = self.pending.get(id).map_or(u64::MAX, |p| p.seq);
                 orphans.push((seq, id.clone()));
             }
@@ -732,10 +765,22 @@ impl Broker {
                 .metadata
                 .insert("client".to_string(), Value::String(client));
         }
-        let addressees = if self.conns.approvers.is_empty() {
-            vec![owner]
+        // Every approver but the connection that made the call (it never
+        // answers its own call while another can); with none, that
+        // connection itself (its client asks its user, as on stdio), unless
+        // only the broker's own approver may answer: then the question
+        // waits for it (and its timeout).
+        let others: Vec<ConnId> = self
+            .conns
+            .approvers
+            .iter()
+            .copied()
+            .filter(|&c| c != owner)
+            .collect();
+        let addressees = if !others.is_empty() || self.conns.sole_approver.is_some() {
+            others
         } else {
-            self.conns.approvers.clone()
+            vec![owner]
         };
         for &conn in &addressees {
             out.push(Output {
