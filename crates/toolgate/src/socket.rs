@@ -352,14 +352,18 @@ pub fn run(
         drop(finished);
     }
     let mut workers = Vec::new();
+    let mut backoff = AcceptBackoff::default();
     for stream in listener.listener.incoming() {
         if shared.stopping.load(Ordering::SeqCst) {
             break;
         }
         let stream = match stream {
-            Ok(stream) => stream,
+            Ok(stream) => {
+                backoff.accepted();
+                stream
+            }
             Err(err) => {
-                tracing::warn!(%err, "accepting a connection failed");
+                backoff.failed(&err);
                 continue;
             }
         };
@@ -402,6 +406,66 @@ pub fn run(
     }
     drop(listener);
     Ok(())
+}
+
+/// The longest pause between two failing `accept`s.
+const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
+
+/// How often a run of failing `accept`s is reported.
+const ACCEPT_REPORT: Duration = Duration::from_secs(10);
+
+/// An `accept` that fails for want of descriptors (EMFILE, ENFILE) or
+/// memory fails again at once, the waiting connection still queued, until
+/// something is closed: retried in a loop it would take a whole core and
+/// write a warning per try. So the acceptor pauses between failures (1 ms,
+/// doubling up to [`ACCEPT_PAUSE`]), reports a run of them when it starts
+/// and then at most once per [`ACCEPT_REPORT`] (with how many failed
+/// meanwhile), and says when accepting works again.
+#[derive(Default)]
+struct AcceptBackoff {
+    /// The pause after the next failure; zero while `accept` works.
+    pause: Duration,
+    /// Failures not yet reported.
+    unreported: u64,
+    /// When a failure was last reported.
+    reported_at: Option<std::time::Instant>,
+    /// Whether the current run of failures was reported.
+    reported: bool,
+}
+
+impl AcceptBackoff {
+    fn failed(&mut self, err: &io::Error) {
+        self.unreported += 1;
+        let now = std::time::Instant::now();
+        if self
+            .reported_at
+            .is_none_or(|at| now.duration_since(at) >= ACCEPT_REPORT)
+        {
+            tracing::warn!(
+                %err,
+                failures = self.unreported,
+                "accepting connections fails; retrying at most every {} ms until it works",
+                ACCEPT_PAUSE.as_millis()
+            );
+            self.unreported = 0;
+            self.reported_at = Some(now);
+            self.reported = true;
+        }
+        self.pause = (self.pause * 2).clamp(Duration::from_millis(1), ACCEPT_PAUSE);
+        std::thread::sleep(self.pause);
+    }
+
+    fn accepted(&mut self) {
+        if self.reported {
+            tracing::warn!(
+                failures = self.unreported,
+                "accepting connections works again"
+            );
+            self.unreported = 0;
+            self.reported = false;
+        }
+        self.pause = Duration::ZERO;
+    }
 }
 
 /// Start the reader and writer of one connection; the returned thread ends
