@@ -6,8 +6,18 @@
 //! client decides in-process instead. A socket that was named but has no
 //! broker behind it is an error the caller turns into a denial: falling back
 //! to an in-process policy could be looser than the broker's.
+//!
+//! Whom a client trusts: a broker of its own user, and nobody else. Whoever
+//! answers on the socket decides what the agent may run, so before a client
+//! says anything (see [`open`]) the socket's directory must be the user's
+//! own and closed to everybody else (as the broker demands when it listens:
+//! another user who made `/tmp/toolgate-UID/` first could otherwise answer
+//! `allow` to anything), the socket file must be the user's, and the
+//! process listening on it must run as the user (`SO_PEERCRED`, on Linux).
+//! A broker that fails any of these is never asked: the caller denies.
 
 use std::io::{self, BufRead, BufReader, Write};
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -32,6 +42,8 @@ pub enum ClientError {
     NoBroker(PathBuf, io::Error),
     /// The broker refused the connection (another user).
     Refused(String),
+    /// The socket may not be trusted (see [`open`]): its path, and why.
+    Untrusted(PathBuf, String),
     /// The deadline passed before the answer came.
     TimedOut,
     /// The broker closed the connection.
@@ -52,6 +64,11 @@ impl std::fmt::Display for ClientError {
                 path.display()
             ),
             ClientError::Refused(why) => write!(f, "the broker refused the connection: {why}"),
+            ClientError::Untrusted(path, why) => write!(
+                f,
+                "will not trust the broker at {}: {why}",
+                path.display()
+            ),
             ClientError::TimedOut => f.write_str("the broker did not answer in time"),
             ClientError::Closed => f.write_str("the broker closed the connection"),
             ClientError::Protocol(what) => write!(f, "unexpected frame from the broker: {what}"),
@@ -61,6 +78,53 @@ impl std::fmt::Display for ClientError {
 }
 
 impl std::error::Error for ClientError {}
+
+/// Connect to the broker at `path`, if it is one this user can trust: the
+/// socket's directory (symbolic links resolved) belongs to the user and
+/// nobody else can enter it, the socket belongs to the user, and the
+/// process listening on it runs as the user. Nothing is sent.
+pub fn open(path: &Path) -> Result<UnixStream, ClientError> {
+    let untrusted = |why| ClientError::Untrusted(path.to_path_buf(), why);
+    let no_broker = |err| ClientError::NoBroker(path.to_path_buf(), err);
+    let uid = crate::socket::my_uid();
+    // Checked and connected through the real path, so that no link on the
+    // way can be pointed elsewhere in between.
+    let real = std::fs::canonicalize(path).map_err(no_broker)?;
+    let dir = real.parent().unwrap_or(Path::new("/"));
+    let meta = std::fs::metadata(dir).map_err(no_broker)?;
+    if let Some(why) = crate::socket::unsafe_directory(dir, &meta, uid) {
+        return Err(untrusted(why));
+    }
+    let meta = std::fs::metadata(&real).map_err(no_broker)?;
+    if !meta.file_type().is_socket() {
+        return Err(untrusted(format!("{} is not a socket", real.display())));
+    }
+    if meta.uid() != uid {
+        return Err(untrusted(format!(
+            "the socket {} belongs to uid {}, not to you (uid {uid})",
+            real.display(),
+            meta.uid()
+        )));
+    }
+    let stream = UnixStream::connect(&real).map_err(no_broker)?;
+    match crate::socket::peer_uid(&stream) {
+        Ok(None) => {}
+        Ok(Some(peer)) if peer == uid => {}
+        Ok(Some(peer)) => {
+            return Err(untrusted(format!(
+                "the broker listening on {} runs as uid {peer}, not as you (uid {uid})",
+                path.display()
+            )))
+        }
+        Err(err) => {
+            return Err(untrusted(format!(
+                "who listens on {} cannot be told ({err})",
+                path.display()
+            )))
+        }
+    }
+    Ok(stream)
+}
 
 /// How a call ended for this client.
 #[derive(Debug, Clone, PartialEq)]
@@ -84,8 +148,7 @@ pub struct Client {
 impl Client {
     /// Connect to `path` as `role`, naming the client `name`.
     pub fn connect(path: &Path, role: Role, name: &str) -> Result<Client, ClientError> {
-        let stream =
-            UnixStream::connect(path).map_err(|err| ClientError::NoBroker(path.into(), err))?;
+        let stream = open(path)?;
         let reader = BufReader::new(stream.try_clone().map_err(ClientError::Io)?);
         let mut client = Client {
             writer: stream,

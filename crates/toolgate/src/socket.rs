@@ -143,20 +143,8 @@ pub fn listen(path: &Path) -> Result<Listener, ListenError> {
             .map_err(io)?,
         Err(err) => return Err(io(err)),
         Ok(meta) => {
-            if meta.uid() != uid {
-                return Err(ListenError::UnsafeDirectory(format!(
-                    "the socket's directory {} belongs to uid {}, not to you (uid {uid}): use a directory of your own",
-                    dir.display(),
-                    meta.uid()
-                )));
-            }
-            if meta.mode() & 0o077 != 0 {
-                return Err(ListenError::UnsafeDirectory(format!(
-                    "the socket's directory {} can be entered by other users (mode {:o}): make it yours alone (chmod 700 {}) or use another directory",
-                    dir.display(),
-                    meta.mode() & 0o777,
-                    dir.display()
-                )));
+            if let Some(why) = unsafe_directory(&dir, &meta, uid) {
+                return Err(ListenError::UnsafeDirectory(why));
             }
         }
     }
@@ -182,15 +170,38 @@ pub fn listen(path: &Path) -> Result<Listener, ListenError> {
     })
 }
 
-/// The user this broker runs as.
-fn my_uid() -> u32 {
+/// Why the directory `dir` (whose metadata is `meta`) may not hold a
+/// socket of user `uid`: another user owns it, or others can enter it (and
+/// so put their own socket in its place). The broker asks before it listens,
+/// a client (see `client::open`) before it connects.
+pub(crate) fn unsafe_directory(dir: &Path, meta: &std::fs::Metadata, uid: u32) -> Option<String> {
+    if meta.uid() != uid {
+        return Some(format!(
+            "the socket's directory {} belongs to uid {}, not to you (uid {uid}): use a directory of your own",
+            dir.display(),
+            meta.uid()
+        ));
+    }
+    if meta.mode() & 0o077 != 0 {
+        return Some(format!(
+            "the socket's directory {} can be entered by other users (mode {:o}): make it yours alone (chmod 700 {}) or use another directory",
+            dir.display(),
+            meta.mode() & 0o777,
+            dir.display()
+        ));
+    }
+    None
+}
+
+/// The user this process runs as.
+pub(crate) fn my_uid() -> u32 {
     rustix::process::geteuid().as_raw()
 }
 
 /// The uid of the process at the other end of `stream` (`SO_PEERCRED`).
 /// Elsewhere than Linux, the socket's mode and its directory's are the
 /// check: `None`.
-fn peer_uid(stream: &UnixStream) -> io::Result<Option<u32>> {
+pub(crate) fn peer_uid(stream: &UnixStream) -> io::Result<Option<u32>> {
     #[cfg(any(target_os = "linux", target_os = "android"))]
     {
         let cred = rustix::net::sockopt::socket_peercred(stream)?;
