@@ -47,7 +47,11 @@ impl Toolgate {
         match self {
             Toolgate::Socket(path) => {
                 // Only a broker of this user's is obeyed (see toolgate::client::open).
-                let stream = toolgate::client::open(path).map_err(|err| err.to_string())?;
+                let stream = toolgate::client::open(
+                    path,
+                    std::time::Instant::now() + toolgate::client::CONNECT_WAIT,
+                )
+                .map_err(|err| err.to_string())?;
                 let mut writer = stream.try_clone().map_err(|err| err.to_string())?;
                 let mut reader = BufReader::new(stream);
                 let hello = json!({"type":"hello","role":"agent","client":"codex-bridge"});

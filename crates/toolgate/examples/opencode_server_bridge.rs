@@ -299,8 +299,11 @@ impl Toolgate {
         match self {
             Toolgate::Socket(path) => {
                 // Only a broker of this user's is obeyed (see toolgate::client::open).
-                let stream =
-                    toolgate::client::open(path).map_err(|err| format!("toolgate: {err}"))?;
+                let stream = toolgate::client::open(
+                    path,
+                    std::time::Instant::now() + toolgate::client::CONNECT_WAIT,
+                )
+                .map_err(|err| format!("toolgate: {err}"))?;
                 let mut writer = stream.try_clone().map_err(|err| err.to_string())?;
                 if let Ok(mut slot) = withdrawn.lock() {
                     *slot = stream.try_clone().ok().map(TcpLike);

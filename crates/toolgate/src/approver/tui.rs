@@ -367,7 +367,7 @@ enum FromBroker {
 /// Run `toolgate approve` on `socket`: 0 after `q`, 1 when the connection
 /// is lost or cannot be made.
 pub fn run(socket: &Path) -> i32 {
-    let stream = match crate::client::open(socket) {
+    let stream = match crate::client::open(socket, Instant::now() + crate::client::CONNECT_WAIT) {
         Ok(stream) => stream,
         Err(crate::client::ClientError::NoBroker(_, error)) => {
             let _ = writeln!(
