@@ -46,8 +46,12 @@ impl Toolgate {
         let call_id = call["callID"].as_str().unwrap_or_default().to_string();
         match self {
             Toolgate::Socket(path) => {
-                let stream = std::os::unix::net::UnixStream::connect(&*path)
-                    .map_err(|err| format!("no toolgate broker at {}: {err}", path.display()))?;
+                // Only a broker of this user's is obeyed (see toolgate::client::open).
+                let stream = toolgate::client::open(
+                    path,
+                    std::time::Instant::now() + toolgate::client::CONNECT_WAIT,
+                )
+                .map_err(|err| err.to_string())?;
                 let mut writer = stream.try_clone().map_err(|err| err.to_string())?;
                 let mut reader = BufReader::new(stream);
                 let hello = json!({"type":"hello","role":"agent","client":"codex-bridge"});

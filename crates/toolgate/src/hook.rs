@@ -299,8 +299,18 @@ pub fn decide_remote(
         Agent::Gemini => "gemini-hook",
         Agent::Codex => "codex-hook",
     };
-    let mut client = match Client::connect(socket, toolgate_protocol::Role::Agent, name) {
+    // Every step (connecting, writing, reading) ends by the deadline: a
+    // broker that stopped answering holds the hook no longer than --wait.
+    let mut client = match Client::connect(socket, toolgate_protocol::Role::Agent, name, deadline)
+    {
         Ok(client) => client,
+        Err(ClientError::TimedOut) => {
+            return Answer::deny(format!(
+                "toolgate hook: no decision within {} s (--wait): the broker at {} did not take the call (it is stopped or stuck); denied before the agent's own hook timeout",
+                wait.as_secs(),
+                socket.display()
+            ))
+        }
         Err(err) => return Answer::deny(format!("toolgate hook: {err}")),
     };
     match client.call(&frames, &caller, parsed.call, Some(deadline)) {
@@ -312,8 +322,7 @@ pub fn decide_remote(
         ),
         Ok(Outcome::Asked(request)) => {
             // No approver is connected: withdraw the question.
-            let _ =
-                client.send(&json!({"type": "cancel", "sessionID": caller, "callID": parsed.call}));
+            client.withdraw(&caller, parsed.call);
             answer(
                 &[ServerFrame::PermissionRequest(Box::new(request))],
                 &caller,
@@ -322,10 +331,9 @@ pub fn decide_remote(
             )
         }
         Err(ClientError::TimedOut) => {
-            let _ =
-                client.send(&json!({"type": "cancel", "sessionID": caller, "callID": parsed.call}));
+            client.withdraw(&caller, parsed.call);
             Answer::deny(format!(
-                "toolgate hook: no decision within {} s (nobody answered the question); denied before the agent's own hook timeout",
+                "toolgate hook: no decision within {} s (--wait): nobody answered the question, or the broker stopped answering; denied before the agent's own hook timeout",
                 wait.as_secs()
             ))
         }

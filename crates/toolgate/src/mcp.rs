@@ -235,6 +235,96 @@ fn call_frame(session: &str, call: &str, approval: &Approval) -> Value {
 #[cfg(unix)]
 const WITHDRAW_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// The denial of a call withdrawn before the broker decided it.
+#[cfg(unix)]
+const WITHDRAWN: &str = "toolgate: the call was withdrawn before the broker decided (the client cancelled it or closed its input)";
+
+/// How long a call withdrawn before it was sent waits for the broker to
+/// take it (connected, `ready`): a broker that does is sent the call and
+/// then the withdrawal; one that does not is cut off, the call never sent.
+#[cfg(unix)]
+const TAKE_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// A call's connection, as its withdrawal finds it: the thread deciding the
+/// call connects, then sends the call, and withdrawing acts on what is done.
+#[cfg(unix)]
+#[derive(Default)]
+struct Link {
+    /// The connection, once there is one.
+    stream: Option<std::os::unix::net::UnixStream>,
+    /// The call was sent on it.
+    sent: bool,
+    /// The call was withdrawn.
+    withdrawn: bool,
+    /// Withdrawn, and not sent within [`TAKE_GRACE`]: it never is.
+    cut: bool,
+}
+
+#[cfg(unix)]
+type Shared<T> = std::sync::Arc<std::sync::Mutex<T>>;
+
+#[cfg(unix)]
+fn lock_link(link: &std::sync::Mutex<Link>) -> std::sync::MutexGuard<'_, Link> {
+    link.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Withdraw the call of `link`. A withdrawal always reaches the broker
+/// after the call, so whatever the broker decided before it stands and
+/// what it had not decided it denies (and says so): a sent call's
+/// connection is half-closed at once; a call not sent yet is sent if the
+/// broker takes it within [`TAKE_GRACE`], and then withdrawn, else its
+/// connection is cut and the call never sent.
+#[cfg(unix)]
+fn withdraw(link: &Shared<Link>) {
+    let mut guard = lock_link(link);
+    guard.withdrawn = true;
+    if guard.sent {
+        half_close(&guard);
+        return;
+    }
+    drop(guard);
+    let link = link.clone();
+    std::thread::spawn(move || {
+        std::thread::sleep(TAKE_GRACE);
+        let mut link = lock_link(&link);
+        if !link.sent {
+            link.cut = true;
+            if let Some(stream) = &link.stream {
+                let _ = stream.shutdown(std::net::Shutdown::Both);
+            }
+        }
+    });
+}
+
+/// The withdrawal of a sent call: the connection half-closed, so the broker
+/// reads the end of its input after the call; a broker that says nothing
+/// within [`WITHDRAW_GRACE`] is cut off, and the call denied.
+#[cfg(unix)]
+fn half_close(link: &Link) {
+    let Some(stream) = &link.stream else {
+        return;
+    };
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    if let Ok(stream) = stream.try_clone() {
+        std::thread::spawn(move || {
+            std::thread::sleep(WITHDRAW_GRACE);
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+        });
+    }
+}
+
+/// Why a call could not be put to the broker at `path`.
+#[cfg(unix)]
+fn refused(path: &str, err: crate::client::ClientError) -> String {
+    match err {
+        crate::client::ClientError::TimedOut => format!(
+            "toolgate: the broker at {path} did not take the call within {} s (it is stopped or stuck)",
+            crate::client::CONNECT_WAIT.as_secs()
+        ),
+        err => format!("toolgate: {err}"),
+    }
+}
+
 /// Wait on `client` for the decision of call `call` of `session` (its
 /// `tool_call` already sent).
 #[cfg(unix)]
@@ -247,10 +337,7 @@ fn exchange(
     use crate::client::{ClientError, Outcome};
     match client.call(&[], session, call, None) {
         Ok(Outcome::Decided(decision)) if decision.source == toolgate_protocol::Source::Cancel => {
-            Ok(Verdict::Deny(
-                "toolgate: the call was withdrawn before the broker decided (the client cancelled it or closed its input)"
-                    .to_string(),
-            ))
+            Ok(Verdict::Deny(WITHDRAWN.to_string()))
         }
         Ok(Outcome::Decided(decision)) => Ok(verdict(
             &serde_json::to_value(&decision).unwrap_or(Value::Null),
@@ -264,7 +351,7 @@ fn exchange(
                 .and_then(Value::as_str)
                 .unwrap_or("the policy asks a person first")
                 .to_string();
-            let _ = client.send(&json!({"type": "cancel", "sessionID": session, "callID": call}));
+            client.withdraw(session, call);
             Err(format!(
                 "toolgate: {why}; no approver is connected to the broker at {path} (start one with `toolgate approve --socket {path}`)"
             ))
@@ -306,49 +393,73 @@ impl Decide for Remote {
         }
     }
 
+    /// The call is decided on a thread of its own from the start: a broker
+    /// that does not answer (stopped, stuck) holds that thread, never the
+    /// server, which goes on answering pings and reading its input. Taking
+    /// the call (connecting, `ready`, the call written) is bounded by
+    /// [`crate::client::CONNECT_WAIT`]; the decision may take a person's
+    /// time, until the call is withdrawn.
     fn start(&mut self, approval: &Approval) -> Started {
         let call = self.call_id(approval);
-        let path = self.path.display().to_string();
-        let mut client =
-            match crate::client::Client::connect(&self.path, toolgate_protocol::Role::Agent, "mcp")
-            {
-                Ok(client) => client,
-                Err(err) => return Started::Now(Verdict::Deny(format!("toolgate: {err}"))),
+        let frame = call_frame(&self.session, &call, approval);
+        let link: Shared<Link> = Default::default();
+        let cancel: Box<dyn Fn() + Send> = {
+            let link = link.clone();
+            Box::new(move || withdraw(&link))
+        };
+        let (path, session) = (self.path.clone(), self.session.clone());
+        let run = move || -> Verdict {
+            let shown = path.display().to_string();
+            let refused = |err| refused(&shown, err);
+            let deadline = std::time::Instant::now() + crate::client::CONNECT_WAIT;
+            let stream = match crate::client::open(&path, deadline) {
+                Ok(stream) => stream,
+                Err(err) => return Verdict::Deny(refused(err)),
             };
-        // The call is sent before this returns, so a withdrawal always
-        // reaches the broker after it: whatever the broker decided before
-        // the withdrawal stands, and what it had not decided it denies.
-        if let Err(err) = client.send(&call_frame(&self.session, &call, approval)) {
-            return Started::Now(Verdict::Deny(format!(
-                "toolgate: the connection to the broker at {path} broke: {err}"
-            )));
-        }
-        // Withdrawing half-closes the connection: the broker reads the end
-        // of its input after the call, denies the call if it is still open
-        // (a question nobody answered yet) and says so; a broker that says
-        // nothing within the grace is cut off, and the call denied.
-        let cancel: Box<dyn Fn() + Send> = match client.stream() {
-            Ok(other) => Box::new(move || {
-                let _ = other.shutdown(std::net::Shutdown::Write);
-                if let Ok(other) = other.try_clone() {
-                    std::thread::spawn(move || {
-                        std::thread::sleep(WITHDRAW_GRACE);
-                        let _ = other.shutdown(std::net::Shutdown::Both);
+            {
+                let mut link = lock_link(&link);
+                if link.cut {
+                    return Verdict::Deny(WITHDRAWN.to_string());
+                }
+                link.stream = stream.try_clone().ok();
+            }
+            let mut client = match crate::client::Client::handshake(
+                stream,
+                toolgate_protocol::Role::Agent,
+                "mcp",
+                deadline,
+            ) {
+                Ok(client) => client,
+                Err(_) if lock_link(&link).cut => return Verdict::Deny(WITHDRAWN.to_string()),
+                Err(err) => return Verdict::Deny(refused(err)),
+            };
+            {
+                // Sent under the lock, so that a withdrawal finds the call
+                // either sent or not (see `withdraw`).
+                let mut link = lock_link(&link);
+                if link.cut {
+                    return Verdict::Deny(WITHDRAWN.to_string());
+                }
+                if let Err(err) = client.send(&frame) {
+                    return Verdict::Deny(match err {
+                        crate::client::ClientError::TimedOut => refused(err),
+                        err => format!(
+                            "toolgate: the connection to the broker at {shown} broke: {err}"
+                        ),
                     });
                 }
-            }),
-            Err(err) => {
-                return Started::Now(Verdict::Deny(format!(
-                    "toolgate: the connection to the broker at {path} broke: {err}"
-                )))
+                link.sent = true;
+                if link.withdrawn {
+                    half_close(&link);
+                }
             }
-        };
-        let session = self.session.clone();
-        Started::Later {
-            run: Box::new(move || match exchange(client, &path, &session, &call) {
+            match exchange(client, &shown, &session, &call) {
                 Ok(verdict) => verdict,
                 Err(message) => Verdict::Deny(message),
-            }),
+            }
+        };
+        Started::Later {
+            run: Box::new(run),
             cancel,
         }
     }

@@ -143,20 +143,8 @@ pub fn listen(path: &Path) -> Result<Listener, ListenError> {
             .map_err(io)?,
         Err(err) => return Err(io(err)),
         Ok(meta) => {
-            if meta.uid() != uid {
-                return Err(ListenError::UnsafeDirectory(format!(
-                    "the socket's directory {} belongs to uid {}, not to you (uid {uid}): use a directory of your own",
-                    dir.display(),
-                    meta.uid()
-                )));
-            }
-            if meta.mode() & 0o077 != 0 {
-                return Err(ListenError::UnsafeDirectory(format!(
-                    "the socket's directory {} can be entered by other users (mode {:o}): make it yours alone (chmod 700 {}) or use another directory",
-                    dir.display(),
-                    meta.mode() & 0o777,
-                    dir.display()
-                )));
+            if let Some(why) = unsafe_directory(&dir, &meta, uid) {
+                return Err(ListenError::UnsafeDirectory(why));
             }
         }
     }
@@ -182,15 +170,38 @@ pub fn listen(path: &Path) -> Result<Listener, ListenError> {
     })
 }
 
-/// The user this broker runs as.
-fn my_uid() -> u32 {
+/// Why the directory `dir` (whose metadata is `meta`) may not hold a
+/// socket of user `uid`: another user owns it, or others can enter it (and
+/// so put their own socket in its place). The broker asks before it listens,
+/// a client (see `client::open`) before it connects.
+pub(crate) fn unsafe_directory(dir: &Path, meta: &std::fs::Metadata, uid: u32) -> Option<String> {
+    if meta.uid() != uid {
+        return Some(format!(
+            "the socket's directory {} belongs to uid {}, not to you (uid {uid}): use a directory of your own",
+            dir.display(),
+            meta.uid()
+        ));
+    }
+    if meta.mode() & 0o077 != 0 {
+        return Some(format!(
+            "the socket's directory {} can be entered by other users (mode {:o}): make it yours alone (chmod 700 {}) or use another directory",
+            dir.display(),
+            meta.mode() & 0o777,
+            dir.display()
+        ));
+    }
+    None
+}
+
+/// The user this process runs as.
+pub(crate) fn my_uid() -> u32 {
     rustix::process::geteuid().as_raw()
 }
 
 /// The uid of the process at the other end of `stream` (`SO_PEERCRED`).
 /// Elsewhere than Linux, the socket's mode and its directory's are the
 /// check: `None`.
-fn peer_uid(stream: &UnixStream) -> io::Result<Option<u32>> {
+pub(crate) fn peer_uid(stream: &UnixStream) -> io::Result<Option<u32>> {
     #[cfg(any(target_os = "linux", target_os = "android"))]
     {
         let cred = rustix::net::sockopt::socket_peercred(stream)?;
@@ -352,14 +363,18 @@ pub fn run(
         drop(finished);
     }
     let mut workers = Vec::new();
+    let mut backoff = AcceptBackoff::default();
     for stream in listener.listener.incoming() {
         if shared.stopping.load(Ordering::SeqCst) {
             break;
         }
         let stream = match stream {
-            Ok(stream) => stream,
+            Ok(stream) => {
+                backoff.accepted();
+                stream
+            }
             Err(err) => {
-                tracing::warn!(%err, "accepting a connection failed");
+                backoff.failed(&err);
                 continue;
             }
         };
@@ -402,6 +417,66 @@ pub fn run(
     }
     drop(listener);
     Ok(())
+}
+
+/// The longest pause between two failing `accept`s.
+const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
+
+/// How often a run of failing `accept`s is reported.
+const ACCEPT_REPORT: Duration = Duration::from_secs(10);
+
+/// An `accept` that fails for want of descriptors (EMFILE, ENFILE) or
+/// memory fails again at once, the waiting connection still queued, until
+/// something is closed: retried in a loop it would take a whole core and
+/// write a warning per try. So the acceptor pauses between failures (1 ms,
+/// doubling up to [`ACCEPT_PAUSE`]), reports a run of them when it starts
+/// and then at most once per [`ACCEPT_REPORT`] (with how many failed
+/// meanwhile), and says when accepting works again.
+#[derive(Default)]
+struct AcceptBackoff {
+    /// The pause after the next failure; zero while `accept` works.
+    pause: Duration,
+    /// Failures not yet reported.
+    unreported: u64,
+    /// When a failure was last reported.
+    reported_at: Option<std::time::Instant>,
+    /// Whether the current run of failures was reported.
+    reported: bool,
+}
+
+impl AcceptBackoff {
+    fn failed(&mut self, err: &io::Error) {
+        self.unreported += 1;
+        let now = std::time::Instant::now();
+        if self
+            .reported_at
+            .is_none_or(|at| now.duration_since(at) >= ACCEPT_REPORT)
+        {
+            tracing::warn!(
+                %err,
+                failures = self.unreported,
+                "accepting connections fails; retrying at most every {} ms until it works",
+                ACCEPT_PAUSE.as_millis()
+            );
+            self.unreported = 0;
+            self.reported_at = Some(now);
+            self.reported = true;
+        }
+        self.pause = (self.pause * 2).clamp(Duration::from_millis(1), ACCEPT_PAUSE);
+        std::thread::sleep(self.pause);
+    }
+
+    fn accepted(&mut self) {
+        if self.reported {
+            tracing::warn!(
+                failures = self.unreported,
+                "accepting connections works again"
+            );
+            self.unreported = 0;
+            self.reported = false;
+        }
+        self.pause = Duration::ZERO;
+    }
 }
 
 /// Start the reader and writer of one connection; the returned thread ends

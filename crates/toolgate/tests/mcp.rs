@@ -557,7 +557,10 @@ fn fake_broker(
 #[cfg(unix)]
 #[test]
 fn with_a_socket_the_broker_decides() {
+    use std::os::unix::fs::PermissionsExt;
     let dir = support::project_dir("mcp-socket");
+    // Clients trust a socket only in a directory nobody else can enter.
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
     let socket = dir.join("broker.sock");
     let decision = |verdict: &str, reason: &str| json!({"type": "decision", "decision": verdict, "source": "user", "reason": reason});
     let broker = fake_broker(

@@ -367,14 +367,19 @@ enum FromBroker {
 /// Run `toolgate approve` on `socket`: 0 after `q`, 1 when the connection
 /// is lost or cannot be made.
 pub fn run(socket: &Path) -> i32 {
-    let stream = match UnixStream::connect(socket) {
+    let stream = match crate::client::open(socket, Instant::now() + crate::client::CONNECT_WAIT) {
         Ok(stream) => stream,
-        Err(error) => {
-            eprintln!(
+        Err(crate::client::ClientError::NoBroker(_, error)) => {
+            let _ = writeln!(
+                std::io::stderr(),
                 "toolgate approve: no toolgate broker listens on {} ({error}); start it with `toolgate serve --listen unix:{}`",
                 socket.display(),
                 socket.display()
             );
+            return 1;
+        }
+        Err(error) => {
+            let _ = writeln!(std::io::stderr(), "toolgate approve: {error}");
             return 1;
         }
     };
