@@ -57,12 +57,12 @@ pub fn import(files: &[PathBuf], from: Option<Format>, agent: Option<&str>) -> u
         let text = match std::fs::read_to_string(file) {
             Ok(text) => text,
             Err(err) => {
-                eprintln!("toolgate policy import: cannot read {name}: {err}");
+                crate::say!("toolgate policy import: cannot read {name}: {err}");
                 continue;
             }
         };
         let Some(format) = from.or_else(|| import::detect(&name, &text)) else {
-            eprintln!(
+            crate::say!(
                 "toolgate policy import: {name}: not a format toolgate can import (give --from)"
             );
             continue;
@@ -71,7 +71,7 @@ pub fn import(files: &[PathBuf], from: Option<Format>, agent: Option<&str>) -> u
         import::convert(&mut converted, format, &name, &text, agent);
     }
     for (place, why) in &converted.skipped {
-        eprintln!("toolgate policy import: not converted: {place}: {why}");
+        crate::say!("toolgate policy import: not converted: {place}: {why}");
     }
     if read == 0 {
         return 2;
@@ -82,7 +82,7 @@ pub fn import(files: &[PathBuf], from: Option<Format>, agent: Option<&str>) -> u
     if writeln!(out, "{text}").is_err() {
         return 2;
     }
-    eprintln!(
+    crate::say!(
         "toolgate policy import: {} rule{} from {read} file{}",
         converted.rules,
         if converted.rules == 1 { "" } else { "s" },

@@ -370,7 +370,7 @@ pub fn run(socket: &Path) -> i32 {
     let stream = match UnixStream::connect(socket) {
         Ok(stream) => stream,
         Err(error) => {
-            eprintln!(
+            crate::say!(
                 "toolgate approve: no toolgate broker listens on {} ({error}); start it with `toolgate serve --listen unix:{}`",
                 socket.display(),
                 socket.display()
@@ -381,7 +381,7 @@ pub fn run(socket: &Path) -> i32 {
     let mut writer = match stream.try_clone() {
         Ok(writer) => writer,
         Err(error) => {
-            eprintln!("toolgate approve: cannot use the socket: {error}");
+            crate::say!("toolgate approve: cannot use the socket: {error}");
             return 1;
         }
     };
@@ -411,7 +411,7 @@ pub fn run(socket: &Path) -> i32 {
         .write_all(hello)
         .and_then(|()| writer.write_all(b"\n"))
     {
-        eprintln!(
+        crate::say!(
             "toolgate approve: the connection to {} was lost: {error}",
             socket.display()
         );
@@ -421,7 +421,7 @@ pub fn run(socket: &Path) -> i32 {
     let mut terminal = match Terminal::open() {
         Ok(terminal) => terminal,
         Err(error) => {
-            eprintln!("toolgate approve: cannot use the terminal: {error}");
+            crate::say!("toolgate approve: cannot use the terminal: {error}");
             return 1;
         }
     };
@@ -430,7 +430,7 @@ pub fn run(socket: &Path) -> i32 {
     match outcome {
         Ok(()) => 0,
         Err(why) => {
-            eprintln!(
+            crate::say!(
                 "toolgate approve: the connection to {} was lost ({why})",
                 socket.display()
             );
