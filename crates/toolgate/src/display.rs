@@ -99,6 +99,16 @@ pub fn shown_lines(text: &str) -> impl Iterator<Item = String> + '_ {
     })
 }
 
+/// A list of texts as `["a", "b"]`, each through [`shown`] (where `{:?}`
+/// would escape in a form of its own).
+pub fn shown_list<S: AsRef<str>>(items: &[S]) -> String {
+    let items: Vec<String> = items
+        .iter()
+        .map(|item| format!("\"{}\"", shown(item.as_ref())))
+        .collect();
+    format!("[{}]", items.join(", "))
+}
+
 /// A message as it goes to stderr: each line through [`shown`], ending in a
 /// newline.
 fn message(text: &str) -> String {
@@ -188,6 +198,8 @@ mod tests {
             assert_eq!(shown(text), want, "{text:?}");
         }
         assert!(matches!(shown("plain"), Cow::Borrowed(_)));
+        assert_eq!(shown_list(&["a b", "\x1b[2J"]), "[\"a b\", \"\\x1b[2J\"]");
+        assert_eq!(shown_list::<&str>(&[]), "[]");
     }
 
     #[test]

@@ -12,6 +12,7 @@ use std::sync::mpsc::{Receiver, Sender};
 use toolgate::broker::{Broker, BrokerConfig, OnAsk, Origin};
 
 use toolgate::clock::{Clock, SystemClock, UuidIds};
+use toolgate::display::shown;
 use toolgate::say;
 use toolgate::serve::Control;
 use toolgate::setup::{self, Settings};
@@ -775,12 +776,12 @@ fn grants(command: GrantsCommand, outer: Option<PathBuf>) -> ExitCode {
                 writeln!(
                     out,
                     "revoked {} ({} grant of session {}: {} `{}`) for {}",
-                    row.grant_id,
+                    shown(&row.grant_id),
                     row.scope.as_str(),
-                    row.session_id,
-                    row.permission,
-                    row.pattern,
-                    row.project_root
+                    shown(&row.session_id),
+                    shown(&row.permission),
+                    shown(&row.pattern),
+                    shown(&row.project_root)
                 )
             });
             for id in &revoked.unknown {

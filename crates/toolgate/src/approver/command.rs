@@ -31,6 +31,7 @@ use serde_json::Value;
 use toolgate_protocol::{PermissionRequest, PermissionResponse, Reply, ServerFrame};
 
 use super::view::{self, Choice};
+use crate::display::shown;
 
 /// The most bytes read for the answer line.
 const MAX_ANSWER: u64 = 64 * 1024;
@@ -64,10 +65,7 @@ pub fn parse_answer(line: &str, request: &PermissionRequest) -> Result<Permissio
     };
     for key in object.keys() {
         if !matches!(key.as_str(), "response" | "message" | "patterns") {
-            return Err(format!(
-                "its answer has an unknown field `{}`",
-                view::one_line(key)
-            ));
+            return Err(format!("its answer has an unknown field `{}`", shown(key)));
         }
     }
     let response = match object.get("response").and_then(Value::as_str) {
@@ -123,11 +121,11 @@ pub fn parse_answer(line: &str, request: &PermissionRequest) -> Result<Permissio
 }
 
 fn shorten(text: &str) -> String {
-    let text = view::one_line(text);
+    let text = shown(text);
     if text.chars().count() > 120 {
         format!("{}…", text.chars().take(120).collect::<String>())
     } else {
-        text
+        text.into_owned()
     }
 }
 

@@ -25,6 +25,7 @@ use crossterm::{cursor, queue, terminal};
 use toolgate_protocol::{ClientFrame, PermissionRequest, ServerFrame};
 
 use super::view::{self, Choice, Line, Tone};
+use crate::display::shown;
 
 /// How long a notice (a question resolved elsewhere, an error) stays shown.
 const NOTICE_FOR: Duration = Duration::from_secs(6);
@@ -133,14 +134,14 @@ impl App {
                     let question = self.questions.remove(index);
                     self.notice(format!(
                         "closed: {} ({})",
-                        view::one_line(&question.request.title),
-                        view::one_line(&resolved.reason)
+                        shown(&question.request.title),
+                        shown(&resolved.reason)
                     ));
                     self.after_removal(index, &resolved.permission_id);
                 }
             }
             ServerFrame::Error(error) => {
-                self.notice(format!("broker error: {}", view::one_line(&error.message)));
+                self.notice(format!("broker error: {}", shown(&error.message)));
             }
             _ => {}
         }
@@ -268,8 +269,9 @@ impl App {
             Choice::Reject { .. } => "reject".to_string(),
         };
         self.notice(format!(
-            "answered {what}: {}",
-            view::one_line(&question.request.title)
+            "answered {}: {}",
+            shown(&what),
+            shown(&question.request.title)
         ));
         Some(ClientFrame::PermissionResponse(response))
     }
@@ -282,7 +284,7 @@ impl App {
             format!(
                 "toolgate approve — {} pending — {}{}",
                 self.questions.len(),
-                socket,
+                shown(socket),
                 if self.approver {
                     ""
                 } else {
@@ -343,7 +345,10 @@ impl App {
     fn footer(&self) -> String {
         match &self.input {
             Input::Message { text, .. } => {
-                format!("reject with message (Enter sends, Esc back): {text}▏")
+                format!(
+                    "reject with message (Enter sends, Esc back): {}▏",
+                    shown(text)
+                )
             }
             Input::Keys => {
                 "o once · a always (←/→ tab: which) · r reject · j/k ↑/↓ move · PgUp/PgDn scroll · q quit"
