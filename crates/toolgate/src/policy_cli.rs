@@ -3,11 +3,13 @@
 use std::io::Write;
 use std::path::PathBuf;
 
+use crate::display::shown;
 use crate::import::{self, Converted, Format};
 use crate::setup::{self, Settings};
 
 /// `validate`: load each file as `serve` would (`base` holds the other
-/// flags), print each error, warning and lint as `FILE: KEY: reason`.
+/// flags), print each error, warning and lint as `FILE: KEY: reason`
+/// (escaped as [`shown`] escapes: a policy's patterns may come from anywhere).
 /// Exit code 2 when a file has an error, else 0.
 pub fn validate(files: &[PathBuf], base: &Settings) -> u8 {
     let mut out = std::io::stdout().lock();
@@ -22,25 +24,27 @@ pub fn validate(files: &[PathBuf], base: &Settings) -> u8 {
             Ok(loaded) => loaded,
             Err(err) => {
                 code = 2;
-                let _ = writeln!(out, "error: {err}");
+                let _ = writeln!(out, "error: {}", shown(&err.to_string()));
                 continue;
             }
         };
         let mut said = 0;
         for warning in &loaded.warnings {
-            let _ = writeln!(out, "warning: {warning}");
+            let _ = writeln!(out, "warning: {}", shown(&warning.to_string()));
             said += 1;
         }
         for lint in toolgate_policy::lint::lint(&loaded.policy) {
             let _ = writeln!(
                 out,
                 "warning: {}: {}: {}",
-                lint.origin, lint.key, lint.message
+                shown(&lint.origin),
+                shown(&lint.key),
+                shown(&lint.message)
             );
             said += 1;
         }
         if said == 0 {
-            let _ = writeln!(out, "ok: {name}");
+            let _ = writeln!(out, "ok: {}", shown(&name));
         }
     }
     code
