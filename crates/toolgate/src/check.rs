@@ -7,6 +7,8 @@
 //! evaluation without the record).
 
 use serde_json::{json, Map, Value};
+
+use crate::display::{shown, shown_list};
 use toolgate_policy::{
     Action, CheckTrace, Context, Evaluation, Grants, Mode, Policy, RuleRef, Scope, ScopeRules,
     Source, SubjectField, ToolSpec,
@@ -160,14 +162,16 @@ pub fn to_json(request: &Request<'_>, spec: &ToolSpec, evaluation: &Evaluation) 
 fn rule_text(rule: &RuleRef) -> String {
     format!(
         "`{}: {}` {} ({})",
-        rule.permission,
-        rule.pattern,
+        shown(&rule.permission),
+        shown(&rule.pattern),
         action(rule.action),
-        rule.origin
+        shown(&rule.origin)
     )
 }
 
-/// The form for a person.
+/// The form for a person. Every text from the call (the tool, its input,
+/// the subjects and reasons built from them) and from the policy is shown as
+/// [`crate::display::shown`] escapes it: nothing in it acts on the terminal.
 pub fn to_text(request: &Request<'_>, spec: &ToolSpec, evaluation: &Evaluation) -> String {
     let mut out = String::new();
     let known = if spec.known {
@@ -177,20 +181,20 @@ pub fn to_text(request: &Request<'_>, spec: &ToolSpec, evaluation: &Evaluation) 
     };
     out.push_str(&format!(
         "tool       {} → permission `{}`, kind {} ({known})\n",
-        request.tool,
-        evaluation.permission,
+        shown(request.tool),
+        shown(&evaluation.permission),
         evaluation.kind.as_str()
     ));
     out.push_str(&format!(
         "input      {}\n",
-        Value::Object(request.input.clone())
+        shown(&Value::Object(request.input.clone()).to_string())
     ));
     out.push_str(&format!("mode       {}\n", request.mode));
     out.push_str(&format!(
         "decision   {} (source {}): {}\n",
         action(evaluation.action),
         source(evaluation.source),
-        evaluation.reason
+        shown(&evaluation.reason)
     ));
     if let Some(rule) = &evaluation.rule {
         out.push_str(&format!("decided by {}\n", rule_text(rule)));
@@ -202,17 +206,17 @@ pub fn to_text(request: &Request<'_>, spec: &ToolSpec, evaluation: &Evaluation) 
         out.push_str(&format!(
             "\nstep {}     {} `{}`\n",
             n + 1,
-            step.permission,
-            step.subject
+            shown(&step.permission),
+            shown(&step.subject)
         ));
         if step.command {
             match &step.not_read_only {
                 None => out.push_str("  command  only reads\n"),
-                Some(why) => out.push_str(&format!("  command  not read-only: {why}\n")),
+                Some(why) => out.push_str(&format!("  command  not read-only: {}\n", shown(why))),
             }
         }
         for inner in &step.inner {
-            out.push_str(&format!("  also     rules match `{inner}` too\n"));
+            out.push_str(&format!("  also     rules match `{}` too\n", shown(inner)));
         }
         if step.mode_reason.is_empty() {
             out.push_str("  mode     has no say here: the rules decide\n");
@@ -220,7 +224,7 @@ pub fn to_text(request: &Request<'_>, spec: &ToolSpec, evaluation: &Evaluation) 
             out.push_str(&format!(
                 "  mode     {}: {}\n",
                 action(step.mode_action),
-                step.mode_reason
+                shown(&step.mode_reason)
             ));
         }
         if step.matched.is_empty() {
@@ -232,26 +236,37 @@ pub fn to_text(request: &Request<'_>, spec: &ToolSpec, evaluation: &Evaluation) 
             } else {
                 "matches"
             };
-            out.push_str(&format!("  rule     {} {mark} `{text}`\n", rule_text(rule)));
+            out.push_str(&format!(
+                "  rule     {} {mark} `{}`\n",
+                rule_text(rule),
+                shown(text)
+            ));
         }
         out.push_str(&format!(
             "  answer   {} (source {}): {}\n",
             action(step.action),
             source(step.source),
-            step.reason
+            shown(&step.reason)
         ));
         if step.action == Action::Ask {
-            out.push_str(&format!("  always   would grant `{}`\n", step.always));
+            out.push_str(&format!(
+                "  always   would grant `{}`\n",
+                shown(&step.always)
+            ));
         }
     }
     match &evaluation.question {
         Some(question) => {
             out.push_str(&format!(
-                "\nasks       about {} {:?}\n",
-                question.permission, question.patterns
+                "\nasks       about {} {}\n",
+                shown(&question.permission),
+                shown_list(&question.patterns)
             ));
             for option in question.options() {
-                out.push_str(&format!("always     would grant {:?}\n", option.patterns));
+                out.push_str(&format!(
+                    "always     would grant {}\n",
+                    shown_list(&option.patterns)
+                ));
             }
             if question.options().is_empty() {
                 out.push_str("always     grants nothing here\n");

@@ -4,6 +4,8 @@
 //! `toolgate serve` is [`serve::run`] over stdin and stdout; tests run the
 //! same function over in-memory pipes.
 #![deny(missing_docs)]
+// stderr is written through `display::say` only (a closed stderr must not panic).
+#![deny(clippy::print_stderr)]
 
 pub mod approver;
 pub mod broker;
@@ -12,6 +14,7 @@ pub mod check;
 pub mod client;
 pub mod clock;
 pub mod convert;
+pub mod display;
 pub mod globs;
 pub mod hook;
 pub mod import;

@@ -1,4 +1,6 @@
 //! `toolgate`: a permission broker for AI coding agents.
+// stderr is written through `toolgate::say!` only (a closed stderr must not panic).
+#![deny(clippy::print_stderr)]
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -10,6 +12,8 @@ use std::sync::mpsc::{Receiver, Sender};
 use toolgate::broker::{Broker, BrokerConfig, OnAsk, Origin};
 
 use toolgate::clock::{Clock, SystemClock, UuidIds};
+use toolgate::display::shown;
+use toolgate::say;
 use toolgate::serve::Control;
 use toolgate::setup::{self, Settings};
 use toolgate::state::{self, FileStore};
@@ -472,8 +476,12 @@ fn choose_mode(
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Logs go through the one stderr channel: escaped, and never a panic
+    // when stderr's reader is gone (tracing's own complaint about a failed
+    // write would be an `eprintln!`, so it is off too).
     tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
+        .with_writer(|| toolgate::display::StderrWriter)
+        .log_internal_errors(false)
         .with_ansi(false)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -503,7 +511,7 @@ fn main() -> ExitCode {
             let mode = match choose_mode(args.mode, args.permission_mode, env_mode.as_deref()) {
                 Ok(mode) => mode,
                 Err(err) => {
-                    eprintln!("toolgate: {err}");
+                    say!("toolgate: {err}");
                     return ExitCode::from(2);
                 }
             };
@@ -590,7 +598,7 @@ fn replay(
         ),
     ] {
         if given {
-            eprintln!("toolgate replay: {flag} does not apply: a replay starts from a fresh broker, and answers questions from the recording");
+            say!("toolgate replay: {flag} does not apply: a replay starts from a fresh broker, and answers questions from the recording");
             return ExitCode::from(2);
         }
     }
@@ -619,7 +627,7 @@ struct CheckArgs {
 /// `toolgate check`: see [`toolgate::check`].
 fn check(check: CheckArgs, args: ServeArgs) -> ExitCode {
     let usage = |message: String| {
-        eprintln!("toolgate check: {message}");
+        say!("toolgate check: {message}");
         ExitCode::from(2)
     };
     for (flag, given) in [
@@ -683,7 +691,7 @@ fn check(check: CheckArgs, args: ServeArgs) -> ExitCode {
     };
     let mut out = std::io::stdout().lock();
     if let Err(err) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-        eprintln!("toolgate check: cannot write: {err}");
+        say!("toolgate check: cannot write: {err}");
         return ExitCode::from(2);
     }
     match evaluation.action {
@@ -723,7 +731,7 @@ fn grants(command: GrantsCommand, outer: Option<PathBuf>) -> ExitCode {
         GrantsCommand::Revoke { state_dir, ids } => (state_dir, false, Some(ids)),
     };
     let Some(dir) = flag.or(outer).or_else(state_dir_env) else {
-        eprintln!("toolgate: grants needs --state-dir DIR (or TOOLGATE_STATE_DIR)");
+        say!("toolgate: grants needs --state-dir DIR (or TOOLGATE_STATE_DIR)");
         return ExitCode::from(2);
     };
     // This subcommand is not the broker: its stdout is for the person who ran it.
@@ -733,15 +741,15 @@ fn grants(command: GrantsCommand, outer: Option<PathBuf>) -> ExitCode {
             let (rows, warnings) = match state::list_grants(&dir) {
                 Ok(listed) => listed,
                 Err(err) => {
-                    eprintln!("toolgate: {err}");
+                    say!("toolgate: {err}");
                     return ExitCode::from(1);
                 }
             };
             for warning in &warnings {
-                eprintln!("toolgate: warning: {warning}");
+                say!("toolgate: warning: {warning}");
             }
             let written = if rows.is_empty() {
-                eprintln!("toolgate: no grants in {}", dir.display());
+                say!("toolgate: no grants in {}", dir.display());
                 Ok(())
             } else if json {
                 rows.iter().try_for_each(|row| {
@@ -757,27 +765,27 @@ fn grants(command: GrantsCommand, outer: Option<PathBuf>) -> ExitCode {
             let revoked = match state::revoke_grants(&dir, &ids) {
                 Ok(revoked) => revoked,
                 Err(err) => {
-                    eprintln!("toolgate: {err}");
+                    say!("toolgate: {err}");
                     return ExitCode::from(1);
                 }
             };
             for warning in &revoked.warnings {
-                eprintln!("toolgate: warning: {warning}");
+                say!("toolgate: warning: {warning}");
             }
             let written = revoked.removed.iter().try_for_each(|row| {
                 writeln!(
                     out,
                     "revoked {} ({} grant of session {}: {} `{}`) for {}",
-                    row.grant_id,
+                    shown(&row.grant_id),
                     row.scope.as_str(),
-                    row.session_id,
-                    row.permission,
-                    row.pattern,
-                    row.project_root
+                    shown(&row.session_id),
+                    shown(&row.permission),
+                    shown(&row.pattern),
+                    shown(&row.project_root)
                 )
             });
             for id in &revoked.unknown {
-                eprintln!("toolgate: no grant has the id `{id}` in {}", dir.display());
+                say!("toolgate: no grant has the id `{id}` in {}", dir.display());
             }
             let code = if revoked.unknown.is_empty() {
                 ExitCode::SUCCESS
@@ -791,7 +799,7 @@ fn grants(command: GrantsCommand, outer: Option<PathBuf>) -> ExitCode {
         Ok(()) => code,
         Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => code,
         Err(err) => {
-            eprintln!("toolgate: cannot write the output: {err}");
+            say!("toolgate: cannot write the output: {err}");
             ExitCode::from(1)
         }
     }
@@ -811,7 +819,7 @@ fn watch_signals(
     let mut signals = match signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP]) {
         Ok(signals) => signals,
         Err(err) => {
-            eprintln!("toolgate: warning: signals will not be handled: {err}");
+            say!("toolgate: warning: signals will not be handled: {err}");
             return None;
         }
     };
@@ -824,7 +832,7 @@ fn watch_signals(
                 SIGINT => Control::Stop("SIGINT"),
                 _ => match setup::load(&settings) {
                     Ok(loaded) if loaded.policy.project_root != root => {
-                        eprintln!(
+                        say!(
                             "toolgate: SIGHUP received: the policy was not reloaded: its project root would change from {} to {}; keeping the policy in force",
                             root.display(),
                             loaded.policy.project_root.display()
@@ -847,7 +855,7 @@ fn watch_signals(
                         }
                     }
                     Err(err) => {
-                        eprintln!(
+                        say!(
                             "toolgate: SIGHUP received: the policy was not reloaded: {err}; keeping the policy in force"
                         );
                         continue;
@@ -909,7 +917,7 @@ fn open(args: ServeArgs, long_lived: bool) -> Result<Opened, ExitCode> {
     let mode = match choose_mode(args.mode, args.permission_mode, env_mode.as_deref()) {
         Ok(mode) => mode,
         Err(err) => {
-            eprintln!("toolgate: {err}");
+            say!("toolgate: {err}");
             return Err(ExitCode::from(2));
         }
     };
@@ -922,7 +930,7 @@ fn open(args: ServeArgs, long_lived: bool) -> Result<Opened, ExitCode> {
     } = match setup::load(&settings) {
         Ok(loaded) => loaded,
         Err(err) => {
-            eprintln!("toolgate: invalid policy: {err}");
+            say!("toolgate: invalid policy: {err}");
             return Err(ExitCode::from(2));
         }
     };
@@ -931,7 +939,7 @@ fn open(args: ServeArgs, long_lived: bool) -> Result<Opened, ExitCode> {
     }
     let max_frame_bytes = args.max_frame_bytes.unwrap_or(1 << 20);
     if max_frame_bytes == 0 {
-        eprintln!("toolgate: --max-frame-bytes must be at least 1");
+        say!("toolgate: --max-frame-bytes must be at least 1");
         return Err(ExitCode::from(2));
     }
     tracing::info!(
@@ -954,7 +962,7 @@ fn open(args: ServeArgs, long_lived: bool) -> Result<Opened, ExitCode> {
         match toolgate::broker::audit::FileAudit::open(path) {
             Ok(log) => broker.set_audit(Box::new(log)),
             Err(err) => {
-                eprintln!("toolgate: {err}");
+                say!("toolgate: {err}");
                 return Err(ExitCode::from(2));
             }
         }
@@ -971,11 +979,11 @@ fn open(args: ServeArgs, long_lived: bool) -> Result<Opened, ExitCode> {
     if let Some(dir) = state_dir {
         let (store, snapshot, warnings) = FileStore::open(&dir, &policy.project_root, wall_ms);
         for warning in &warnings {
-            eprintln!("toolgate: warning: {warning}");
+            say!("toolgate: warning: {warning}");
         }
         tracing::info!(file = %store.path().display(), "state file");
         for warning in broker.restore(Box::new(store), snapshot) {
-            eprintln!("toolgate: warning: {warning}");
+            say!("toolgate: warning: {warning}");
         }
     }
     Ok(Opened {
@@ -993,12 +1001,12 @@ fn serve(args: ServeArgs) -> ExitCode {
     let listen = match args.listen.as_deref().map(listen_path).transpose() {
         Ok(listen) => listen,
         Err(err) => {
-            eprintln!("toolgate: {err}");
+            say!("toolgate: {err}");
             return ExitCode::from(2);
         }
     };
     if spec.is_some() && listen.is_some() {
-        eprintln!("toolgate: --approver works with stdin/stdout only; with --listen, run `toolgate approve` beside the broker");
+        say!("toolgate: --approver works with stdin/stdout only; with --listen, run `toolgate approve` beside the broker");
         return ExitCode::from(2);
     }
     let Opened {
@@ -1028,7 +1036,7 @@ fn serve(args: ServeArgs) -> ExitCode {
                     Some((approver, name, answered))
                 }
                 Err(err) => {
-                    eprintln!("toolgate: --approver tty: cannot open /dev/tty: {err}");
+                    say!("toolgate: --approver tty: cannot open /dev/tty: {err}");
                     return ExitCode::from(2);
                 }
             }
@@ -1040,15 +1048,15 @@ fn serve(args: ServeArgs) -> ExitCode {
         let listener = match toolgate::socket::listen(&path) {
             Ok(listener) => listener,
             Err(err) => {
-                eprintln!("toolgate: {err}");
+                say!("toolgate: {err}");
                 return ExitCode::from(2);
             }
         };
-        eprintln!("toolgate: listening on {}", path.display());
+        say!("toolgate: listening on {}", path.display());
         return match toolgate::socket::run(listener, broker, max_frame_bytes, control) {
             Ok(()) => ExitCode::SUCCESS,
             Err(err) => {
-                eprintln!("toolgate: i/o error: {err}");
+                say!("toolgate: i/o error: {err}");
                 ExitCode::from(1)
             }
         };
@@ -1065,7 +1073,7 @@ fn serve(args: ServeArgs) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("toolgate: i/o error: {err}");
+            say!("toolgate: i/o error: {err}");
             ExitCode::from(1)
         }
     }
@@ -1100,7 +1108,7 @@ fn listen_path(value: &str) -> Result<PathBuf, String> {
 /// "blocked").
 fn hook(agent: HookAgent, socket: Option<PathBuf>, wait: Option<u64>, args: ServeArgs) -> ExitCode {
     if args.approver.is_some() {
-        eprintln!("toolgate hook: --approver works with serve only (a hook asks the broker's approvers through --socket)");
+        say!("toolgate hook: --approver works with serve only (a hook asks the broker's approvers through --socket)");
         return ExitCode::from(2);
     }
     use std::io::Read;
@@ -1116,7 +1124,7 @@ fn hook(agent: HookAgent, socket: Option<PathBuf>, wait: Option<u64>, args: Serv
         match writeln!(out, "{}", answer.to_json(agent)).and_then(|()| out.flush()) {
             Ok(()) => ExitCode::SUCCESS,
             Err(err) => {
-                eprintln!(
+                say!(
                     "toolgate hook: cannot write the answer: {err}; {}",
                     answer.reason
                 );
@@ -1231,7 +1239,7 @@ fn mcp(session: Option<String>, socket: Option<PathBuf>, args: ServeArgs) -> Exi
         Ok(Ok(())) => ExitCode::SUCCESS,
         Ok(Err(err)) if err.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
         Ok(Err(err)) => {
-            eprintln!("toolgate mcp: i/o error: {err}");
+            say!("toolgate mcp: i/o error: {err}");
             ExitCode::from(1)
         }
         Err(code) => code,
@@ -1266,7 +1274,7 @@ fn remote(
     .filter_map(|(flag, given)| given.then_some(flag))
     .collect();
     if !given.is_empty() {
-        eprintln!(
+        say!(
             "toolgate mcp: {} cannot be used with --socket: the broker listening on {} decides with its own policy (give these flags to `toolgate serve --listen`)",
             given.join(", "),
             path.display()
@@ -1291,7 +1299,7 @@ fn remote(
     _args: &ServeArgs,
     _limit: usize,
 ) -> Result<std::io::Result<()>, ExitCode> {
-    eprintln!("toolgate mcp: --socket needs Unix sockets, which this system lacks");
+    say!("toolgate mcp: --socket needs Unix sockets, which this system lacks");
     Err(ExitCode::from(2))
 }
 

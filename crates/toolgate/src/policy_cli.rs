@@ -3,11 +3,13 @@
 use std::io::Write;
 use std::path::PathBuf;
 
+use crate::display::shown;
 use crate::import::{self, Converted, Format};
 use crate::setup::{self, Settings};
 
 /// `validate`: load each file as `serve` would (`base` holds the other
-/// flags), print each error, warning and lint as `FILE: KEY: reason`.
+/// flags), print each error, warning and lint as `FILE: KEY: reason`
+/// (escaped as [`shown`] escapes: a policy's patterns may come from anywhere).
 /// Exit code 2 when a file has an error, else 0.
 pub fn validate(files: &[PathBuf], base: &Settings) -> u8 {
     let mut out = std::io::stdout().lock();
@@ -22,25 +24,27 @@ pub fn validate(files: &[PathBuf], base: &Settings) -> u8 {
             Ok(loaded) => loaded,
             Err(err) => {
                 code = 2;
-                let _ = writeln!(out, "error: {err}");
+                let _ = writeln!(out, "error: {}", shown(&err.to_string()));
                 continue;
             }
         };
         let mut said = 0;
         for warning in &loaded.warnings {
-            let _ = writeln!(out, "warning: {warning}");
+            let _ = writeln!(out, "warning: {}", shown(&warning.to_string()));
             said += 1;
         }
         for lint in toolgate_policy::lint::lint(&loaded.policy) {
             let _ = writeln!(
                 out,
                 "warning: {}: {}: {}",
-                lint.origin, lint.key, lint.message
+                shown(&lint.origin),
+                shown(&lint.key),
+                shown(&lint.message)
             );
             said += 1;
         }
         if said == 0 {
-            let _ = writeln!(out, "ok: {name}");
+            let _ = writeln!(out, "ok: {}", shown(&name));
         }
     }
     code
@@ -57,12 +61,12 @@ pub fn import(files: &[PathBuf], from: Option<Format>, agent: Option<&str>) -> u
         let text = match std::fs::read_to_string(file) {
             Ok(text) => text,
             Err(err) => {
-                eprintln!("toolgate policy import: cannot read {name}: {err}");
+                crate::say!("toolgate policy import: cannot read {name}: {err}");
                 continue;
             }
         };
         let Some(format) = from.or_else(|| import::detect(&name, &text)) else {
-            eprintln!(
+            crate::say!(
                 "toolgate policy import: {name}: not a format toolgate can import (give --from)"
             );
             continue;
@@ -71,7 +75,7 @@ pub fn import(files: &[PathBuf], from: Option<Format>, agent: Option<&str>) -> u
         import::convert(&mut converted, format, &name, &text, agent);
     }
     for (place, why) in &converted.skipped {
-        eprintln!("toolgate policy import: not converted: {place}: {why}");
+        crate::say!("toolgate policy import: not converted: {place}: {why}");
     }
     if read == 0 {
         return 2;
@@ -82,7 +86,7 @@ pub fn import(files: &[PathBuf], from: Option<Format>, agent: Option<&str>) -> u
     if writeln!(out, "{text}").is_err() {
         return 2;
     }
-    eprintln!(
+    crate::say!(
         "toolgate policy import: {} rule{} from {read} file{}",
         converted.rules,
         if converted.rules == 1 { "" } else { "s" },

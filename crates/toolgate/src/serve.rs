@@ -897,7 +897,7 @@ fn obey<W: Write>(
                 None => {
                     // The other thread holds the broker while its output is
                     // blocked (nobody reads stdout): nothing more can be said.
-                    eprintln!(
+                    crate::say!(
                         "toolgate: {signal} received: the output has been blocked for {} s; stopped without answering the pending calls",
                         STOP_PATIENCE.as_secs()
                     );
@@ -910,7 +910,7 @@ fn obey<W: Write>(
                 None => {
                     // Do not stay stuck behind a blocked output: a later
                     // SIGTERM must still be heard.
-                    eprintln!(
+                    crate::say!(
                         "toolgate: SIGHUP received: the output has been blocked for {} s; the policy was not reloaded",
                         STOP_PATIENCE.as_secs()
                     );
@@ -933,10 +933,10 @@ fn obey<W: Write>(
                 flow.stopped.store(true, Ordering::SeqCst);
                 let calls = if pending == 1 { "call" } else { "calls" };
                 match &shared.failed {
-                    None => eprintln!(
+                    None => crate::say!(
                         "toolgate: {signal} received: denied {pending} pending {calls} and stopped"
                     ),
-                    Some(err) => eprintln!(
+                    Some(err) => crate::say!(
                         "toolgate: {signal} received: denied {pending} pending {calls}, but the output failed: {err}"
                     ),
                 }
@@ -973,7 +973,7 @@ fn obey<W: Write>(
                 shared.flush_frames();
                 *lock(&flow.policy) = shared.broker.policy().clone();
                 let decided = before.saturating_sub(shared.broker.pending_count());
-                eprintln!(
+                crate::say!(
                     "toolgate: SIGHUP received: reloaded the policy ({source}); {decided} of {before} pending calls decided"
                 );
                 let rearm = shared.broker.next_deadline() != deadline_before;

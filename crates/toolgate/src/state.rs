@@ -1504,7 +1504,8 @@ fn project_files(
 }
 
 /// `rows` as an aligned table with a header (`toolgate grants list`), one
-/// line each; control characters in cells are escaped so a row stays one line.
+/// line each; every cell is shown as [`crate::display::shown`] escapes it,
+/// so a row stays one line and nothing in it acts on the terminal.
 pub fn grants_table(rows: &[GrantRow]) -> String {
     let header = [
         "GRANT",
@@ -1522,7 +1523,7 @@ pub fn grants_table(rows: &[GrantRow]) -> String {
             cell(&row.session_id),
             cell(&row.permission),
             match row.mode.as_deref() {
-                Some(mode) => format!("{} (only in {mode} mode)", cell(&row.pattern)),
+                Some(mode) => format!("{} (only in {} mode)", cell(&row.pattern), cell(mode)),
                 None => cell(&row.pattern),
             },
             cell(&row.project_root),
@@ -1556,13 +1557,5 @@ fn cell(text: &str) -> String {
     if text.is_empty() {
         return "\"\"".to_string();
     }
-    text.chars()
-        .map(|c| {
-            if c.is_control() {
-                c.escape_default().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
+    crate::display::shown(text).into_owned()
 }

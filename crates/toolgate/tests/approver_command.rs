@@ -216,6 +216,54 @@ esac"#;
     }
 }
 
+/// The answer counts when the program exits, not when its stdout closes:
+/// a background child that inherited the pipe (and outlives the program)
+/// does not hold the decision back until the ask times out.
+#[test]
+fn a_background_child_holding_stdout_does_not_delay_the_answer() {
+    let root = project_dir("cmdbackground");
+    let program = script(
+        &root,
+        "approve.sh",
+        r#"echo once
+sleep 30 2>/dev/null &
+echo $! > "$(dirname "$0")/background"
+exit 0"#,
+    );
+    let args = [
+        "serve".to_string(),
+        format!("--approver=command:{program}"),
+        "--ask-timeout".to_string(),
+        "60".to_string(),
+    ];
+    let mut broker = Broker::start(&root, &args, &[]);
+    let asked = std::time::Instant::now();
+    broker.send(&call("c1", "rm -rf build"));
+    broker.wait_for("the decision", |lines| {
+        lines.iter().any(|l| l.contains("\"type\":\"decision\""))
+    });
+    let waited = asked.elapsed();
+    let background = std::fs::read_to_string(root.join("background")).unwrap_or_default();
+    let _ = std::process::Command::new("kill")
+        .arg(background.trim())
+        .status();
+    let (status, lines, stderr) = broker.finish();
+    assert!(status.success(), "{stderr}");
+    assert!(
+        waited < std::time::Duration::from_secs(5),
+        "the decision took {waited:?}"
+    );
+    let decision: Value = serde_json::from_str(
+        lines
+            .iter()
+            .find(|l| l.contains("\"type\":\"decision\""))
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(decision["decision"], "allow", "{decision}");
+    assert_eq!(decision["source"], "user", "{decision}");
+}
+
 /// A program that hangs past the ask timeout: the call is denied (timeout)
 /// and the program is killed.
 #[test]

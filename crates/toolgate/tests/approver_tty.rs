@@ -507,3 +507,156 @@ fn approve_a_real_broker() {
         "{screen}"
     );
 }
+
+/// What an agent can put in the strings a person reads: a clear-screen, a
+/// title change (ended by BEL), hidden text and a right-to-left override.
+const CLEAR: &str = "\u{1b}[2J";
+const TITLE: &str = "\u{1b}]0;pwned\u{7}";
+const HIDE: &str = "\u{1b}[8m";
+const RTL: &str = "\u{202e}";
+
+/// The bytes `script` logged (all the terminal received) hold none of the
+/// agent's sequences raw, and every `visible` form.
+fn assert_shown_escaped(log: &Path, visible: &[&str]) {
+    let raw = std::fs::read(log).unwrap();
+    let text = String::from_utf8_lossy(&raw);
+    for bad in [CLEAR, "\u{1b}]0;", HIDE, RTL] {
+        assert!(
+            !text.contains(bad),
+            "the terminal received {bad:?} raw:\n{text:?}"
+        );
+    }
+    for good in visible {
+        assert!(text.contains(good), "{good:?} is not shown:\n{text:?}");
+    }
+}
+
+/// `toolgate approve` shows a session id, a parent, a client, a title and a
+/// command that carry escape sequences with the sequences made visible
+/// (`\x1b[2J`, `\u{202e}`): the terminal never receives them raw.
+#[test]
+fn approve_shows_escape_sequences_visibly() {
+    let socket = socket_path("escapes");
+    let listener = UnixListener::bind(&socket).unwrap();
+    let log = socket.with_file_name("typescript");
+    let command = format!(
+        "script -q -f -c '{} approve --socket {}' {}; echo EXIT=$?; sleep 600",
+        toolgate(),
+        socket.display(),
+        log.display()
+    );
+    let Some(tmux) = Tmux::start("escapes", &command) else {
+        return;
+    };
+    let (stream, _) = listener.accept().unwrap();
+    let mut broker = Lines::new(stream);
+    assert_eq!(broker.read()["type"], "hello");
+    broker.send(&json!({"type":"ready","protocol":1,"version":"0","mode":"ask","projectRoot":"/","policySources":[],"stateDir":null,"role":"approver","client":"approve"}));
+    tmux.wait_gone("(connecting…)");
+    let shown = format!("echo {HIDE}hidden {RTL}txt.exe");
+    let mut question = request(
+        "per_1",
+        &format!("s{CLEAR}x"),
+        &shown,
+        json!([[shown.clone()], ["echo *"]]),
+    );
+    question["parentID"] = json!(format!("main{TITLE}"));
+    question["metadata"]["client"] = json!(format!("cl{CLEAR}"));
+    broker.send(&question);
+    tmux.wait_for("title    echo \\x1b[8mhidden \\u{202e}txt.exe");
+    let screen = tmux.screen();
+    assert!(
+        screen.contains("1. s\\x1b[2Jx (in main\\x1b]0;pwned\\x07) [cl\\x1b[2J]"),
+        "{screen}"
+    );
+    assert!(
+        screen.contains("session  s\\x1b[2Jx  (sub-session of main\\x1b]0;pwned\\x07)"),
+        "{screen}"
+    );
+    // The always entries, and the notice of the answer, escape it too.
+    tmux.keys(&["Left", "a"]);
+    assert_eq!(broker.read()["response"], "always");
+    tmux.wait_for("answered always (echo \\x1b[8mhidden \\u{202e}txt.exe)");
+    broker.send(&request(
+        "per_2",
+        "s",
+        &format!("rm {RTL}x"),
+        json!([["rm *"]]),
+    ));
+    broker.send(&json!({"type":"permission_resolved","permissionID":"per_2","sessionID":"s","callID":"call-per_2","reason":format!("gone{CLEAR}")}));
+    tmux.wait_for("closed: rm \\u{202e}x (gone\\x1b[2J)");
+    tmux.keys(&["q"]);
+    tmux.wait_for("EXIT=0");
+    assert_shown_escaped(
+        &log,
+        &[
+            "\\x1b[2J",
+            "\\x1b]0;pwned\\x07",
+            "\\x1b[8mhidden",
+            "\\u{202e}txt.exe",
+        ],
+    );
+}
+
+/// `serve --approver tty` (on script's pseudo-terminal) with a sub-session
+/// and a command from the agent carrying escape sequences.
+#[test]
+fn the_tty_approver_shows_escape_sequences_visibly() {
+    let root = support::project_dir("ttyescapes");
+    let input = root.join("in.fifo");
+    let output = root.join("out.jsonl");
+    let log = root.join("typescript");
+    let status = Command::new("mkfifo").arg(&input).status().unwrap();
+    assert!(status.success());
+    let command = format!(
+        "cd {root} && script -q -f -c '{bin} serve --approver tty --ask-timeout 0 <{input} >{output} 2>{root}/err.txt' {log}; echo EXIT=$?; sleep 600",
+        root = root.display(),
+        bin = toolgate(),
+        input = input.display(),
+        output = output.display(),
+        log = log.display(),
+    );
+    let Some(tmux) = Tmux::start("ttyescapes", &command) else {
+        return;
+    };
+    let mut agent = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&input)
+        .unwrap();
+    let mut send = |frame: Value| {
+        let mut line = serde_json::to_vec(&frame).unwrap();
+        line.push(b'\n');
+        agent.write_all(&line).unwrap();
+    };
+    let parent = format!("main{TITLE}");
+    let session = format!("s{CLEAR}x");
+    send(json!({"type":"session_start","sessionID":parent}));
+    send(json!({"type":"session_start","sessionID":session,"parentID":parent}));
+    let command = format!("echo {HIDE}hidden > {RTL}txt.exe");
+    send(
+        json!({"type":"tool_call","callID":"c1","sessionID":session,"tool":"bash","input":{"command":command}}),
+    );
+    let screen = tmux.wait_for("[o once · a always");
+    assert!(
+        screen.contains("session  s\\x1b[2Jx  (sub-session of main\\x1b]0;pwned\\x07)"),
+        "{screen}"
+    );
+    assert!(
+        screen.contains("  echo \\x1b[8mhidden > \\u{202e}txt.exe"),
+        "{screen}"
+    );
+    tmux.text("o");
+    tmux.keys(&["Enter"]);
+    assert_eq!(decision_of(&output, "c1")["decision"], "allow");
+    drop(agent);
+    tmux.wait_for("EXIT=0");
+    assert_shown_escaped(
+        &log,
+        &[
+            "\\x1b[2J",
+            "\\x1b]0;pwned\\x07",
+            "\\x1b[8mhidden",
+            "\\u{202e}txt.exe",
+        ],
+    );
+}

@@ -449,3 +449,57 @@ fn the_readme_example_is_the_output() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The text form shows the call's escape sequences and bidirectional
+/// overrides escaped (`\x1b[2J`, `\u{202e}`), never raw: the tool name, the
+/// input, each step's subject and the reasons built from it.
+#[test]
+fn check_shows_escape_sequences_visibly() {
+    let dir = support::project_dir("check-escapes");
+    let root = dir.canonicalize().unwrap();
+    let command = "echo \u{1b}[2J\u{1b}]0;pwned\u{7} && cat \u{1b}[8mhidden\u{202e}txt.exe";
+    let (code, out, err) = support::run(
+        &root,
+        &[
+            "check",
+            "--project-root",
+            root.to_str().unwrap(),
+            "--mode",
+            "ask",
+            "--",
+            "bash",
+            command,
+        ],
+        "",
+    );
+    assert_eq!(code, 3, "{out}\n{err}");
+    for raw in ["\u{1b}", "\u{7}", "\u{9b}", "\u{202e}"] {
+        assert!(!out.contains(raw), "{raw:?} raw in:\n{out}");
+    }
+    for shown in [
+        r#"input      {"command":"echo \u001b[2J\u001b]0;pwned\u0007 && cat \u001b[8mhidden\u{202e}txt.exe"}"#,
+        "step 1     bash `echo \\x1b[2J\\x1b]0;pwned\\x07 && cat \\x1b[8mhidden\\u{202e}txt.exe`",
+        "  always   would grant `echo \\x1b[2J\\x1b]0;pwned\\x07 && cat \\x1b[8mhidden\\u{202e}txt.exe`",
+        "asks       about bash [\"echo \\x1b[2J\\x1b]0;pwned\\x07 && cat \\x1b[8mhidden\\u{202e}txt.exe\"]",
+    ] {
+        assert!(out.contains(shown), "{shown:?} not in:\n{out}");
+    }
+    // What stderr says about the call is escaped too.
+    let (code, out, err) = support::run(
+        &root,
+        &[
+            "check",
+            "--project-root",
+            root.to_str().unwrap(),
+            "--",
+            "my\u{9b}tool\u{1b}[2J",
+            "x",
+        ],
+        "",
+    );
+    assert_eq!(code, 2, "{out}\n{err}");
+    assert!(
+        err.contains("toolgate check: `my\\u{9b}tool\\x1b[2J` takes no subject"),
+        "{err}"
+    );
+}

@@ -308,3 +308,55 @@ fn plan_mode_grants_are_listed_with_their_mode() {
     assert!(stderr.contains("`mode` must be `plan`"), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Session ids and patterns come from agents: `grants list` and `grants
+/// revoke` show their escape sequences and bidirectional overrides escaped
+/// (`\x1b[2J`, `\u{202e}`), never raw.
+#[test]
+fn agent_text_is_shown_escaped() {
+    let dir = state_dir("escapes");
+    let project = r#"{
+  "version": 1,
+  "projectRoot": "/work/e",
+  "projectGrants": [
+    {"grantID": "grant_e1", "permission": "bash", "pattern": "echo \u001b]0;pwned\u0007 \u202etxt.exe", "literal": 5, "sessionID": "s\u001b[2J"}
+  ],
+  "sessions": [
+    {"sessionID": "s\u001b[2J", "mode": "ask", "grants": [
+      {"grantID": "grant_e2", "permission": "edit", "pattern": "\u001b[8mhidden\u2066", "literal": 0, "sessionID": "s\u001b[2J"}
+    ]}
+  ]
+}
+"#;
+    std::fs::write(dir.join("project-000000000000000e.json"), project).unwrap();
+    let (code, stdout, stderr) = toolgate(&["grants", "list", "--state-dir", "$DIR"], &dir, None);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        stdout,
+        "\
+GRANT     SCOPE    SESSION   PERMISSION  PATTERN                                PROJECT
+grant_e1  project  s\\x1b[2J  bash        echo \\x1b]0;pwned\\x07 \\u{202e}txt.exe  /work/e
+grant_e2  session  s\\x1b[2J  edit        \\x1b[8mhidden\\u{2066}                  /work/e
+"
+    );
+    let (code, stdout, stderr) = toolgate(
+        &[
+            "grants",
+            "revoke",
+            "--state-dir",
+            "$DIR",
+            "grant_e1",
+            "grant_e2",
+        ],
+        &dir,
+        None,
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        stdout,
+        "\
+revoked grant_e1 (project grant of session s\\x1b[2J: bash `echo \\x1b]0;pwned\\x07 \\u{202e}txt.exe`) for /work/e
+revoked grant_e2 (session grant of session s\\x1b[2J: edit `\\x1b[8mhidden\\u{2066}`) for /work/e
+"
+    );
+}

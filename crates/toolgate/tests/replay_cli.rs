@@ -441,6 +441,48 @@ most often denied:
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The reports show the recording's escape sequences and bidirectional
+/// overrides escaped (`\x1b[2J`, `\u{202e}`), never raw.
+#[test]
+fn reports_show_escape_sequences_visibly() {
+    let dir = support::project_dir("replay-escapes");
+    let root = dir.canonicalize().unwrap();
+    let command = "echo \u{1b}[2J\u{1b}]0;pwned\u{7}";
+    let frames = [
+        json!({"type":"tool_call","sessionID":"s\u{1b}[8m","callID":"c\u{202e}1","tool":"bash","input":{"command":command}}),
+        json!({"type":"decision","sessionID":"s\u{1b}[8m","callID":"c\u{202e}1","decision":"allow","source":"user","reason":"ok"}),
+    ];
+    let text: String = frames.iter().map(|f| format!("{f}\n")).collect();
+    let file = root.join("e.jsonl");
+    std::fs::write(&file, text).unwrap();
+    for (flag, shown) in [
+        ("--summary", "bash: echo \\x1b[2J\\x1b]0;pwned\\x07"),
+        (
+            "--check",
+            "s\\x1b[8m c\\u{202e}1 bash `echo \\x1b[2J\\x1b]0;pwned\\x07`: recorded allow",
+        ),
+    ] {
+        let (_, out, err) = toolgate(
+            &root,
+            &[
+                "replay",
+                flag,
+                "--project-root",
+                root.to_str().unwrap(),
+                file.to_str().unwrap(),
+            ],
+        );
+        for raw in ["\u{1b}", "\u{7}", "\u{202e}"] {
+            assert!(!out.contains(raw), "{flag}: {raw:?} raw in:\n{out}");
+        }
+        assert!(
+            out.contains(shown),
+            "{flag}: {shown:?} not in:\n{out}\n{err}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `--compare A B`: the calls answered differently, grouped by what
 /// decided under B; exit 1 when there are some, 0 when there are none.
 #[test]

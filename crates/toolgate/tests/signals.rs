@@ -281,3 +281,155 @@ fn sigterm_ends_a_broker_whose_output_nobody_reads() {
         "stderr:\n{stderr}"
     );
 }
+
+/// `toolgate ARGS` in `root` with stdin, stdout and stderr piped.
+fn spawn_piped(root: &std::path::Path, args: &[&str]) -> std::process::Child {
+    use std::process::{Command, Stdio};
+    Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(args)
+        .current_dir(root)
+        .env_remove("TOOLGATE_PERMISSION")
+        .env_remove("TOOLGATE_MODE")
+        .env_remove("TOOLGATE_STATE_DIR")
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Read `pipe` line by line until a line holds `piece`.
+fn read_until(pipe: &mut impl std::io::BufRead, piece: &str) {
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let read = pipe.read_line(&mut line).unwrap();
+        assert!(read > 0, "the pipe ended before `{piece}`");
+        if line.contains(piece) {
+            return;
+        }
+    }
+}
+
+/// Wait for `child` to exit within a few seconds; kill it and fail otherwise.
+fn exits_promptly(child: &mut std::process::Child, what: &str) -> std::process::ExitStatus {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what}: toolgate did not stop on SIGTERM");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// A warning provoked with stderr's reader gone: a policy that does not
+/// load, reloaded with SIGHUP (the signal thread reports it), then a bad
+/// frame on the connection (the broker warns on its own threads).
+fn warn_into_a_closed_stderr(pid: u32, policy: &std::path::Path) {
+    std::fs::write(policy, "{ not json").unwrap();
+    let status = std::process::Command::new("kill")
+        .args(["-HUP", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    // Nothing on stdout says the reload failed: give it time to be tried.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+}
+
+/// The parent that read stderr died: a warning must not kill the thread
+/// that stops the broker, so SIGTERM still denies the pending call and ends
+/// `serve` at once.
+#[test]
+fn sigterm_stops_serve_when_nobody_reads_stderr() {
+    use std::io::{BufRead, BufReader, Write};
+
+    let root = support::project_dir("signal-stderr-gone");
+    let policy = root.join("toolgate.json");
+    std::fs::write(&policy, r#"{"permission":{"bash":{"*":"ask"}}}"#).unwrap();
+    let mut child = spawn_piped(&root, &["serve"]);
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    read_until(&mut stdout, r#""type":"ready""#);
+    drop(child.stderr.take());
+    let mut stdin = child.stdin.take().unwrap();
+    stdin
+        .write_all(b"{\"type\":\"tool_call\",\"callID\":\"m1\",\"tool\":\"Bash\",\"input\":{\"command\":\"make\"}}\n")
+        .unwrap();
+    read_until(&mut stdout, r#""type":"permission_request""#);
+    warn_into_a_closed_stderr(child.id(), &policy);
+    // A line that is not JSON: an error frame, and nothing that stops anything.
+    stdin
+        .write_all(b"{\"type\":\"tool_call\"\x1b[2J\n")
+        .unwrap();
+    read_until(&mut stdout, r#""type":"error""#);
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let status = exits_promptly(&mut child, "serve");
+    assert_eq!(status.code(), Some(0), "exit {status}");
+    let rest: Vec<String> = stdout.lines().map(Result::unwrap).collect();
+    assert!(
+        rest.iter().any(
+            |line| line.contains(r#""callID":"m1""#) && line.contains(r#""source":"shutdown""#)
+        ),
+        "the pending call is denied: {rest:?}"
+    );
+}
+
+/// The same for `serve --listen`: the orphan must let go of its socket, so
+/// that its replacement can listen at the same path.
+#[test]
+fn sigterm_stops_a_listening_broker_when_nobody_reads_stderr() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::net::UnixStream;
+
+    let root = support::project_dir("signal-stderr-gone-listen");
+    let policy = root.join("toolgate.json");
+    std::fs::write(&policy, r#"{"permission":{"bash":{"*":"ask"}}}"#).unwrap();
+    let dir = root.join("sock");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let socket = dir.join("broker.sock");
+    let listen = format!("unix:{}", socket.display());
+    let args = ["serve", "--listen", &listen];
+    let mut child = spawn_piped(&root, &args);
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    read_until(&mut stderr, "listening on");
+    drop(stderr);
+    let mut agent = UnixStream::connect(&socket).unwrap();
+    agent.set_read_timeout(Some(support::PATIENCE)).unwrap();
+    let mut frames = BufReader::new(agent.try_clone().unwrap());
+    read_until(&mut frames, r#""type":"ready""#);
+    warn_into_a_closed_stderr(child.id(), &policy);
+    agent
+        .write_all(b"{\"type\":\"tool_call\"\x1b]0;x\x07\n")
+        .unwrap();
+    read_until(&mut frames, r#""type":"error""#);
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let status = exits_promptly(&mut child, "serve --listen");
+    assert_eq!(status.code(), Some(0), "exit {status}");
+    assert!(!socket.exists(), "the socket is removed");
+    // The replacement starts at the same path.
+    std::fs::write(&policy, "{}").unwrap();
+    let mut next = spawn_piped(&root, &args);
+    let mut stderr = BufReader::new(next.stderr.take().unwrap());
+    read_until(&mut stderr, "listening on");
+    let mut frames = BufReader::new(UnixStream::connect(&socket).unwrap());
+    let mut line = String::new();
+    frames.read_line(&mut line).unwrap();
+    assert!(line.contains(r#""type":"ready""#), "{line}");
+    let _ = next.kill();
+    let _ = next.wait();
+}

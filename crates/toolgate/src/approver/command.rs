@@ -9,7 +9,9 @@
 //!   (`message` and `patterns` optional; `patterns` only with `always`, and
 //!   then one of the request's `alwaysOptions`).
 //!
-//! The answer counts once the program has exited with status 0. Anything
+//! The answer counts once the program has exited with status 0: what it
+//! wrote before it exited is read then, even when a child it left running in
+//! the background still holds its stdout open. Anything
 //! else is a `reject` whose message says why: no line, an unreadable line,
 //! a non-zero exit, a signal, a program that cannot be started. When the
 //! question ends otherwise (another approver answered, the ask timed out,
@@ -18,7 +20,7 @@
 //! thread, so a slow program never holds up the broker or another question.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{self, Sender};
@@ -29,6 +31,7 @@ use serde_json::Value;
 use toolgate_protocol::{PermissionRequest, PermissionResponse, Reply, ServerFrame};
 
 use super::view::{self, Choice};
+use crate::display::shown;
 
 /// The most bytes read for the answer line.
 const MAX_ANSWER: u64 = 64 * 1024;
@@ -62,10 +65,7 @@ pub fn parse_answer(line: &str, request: &PermissionRequest) -> Result<Permissio
     };
     for key in object.keys() {
         if !matches!(key.as_str(), "response" | "message" | "patterns") {
-            return Err(format!(
-                "its answer has an unknown field `{}`",
-                view::one_line(key)
-            ));
+            return Err(format!("its answer has an unknown field `{}`", shown(key)));
         }
     }
     let response = match object.get("response").and_then(Value::as_str) {
@@ -121,11 +121,63 @@ pub fn parse_answer(line: &str, request: &PermissionRequest) -> Result<Permissio
 }
 
 fn shorten(text: &str) -> String {
-    let text = view::one_line(text);
+    let text = shown(text);
     if text.chars().count() > 120 {
         format!("{}…", text.chars().take(120).collect::<String>())
     } else {
-        text
+        text.into_owned()
+    }
+}
+
+/// The most bytes read from a program's stdout between two looks at
+/// whether it has exited (a program that writes without end must not keep
+/// us from seeing it exit).
+const DRAIN_PER_TICK: usize = 1 << 20;
+
+/// The first line a program writes (at most [`MAX_ANSWER`] bytes, with its
+/// newline); what follows is read and dropped.
+#[derive(Default)]
+struct FirstLine {
+    line: Vec<u8>,
+    /// The line is complete (or at its limit): nothing more is kept.
+    complete: bool,
+}
+
+impl FirstLine {
+    fn take(&mut self, bytes: &[u8]) {
+        if self.complete {
+            return;
+        }
+        let room = (MAX_ANSWER as usize).saturating_sub(self.line.len());
+        let end = bytes
+            .iter()
+            .position(|&byte| byte == b'\n')
+            .map_or(bytes.len(), |at| at + 1);
+        let kept = end.min(room);
+        self.line.extend_from_slice(&bytes[..kept]);
+        if kept < bytes.len() || self.line.ends_with(b"\n") || kept == room {
+            self.complete = true;
+        }
+    }
+
+    /// Read what `pipe` (non-blocking) holds now, at most about `budget`
+    /// bytes; `false` once it has ended (or failed).
+    fn read(&mut self, pipe: &mut impl Read, budget: usize) -> bool {
+        let mut buffer = [0u8; 8192];
+        let mut read = 0;
+        while read < budget {
+            match pipe.read(&mut buffer) {
+                Ok(0) => return false,
+                Ok(n) => {
+                    self.take(&buffer[..n]);
+                    read += n;
+                }
+                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => return true,
+                Err(_) => return false,
+            }
+        }
+        true
     }
 }
 
@@ -263,14 +315,31 @@ fn run_one(program: &str, request: &PermissionRequest, running: &Running) -> Per
             let _ = stdin.write_all(&line);
         });
     }
-    let mut answer = String::new();
-    if let Some(stdout) = stdout {
-        let mut reader = BufReader::new(stdout);
-        let _ = (&mut reader).take(MAX_ANSWER).read_line(&mut answer);
-        // Drain the rest (unbounded) so the program never blocks on a full pipe.
-        let _ = std::io::copy(&mut reader, &mut std::io::sink());
-    }
+    // The program is waited on, not the end of its stdout: a child it left
+    // running in the background may hold the pipe open for long after.
+    // Meanwhile the pipe is read without blocking, so the program never
+    // blocks on a full pipe; once it has exited, everything it wrote is in
+    // the pipe and the rest of it is read.
+    let mut pipe = match stdout {
+        Some(stdout) => match rustix::io::ioctl_fionbio(&stdout, true) {
+            Ok(()) => Some(stdout),
+            Err(error) => {
+                return rejected(
+                    request,
+                    program,
+                    &format!("its output cannot be read: {error}"),
+                )
+            }
+        },
+        None => None,
+    };
+    let mut answer = FirstLine::default();
     let status = loop {
+        if let Some(stdout) = &mut pipe {
+            if !answer.read(stdout, DRAIN_PER_TICK) {
+                pipe = None;
+            }
+        }
         let polled = match child.lock() {
             Ok(mut child) => child.try_wait(),
             Err(_) => return rejected(request, program, "internal error"),
@@ -281,6 +350,11 @@ fn run_one(program: &str, request: &PermissionRequest, running: &Running) -> Per
             Err(error) => return rejected(request, program, &error.to_string()),
         }
     };
+    if let Some(stdout) = &mut pipe {
+        answer.read(stdout, DRAIN_PER_TICK);
+    }
+    drop(pipe);
+    let answer = String::from_utf8_lossy(&answer.line);
     if !status.success() {
         let why = match status.code() {
             Some(code) => format!("it exited with status {code}"),

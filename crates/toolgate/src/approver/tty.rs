@@ -25,6 +25,7 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use toolgate_protocol::{PermissionRequest, PermissionResponse};
 
 use super::view::{self, Choice, Tone};
+use crate::display::shown;
 
 /// What the approver's thread is told.
 enum Event {
@@ -184,11 +185,7 @@ impl Prompt {
                     };
                     self.say(
                         Tone::Warn,
-                        &format!(
-                            "closed: {} ({})",
-                            view::one_line(&request.title),
-                            view::one_line(&reason)
-                        ),
+                        &format!("closed: {} ({})", shown(&request.title), shown(&reason)),
                     );
                     if self.shown.as_deref() == Some(permission_id.as_str()) {
                         self.shown = None;
@@ -298,10 +295,7 @@ impl Prompt {
                 match level {
                     Some(n) => self.answer(&request, Choice::Always { level: n - 1 }),
                     None => {
-                        self.say(
-                            Tone::Warn,
-                            &format!("not an answer: {}", view::one_line(line)),
-                        );
+                        self.say(Tone::Warn, &format!("not an answer: {}", shown(line)));
                         self.hint(&request);
                     }
                 }

@@ -25,6 +25,7 @@ use crossterm::{cursor, queue, terminal};
 use toolgate_protocol::{ClientFrame, PermissionRequest, ServerFrame};
 
 use super::view::{self, Choice, Line, Tone};
+use crate::display::shown;
 
 /// How long a notice (a question resolved elsewhere, an error) stays shown.
 const NOTICE_FOR: Duration = Duration::from_secs(6);
@@ -133,14 +134,14 @@ impl App {
                     let question = self.questions.remove(index);
                     self.notice(format!(
                         "closed: {} ({})",
-                        view::one_line(&question.request.title),
-                        view::one_line(&resolved.reason)
+                        shown(&question.request.title),
+                        shown(&resolved.reason)
                     ));
                     self.after_removal(index, &resolved.permission_id);
                 }
             }
             ServerFrame::Error(error) => {
-                self.notice(format!("broker error: {}", view::one_line(&error.message)));
+                self.notice(format!("broker error: {}", shown(&error.message)));
             }
             _ => {}
         }
@@ -268,8 +269,9 @@ impl App {
             Choice::Reject { .. } => "reject".to_string(),
         };
         self.notice(format!(
-            "answered {what}: {}",
-            view::one_line(&question.request.title)
+            "answered {}: {}",
+            shown(&what),
+            shown(&question.request.title)
         ));
         Some(ClientFrame::PermissionResponse(response))
     }
@@ -282,7 +284,7 @@ impl App {
             format!(
                 "toolgate approve — {} pending — {}{}",
                 self.questions.len(),
-                socket,
+                shown(socket),
                 if self.approver {
                     ""
                 } else {
@@ -343,7 +345,10 @@ impl App {
     fn footer(&self) -> String {
         match &self.input {
             Input::Message { text, .. } => {
-                format!("reject with message (Enter sends, Esc back): {text}▏")
+                format!(
+                    "reject with message (Enter sends, Esc back): {}▏",
+                    shown(text)
+                )
             }
             Input::Keys => {
                 "o once · a always (←/→ tab: which) · r reject · j/k ↑/↓ move · PgUp/PgDn scroll · q quit"
@@ -370,8 +375,7 @@ pub fn run(socket: &Path) -> i32 {
     let stream = match crate::client::open(socket, Instant::now() + crate::client::CONNECT_WAIT) {
         Ok(stream) => stream,
         Err(crate::client::ClientError::NoBroker(_, error)) => {
-            let _ = writeln!(
-                std::io::stderr(),
+            crate::say!(
                 "toolgate approve: no toolgate broker listens on {} ({error}); start it with `toolgate serve --listen unix:{}`",
                 socket.display(),
                 socket.display()
@@ -379,14 +383,14 @@ pub fn run(socket: &Path) -> i32 {
             return 1;
         }
         Err(error) => {
-            let _ = writeln!(std::io::stderr(), "toolgate approve: {error}");
+            crate::say!("toolgate approve: {error}");
             return 1;
         }
     };
     let mut writer = match stream.try_clone() {
         Ok(writer) => writer,
         Err(error) => {
-            eprintln!("toolgate approve: cannot use the socket: {error}");
+            crate::say!("toolgate approve: cannot use the socket: {error}");
             return 1;
         }
     };
@@ -416,7 +420,7 @@ pub fn run(socket: &Path) -> i32 {
         .write_all(hello)
         .and_then(|()| writer.write_all(b"\n"))
     {
-        eprintln!(
+        crate::say!(
             "toolgate approve: the connection to {} was lost: {error}",
             socket.display()
         );
@@ -426,7 +430,7 @@ pub fn run(socket: &Path) -> i32 {
     let mut terminal = match Terminal::open() {
         Ok(terminal) => terminal,
         Err(error) => {
-            eprintln!("toolgate approve: cannot use the terminal: {error}");
+            crate::say!("toolgate approve: cannot use the terminal: {error}");
             return 1;
         }
     };
@@ -435,7 +439,7 @@ pub fn run(socket: &Path) -> i32 {
     match outcome {
         Ok(()) => 0,
         Err(why) => {
-            eprintln!(
+            crate::say!(
                 "toolgate approve: the connection to {} was lost ({why})",
                 socket.display()
             );

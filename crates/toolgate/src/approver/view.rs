@@ -4,13 +4,17 @@
 //!
 //! Both human approvers (`toolgate approve` and `serve --approver tty`) show
 //! these lines; the program approver (`--approver command:`) gets the
-//! request itself.
+//! request itself. Every text of the request in them has gone through
+//! [`crate::display::shown`] (blocks and diffs line by line, through
+//! [`crate::display::shown_lines`]): no line holds a control character.
 
 use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 use toolgate_protocol::{PermissionRequest, PermissionResponse, Reply};
 use toolgate_shell::{analyze, Options, Script};
+
+use crate::display::{shown, shown_lines, shown_list};
 
 /// How a line is shown (a terminal colours it; a test reads the tag).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,17 +99,17 @@ pub fn read_file(path: &Path) -> FileRead {
 
 /// One line for a list of questions: session (and parent), client, tool, title.
 pub fn summary(request: &PermissionRequest) -> String {
-    let mut line = request.session_id.clone();
+    let mut line = shown(&request.session_id).into_owned();
     if let Some(parent) = &request.parent_id {
-        line.push_str(&format!(" (in {parent})"));
+        line.push_str(&format!(" (in {})", shown(parent)));
     }
     if let Some(client) = request.metadata.get("client").and_then(Value::as_str) {
-        line.push_str(&format!(" [{client}]"));
+        line.push_str(&format!(" [{}]", shown(client)));
     }
     line.push_str(&format!(
         "  {}  {}",
-        tool_label(request),
-        one_line(&request.title)
+        shown(&tool_label(request)),
+        shown(&request.title)
     ));
     line
 }
@@ -119,31 +123,6 @@ fn tool_label(request: &PermissionRequest) -> String {
     }
 }
 
-/// A text on one line: newlines and control characters shown as `⏎` and `�`.
-pub fn one_line(text: &str) -> String {
-    text.chars()
-        .map(|ch| match ch {
-            '\n' => '⏎',
-            '\t' => ' ',
-            ch if ch.is_control() => '�',
-            ch => ch,
-        })
-        .collect()
-}
-
-/// A text with its control characters (other than newline and tab)
-/// replaced, so nothing the agent sent can move the cursor or recolour the
-/// approver's terminal.
-fn clean(text: &str) -> String {
-    text.chars()
-        .map(|ch| match ch {
-            '\t' => ' ',
-            ch if ch.is_control() && ch != '\n' => '�',
-            ch => ch,
-        })
-        .collect()
-}
-
 /// Everything shown for one question, `level` being the `alwaysOptions` entry
 /// an `always` answer would grant (see [`default_level`]). `root` resolves a
 /// relative path for a write's diff (the call's `cwd` comes first).
@@ -154,30 +133,27 @@ pub fn detail(
     read: &dyn Fn(&Path) -> FileRead,
 ) -> Vec<Line> {
     let mut lines = Vec::new();
-    let mut session = format!("session  {}", request.session_id);
+    let mut session = format!("session  {}", shown(&request.session_id));
     if let Some(parent) = &request.parent_id {
-        session.push_str(&format!("  (sub-session of {parent})"));
+        session.push_str(&format!("  (sub-session of {})", shown(parent)));
     }
     lines.push(Line::new(Tone::Plain, session));
     if let Some(client) = request.metadata.get("client").and_then(Value::as_str) {
         lines.push(Line::new(
             Tone::Plain,
-            format!("client   {}", one_line(client)),
+            format!("client   {}", shown(client)),
         ));
     }
     lines.push(Line::new(
         Tone::Plain,
-        format!("tool     {}", one_line(&tool_label(request))),
+        format!("tool     {}", shown(&tool_label(request))),
     ));
     lines.push(Line::new(
         Tone::Plain,
-        format!("title    {}", one_line(&request.title)),
+        format!("title    {}", shown(&request.title)),
     ));
     if let Some(reason) = request.metadata.get("reason").and_then(Value::as_str) {
-        lines.push(Line::new(
-            Tone::Warn,
-            format!("asks     {}", one_line(reason)),
-        ));
+        lines.push(Line::new(Tone::Warn, format!("asks     {}", shown(reason))));
     }
     let input = request.metadata.get("input").and_then(Value::as_object);
     if let Some(plan) = request.metadata.get("plan").and_then(Value::as_str) {
@@ -191,9 +167,9 @@ pub fn detail(
                 Tone::Plain,
                 format!(
                     "  {} {}: {}",
-                    one_line(get("tool")),
-                    one_line(get("call")),
-                    one_line(get("reason"))
+                    shown(get("tool")),
+                    shown(get("call")),
+                    shown(get("reason"))
                 ),
             ));
         }
@@ -256,10 +232,7 @@ fn command_lines(lines: &mut Vec<Line>, script: &Shell) {
         }
         Shell::Argv(argv) => {
             lines.push(Line::new(Tone::Heading, "Command (argv)"));
-            lines.push(Line::new(
-                Tone::Plain,
-                format!("  {}", one_line(&format!("{argv:?}"))),
-            ));
+            lines.push(Line::new(Tone::Plain, format!("  {}", shown_list(argv))));
             analyze(Script::Argv(argv), &options)
         }
     };
@@ -268,14 +241,14 @@ fn command_lines(lines: &mut Vec<Line>, script: &Shell) {
         match &command.verdict {
             Ok(()) => lines.push(Line::new(
                 Tone::Plain,
-                format!("  {}   (reads only)", one_line(&command.text)),
+                format!("  {}   (reads only)", shown(&command.text)),
             )),
             Err(refusal) => lines.push(Line::new(
                 Tone::Warn,
                 format!(
                     "  {}   not read-only: {}",
-                    one_line(&command.text),
-                    one_line(&refusal.reason)
+                    shown(&command.text),
+                    shown(&refusal.reason)
                 ),
             )),
         }
@@ -285,7 +258,7 @@ fn command_lines(lines: &mut Vec<Line>, script: &Shell) {
         Some(refusal) if analysis.commands.iter().all(|c| c.verdict.is_ok()) => {
             lines.push(Line::new(
                 Tone::Warn,
-                format!("  not read-only: {}", one_line(&refusal.reason)),
+                format!("  not read-only: {}", shown(&refusal.reason)),
             ))
         }
         Some(_) => {}
@@ -338,7 +311,7 @@ fn edit_lines(
     if !pairs.is_empty() {
         lines.push(Line::new(
             Tone::Heading,
-            format!("Diff of {}", one_line(&path)),
+            format!("Diff of {}", shown(&path)),
         ));
         for (old, new) in pairs {
             diff_lines(lines, old, new);
@@ -356,14 +329,14 @@ fn edit_lines(
             FileRead::Text(old) => {
                 lines.push(Line::new(
                     Tone::Heading,
-                    format!("Diff of {} (on disk → new content)", one_line(&path)),
+                    format!("Diff of {} (on disk → new content)", shown(&path)),
                 ));
                 diff_lines(lines, &old, content);
             }
             FileRead::Missing => {
                 lines.push(Line::new(
                     Tone::Heading,
-                    format!("New file {}", one_line(&path)),
+                    format!("New file {}", shown(&path)),
                 ));
                 block(lines, content, Tone::Added);
             }
@@ -372,7 +345,7 @@ fn edit_lines(
                     Tone::Heading,
                     format!(
                         "Replaces {} ({size} bytes: too large to diff)",
-                        one_line(&path)
+                        shown(&path)
                     ),
                 ));
                 block(lines, content, Tone::Added);
@@ -382,8 +355,8 @@ fn edit_lines(
                     Tone::Heading,
                     format!(
                         "Replaces {} (cannot read it: {})",
-                        one_line(&path),
-                        one_line(&why)
+                        shown(&path),
+                        shown(&why)
                     ),
                 ));
                 block(lines, content, Tone::Added);
@@ -393,8 +366,8 @@ fn edit_lines(
     }
     if let Some(patch) = field(input, PATCH_KEYS) {
         lines.push(Line::new(Tone::Heading, "Patch"));
-        for (shown, text) in clean(patch).lines().enumerate() {
-            if shown == MAX_SHOWN_LINES {
+        for (count, text) in shown_lines(patch).enumerate() {
+            if count == MAX_SHOWN_LINES {
                 lines.push(Line::new(Tone::Dim, "  … (patch cut)"));
                 break;
             }
@@ -428,16 +401,13 @@ fn resolve(path: &str, base: Option<&Path>) -> PathBuf {
 
 /// A text block, indented, cut at [`MAX_SHOWN_LINES`].
 fn block(lines: &mut Vec<Line>, text: &str, tone: Tone) {
-    let text = clean(text);
-    let total = text.lines().count();
-    for line in text.lines().take(MAX_SHOWN_LINES) {
+    let mut rows = shown_lines(text);
+    for line in rows.by_ref().take(MAX_SHOWN_LINES) {
         lines.push(Line::new(tone, format!("  {line}")));
     }
-    if total > MAX_SHOWN_LINES {
-        lines.push(Line::new(
-            Tone::Dim,
-            format!("  … ({} more lines)", total - MAX_SHOWN_LINES),
-        ));
+    let more = rows.count();
+    if more > 0 {
+        lines.push(Line::new(Tone::Dim, format!("  … ({more} more lines)")));
     }
 }
 
@@ -448,8 +418,8 @@ fn diff_lines(lines: &mut Vec<Line>, old: &str, new: &str) {
         block(lines, new, Tone::Added);
         return;
     }
-    let old = clean(old);
-    let new = clean(new);
+    let old = shown_lines(old).collect::<Vec<_>>().join("\n");
+    let new = shown_lines(new).collect::<Vec<_>>().join("\n");
     for line in unified(&old, &new, 3) {
         let tone = match line.as_bytes().first() {
             Some(b'+') => Tone::Added,
@@ -620,8 +590,8 @@ fn always_lines(lines: &mut Vec<Line>, request: &PermissionRequest, level: usize
             format!(
                 " {mark} {}. {} {}",
                 index + 1,
-                request.permission,
-                one_line(&option.join(", "))
+                shown(&request.permission),
+                shown(&option.join(", "))
             ),
         ));
     }
@@ -714,9 +684,13 @@ mod tests {
             ),
             (
                 json!({"metadata":{"client":"claude"},"permission":"edit","toolName":"Write","title":"a\nb"}),
-                "s [claude]  edit (Write)  a⏎b",
+                "s [claude]  edit (Write)  a\\nb",
             ),
-            (json!({"title":"x\u{1b}[2Jy"}), "s  bash  x�[2Jy"),
+            (json!({"title":"x\u{1b}[2Jy"}), "s  bash  x\\x1b[2Jy"),
+            (
+                json!({"sessionID":"s\u{1b}[2J","parentID":"p\u{202e}","title":"\u{9b}8m"}),
+                "s\\x1b[2J (in p\\u{202e})  bash  \\u{9b}8m",
+            ),
         ];
         for (input, expected) in table {
             assert_eq!(summary(&request(input.clone())), expected, "{input}");
@@ -803,7 +777,7 @@ mod tests {
             (
                 json!({"metadata":{"client":"cl\u{7}x","command":"echo \u{1b}[31m"}}),
                 0,
-                vec!["Plain|client   cl�x", "Plain|  echo �[31m"],
+                vec!["Plain|client   cl\\x07x", "Plain|  echo \\x1b[31m"],
             ),
         ];
         for (fields, level, wanted) in table {

@@ -103,21 +103,21 @@ impl Progress {
     fn tick(&mut self, file: usize) {
         self.calls += 1;
         if self.on && self.calls.is_multiple_of(65_536) {
-            eprint!(
+            crate::display::progress(&format!(
                 "\rtoolgate replay: {} calls, file {} of {}",
                 self.calls, file, self.files
-            );
+            ));
         }
     }
 
     fn done(&self) {
         if self.on && self.calls >= 65_536 {
-            eprintln!(
-                "\rtoolgate replay: {} calls in {} file{}          ",
+            crate::display::progress(&format!(
+                "\rtoolgate replay: {} calls in {} file{}          \n",
                 self.calls,
                 self.files,
                 if self.files == 1 { "" } else { "s" }
-            );
+            ));
         }
     }
 }
@@ -133,19 +133,16 @@ pub fn main(paths: &[PathBuf], options: &Options, policy: &PolicyFor<'_>) -> u8 
     let files = match files(paths) {
         Ok((files, warnings)) => {
             for warning in &warnings {
-                let _ = writeln!(std::io::stderr(), "toolgate replay: {warning}");
+                crate::say!("toolgate replay: {warning}");
             }
             if files.is_empty() {
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "toolgate replay: no .jsonl files to replay"
-                );
+                crate::say!("toolgate replay: no .jsonl files to replay");
                 return 2;
             }
             files
         }
         Err(err) => {
-            eprintln!("toolgate replay: {err}");
+            crate::say!("toolgate replay: {err}");
             return 2;
         }
     };
@@ -180,7 +177,7 @@ pub fn main(paths: &[PathBuf], options: &Options, policy: &PolicyFor<'_>) -> u8 
         let text = match std::fs::read_to_string(file) {
             Ok(text) => text,
             Err(err) => {
-                eprintln!("toolgate replay: cannot read {name}: {err}");
+                crate::say!("toolgate replay: cannot read {name}: {err}");
                 return 2;
             }
         };
@@ -189,16 +186,16 @@ pub fn main(paths: &[PathBuf], options: &Options, policy: &PolicyFor<'_>) -> u8 
             .map(str::trim)
             .all(|line| line.is_empty() || line.starts_with('#'))
         {
-            eprintln!("toolgate replay: warning: {name} holds nothing to replay; skipped");
+            crate::say!("toolgate replay: warning: {name} holds nothing to replay; skipped");
             continue;
         }
         let Some(format) = options.from.or_else(|| Format::detect(&text)) else {
-            eprintln!("toolgate replay: {name}: not a recording toolgate can read (give --from)");
+            crate::say!("toolgate replay: {name}: not a recording toolgate can read (give --from)");
             return 2;
         };
         let recording = format.read(&text, &name);
         for warning in &recording.warnings {
-            eprintln!("toolgate replay: warning: {warning}");
+            crate::say!("toolgate replay: warning: {warning}");
         }
         if let Some((_, last, Format::Claude)) = recordings.last_mut() {
             if format == Format::Claude
@@ -242,7 +239,7 @@ pub fn main(paths: &[PathBuf], options: &Options, policy: &PolicyFor<'_>) -> u8 
             answers.push(seen);
         }
         if let Some(err) = failed.take() {
-            eprintln!("toolgate replay: cannot write the frames: {err}");
+            crate::say!("toolgate replay: cannot write the frames: {err}");
             return 2;
         }
         match answers.as_slice() {
@@ -264,14 +261,14 @@ pub fn main(paths: &[PathBuf], options: &Options, policy: &PolicyFor<'_>) -> u8 
     }
     if options.check {
         if differences.is_empty() {
-            eprintln!("toolgate replay: every recorded decision was replayed alike");
+            crate::say!("toolgate replay: every recorded decision was replayed alike");
         } else {
             code = 1;
             for line in &differences {
                 text.push_str(line);
                 text.push('\n');
             }
-            eprintln!(
+            crate::say!(
                 "toolgate replay: {} {} from the recording",
                 differences.len(),
                 if differences.len() == 1 {
@@ -289,7 +286,7 @@ pub fn main(paths: &[PathBuf], options: &Options, policy: &PolicyFor<'_>) -> u8 
         }
     }
     if let Err(err) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-        eprintln!("toolgate replay: cannot write: {err}");
+        crate::say!("toolgate replay: cannot write: {err}");
         return 2;
     }
     code

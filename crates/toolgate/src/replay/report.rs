@@ -1,5 +1,6 @@
 //! What `toolgate replay --summary`, `--check` and `--compare` report,
-//! gathered from the frames a replay writes.
+//! gathered from the frames a replay writes. Every text from a recording
+//! is shown as [`crate::display::shown`] escapes it.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -7,6 +8,7 @@ use serde_json::Value;
 use toolgate_protocol::ServerFrame;
 
 use super::record::{CallKey, Recording};
+use crate::display::shown;
 
 /// A call as the recording made it: its tool and what it touches.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -183,15 +185,15 @@ impl Summary {
             self.calls += 1;
             *self
                 .rows
-                .entry((info.tool.clone(), first.answer, first.source))
+                .entry((shown(&info.tool).into_owned(), first.answer, first.source))
                 .or_default() += 1;
-            let shown = if info.subject.is_empty() {
-                info.tool.clone()
+            let what = if info.subject.is_empty() {
+                shown(&info.tool).into_owned()
             } else {
-                format!("{}: {}", info.tool, info.subject)
+                format!("{}: {}", shown(&info.tool), shown(&info.subject))
             };
             if first.answer == "ask" {
-                *self.asked.entry(shown.clone()).or_default() += 1;
+                *self.asked.entry(what.clone()).or_default() += 1;
                 if let Some(last) = answers.last.get(key) {
                     *self.ended.entry((last.verdict, last.source)).or_default() += 1;
                 }
@@ -201,7 +203,7 @@ impl Summary {
                 .get(key)
                 .is_some_and(|last| last.verdict == "deny")
             {
-                *self.denied.entry(shown).or_default() += 1;
+                *self.denied.entry(what).or_default() += 1;
             }
         }
     }
@@ -291,12 +293,25 @@ pub fn differences(
         match answers.last.get(&key) {
             Some(last) if last.verdict == recorded => {}
             Some(last) => out.push(format!(
-                "{name}: {} {} {} `{}`: recorded {recorded} ({why}), replayed {} ({}: {})",
-                key.0, key.1, info.tool, info.subject, last.verdict, last.source, last.reason
+                "{}: {} {} {} `{}`: recorded {recorded} ({}), replayed {} ({}: {})",
+                shown(name),
+                shown(&key.0),
+                shown(&key.1),
+                shown(&info.tool),
+                shown(&info.subject),
+                shown(why),
+                last.verdict,
+                last.source,
+                shown(&last.reason)
             )),
             None => out.push(format!(
-                "{name}: {} {} {} `{}`: recorded {recorded} ({why}), replayed no decision",
-                key.0, key.1, info.tool, info.subject
+                "{}: {} {} {} `{}`: recorded {recorded} ({}), replayed no decision",
+                shown(name),
+                shown(&key.0),
+                shown(&key.1),
+                shown(&info.tool),
+                shown(&info.subject),
+                shown(why)
             )),
         }
     }
@@ -349,10 +364,18 @@ impl Comparison {
             } else {
                 decider(first_a)
             };
-            self.groups.entry(group).or_default().push(format!(
-                "{} → {}  {} `{}` ({} {})",
-                first_a.answer, first_b.answer, info.tool, info.subject, key.0, key.1
-            ));
+            self.groups
+                .entry(shown(&group).into_owned())
+                .or_default()
+                .push(format!(
+                    "{} → {}  {} `{}` ({} {})",
+                    first_a.answer,
+                    first_b.answer,
+                    shown(&info.tool),
+                    shown(&info.subject),
+                    shown(&key.0),
+                    shown(&key.1)
+                ));
         }
     }
 
@@ -365,9 +388,11 @@ impl Comparison {
     pub fn render(&self, a: &str, b: &str) -> String {
         let changed: usize = self.groups.values().map(Vec::len).sum();
         let mut out = format!(
-            "{changed} of {} call{} answered differently under {b} than under {a}\n",
+            "{changed} of {} call{} answered differently under {} than under {}\n",
             self.calls,
-            plural(self.calls)
+            plural(self.calls),
+            shown(b),
+            shown(a)
         );
         for (group, lines) in &self.groups {
             out.push_str(&format!(
