@@ -1045,30 +1045,41 @@ fn serve(args: ServeArgs) -> ExitCode {
             }
         };
         eprintln!("toolgate: listening on {}", path.display());
-        return match toolgate::socket::run(listener, broker, max_frame_bytes, control) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(err) => {
-                eprintln!("toolgate: i/o error: {err}");
-                ExitCode::from(1)
-            }
-        };
+        return ended(toolgate::socket::run(
+            listener,
+            broker,
+            max_frame_bytes,
+            control,
+        ));
     }
-    let result = toolgate::serve::run_with_approver(
+    ended(toolgate::serve::run_with_approver(
         std::io::stdin(),
         std::io::stdout(),
         broker,
         max_frame_bytes,
         control,
         approver,
-    );
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
-        Err(err) => {
-            eprintln!("toolgate: i/o error: {err}");
-            ExitCode::from(1)
-        }
-    }
+    ))
+}
+
+/// The exit status of a transport that ended with `result`: 1 for an i/o
+/// error or for changes in force that could not be saved in the state
+/// directory ([`toolgate::broker::Lost`], named on stderr); a client that
+/// went away (a broken pipe) is a normal end.
+fn ended(result: std::io::Result<()>) -> ExitCode {
+    let Err(err) = result else {
+        return ExitCode::SUCCESS;
+    };
+    let lost = err
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<toolgate::broker::Lost>());
+    // Should stderr fail too, the status still says it.
+    let _ = match lost {
+        Some(lost) => writeln!(std::io::stderr(), "toolgate: error: {lost}"),
+        None if err.kind() == std::io::ErrorKind::BrokenPipe => return ExitCode::SUCCESS,
+        None => writeln!(std::io::stderr(), "toolgate: i/o error: {err}"),
+    };
+    ExitCode::from(1)
 }
 
 /// The socket path `--listen` names: `unix:PATH`, or `unix` for the default.

@@ -12,13 +12,15 @@
 //!   another generation (or beside a snapshot that names none) is stale and
 //!   ignored.
 //! - A change is one `write` of its line to the journal: its cost is the
-//!   size of the change, not of the state. Changes that frames only report
-//!   (a session started or ended, a mode set, a grant revoked) are staged
+//!   size of the change, not of the state. Session starts are staged
 //!   ([`Store::stage`]) and synced together (`fdatasync`) by
 //!   [`Store::commit`], which the transport calls before it writes a batch
-//!   of frames: one sync per batch of input lines. Grants are synced at once
-//!   ([`Store::record`]), since their decision says whether saving failed.
-//!   Either way nothing is reported before it is on disk.
+//!   of frames: one sync per batch of input lines. Grants and what shuts or
+//!   narrows (a session ended or refused, a grant revoked, a mode set) are
+//!   synced at once ([`Store::record`]), since their frame says whether
+//!   saving failed. Either way nothing is reported before it is on disk.
+//! - A failed write leaves the change in [`Store::unsaved`]: the store keeps
+//!   it, and the next change or [`Store::retry`] writes the whole state.
 //! - Compaction: when the journal outgrows twice the snapshot and
 //!   [`COMPACT_FLOOR`] (1 MiB; [`COMPACT_FLOOR_ENV`] changes it, for tests),
 //!   the whole state is written as a new snapshot under generation N+1, then
@@ -336,6 +338,19 @@ pub trait Store: Send {
     }
     /// Replace the whole stored state with `snapshot`. The error names what failed.
     fn save(&mut self, snapshot: &Snapshot) -> Result<(), String>;
+    /// Why changes this store accepted are not all on disk, when a write
+    /// failed: they are kept, and written by the next successful
+    /// [`Store::retry`] or change. `None` when everything accepted is on
+    /// disk, and for a store that writes nothing by design (another broker
+    /// holds the file): it lost nothing it tried to write.
+    fn unsaved(&self) -> Option<String> {
+        None
+    }
+    /// Try again to write everything accepted, when a write failed. Ok when
+    /// nothing is unsaved (any more); the error names what failed.
+    fn retry(&mut self) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// The compaction floor: the journal is folded into the snapshot when it
@@ -371,6 +386,10 @@ pub struct FileStore {
     /// The files may lack a change (a failed write, a stale or torn journal):
     /// the next change rewrites the snapshot and starts a new journal.
     dirty: bool,
+    /// The last write that failed, while what it carried is not on disk
+    /// yet: the files lack a change this store accepted (see
+    /// [`Store::unsaved`]). Cleared when the whole state is written.
+    unsaved: Option<String>,
     compact_floor: u64,
 }
 
@@ -452,6 +471,7 @@ impl FileStore {
             // A missing snapshot, or a journal that cannot take appends:
             // the first change writes both files afresh.
             dirty: loaded.is_none_or(|loaded| !loaded.appendable),
+            unsaved: None,
             compact_floor,
         };
         if let Err(err) = create_dir(dir) {
@@ -572,6 +592,7 @@ impl FileStore {
                 self.generation = Some(generation);
                 self.snapshot_len = snapshot_len;
                 self.dirty = true;
+                self.unsaved = None;
                 Ok(())
             }
             Written::Both(snapshot_len, journal, journal_len) => {
@@ -581,10 +602,12 @@ impl FileStore {
                 self.journal = Some(journal);
                 self.journal_len = journal_len;
                 self.dirty = false;
+                self.unsaved = None;
                 Ok(())
             }
             Written::Nothing(err) => {
                 self.dirty = true;
+                self.unsaved = Some(err.clone());
                 Err(err)
             }
         }
@@ -614,10 +637,9 @@ impl FileStore {
                 // Part of a record may be on disk: never append after it.
                 self.journal = None;
                 self.dirty = true;
-                Err(format!(
-                    "cannot append to {}: {err}",
-                    self.journal_path.display()
-                ))
+                let err = format!("cannot append to {}: {err}", self.journal_path.display());
+                self.unsaved = Some(err.clone());
+                Err(err)
             }
         }
     }
@@ -644,7 +666,9 @@ impl Store for FileStore {
         journal.sync_data().map_err(|err| {
             self.journal = None;
             self.dirty = true;
-            format!("cannot sync {}: {err}", self.journal_path.display())
+            let err = format!("cannot sync {}: {err}", self.journal_path.display());
+            self.unsaved = Some(err.clone());
+            err
         })
     }
 
@@ -696,7 +720,11 @@ impl Store for FileStore {
         self.state = Materialised::from_snapshot(snapshot.clone());
         self.journal = None;
         self.dirty = true;
-        write_snapshot(&self.path, &snapshot)?;
+        if let Err(err) = write_snapshot(&self.path, &snapshot) {
+            self.unsaved = Some(err.clone());
+            return Err(err);
+        }
+        self.unsaved = None;
         self.generation = None;
         if let Err(err) = std::fs::remove_file(&self.journal_path) {
             if err.kind() != std::io::ErrorKind::NotFound {
@@ -707,6 +735,20 @@ impl Store for FileStore {
             }
         }
         Ok(())
+    }
+
+    fn unsaved(&self) -> Option<String> {
+        self.unsaved.clone()
+    }
+
+    /// Writes the whole state as a new snapshot and starts a new journal,
+    /// when a write failed since the last time the whole state was written.
+    fn retry(&mut self) -> Result<(), String> {
+        if self.unsaved.is_none() {
+            return Ok(());
+        }
+        self.writable()?;
+        self.compact()
     }
 }
 
@@ -723,6 +765,31 @@ struct MemoryState {
     saved: Vec<Snapshot>,
     changes: Vec<Vec<Change>>,
     failure: Option<String>,
+    /// A whole state that failed to be saved, then the changes that failed
+    /// to be recorded after it, in order: kept for the next success.
+    pending_save: Option<Snapshot>,
+    pending: Vec<Vec<Change>>,
+    /// The failure that left something pending.
+    unsaved: Option<String>,
+}
+
+impl MemoryState {
+    /// Write what failures left, then `changes` (`None`: a retry).
+    fn apply(&mut self, changes: Option<&[Change]>) {
+        if let Some(snapshot) = self.pending_save.take() {
+            self.state = Materialised::from_snapshot(snapshot);
+        }
+        let pending = std::mem::take(&mut self.pending);
+        for change in pending.iter().flatten().chain(changes.unwrap_or_default()) {
+            self.state.apply(change.clone());
+        }
+        self.unsaved = None;
+        if let Some(changes) = changes {
+            self.changes.push(changes.to_vec());
+        }
+        let snapshot = self.state.snapshot();
+        self.saved.push(snapshot);
+    }
 }
 
 impl MemoryStore {
@@ -759,26 +826,46 @@ impl MemoryStore {
 impl Store for MemoryStore {
     fn record(&mut self, changes: &[Change]) -> Result<(), String> {
         let mut state = self.lock();
-        if let Some(reason) = &state.failure {
-            return Err(reason.clone());
+        if let Some(reason) = state.failure.clone() {
+            state.pending.push(changes.to_vec());
+            state.unsaved = Some(reason.clone());
+            return Err(reason);
         }
-        for change in changes {
-            state.state.apply(change.clone());
-        }
-        state.changes.push(changes.to_vec());
-        let snapshot = state.state.snapshot();
-        state.saved.push(snapshot);
+        state.apply(Some(changes));
         Ok(())
     }
 
     fn save(&mut self, snapshot: &Snapshot) -> Result<(), String> {
         let mut state = self.lock();
-        if let Some(reason) = &state.failure {
-            return Err(reason.clone());
+        if let Some(reason) = state.failure.clone() {
+            state.pending_save = Some(sorted(snapshot.clone()));
+            state.pending.clear();
+            state.unsaved = Some(reason.clone());
+            return Err(reason);
         }
         state.state = Materialised::from_snapshot(sorted(snapshot.clone()));
+        state.pending_save = None;
+        state.pending.clear();
+        state.unsaved = None;
         let snapshot = state.state.snapshot();
         state.saved.push(snapshot);
+        Ok(())
+    }
+
+    fn unsaved(&self) -> Option<String> {
+        self.lock().unsaved.clone()
+    }
+
+    fn retry(&mut self) -> Result<(), String> {
+        let mut state = self.lock();
+        if state.unsaved.is_none() {
+            return Ok(());
+        }
+        if let Some(reason) = state.failure.clone() {
+            state.unsaved = Some(reason.clone());
+            return Err(reason);
+        }
+        state.apply(None);
         Ok(())
     }
 }
