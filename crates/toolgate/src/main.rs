@@ -470,16 +470,35 @@ fn choose_mode(
     }
 }
 
+/// stderr for the log, where a write that fails is dropped: the log's
+/// writer reports a failed write with `eprintln!`, which panics when stderr
+/// itself fails (a file past `ulimit -f`, a full disk), and a panic on the
+/// reading thread leaves the others waiting for good.
+struct Unfailing(std::io::Stderr);
+
+impl Write for Unfailing {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let _ = self.0.write_all(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let _ = self.0.flush();
+        Ok(())
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
+        .with_writer(|| Unfailing(std::io::stderr()))
         .with_ansi(false)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .init();
+    survive_file_size_limit();
     // Flags may stand before or after `serve`; the ones after it win.
     let args = match cli.command {
         Some(Command::Serve(args)) => args.or(cli.serve),
@@ -503,7 +522,7 @@ fn main() -> ExitCode {
             let mode = match choose_mode(args.mode, args.permission_mode, env_mode.as_deref()) {
                 Ok(mode) => mode,
                 Err(err) => {
-                    eprintln!("toolgate: {err}");
+                    toolgate::say!("toolgate: {err}");
                     return ExitCode::from(2);
                 }
             };
@@ -590,7 +609,7 @@ fn replay(
         ),
     ] {
         if given {
-            eprintln!("toolgate replay: {flag} does not apply: a replay starts from a fresh broker, and answers questions from the recording");
+            toolgate::say!("toolgate replay: {flag} does not apply: a replay starts from a fresh broker, and answers questions from the recording");
             return ExitCode::from(2);
         }
     }
@@ -619,7 +638,7 @@ struct CheckArgs {
 /// `toolgate check`: see [`toolgate::check`].
 fn check(check: CheckArgs, args: ServeArgs) -> ExitCode {
     let usage = |message: String| {
-        eprintln!("toolgate check: {message}");
+        toolgate::say!("toolgate check: {message}");
         ExitCode::from(2)
     };
     for (flag, given) in [
@@ -683,7 +702,7 @@ fn check(check: CheckArgs, args: ServeArgs) -> ExitCode {
     };
     let mut out = std::io::stdout().lock();
     if let Err(err) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-        eprintln!("toolgate check: cannot write: {err}");
+        toolgate::say!("toolgate check: cannot write: {err}");
         return ExitCode::from(2);
     }
     match evaluation.action {
@@ -723,7 +742,7 @@ fn grants(command: GrantsCommand, outer: Option<PathBuf>) -> ExitCode {
         GrantsCommand::Revoke { state_dir, ids } => (state_dir, false, Some(ids)),
     };
     let Some(dir) = flag.or(outer).or_else(state_dir_env) else {
-        eprintln!("toolgate: grants needs --state-dir DIR (or TOOLGATE_STATE_DIR)");
+        toolgate::say!("toolgate: grants needs --state-dir DIR (or TOOLGATE_STATE_DIR)");
         return ExitCode::from(2);
     };
     // This subcommand is not the broker: its stdout is for the person who ran it.
@@ -733,15 +752,15 @@ fn grants(command: GrantsCommand, outer: Option<PathBuf>) -> ExitCode {
             let (rows, warnings) = match state::list_grants(&dir) {
                 Ok(listed) => listed,
                 Err(err) => {
-                    eprintln!("toolgate: {err}");
+                    toolgate::say!("toolgate: {err}");
                     return ExitCode::from(1);
                 }
             };
             for warning in &warnings {
-                eprintln!("toolgate: warning: {warning}");
+                toolgate::say!("toolgate: warning: {warning}");
             }
             let written = if rows.is_empty() {
-                eprintln!("toolgate: no grants in {}", dir.display());
+                toolgate::say!("toolgate: no grants in {}", dir.display());
                 Ok(())
             } else if json {
                 rows.iter().try_for_each(|row| {
@@ -757,12 +776,12 @@ fn grants(command: GrantsCommand, outer: Option<PathBuf>) -> ExitCode {
             let revoked = match state::revoke_grants(&dir, &ids) {
                 Ok(revoked) => revoked,
                 Err(err) => {
-                    eprintln!("toolgate: {err}");
+                    toolgate::say!("toolgate: {err}");
                     return ExitCode::from(1);
                 }
             };
             for warning in &revoked.warnings {
-                eprintln!("toolgate: warning: {warning}");
+                toolgate::say!("toolgate: warning: {warning}");
             }
             let written = revoked.removed.iter().try_for_each(|row| {
                 writeln!(
@@ -777,7 +796,7 @@ fn grants(command: GrantsCommand, outer: Option<PathBuf>) -> ExitCode {
                 )
             });
             for id in &revoked.unknown {
-                eprintln!("toolgate: no grant has the id `{id}` in {}", dir.display());
+                toolgate::say!("toolgate: no grant has the id `{id}` in {}", dir.display());
             }
             let code = if revoked.unknown.is_empty() {
                 ExitCode::SUCCESS
@@ -791,11 +810,30 @@ fn grants(command: GrantsCommand, outer: Option<PathBuf>) -> ExitCode {
         Ok(()) => code,
         Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => code,
         Err(err) => {
-            eprintln!("toolgate: cannot write the output: {err}");
+            toolgate::say!("toolgate: cannot write the output: {err}");
             ExitCode::from(1)
         }
     }
 }
+
+/// Under a file-size limit (`ulimit -f`), a write past it raises SIGXFSZ,
+/// whose default action kills the process without a word (status 153): a
+/// hook killed so lets the agent run the call. With a handler installed the
+/// write fails with EFBIG instead, which every writer handles as any failed
+/// write (the hook denies, the broker says what it could not save). A
+/// handler rather than SIG_IGN: programs this process starts (a `command:`
+/// approver) get the default action back, as SIG_IGN would be inherited.
+#[cfg(unix)]
+fn survive_file_size_limit() {
+    let raised = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    if let Err(err) = signal_hook::flag::register(signal_hook::consts::SIGXFSZ, raised) {
+        tracing::warn!("a file-size limit will end the process at the first write past it: {err}");
+    }
+}
+
+/// No SIGXFSZ off Unix.
+#[cfg(not(unix))]
+fn survive_file_size_limit() {}
 
 /// Turn SIGTERM, SIGINT and SIGHUP into orders for the transport. SIGHUP
 /// loads the policy again here, as startup built it (policy file,
@@ -811,7 +849,7 @@ fn watch_signals(
     let mut signals = match signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP]) {
         Ok(signals) => signals,
         Err(err) => {
-            eprintln!("toolgate: warning: signals will not be handled: {err}");
+            toolgate::say!("toolgate: warning: signals will not be handled: {err}");
             return None;
         }
     };
@@ -824,7 +862,7 @@ fn watch_signals(
                 SIGINT => Control::Stop("SIGINT"),
                 _ => match setup::load(&settings) {
                     Ok(loaded) if loaded.policy.project_root != root => {
-                        eprintln!(
+                        toolgate::say!(
                             "toolgate: SIGHUP received: the policy was not reloaded: its project root would change from {} to {}; keeping the policy in force",
                             root.display(),
                             loaded.policy.project_root.display()
@@ -847,7 +885,7 @@ fn watch_signals(
                         }
                     }
                     Err(err) => {
-                        eprintln!(
+                        toolgate::say!(
                             "toolgate: SIGHUP received: the policy was not reloaded: {err}; keeping the policy in force"
                         );
                         continue;
@@ -909,7 +947,7 @@ fn open(args: ServeArgs, long_lived: bool) -> Result<Opened, ExitCode> {
     let mode = match choose_mode(args.mode, args.permission_mode, env_mode.as_deref()) {
         Ok(mode) => mode,
         Err(err) => {
-            eprintln!("toolgate: {err}");
+            toolgate::say!("toolgate: {err}");
             return Err(ExitCode::from(2));
         }
     };
@@ -922,7 +960,7 @@ fn open(args: ServeArgs, long_lived: bool) -> Result<Opened, ExitCode> {
     } = match setup::load(&settings) {
         Ok(loaded) => loaded,
         Err(err) => {
-            eprintln!("toolgate: invalid policy: {err}");
+            toolgate::say!("toolgate: invalid policy: {err}");
             return Err(ExitCode::from(2));
         }
     };
@@ -931,7 +969,7 @@ fn open(args: ServeArgs, long_lived: bool) -> Result<Opened, ExitCode> {
     }
     let max_frame_bytes = args.max_frame_bytes.unwrap_or(1 << 20);
     if max_frame_bytes == 0 {
-        eprintln!("toolgate: --max-frame-bytes must be at least 1");
+        toolgate::say!("toolgate: --max-frame-bytes must be at least 1");
         return Err(ExitCode::from(2));
     }
     tracing::info!(
@@ -954,7 +992,7 @@ fn open(args: ServeArgs, long_lived: bool) -> Result<Opened, ExitCode> {
         match toolgate::broker::audit::FileAudit::open(path) {
             Ok(log) => broker.set_audit(Box::new(log)),
             Err(err) => {
-                eprintln!("toolgate: {err}");
+                toolgate::say!("toolgate: {err}");
                 return Err(ExitCode::from(2));
             }
         }
@@ -971,11 +1009,11 @@ fn open(args: ServeArgs, long_lived: bool) -> Result<Opened, ExitCode> {
     if let Some(dir) = state_dir {
         let (store, snapshot, warnings) = FileStore::open(&dir, &policy.project_root, wall_ms);
         for warning in &warnings {
-            eprintln!("toolgate: warning: {warning}");
+            toolgate::say!("toolgate: warning: {warning}");
         }
         tracing::info!(file = %store.path().display(), "state file");
         for warning in broker.restore(Box::new(store), snapshot) {
-            eprintln!("toolgate: warning: {warning}");
+            toolgate::say!("toolgate: warning: {warning}");
         }
     }
     Ok(Opened {
@@ -993,12 +1031,12 @@ fn serve(args: ServeArgs) -> ExitCode {
     let listen = match args.listen.as_deref().map(listen_path).transpose() {
         Ok(listen) => listen,
         Err(err) => {
-            eprintln!("toolgate: {err}");
+            toolgate::say!("toolgate: {err}");
             return ExitCode::from(2);
         }
     };
     if spec.is_some() && listen.is_some() {
-        eprintln!("toolgate: --approver works with stdin/stdout only; with --listen, run `toolgate approve` beside the broker");
+        toolgate::say!("toolgate: --approver works with stdin/stdout only; with --listen, run `toolgate approve` beside the broker");
         return ExitCode::from(2);
     }
     let Opened {
@@ -1028,7 +1066,7 @@ fn serve(args: ServeArgs) -> ExitCode {
                     Some((approver, name, answered))
                 }
                 Err(err) => {
-                    eprintln!("toolgate: --approver tty: cannot open /dev/tty: {err}");
+                    toolgate::say!("toolgate: --approver tty: cannot open /dev/tty: {err}");
                     return ExitCode::from(2);
                 }
             }
@@ -1040,11 +1078,11 @@ fn serve(args: ServeArgs) -> ExitCode {
         let listener = match toolgate::socket::listen(&path) {
             Ok(listener) => listener,
             Err(err) => {
-                eprintln!("toolgate: {err}");
+                toolgate::say!("toolgate: {err}");
                 return ExitCode::from(2);
             }
         };
-        eprintln!("toolgate: listening on {}", path.display());
+        toolgate::say!("toolgate: listening on {}", path.display());
         return ended(toolgate::socket::run(
             listener,
             broker,
@@ -1073,12 +1111,11 @@ fn ended(result: std::io::Result<()>) -> ExitCode {
     let lost = err
         .get_ref()
         .and_then(|inner| inner.downcast_ref::<toolgate::broker::Lost>());
-    // Should stderr fail too, the status still says it.
-    let _ = match lost {
-        Some(lost) => writeln!(std::io::stderr(), "toolgate: error: {lost}"),
+    match lost {
+        Some(lost) => toolgate::say!("toolgate: error: {lost}"),
         None if err.kind() == std::io::ErrorKind::BrokenPipe => return ExitCode::SUCCESS,
-        None => writeln!(std::io::stderr(), "toolgate: i/o error: {err}"),
-    };
+        None => toolgate::say!("toolgate: i/o error: {err}"),
+    }
     ExitCode::from(1)
 }
 
@@ -1111,7 +1148,7 @@ fn listen_path(value: &str) -> Result<PathBuf, String> {
 /// "blocked").
 fn hook(agent: HookAgent, socket: Option<PathBuf>, wait: Option<u64>, args: ServeArgs) -> ExitCode {
     if args.approver.is_some() {
-        eprintln!("toolgate hook: --approver works with serve only (a hook asks the broker's approvers through --socket)");
+        toolgate::say!("toolgate hook: --approver works with serve only (a hook asks the broker's approvers through --socket)");
         return ExitCode::from(2);
     }
     use std::io::Read;
@@ -1127,7 +1164,7 @@ fn hook(agent: HookAgent, socket: Option<PathBuf>, wait: Option<u64>, args: Serv
         match writeln!(out, "{}", answer.to_json(agent)).and_then(|()| out.flush()) {
             Ok(()) => ExitCode::SUCCESS,
             Err(err) => {
-                eprintln!(
+                toolgate::say!(
                     "toolgate hook: cannot write the answer: {err}; {}",
                     answer.reason
                 );
@@ -1242,7 +1279,7 @@ fn mcp(session: Option<String>, socket: Option<PathBuf>, args: ServeArgs) -> Exi
         Ok(Ok(())) => ExitCode::SUCCESS,
         Ok(Err(err)) if err.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
         Ok(Err(err)) => {
-            eprintln!("toolgate mcp: i/o error: {err}");
+            toolgate::say!("toolgate mcp: i/o error: {err}");
             ExitCode::from(1)
         }
         Err(code) => code,
@@ -1277,7 +1314,7 @@ fn remote(
     .filter_map(|(flag, given)| given.then_some(flag))
     .collect();
     if !given.is_empty() {
-        eprintln!(
+        toolgate::say!(
             "toolgate mcp: {} cannot be used with --socket: the broker listening on {} decides with its own policy (give these flags to `toolgate serve --listen`)",
             given.join(", "),
             path.display()
@@ -1302,7 +1339,7 @@ fn remote(
     _args: &ServeArgs,
     _limit: usize,
 ) -> Result<std::io::Result<()>, ExitCode> {
-    eprintln!("toolgate mcp: --socket needs Unix sockets, which this system lacks");
+    toolgate::say!("toolgate mcp: --socket needs Unix sockets, which this system lacks");
     Err(ExitCode::from(2))
 }
 

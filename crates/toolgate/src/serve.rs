@@ -903,7 +903,7 @@ fn obey<W: Write>(
                 None => {
                     // The other thread holds the broker while its output is
                     // blocked (nobody reads stdout): nothing more can be said.
-                    eprintln!(
+                    crate::say!(
                         "toolgate: {signal} received: the output has been blocked for {} s; stopped without answering the pending calls",
                         STOP_PATIENCE.as_secs()
                     );
@@ -916,7 +916,7 @@ fn obey<W: Write>(
                 None => {
                     // Do not stay stuck behind a blocked output: a later
                     // SIGTERM must still be heard.
-                    eprintln!(
+                    crate::say!(
                         "toolgate: SIGHUP received: the output has been blocked for {} s; the policy was not reloaded",
                         STOP_PATIENCE.as_secs()
                     );
@@ -942,10 +942,10 @@ fn obey<W: Write>(
                 let saved = shared.broker.finish_saving();
                 let calls = if pending == 1 { "call" } else { "calls" };
                 match &shared.failed {
-                    None => eprintln!(
+                    None => crate::say!(
                         "toolgate: {signal} received: denied {pending} pending {calls} and stopped"
                     ),
-                    Some(err) => eprintln!(
+                    Some(err) => crate::say!(
                         "toolgate: {signal} received: denied {pending} pending {calls}, but the output failed: {err}"
                     ),
                 }
@@ -957,7 +957,7 @@ fn obey<W: Write>(
                 let status = match saved {
                     Ok(()) => 0,
                     Err(lost) => {
-                        let _ = writeln!(io::stderr(), "toolgate: error: {lost}");
+                        crate::say!("toolgate: error: {lost}");
                         1
                     }
                 };
@@ -989,7 +989,7 @@ fn obey<W: Write>(
                 shared.flush_frames();
                 *lock(&flow.policy) = shared.broker.policy().clone();
                 let decided = before.saturating_sub(shared.broker.pending_count());
-                eprintln!(
+                crate::say!(
                     "toolgate: SIGHUP received: reloaded the policy ({source}); {decided} of {before} pending calls decided"
                 );
                 let rearm = shared.broker.next_deadline() != deadline_before;

@@ -372,7 +372,9 @@ pub fn run(
                     Ok(peer) => format!("uid {}", peer.unwrap_or(u32::MAX)),
                     Err(err) => format!("an unknown user ({err})"),
                 };
-                eprintln!("toolgate: refused a connection from {who}: only uid {uid} may connect");
+                crate::say!(
+                    "toolgate: refused a connection from {who}: only uid {uid} may connect"
+                );
                 let frame = ServerFrame::Error(toolgate_protocol::ErrorFrame {
                     code: ErrorCode::Forbidden,
                     message: format!("only uid {uid} may connect to this broker"),
@@ -672,7 +674,7 @@ fn obey(shared: &Shared, control: &Receiver<Control>, path: &Path) {
                 shared.step(Input::Stop);
                 lock(&shared.hub).done = true;
                 let calls = if pending == 1 { "call" } else { "calls" };
-                eprintln!(
+                crate::say!(
                     "toolgate: {signal} received: denied {pending} pending {calls} and stopped"
                 );
                 stop_everything(shared);
@@ -689,7 +691,7 @@ fn obey(shared: &Shared, control: &Receiver<Control>, path: &Path) {
                     ask_timeout_ms,
                 });
                 let after = lock(&shared.hub).broker.pending_count();
-                eprintln!(
+                crate::say!(
                     "toolgate: SIGHUP received: reloaded the policy ({source}); {} of {before} pending calls decided",
                     before.saturating_sub(after)
                 );

@@ -1,26 +1,211 @@
 //! Nothing is lost when the disk runs out (issue 25), through the spawned
-//! binary: on a full disk (a small tmpfs; these tests are skipped with a
-//! message where it cannot be mounted) a session end and a revocation are
-//! in force at once, their frames say they are not saved, saving is
-//! retried, and the exit says what was lost when it never succeeded.
+//! binary: under a file-size limit (`ulimit -f`) the hook denies and `serve`
+//! keeps deciding instead of dying from SIGXFSZ; on a full disk (a small
+//! tmpfs; these tests are skipped with a message where it cannot be
+//! mounted) a session end and a revocation are in force at once, their
+//! frames say they are not saved, saving is retried, and the exit says
+//! what was lost when it never succeeded.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may panic
 
 mod support;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::{count_type, project_dir, Broker};
+use support::{count_type, project_dir, state_dir, Broker};
 use toolgate::state::{journal_file, session_fingerprint, state_file};
+
+/// `toolgate ARGS` under `ulimit -f 0` (no regular file may grow), with
+/// `input` on stdin and end of input; stderr piped, or into `stderr`.
+fn limited(root: &Path, args: &[&str], input: &str) -> Output {
+    limited_to(root, args, input, Stdio::piped())
+}
+
+fn limited_to(root: &Path, args: &[&str], input: &str, stderr: Stdio) -> Output {
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg(r#"ulimit -f 0 && exec "$0" "$@""#)
+        .arg(env!("CARGO_BIN_EXE_toolgate"))
+        .args(args)
+        .current_dir(root)
+        .env_remove("TOOLGATE_MODE")
+        .env_remove("TOOLGATE_PERMISSION")
+        .env_remove("TOOLGATE_STATE_DIR")
+        .env_remove("TOOLGATE_SOCKET")
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .unwrap();
+    let _ = child.stdin.take().unwrap().write_all(input.as_bytes());
+    child.wait_with_output().unwrap()
+}
+
+/// How a process ended, for messages: its code, or the signal that killed it.
+fn ended(output: &Output) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (output.status.code(), output.status.signal()) {
+        (Some(code), _) => format!("exit code {code}"),
+        (None, Some(signal)) => format!("killed by signal {signal}"),
+        _ => "unknown".to_string(),
+    }
+}
+
+fn frames_of(stdout: &[u8]) -> Vec<Value> {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
 
 fn frame<'a>(frames: &'a [Value], kind: &str, key: &str, value: &str) -> &'a Value {
     frames
         .iter()
         .find(|f| f["type"] == kind && f[key] == value)
         .unwrap_or_else(|| panic!("no {kind} with {key} {value} in {frames:#?}"))
+}
+
+#[test]
+fn under_a_file_size_limit_the_hook_denies_rather_than_dying() {
+    let root = project_dir("fsize-hook").canonicalize().unwrap();
+    let state = state_dir("fsize-hook");
+    let input = serde_json::json!({
+        "session_id": "s1",
+        "cwd": root,
+        "permission_mode": "default",
+        "hook_event_name": "PreToolUse",
+        "tool_name": "Bash",
+        "tool_input": {"command": "ls"},
+        "tool_use_id": "t1",
+    })
+    .to_string();
+    let args = [
+        "hook",
+        "claude",
+        "--state-dir",
+        state.to_str().unwrap(),
+        "--project-root",
+        root.to_str().unwrap(),
+    ];
+    let output = limited(&root, &args, &input);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    // Killed by SIGXFSZ (no answer) the agent would run the call.
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}: {stderr}",
+        ended(&output)
+    );
+    let answer: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let specific = &answer["hookSpecificOutput"];
+    assert_eq!(specific["permissionDecision"], "deny", "{answer}");
+    let reason = specific["permissionDecisionReason"].as_str().unwrap();
+    assert!(reason.contains("File too large"), "{reason}");
+    assert!(reason.contains(state.to_str().unwrap()), "{reason}");
+}
+
+/// With stderr a file the limit forbids to grow too, every line toolgate
+/// would say there fails; the hook still answers (an `eprintln!` that
+/// panicked made it exit 101 without an answer, which the agents take as
+/// "go ahead").
+#[test]
+fn under_a_file_size_limit_a_hook_that_cannot_write_stderr_still_answers() {
+    let root = project_dir("fsize-hook-stderr").canonicalize().unwrap();
+    let state = state_dir("fsize-hook-stderr");
+    // Something to warn about at start: a journal with no snapshot.
+    std::fs::write(journal_file(&state_file(&state, &root)), "{}\n").unwrap();
+    let input = serde_json::json!({
+        "session_id": "s1",
+        "cwd": root,
+        "permission_mode": "default",
+        "hook_event_name": "PreToolUse",
+        "tool_name": "Bash",
+        "tool_input": {"command": "ls"},
+        "tool_use_id": "t1",
+    })
+    .to_string();
+    let log = state.join("stderr.log");
+    let stderr = std::fs::File::create(&log).unwrap();
+    let args = [
+        "hook",
+        "claude",
+        "--state-dir",
+        state.to_str().unwrap(),
+        "--project-root",
+        root.to_str().unwrap(),
+    ];
+    let output = limited_to(&root, &args, &input, Stdio::from(stderr));
+    assert_eq!(output.status.code(), Some(0), "{}", ended(&output));
+    let answer: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(
+        answer["hookSpecificOutput"]["permissionDecision"], "deny",
+        "{answer}"
+    );
+    assert_eq!(std::fs::metadata(&log).unwrap().len(), 0);
+}
+
+#[test]
+fn under_a_file_size_limit_serve_keeps_deciding_and_says_what_was_lost() {
+    let root = project_dir("fsize-serve").canonicalize().unwrap();
+    let state = state_dir("fsize-serve");
+    let audit = state.join("audit.jsonl");
+    let args = [
+        "serve",
+        "--mode",
+        "auto",
+        "--project-root",
+        root.to_str().unwrap(),
+        "--state-dir",
+        state.to_str().unwrap(),
+        "--audit",
+        audit.to_str().unwrap(),
+    ];
+    let input = [
+        r#"{"type":"session_start","sessionID":"build","mode":"auto"}"#,
+        r#"{"type":"tool_call","sessionID":"build","callID":"c1","tool":"bash","input":{"command":"rm -rf build"}}"#,
+        r#"{"type":"session_end","sessionID":"build"}"#,
+        r#"{"type":"tool_call","sessionID":"main","callID":"c2","tool":"bash","input":{"command":"rm -rf build"}}"#,
+    ]
+    .join("\n")
+        + "\n";
+    let output = limited(&root, &args, &input);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let frames = frames_of(&output.stdout);
+    assert!(
+        output.status.code().is_some(),
+        "{}: {frames:#?} {stderr}",
+        ended(&output)
+    );
+    // Every call is answered; what could not be recorded in the audit log
+    // is denied.
+    for call in ["c1", "c2"] {
+        let decision = frame(&frames, "decision", "callID", call);
+        assert_eq!(decision["decision"], "deny", "{decision}");
+        let reason = decision["reason"].as_str().unwrap();
+        assert!(reason.contains("File too large"), "{reason}");
+    }
+    let started = frame(&frames, "session_started", "sessionID", "build");
+    assert!(
+        started["notSaved"]
+            .as_str()
+            .is_some_and(|why| why.contains("File too large")),
+        "{started}"
+    );
+    let ended = frame(&frames, "session_ended", "sessionID", "build");
+    assert!(
+        ended["notSaved"]
+            .as_str()
+            .is_some_and(|why| why.contains("File too large")),
+        "{ended}"
+    );
+    // Never written: the exit says so.
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("the end of session `build`"), "{stderr}");
+    assert!(stderr.contains("lost"), "{stderr}");
 }
 
 /// A small tmpfs for one test, unmounted on drop; `None` (with a message)
