@@ -52,6 +52,9 @@ enum Command {
     /// frame instead.
     #[command(subcommand)]
     Grants(GrantsCommand),
+    /// Look after a state directory (--state-dir) that a broker refused.
+    #[command(subcommand)]
+    State(StateCommand),
     /// Decide one call from an agent's PreToolUse hook (JSON on stdin) and
     /// answer in the agent's format; see README "Hooks".
     ///
@@ -255,6 +258,22 @@ enum GrantsCommand {
     },
 }
 
+#[derive(Debug, Subcommand)]
+enum StateCommand {
+    /// Repair the state files whose journal has a line that cannot be read
+    /// (a broker refuses to start on them, exit code 2): each is written
+    /// anew from its snapshot and every journal record that can be read
+    /// (the sessions it closes above all), the original files are kept
+    /// beside it (`<file>.before-repair-<ms>`), and every line that could
+    /// not be kept whole is named. Exit code 1 when a file could not be
+    /// repaired.
+    Repair {
+        /// The state directory [env: TOOLGATE_STATE_DIR]
+        #[arg(long, value_name = "DIR")]
+        state_dir: Option<PathBuf>,
+    },
+}
+
 #[derive(Debug, Clone, Args)]
 struct ServeArgs {
     /// The mode new sessions start in: auto, auto_edit, ask, plan or readonly
@@ -330,7 +349,9 @@ struct ServeArgs {
 
     /// Keep grants and sessions in DIR so that they survive a restart: one
     /// file per project root, saved atomically; a corrupt file is moved aside
-    /// with a warning. A running broker locks its file: a second broker for
+    /// with a warning, but a journal with a bad line before its last stops
+    /// the start (exit code 2) until `toolgate state repair`. A running
+    /// broker locks its file: a second broker for
     /// the same project and directory keeps its changes in memory only. Also
     /// TOOLGATE_STATE_DIR. [default: no state is kept]
     #[arg(long, value_name = "DIR")]
@@ -504,6 +525,9 @@ fn main() -> ExitCode {
         Some(Command::Serve(args)) => args.or(cli.serve),
         None => cli.serve,
         Some(Command::Grants(command)) => return grants(command, cli.serve.state_dir),
+        Some(Command::State(StateCommand::Repair { state_dir })) => {
+            return repair(state_dir.or(cli.serve.state_dir))
+        }
         Some(Command::Hook {
             target,
             socket,
@@ -816,6 +840,39 @@ fn grants(command: GrantsCommand, outer: Option<PathBuf>) -> ExitCode {
     }
 }
 
+/// `toolgate state repair`: see [`state::repair`]. What was repaired goes
+/// to stdout, for the person who ran it.
+fn repair(flag: Option<PathBuf>) -> ExitCode {
+    let Some(dir) = flag.or_else(state_dir_env) else {
+        toolgate::say!("toolgate: state repair needs --state-dir DIR (or TOOLGATE_STATE_DIR)");
+        return ExitCode::from(2);
+    };
+    let (repaired, warnings) = match state::repair(&dir, SystemClock::new().wall_ms()) {
+        Ok(done) => done,
+        Err(err) => {
+            toolgate::say!("toolgate: {err}");
+            return ExitCode::from(1);
+        }
+    };
+    for warning in &warnings {
+        toolgate::say!("toolgate: warning: {warning}");
+    }
+    let mut out = std::io::stdout().lock();
+    let written = if repaired.is_empty() {
+        writeln!(out, "nothing to repair in {}", dir.display())
+    } else {
+        repaired.iter().try_for_each(|done| write!(out, "{done}"))
+    };
+    match written.and_then(|()| out.flush()) {
+        Ok(()) if warnings.is_empty() => ExitCode::SUCCESS,
+        Ok(()) => ExitCode::from(1),
+        Err(err) => {
+            toolgate::say!("toolgate: cannot write the output: {err}");
+            ExitCode::from(1)
+        }
+    }
+}
+
 /// Under a file-size limit (`ulimit -f`), a write past it raises SIGXFSZ,
 /// whose default action kills the process without a word (status 153): a
 /// hook killed so lets the agent run the call. With a handler installed the
@@ -1007,7 +1064,14 @@ fn open(args: ServeArgs, long_lived: bool) -> Result<Opened, ExitCode> {
         }),
     });
     if let Some(dir) = state_dir {
-        let (store, snapshot, warnings) = FileStore::open(&dir, &policy.project_root, wall_ms);
+        let (store, snapshot, warnings) = match FileStore::open(&dir, &policy.project_root, wall_ms)
+        {
+            Ok(opened) => opened,
+            Err(err) => {
+                toolgate::say!("toolgate: {err}");
+                return Err(ExitCode::from(2));
+            }
+        };
         for warning in &warnings {
             toolgate::say!("toolgate: warning: {warning}");
         }

@@ -32,12 +32,15 @@
 //! - Loading reads the snapshot and replays the journal. A last line without
 //!   its newline is a write that was never confirmed (so never reported): it
 //!   is ignored with a warning, and the next change starts a new journal
-//!   rather than append after it. Any other line that is not a change makes
-//!   the state unusable (fail closed: nothing after a bad record can be
-//!   trusted to be complete, and a lost revocation or session end must not
-//!   come back as a grant or an open session).
-//! - Opening never fails. A snapshot or journal that cannot be read, is not
-//!   JSON, has another `version` or does not fit together is renamed aside to
+//!   rather than append after it. Any other line that is not a change (the
+//!   header included) keeps the broker from starting (fail closed: nothing
+//!   after a bad record can be trusted to be complete, and a lost revocation
+//!   or session end must not come back as a grant or an open session) until
+//!   [`repair`]. A snapshot that names no journal generation ignores
+//!   whatever journal is beside it.
+//! - Opening fails only for such a journal. A snapshot that cannot be read,
+//!   is not JSON, has another `version` or does not fit together, or a
+//!   journal that cannot be read at all, is renamed aside to
 //!   `<file>.corrupt-<wall ms>` (both files; nothing is deleted) and the
 //!   broker starts clean; every problem becomes a warning for the caller to
 //!   print. A journal with no snapshot beside it is moved aside the same way.
@@ -49,6 +52,10 @@
 //!   `implicit`), with whether they were `started`. Every session that ended or
 //!   whose start was refused is kept, without a count bound, as the
 //!   fingerprint of its id ([`session_fingerprint`]) in `closed`.
+//!
+//! [`repair`] serves `toolgate state repair`: a journal with a bad line
+//! before its last keeps the broker from starting, and the repair keeps
+//! every record that can be read.
 //!
 //! [`list_grants`] and [`revoke_grants`] serve `toolgate grants list|revoke`,
 //! which read the snapshot and the journal, and work while no broker holds
@@ -65,6 +72,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use toolgate_policy::GrantPattern;
 use toolgate_protocol::ScopeSpec;
+
+mod repair;
+pub use repair::{repair, LineLoss, Repaired};
 
 /// The state file format this build reads and writes.
 pub const VERSION: u32 = 1;
@@ -395,21 +405,24 @@ pub struct FileStore {
 
 impl FileStore {
     /// Opens `dir` (creating it), loads the project's state file and replays
-    /// its journal. Never fails:
-    /// problems become warnings (to be printed on stderr by the caller) and an
-    /// empty snapshot. A corrupt, unparsable or wrong-version file is renamed
-    /// aside to `<file>.corrupt-<wall_ms>` and the broker starts clean. If
-    /// `dir` cannot be created or written, the store is still returned and
-    /// later saves return `Err`.
+    /// its journal. Problems become warnings (to be printed on stderr by the
+    /// caller) and an empty snapshot: a corrupt, unparsable or wrong-version
+    /// snapshot is renamed aside to `<file>.corrupt-<wall_ms>` and the broker
+    /// starts clean; if `dir` cannot be created or written, the store is
+    /// still returned and later saves return `Err`. One thing is refused
+    /// (Err, saying why and what to run): a journal with a line that cannot
+    /// be read before its last, which may have recorded a session end or a
+    /// revocation that starting clean would forget. Nothing is moved then;
+    /// `toolgate state repair` ([`repair`]) keeps what can be read.
     pub fn open(
         dir: &Path,
         project_root: &Path,
         wall_ms: u64,
-    ) -> (FileStore, Snapshot, Vec<String>) {
+    ) -> Result<(FileStore, Snapshot, Vec<String>), String> {
         let (mut store, snapshot, mut warnings) =
-            FileStore::open_unlocked(dir, project_root, wall_ms);
+            FileStore::open_unlocked(dir, project_root, wall_ms)?;
         if store.path.as_os_str().is_empty() || !dir.is_dir() {
-            return (store, snapshot, warnings);
+            return Ok((store, snapshot, warnings));
         }
         // One broker per state file: a second one reads the state but keeps
         // its changes in memory, rather than overwriting the first one's.
@@ -437,14 +450,14 @@ impl FileStore {
                 lock_path(&store.path).display()
             )),
         }
-        (store, snapshot, warnings)
+        Ok((store, snapshot, warnings))
     }
 
     fn open_unlocked(
         dir: &Path,
         project_root: &Path,
         wall_ms: u64,
-    ) -> (FileStore, Snapshot, Vec<String>) {
+    ) -> Result<(FileStore, Snapshot, Vec<String>), String> {
         let mut warnings = Vec::new();
         let root = root_string(project_root);
         let empty = Snapshot::new(project_root);
@@ -479,7 +492,7 @@ impl FileStore {
                 "cannot create the state directory {}: {err}; nothing will be saved",
                 dir.display()
             ));
-            return (store(primary, None), empty, warnings);
+            return Ok((store(primary, None), empty, warnings));
         }
         for attempt in 1..=COLLISION_LIMIT {
             let path = if attempt == 1 {
@@ -505,13 +518,26 @@ impl FileStore {
                             )),
                         }
                     }
-                    return (store(path, None), empty, warnings);
+                    return Ok((store(path, None), empty, warnings));
                 }
                 Loaded::State(loaded) if loaded.snapshot.project_root == root => {
                     warnings.extend(loaded.warnings.iter().cloned());
                     let snapshot = loaded.snapshot.clone();
-                    return (store(path, Some(&loaded)), snapshot, warnings);
+                    return Ok((store(path, Some(&loaded)), snapshot, warnings));
                 }
+                Loaded::Damaged(damaged) if damaged.project_root == root => {
+                    return Err(format!(
+                        "the state file {} is not used: {}. Starting without it would forget what those lines recorded (a session that ended could run again, a revoked grant allow again). `toolgate state repair --state-dir {}` keeps every record that can be read, keeps the original files, and names the lines that are lost",
+                        path.display(),
+                        damaged.describe(),
+                        dir.display()
+                    ));
+                }
+                Loaded::Damaged(damaged) => warnings.push(format!(
+                    "the state file {} belongs to the project {}, not {root}; it is left alone",
+                    path.display(),
+                    damaged.project_root
+                )),
                 Loaded::State(loaded) => warnings.push(format!(
                     "the state file {} belongs to the project {}, not {root}; it is left alone",
                     path.display(),
@@ -538,7 +564,7 @@ impl FileStore {
                             path.display()
                         )),
                     }
-                    return (store(path, None), empty, warnings);
+                    return Ok((store(path, None), empty, warnings));
                 }
             }
         }
@@ -548,7 +574,7 @@ impl FileStore {
         ));
         let mut store = store(PathBuf::new(), None);
         store.journal_path = PathBuf::new();
-        (store, empty, warnings)
+        Ok((store, empty, warnings))
     }
 
     /// The state file this store writes (empty when no file name was free).
@@ -1027,6 +1053,38 @@ enum Loaded {
     Missing,
     State(Box<LoadedState>),
     Unusable(String),
+    /// The snapshot is whole but lines of its journal cannot be read.
+    Damaged(Box<Damaged>),
+}
+
+/// A state file whose journal has lines that cannot be read (not the torn
+/// last line of a crash): nothing after such a line can be trusted to be
+/// complete, and what it held (a session end, a revocation) must not be
+/// forgotten, so the state is not used until `toolgate state repair`.
+#[derive(Debug, Clone)]
+struct Damaged {
+    /// The project the snapshot names.
+    project_root: String,
+    /// The journal.
+    journal: PathBuf,
+    /// Each unreadable line: its number (the header is line 1) and why.
+    lines: Vec<(usize, String)>,
+}
+
+impl Damaged {
+    /// Why the state cannot be used, naming the journal and its lines.
+    fn describe(&self) -> String {
+        let lines: Vec<String> = self
+            .lines
+            .iter()
+            .map(|(number, why)| format!("line {number} ({why})"))
+            .collect();
+        format!(
+            "its journal {} cannot be read at {}",
+            self.journal.display(),
+            lines.join(", ")
+        )
+    }
 }
 
 /// The first line of a journal: which snapshot its records follow.
@@ -1069,8 +1127,13 @@ fn load(path: &Path) -> Loaded {
             ))
         }
         Ok(bytes) => {
-            if let Err(reason) = replay(&journal, &bytes, &mut loaded) {
-                return Loaded::Unusable(reason);
+            let project_root = loaded.snapshot.project_root.clone();
+            if let Err(lines) = replay(&journal, &bytes, &mut loaded) {
+                return Loaded::Damaged(Box::new(Damaged {
+                    project_root,
+                    journal,
+                    lines,
+                }));
             }
         }
     }
@@ -1080,25 +1143,28 @@ fn load(path: &Path) -> Loaded {
 /// Apply a journal's records to `loaded`, when the journal follows its
 /// snapshot. A last line without its newline is a write that was never
 /// confirmed: it is ignored with a warning. Any other line that is not a
-/// change makes the whole state unusable (Err).
-fn replay(journal: &Path, bytes: &[u8], loaded: &mut LoadedState) -> Result<(), String> {
-    let complete_len = bytes
-        .iter()
-        .rposition(|&byte| byte == b'\n')
-        .map_or(0, |index| index + 1);
-    let (complete, torn) = bytes.split_at(complete_len);
+/// change (the header included) makes the state unusable: Err lists every
+/// such line, with its number and why.
+fn replay(
+    journal: &Path,
+    bytes: &[u8],
+    loaded: &mut LoadedState,
+) -> Result<(), Vec<(usize, String)>> {
+    if loaded.generation.is_none() {
+        // A snapshot that names no journal (written whole by a save, a
+        // revocation or a repair): whatever journal is beside it is older.
+        tracing::info!(journal = %journal.display(), "the journal is stale and was ignored");
+        return Ok(());
+    }
+    let (complete, torn) = split_torn(bytes);
     let mut lines = complete.split(|&byte| byte == b'\n');
     let header = match lines.next() {
         Some(line) if !complete.is_empty() => line,
         // No complete line: an empty journal (or a header never finished).
         _ => return Ok(()),
     };
-    let header: JournalHeader = serde_json::from_slice(header).map_err(|err| {
-        format!(
-            "its journal {} does not start with a journalGeneration line: {err}",
-            journal.display()
-        )
-    })?;
+    let header: JournalHeader = serde_json::from_slice(header)
+        .map_err(|err| vec![(1, format!("not a journalGeneration line: {err}"))])?;
     loaded.highest = loaded.highest.max(header.generation);
     if loaded.generation != Some(header.generation) {
         // Records of a snapshot that was replaced (a compaction or a save
@@ -1108,31 +1174,24 @@ fn replay(journal: &Path, bytes: &[u8], loaded: &mut LoadedState) -> Result<(), 
         return Ok(());
     }
     let mut state = Materialised::from_snapshot(std::mem::take(&mut loaded.snapshot));
+    let mut bad = Vec::new();
     for (index, line) in lines.enumerate() {
-        if line.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
-        let number = index + 2;
-        let corrupt = |reason: String| {
-            format!(
-                "its journal {} is corrupt at line {number}: {reason}",
-                journal.display()
-            )
-        };
-        let changes: Vec<Change> = if line.first() == Some(&b'[') {
-            serde_json::from_slice(line).map_err(|err| corrupt(err.to_string()))?
-        } else {
-            vec![serde_json::from_slice(line).map_err(|err| corrupt(err.to_string()))?]
-        };
-        for change in &changes {
-            check_change(change).map_err(corrupt)?;
-        }
-        for change in changes {
-            state.apply(change);
+        match record(line) {
+            Ok(changes) if bad.is_empty() => {
+                for change in changes {
+                    state.apply(change);
+                }
+            }
+            // Nothing after a bad line is applied; the others are only named.
+            Ok(_) => {}
+            Err(why) => bad.push((index + 2, why)),
         }
     }
+    if !bad.is_empty() {
+        return Err(bad);
+    }
     loaded.snapshot = state.snapshot();
-    loaded.journal_len = complete_len as u64;
+    loaded.journal_len = complete.len() as u64;
     loaded.appendable = torn.is_empty();
     if !torn.is_empty() {
         loaded.warnings.push(format!(
@@ -1142,6 +1201,33 @@ fn replay(journal: &Path, bytes: &[u8], loaded: &mut LoadedState) -> Result<(), 
         ));
     }
     Ok(())
+}
+
+/// A journal's complete lines (each with its newline) and what follows the
+/// last newline: a write that was never confirmed.
+fn split_torn(bytes: &[u8]) -> (&[u8], &[u8]) {
+    let complete_len = bytes
+        .iter()
+        .rposition(|&byte| byte == b'\n')
+        .map_or(0, |index| index + 1);
+    bytes.split_at(complete_len)
+}
+
+/// The changes one journal line records (none for a blank line): one change
+/// as an object, several as an array.
+fn record(line: &[u8]) -> Result<Vec<Change>, String> {
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Vec::new());
+    }
+    let changes: Vec<Change> = if line.first() == Some(&b'[') {
+        serde_json::from_slice(line).map_err(|err| err.to_string())?
+    } else {
+        vec![serde_json::from_slice(line).map_err(|err| err.to_string())?]
+    };
+    for change in &changes {
+        check_change(change)?;
+    }
+    Ok(changes)
 }
 
 fn check_grant(grant: &StoredGrant) -> Result<(), String> {
@@ -1469,6 +1555,14 @@ pub fn revoke_grants(dir: &Path, ids: &[String]) -> Result<Revoked, String> {
         let mut snapshot = match load(&path) {
             Loaded::State(loaded) => loaded.snapshot,
             Loaded::Missing => continue,
+            Loaded::Damaged(damaged) => {
+                revoked.warnings.push(format!(
+                    "skipping {}: {}; run `toolgate state repair`",
+                    path.display(),
+                    damaged.describe()
+                ));
+                continue;
+            }
             Loaded::Unusable(reason) => {
                 revoked
                     .warnings
@@ -1562,6 +1656,29 @@ fn project_files(
     dir: &Path,
     warnings: &mut Vec<String>,
 ) -> Result<Vec<(PathBuf, Snapshot)>, String> {
+    let mut files = Vec::new();
+    for path in project_paths(dir)? {
+        match load(&path) {
+            Loaded::State(loaded) => {
+                warnings.extend(loaded.warnings);
+                files.push((path, loaded.snapshot));
+            }
+            Loaded::Unusable(reason) => {
+                warnings.push(format!("skipping {}: {reason}", path.display()))
+            }
+            Loaded::Damaged(damaged) => warnings.push(format!(
+                "skipping {}: {}; run `toolgate state repair`",
+                path.display(),
+                damaged.describe()
+            )),
+            Loaded::Missing => {}
+        }
+    }
+    Ok(files)
+}
+
+/// The `project-*.json` files in `dir`, in name order.
+fn project_paths(dir: &Path) -> Result<Vec<PathBuf>, String> {
     let entries = std::fs::read_dir(dir)
         .map_err(|err| format!("cannot read the state directory {}: {err}", dir.display()))?;
     let mut paths: Vec<PathBuf> = entries
@@ -1574,20 +1691,7 @@ fn project_files(
         })
         .collect();
     paths.sort();
-    let mut files = Vec::new();
-    for path in paths {
-        match load(&path) {
-            Loaded::State(loaded) => {
-                warnings.extend(loaded.warnings);
-                files.push((path, loaded.snapshot));
-            }
-            Loaded::Unusable(reason) => {
-                warnings.push(format!("skipping {}: {reason}", path.display()))
-            }
-            Loaded::Missing => {}
-        }
-    }
-    Ok(files)
+    Ok(paths)
 }
 
 /// `rows` as an aligned table with a header (`toolgate grants list`), one
