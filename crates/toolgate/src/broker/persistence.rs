@@ -252,6 +252,7 @@ impl Broker {
             Err(err) => {
                 tracing::warn!("the state could not be saved: {err}");
                 self.unsaved.name(&**store, what);
+                self.unsaved.retry_at = self.clock.monotonic_ms().saturating_add(RETRY_MS);
                 Err(err)
             }
         }
@@ -281,6 +282,7 @@ impl Broker {
             Err(err) => {
                 tracing::warn!("the state could not be saved: {err}");
                 self.unsaved.name(&**store, what);
+                self.unsaved.retry_at = self.clock.monotonic_ms().saturating_add(RETRY_MS);
                 Err(err)
             }
         }
@@ -293,6 +295,20 @@ impl Broker {
     /// [`RETRY_MS`] (the deadline thread also wakes for it, see
     /// [`Broker::next_deadline`]).
     pub fn commit(&mut self) {
+        self.commit_staged();
+        let _ = self.retry_saving(false);
+    }
+
+    /// Make what is staged durable and, when a write failed earlier, write
+    /// the whole state again now. The error is the last write's, while
+    /// something in force is still not on disk.
+    pub fn save_now(&mut self) -> Result<(), String> {
+        self.commit_staged();
+        self.retry_saving(true)
+    }
+
+    /// Sync what was staged; should that fail, name it as unsaved.
+    fn commit_staged(&mut self) {
         let Some(store) = self.store.as_mut() else {
             return;
         };
@@ -303,16 +319,8 @@ impl Broker {
             for what in staged {
                 self.unsaved.name(&**store, || what);
             }
+            self.unsaved.retry_at = self.clock.monotonic_ms().saturating_add(RETRY_MS);
         }
-        let _ = self.retry_saving(false);
-    }
-
-    /// Make what is staged durable and, when a write failed earlier, write
-    /// the whole state again now. The error is the last write's, while
-    /// something in force is still not on disk.
-    pub fn save_now(&mut self) -> Result<(), String> {
-        self.commit();
-        self.retry_saving(true)
     }
 
     /// At exit: [`Broker::save_now`]; the error names what is lost and why,
