@@ -546,6 +546,12 @@ pub struct ModeChanged {
     /// The model-facing text of the new mode.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reminder: Option<String>,
+    /// Present when the change this frame reports could not be saved in
+    /// the state directory (`--state-dir`): why. The change is in force
+    /// all the same; the broker keeps retrying, and says at exit if it was
+    /// lost. Absent when saved, or when no state is kept.
+    #[serde(rename = "notSaved", default, skip_serializing_if = "Option::is_none")]
+    pub not_saved: Option<String>,
 }
 
 /// `session_started`: a session was opened.
@@ -561,6 +567,12 @@ pub struct SessionStarted {
     pub mode: String,
     /// The effective scope: its own narrowing intersected with every ancestor's.
     pub scope: EffectiveScope,
+    /// Present when the change this frame reports could not be saved in
+    /// the state directory (`--state-dir`): why. The change is in force
+    /// all the same; the broker keeps retrying, and says at exit if it was
+    /// lost. Absent when saved, or when no state is kept.
+    #[serde(rename = "notSaved", default, skip_serializing_if = "Option::is_none")]
+    pub not_saved: Option<String>,
 }
 
 /// A session's effective scope.
@@ -598,6 +610,12 @@ pub struct SessionEnded {
     pub session_id: String,
     /// How many pending calls were denied.
     pub denied: u64,
+    /// Present when the change this frame reports could not be saved in
+    /// the state directory (`--state-dir`): why. The change is in force
+    /// all the same; the broker keeps retrying, and says at exit if it was
+    /// lost. Absent when saved, or when no state is kept.
+    #[serde(rename = "notSaved", default, skip_serializing_if = "Option::is_none")]
+    pub not_saved: Option<String>,
 }
 
 /// `reminder`: the model-facing text of a session's mode.
@@ -617,6 +635,12 @@ pub struct Reminder {
 pub struct Grants {
     /// The grants, oldest first.
     pub grants: Vec<GrantInfo>,
+    /// Present when the change this frame reports could not be saved in
+    /// the state directory (`--state-dir`): why. The change is in force
+    /// all the same; the broker keeps retrying, and says at exit if it was
+    /// lost. Absent when saved, or when no state is kept.
+    #[serde(rename = "notSaved", default, skip_serializing_if = "Option::is_none")]
+    pub not_saved: Option<String>,
 }
 
 /// One grant.
@@ -666,6 +690,12 @@ pub struct ErrorFrame {
     /// The 1-based input line.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub line: Option<u64>,
+    /// Present when the change this frame reports could not be saved in
+    /// the state directory (`--state-dir`): why. The change is in force
+    /// all the same; the broker keeps retrying, and says at exit if it was
+    /// lost. Absent when saved, or when no state is kept.
+    #[serde(rename = "notSaved", default, skip_serializing_if = "Option::is_none")]
+    pub not_saved: Option<String>,
 }
 
 /// The kinds of [`ErrorFrame`].

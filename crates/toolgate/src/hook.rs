@@ -243,7 +243,14 @@ pub fn decide(
             &mut outputs,
         );
     }
-    broker.commit();
+    // The next call decides from what is on disk: what this one changed
+    // (a session's mode, a sub-agent's start) must be there, or the call
+    // is denied.
+    if let Err(err) = broker.save_now() {
+        return Answer::deny(format!(
+            "toolgate hook: the state directory could not be written ({err}); denied rather than decided on a state the next call would not see"
+        ));
+    }
     let out: Vec<ServerFrame> = outputs.into_iter().map(|output| output.frame).collect();
     answer(&out, &caller, parsed.call, parsed.never_ask)
 }

@@ -56,6 +56,9 @@ enum Command {
     /// frame instead.
     #[command(subcommand)]
     Grants(GrantsCommand),
+    /// Look after a state directory (--state-dir) that a broker refused.
+    #[command(subcommand)]
+    State(StateCommand),
     /// Decide one call from an agent's PreToolUse hook (JSON on stdin) and
     /// answer in the agent's format; see README "Hooks".
     ///
@@ -259,6 +262,22 @@ enum GrantsCommand {
     },
 }
 
+#[derive(Debug, Subcommand)]
+enum StateCommand {
+    /// Repair the state files whose journal has a line that cannot be read
+    /// (a broker refuses to start on them, exit code 2): each is written
+    /// anew from its snapshot and every journal record that can be read
+    /// (the sessions it closes above all), the original files are kept
+    /// beside it (`<file>.before-repair-<ms>`), and every line that could
+    /// not be kept whole is named. Exit code 1 when a file could not be
+    /// repaired.
+    Repair {
+        /// The state directory [env: TOOLGATE_STATE_DIR]
+        #[arg(long, value_name = "DIR")]
+        state_dir: Option<PathBuf>,
+    },
+}
+
 #[derive(Debug, Clone, Args)]
 struct ServeArgs {
     /// The mode new sessions start in: auto, auto_edit, ask, plan or readonly
@@ -334,7 +353,9 @@ struct ServeArgs {
 
     /// Keep grants and sessions in DIR so that they survive a restart: one
     /// file per project root, saved atomically; a corrupt file is moved aside
-    /// with a warning. A running broker locks its file: a second broker for
+    /// with a warning, but a journal with a bad line before its last stops
+    /// the start (exit code 2) until `toolgate state repair`. A running
+    /// broker locks its file: a second broker for
     /// the same project and directory keeps its changes in memory only. Also
     /// TOOLGATE_STATE_DIR. [default: no state is kept]
     #[arg(long, value_name = "DIR")]
@@ -488,11 +509,15 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .init();
+    survive_file_size_limit();
     // Flags may stand before or after `serve`; the ones after it win.
     let args = match cli.command {
         Some(Command::Serve(args)) => args.or(cli.serve),
         None => cli.serve,
         Some(Command::Grants(command)) => return grants(command, cli.serve.state_dir),
+        Some(Command::State(StateCommand::Repair { state_dir })) => {
+            return repair(state_dir.or(cli.serve.state_dir))
+        }
         Some(Command::Hook {
             target,
             socket,
@@ -805,6 +830,58 @@ fn grants(command: GrantsCommand, outer: Option<PathBuf>) -> ExitCode {
     }
 }
 
+/// `toolgate state repair`: see [`state::repair`]. What was repaired goes
+/// to stdout, for the person who ran it.
+fn repair(flag: Option<PathBuf>) -> ExitCode {
+    let Some(dir) = flag.or_else(state_dir_env) else {
+        toolgate::say!("toolgate: state repair needs --state-dir DIR (or TOOLGATE_STATE_DIR)");
+        return ExitCode::from(2);
+    };
+    let (repaired, warnings) = match state::repair(&dir, SystemClock::new().wall_ms()) {
+        Ok(done) => done,
+        Err(err) => {
+            toolgate::say!("toolgate: {err}");
+            return ExitCode::from(1);
+        }
+    };
+    for warning in &warnings {
+        toolgate::say!("toolgate: warning: {warning}");
+    }
+    let mut out = std::io::stdout().lock();
+    let written = if repaired.is_empty() {
+        writeln!(out, "nothing to repair in {}", dir.display())
+    } else {
+        repaired.iter().try_for_each(|done| write!(out, "{done}"))
+    };
+    match written.and_then(|()| out.flush()) {
+        Ok(()) if warnings.is_empty() => ExitCode::SUCCESS,
+        Ok(()) => ExitCode::from(1),
+        Err(err) => {
+            toolgate::say!("toolgate: cannot write the output: {err}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Under a file-size limit (`ulimit -f`), a write past it raises SIGXFSZ,
+/// whose default action kills the process without a word (status 153): a
+/// hook killed so lets the agent run the call. With a handler installed the
+/// write fails with EFBIG instead, which every writer handles as any failed
+/// write (the hook denies, the broker says what it could not save). A
+/// handler rather than SIG_IGN: programs this process starts (a `command:`
+/// approver) get the default action back, as SIG_IGN would be inherited.
+#[cfg(unix)]
+fn survive_file_size_limit() {
+    let raised = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    if let Err(err) = signal_hook::flag::register(signal_hook::consts::SIGXFSZ, raised) {
+        tracing::warn!("a file-size limit will end the process at the first write past it: {err}");
+    }
+}
+
+/// No SIGXFSZ off Unix.
+#[cfg(not(unix))]
+fn survive_file_size_limit() {}
+
 /// Turn SIGTERM, SIGINT and SIGHUP into orders for the transport. SIGHUP
 /// loads the policy again here, as startup built it (policy file,
 /// `--permission`, `TOOLGATE_PERMISSION`, project root); a policy that does
@@ -977,7 +1054,14 @@ fn open(args: ServeArgs, long_lived: bool) -> Result<Opened, ExitCode> {
         }),
     });
     if let Some(dir) = state_dir {
-        let (store, snapshot, warnings) = FileStore::open(&dir, &policy.project_root, wall_ms);
+        let (store, snapshot, warnings) = match FileStore::open(&dir, &policy.project_root, wall_ms)
+        {
+            Ok(opened) => opened,
+            Err(err) => {
+                toolgate::say!("toolgate: {err}");
+                return Err(ExitCode::from(2));
+            }
+        };
         for warning in &warnings {
             say!("toolgate: warning: {warning}");
         }
@@ -1053,30 +1137,40 @@ fn serve(args: ServeArgs) -> ExitCode {
             }
         };
         say!("toolgate: listening on {}", path.display());
-        return match toolgate::socket::run(listener, broker, max_frame_bytes, control) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(err) => {
-                say!("toolgate: i/o error: {err}");
-                ExitCode::from(1)
-            }
-        };
+        return ended(toolgate::socket::run(
+            listener,
+            broker,
+            max_frame_bytes,
+            control,
+        ));
     }
-    let result = toolgate::serve::run_with_approver(
+    ended(toolgate::serve::run_with_approver(
         std::io::stdin(),
         std::io::stdout(),
         broker,
         max_frame_bytes,
         control,
         approver,
-    );
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
-        Err(err) => {
-            say!("toolgate: i/o error: {err}");
-            ExitCode::from(1)
-        }
+    ))
+}
+
+/// The exit status of a transport that ended with `result`: 1 for an i/o
+/// error or for changes in force that could not be saved in the state
+/// directory ([`toolgate::broker::Lost`], named on stderr); a client that
+/// went away (a broken pipe) is a normal end.
+fn ended(result: std::io::Result<()>) -> ExitCode {
+    let Err(err) = result else {
+        return ExitCode::SUCCESS;
+    };
+    let lost = err
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<toolgate::broker::Lost>());
+    match lost {
+        Some(lost) => say!("toolgate: error: {lost}"),
+        None if err.kind() == std::io::ErrorKind::BrokenPipe => return ExitCode::SUCCESS,
+        None => say!("toolgate: i/o error: {err}"),
     }
+    ExitCode::from(1)
 }
 
 /// The socket path `--listen` names: `unix:PATH`, or `unix` for the default.

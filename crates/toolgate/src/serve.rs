@@ -558,13 +558,21 @@ where
             let _ = finished.send(Control::Done);
         }
     });
-    let shared = state.into_inner().unwrap_or_else(PoisonError::into_inner);
+    let mut shared = state.into_inner().unwrap_or_else(PoisonError::into_inner);
     if let Some(approver) = &shared.approver {
         approver.stop();
     }
-    match shared.failed {
-        Some(err) => Err(err),
-        None => Ok(()),
+    // Nothing in force may be lost quietly: a change a failed write left
+    // unsaved is written now, or the run ends with what was lost.
+    match (shared.broker.finish_saving(), shared.failed) {
+        (Ok(()), None) => Ok(()),
+        (Ok(()), Some(err)) => Err(err),
+        (Err(lost), failed) => {
+            if let Some(err) = failed {
+                tracing::warn!("the output failed: {err}");
+            }
+            Err(io::Error::other(lost))
+        }
     }
 }
 
@@ -931,6 +939,9 @@ fn obey<W: Write>(
                 shared.flush_frames();
                 shared.done = true;
                 flow.stopped.store(true, Ordering::SeqCst);
+                // A change a failed write left unsaved is written now, or
+                // the exit says what was lost.
+                let saved = shared.broker.finish_saving();
                 let calls = if pending == 1 { "call" } else { "calls" };
                 match &shared.failed {
                     None => crate::say!(
@@ -945,12 +956,19 @@ fn obey<W: Write>(
                 // lock held so that no other frame follows. The reader may be
                 // blocked on its input for good, so it is not waited for.
                 drop(shared);
+                let status = match saved {
+                    Ok(()) => 0,
+                    Err(lost) => {
+                        crate::say!("toolgate: error: {lost}");
+                        1
+                    }
+                };
                 let start = std::time::Instant::now();
                 loop {
                     std::thread::sleep(Duration::from_millis(20));
                     let guard = flow.cut_in(state, STOP_PATIENCE);
                     if flow.answered() || start.elapsed() > STOP_PATIENCE {
-                        std::process::exit(0);
+                        std::process::exit(status);
                     }
                     drop(guard);
                 }

@@ -397,6 +397,7 @@ pub fn run(
                     session_id: None,
                     permission_id: None,
                     line: None,
+                    not_saved: None,
                 });
                 let mut stream = stream;
                 if let Ok(mut line) = serde_json::to_vec(&frame) {
@@ -418,7 +419,10 @@ pub fn run(
         let _ = worker.join();
     }
     drop(listener);
-    Ok(())
+    // A change a failed write left unsaved is written now, or the run ends
+    // with what was lost.
+    let saved = lock(&shared.hub).broker.finish_saving();
+    saved.map_err(io::Error::other)
 }
 
 /// The longest pause between two failing `accept`s.

@@ -12,13 +12,15 @@
 //!   another generation (or beside a snapshot that names none) is stale and
 //!   ignored.
 //! - A change is one `write` of its line to the journal: its cost is the
-//!   size of the change, not of the state. Changes that frames only report
-//!   (a session started or ended, a mode set, a grant revoked) are staged
+//!   size of the change, not of the state. Session starts are staged
 //!   ([`Store::stage`]) and synced together (`fdatasync`) by
 //!   [`Store::commit`], which the transport calls before it writes a batch
-//!   of frames: one sync per batch of input lines. Grants are synced at once
-//!   ([`Store::record`]), since their decision says whether saving failed.
-//!   Either way nothing is reported before it is on disk.
+//!   of frames: one sync per batch of input lines. Grants and what shuts or
+//!   narrows (a session ended or refused, a grant revoked, a mode set) are
+//!   synced at once ([`Store::record`]), since their frame says whether
+//!   saving failed. Either way nothing is reported before it is on disk.
+//! - A failed write leaves the change in [`Store::unsaved`]: the store keeps
+//!   it, and the next change or [`Store::retry`] writes the whole state.
 //! - Compaction: when the journal outgrows twice the snapshot and
 //!   [`COMPACT_FLOOR`] (1 MiB; [`COMPACT_FLOOR_ENV`] changes it, for tests),
 //!   the whole state is written as a new snapshot under generation N+1, then
@@ -30,12 +32,15 @@
 //! - Loading reads the snapshot and replays the journal. A last line without
 //!   its newline is a write that was never confirmed (so never reported): it
 //!   is ignored with a warning, and the next change starts a new journal
-//!   rather than append after it. Any other line that is not a change makes
-//!   the state unusable (fail closed: nothing after a bad record can be
-//!   trusted to be complete, and a lost revocation or session end must not
-//!   come back as a grant or an open session).
-//! - Opening never fails. A snapshot or journal that cannot be read, is not
-//!   JSON, has another `version` or does not fit together is renamed aside to
+//!   rather than append after it. Any other line that is not a change (the
+//!   header included) keeps the broker from starting (fail closed: nothing
+//!   after a bad record can be trusted to be complete, and a lost revocation
+//!   or session end must not come back as a grant or an open session) until
+//!   [`repair`]. A snapshot that names no journal generation ignores
+//!   whatever journal is beside it.
+//! - Opening fails only for such a journal. A snapshot that cannot be read,
+//!   is not JSON, has another `version` or does not fit together, or a
+//!   journal that cannot be read at all, is renamed aside to
 //!   `<file>.corrupt-<wall ms>` (both files; nothing is deleted) and the
 //!   broker starts clean; every problem becomes a warning for the caller to
 //!   print. A journal with no snapshot beside it is moved aside the same way.
@@ -47,6 +52,10 @@
 //!   `implicit`), with whether they were `started`. Every session that ended or
 //!   whose start was refused is kept, without a count bound, as the
 //!   fingerprint of its id ([`session_fingerprint`]) in `closed`.
+//!
+//! [`repair`] serves `toolgate state repair`: a journal with a bad line
+//! before its last keeps the broker from starting, and the repair keeps
+//! every record that can be read.
 //!
 //! [`list_grants`] and [`revoke_grants`] serve `toolgate grants list|revoke`,
 //! which read the snapshot and the journal, and work while no broker holds
@@ -63,6 +72,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use toolgate_policy::GrantPattern;
 use toolgate_protocol::ScopeSpec;
+
+mod repair;
+pub use repair::{repair, LineLoss, Repaired};
 
 /// The state file format this build reads and writes.
 pub const VERSION: u32 = 1;
@@ -336,6 +348,19 @@ pub trait Store: Send {
     }
     /// Replace the whole stored state with `snapshot`. The error names what failed.
     fn save(&mut self, snapshot: &Snapshot) -> Result<(), String>;
+    /// Why changes this store accepted are not all on disk, when a write
+    /// failed: they are kept, and written by the next successful
+    /// [`Store::retry`] or change. `None` when everything accepted is on
+    /// disk, and for a store that writes nothing by design (another broker
+    /// holds the file): it lost nothing it tried to write.
+    fn unsaved(&self) -> Option<String> {
+        None
+    }
+    /// Try again to write everything accepted, when a write failed. Ok when
+    /// nothing is unsaved (any more); the error names what failed.
+    fn retry(&mut self) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// The compaction floor: the journal is folded into the snapshot when it
@@ -371,26 +396,33 @@ pub struct FileStore {
     /// The files may lack a change (a failed write, a stale or torn journal):
     /// the next change rewrites the snapshot and starts a new journal.
     dirty: bool,
+    /// The last write that failed, while what it carried is not on disk
+    /// yet: the files lack a change this store accepted (see
+    /// [`Store::unsaved`]). Cleared when the whole state is written.
+    unsaved: Option<String>,
     compact_floor: u64,
 }
 
 impl FileStore {
     /// Opens `dir` (creating it), loads the project's state file and replays
-    /// its journal. Never fails:
-    /// problems become warnings (to be printed on stderr by the caller) and an
-    /// empty snapshot. A corrupt, unparsable or wrong-version file is renamed
-    /// aside to `<file>.corrupt-<wall_ms>` and the broker starts clean. If
-    /// `dir` cannot be created or written, the store is still returned and
-    /// later saves return `Err`.
+    /// its journal. Problems become warnings (to be printed on stderr by the
+    /// caller) and an empty snapshot: a corrupt, unparsable or wrong-version
+    /// snapshot is renamed aside to `<file>.corrupt-<wall_ms>` and the broker
+    /// starts clean; if `dir` cannot be created or written, the store is
+    /// still returned and later saves return `Err`. One thing is refused
+    /// (Err, saying why and what to run): a journal with a line that cannot
+    /// be read before its last, which may have recorded a session end or a
+    /// revocation that starting clean would forget. Nothing is moved then;
+    /// `toolgate state repair` ([`repair`]) keeps what can be read.
     pub fn open(
         dir: &Path,
         project_root: &Path,
         wall_ms: u64,
-    ) -> (FileStore, Snapshot, Vec<String>) {
+    ) -> Result<(FileStore, Snapshot, Vec<String>), String> {
         let (mut store, snapshot, mut warnings) =
-            FileStore::open_unlocked(dir, project_root, wall_ms);
+            FileStore::open_unlocked(dir, project_root, wall_ms)?;
         if store.path.as_os_str().is_empty() || !dir.is_dir() {
-            return (store, snapshot, warnings);
+            return Ok((store, snapshot, warnings));
         }
         // One broker per state file: a second one reads the state but keeps
         // its changes in memory, rather than overwriting the first one's.
@@ -418,14 +450,14 @@ impl FileStore {
                 lock_path(&store.path).display()
             )),
         }
-        (store, snapshot, warnings)
+        Ok((store, snapshot, warnings))
     }
 
     fn open_unlocked(
         dir: &Path,
         project_root: &Path,
         wall_ms: u64,
-    ) -> (FileStore, Snapshot, Vec<String>) {
+    ) -> Result<(FileStore, Snapshot, Vec<String>), String> {
         let mut warnings = Vec::new();
         let root = root_string(project_root);
         let empty = Snapshot::new(project_root);
@@ -452,6 +484,7 @@ impl FileStore {
             // A missing snapshot, or a journal that cannot take appends:
             // the first change writes both files afresh.
             dirty: loaded.is_none_or(|loaded| !loaded.appendable),
+            unsaved: None,
             compact_floor,
         };
         if let Err(err) = create_dir(dir) {
@@ -459,7 +492,7 @@ impl FileStore {
                 "cannot create the state directory {}: {err}; nothing will be saved",
                 dir.display()
             ));
-            return (store(primary, None), empty, warnings);
+            return Ok((store(primary, None), empty, warnings));
         }
         for attempt in 1..=COLLISION_LIMIT {
             let path = if attempt == 1 {
@@ -485,13 +518,26 @@ impl FileStore {
                             )),
                         }
                     }
-                    return (store(path, None), empty, warnings);
+                    return Ok((store(path, None), empty, warnings));
                 }
                 Loaded::State(loaded) if loaded.snapshot.project_root == root => {
                     warnings.extend(loaded.warnings.iter().cloned());
                     let snapshot = loaded.snapshot.clone();
-                    return (store(path, Some(&loaded)), snapshot, warnings);
+                    return Ok((store(path, Some(&loaded)), snapshot, warnings));
                 }
+                Loaded::Damaged(damaged) if damaged.project_root == root => {
+                    return Err(format!(
+                        "the state file {} is not used: {}. Starting without it would forget what those lines recorded (a session that ended could run again, a revoked grant allow again). `toolgate state repair --state-dir {}` keeps every record that can be read, keeps the original files, and names the lines that are lost",
+                        path.display(),
+                        damaged.describe(),
+                        dir.display()
+                    ));
+                }
+                Loaded::Damaged(damaged) => warnings.push(format!(
+                    "the state file {} belongs to the project {}, not {root}; it is left alone",
+                    path.display(),
+                    damaged.project_root
+                )),
                 Loaded::State(loaded) => warnings.push(format!(
                     "the state file {} belongs to the project {}, not {root}; it is left alone",
                     path.display(),
@@ -518,7 +564,7 @@ impl FileStore {
                             path.display()
                         )),
                     }
-                    return (store(path, None), empty, warnings);
+                    return Ok((store(path, None), empty, warnings));
                 }
             }
         }
@@ -528,7 +574,7 @@ impl FileStore {
         ));
         let mut store = store(PathBuf::new(), None);
         store.journal_path = PathBuf::new();
-        (store, empty, warnings)
+        Ok((store, empty, warnings))
     }
 
     /// The state file this store writes (empty when no file name was free).
@@ -572,6 +618,7 @@ impl FileStore {
                 self.generation = Some(generation);
                 self.snapshot_len = snapshot_len;
                 self.dirty = true;
+                self.unsaved = None;
                 Ok(())
             }
             Written::Both(snapshot_len, journal, journal_len) => {
@@ -581,10 +628,12 @@ impl FileStore {
                 self.journal = Some(journal);
                 self.journal_len = journal_len;
                 self.dirty = false;
+                self.unsaved = None;
                 Ok(())
             }
             Written::Nothing(err) => {
                 self.dirty = true;
+                self.unsaved = Some(err.clone());
                 Err(err)
             }
         }
@@ -614,10 +663,9 @@ impl FileStore {
                 // Part of a record may be on disk: never append after it.
                 self.journal = None;
                 self.dirty = true;
-                Err(format!(
-                    "cannot append to {}: {err}",
-                    self.journal_path.display()
-                ))
+                let err = format!("cannot append to {}: {err}", self.journal_path.display());
+                self.unsaved = Some(err.clone());
+                Err(err)
             }
         }
     }
@@ -644,7 +692,9 @@ impl Store for FileStore {
         journal.sync_data().map_err(|err| {
             self.journal = None;
             self.dirty = true;
-            format!("cannot sync {}: {err}", self.journal_path.display())
+            let err = format!("cannot sync {}: {err}", self.journal_path.display());
+            self.unsaved = Some(err.clone());
+            err
         })
     }
 
@@ -696,7 +746,11 @@ impl Store for FileStore {
         self.state = Materialised::from_snapshot(snapshot.clone());
         self.journal = None;
         self.dirty = true;
-        write_snapshot(&self.path, &snapshot)?;
+        if let Err(err) = write_snapshot(&self.path, &snapshot) {
+            self.unsaved = Some(err.clone());
+            return Err(err);
+        }
+        self.unsaved = None;
         self.generation = None;
         if let Err(err) = std::fs::remove_file(&self.journal_path) {
             if err.kind() != std::io::ErrorKind::NotFound {
@@ -707,6 +761,20 @@ impl Store for FileStore {
             }
         }
         Ok(())
+    }
+
+    fn unsaved(&self) -> Option<String> {
+        self.unsaved.clone()
+    }
+
+    /// Writes the whole state as a new snapshot and starts a new journal,
+    /// when a write failed since the last time the whole state was written.
+    fn retry(&mut self) -> Result<(), String> {
+        if self.unsaved.is_none() {
+            return Ok(());
+        }
+        self.writable()?;
+        self.compact()
     }
 }
 
@@ -723,6 +791,31 @@ struct MemoryState {
     saved: Vec<Snapshot>,
     changes: Vec<Vec<Change>>,
     failure: Option<String>,
+    /// A whole state that failed to be saved, then the changes that failed
+    /// to be recorded after it, in order: kept for the next success.
+    pending_save: Option<Snapshot>,
+    pending: Vec<Vec<Change>>,
+    /// The failure that left something pending.
+    unsaved: Option<String>,
+}
+
+impl MemoryState {
+    /// Write what failures left, then `changes` (`None`: a retry).
+    fn apply(&mut self, changes: Option<&[Change]>) {
+        if let Some(snapshot) = self.pending_save.take() {
+            self.state = Materialised::from_snapshot(snapshot);
+        }
+        let pending = std::mem::take(&mut self.pending);
+        for change in pending.iter().flatten().chain(changes.unwrap_or_default()) {
+            self.state.apply(change.clone());
+        }
+        self.unsaved = None;
+        if let Some(changes) = changes {
+            self.changes.push(changes.to_vec());
+        }
+        let snapshot = self.state.snapshot();
+        self.saved.push(snapshot);
+    }
 }
 
 impl MemoryStore {
@@ -759,26 +852,46 @@ impl MemoryStore {
 impl Store for MemoryStore {
     fn record(&mut self, changes: &[Change]) -> Result<(), String> {
         let mut state = self.lock();
-        if let Some(reason) = &state.failure {
-            return Err(reason.clone());
+        if let Some(reason) = state.failure.clone() {
+            state.pending.push(changes.to_vec());
+            state.unsaved = Some(reason.clone());
+            return Err(reason);
         }
-        for change in changes {
-            state.state.apply(change.clone());
-        }
-        state.changes.push(changes.to_vec());
-        let snapshot = state.state.snapshot();
-        state.saved.push(snapshot);
+        state.apply(Some(changes));
         Ok(())
     }
 
     fn save(&mut self, snapshot: &Snapshot) -> Result<(), String> {
         let mut state = self.lock();
-        if let Some(reason) = &state.failure {
-            return Err(reason.clone());
+        if let Some(reason) = state.failure.clone() {
+            state.pending_save = Some(sorted(snapshot.clone()));
+            state.pending.clear();
+            state.unsaved = Some(reason.clone());
+            return Err(reason);
         }
         state.state = Materialised::from_snapshot(sorted(snapshot.clone()));
+        state.pending_save = None;
+        state.pending.clear();
+        state.unsaved = None;
         let snapshot = state.state.snapshot();
         state.saved.push(snapshot);
+        Ok(())
+    }
+
+    fn unsaved(&self) -> Option<String> {
+        self.lock().unsaved.clone()
+    }
+
+    fn retry(&mut self) -> Result<(), String> {
+        let mut state = self.lock();
+        if state.unsaved.is_none() {
+            return Ok(());
+        }
+        if let Some(reason) = state.failure.clone() {
+            state.unsaved = Some(reason.clone());
+            return Err(reason);
+        }
+        state.apply(None);
         Ok(())
     }
 }
@@ -940,6 +1053,38 @@ enum Loaded {
     Missing,
     State(Box<LoadedState>),
     Unusable(String),
+    /// The snapshot is whole but lines of its journal cannot be read.
+    Damaged(Box<Damaged>),
+}
+
+/// A state file whose journal has lines that cannot be read (not the torn
+/// last line of a crash): nothing after such a line can be trusted to be
+/// complete, and what it held (a session end, a revocation) must not be
+/// forgotten, so the state is not used until `toolgate state repair`.
+#[derive(Debug, Clone)]
+struct Damaged {
+    /// The project the snapshot names.
+    project_root: String,
+    /// The journal.
+    journal: PathBuf,
+    /// Each unreadable line: its number (the header is line 1) and why.
+    lines: Vec<(usize, String)>,
+}
+
+impl Damaged {
+    /// Why the state cannot be used, naming the journal and its lines.
+    fn describe(&self) -> String {
+        let lines: Vec<String> = self
+            .lines
+            .iter()
+            .map(|(number, why)| format!("line {number} ({why})"))
+            .collect();
+        format!(
+            "its journal {} cannot be read at {}",
+            self.journal.display(),
+            lines.join(", ")
+        )
+    }
 }
 
 /// The first line of a journal: which snapshot its records follow.
@@ -982,8 +1127,13 @@ fn load(path: &Path) -> Loaded {
             ))
         }
         Ok(bytes) => {
-            if let Err(reason) = replay(&journal, &bytes, &mut loaded) {
-                return Loaded::Unusable(reason);
+            let project_root = loaded.snapshot.project_root.clone();
+            if let Err(lines) = replay(&journal, &bytes, &mut loaded) {
+                return Loaded::Damaged(Box::new(Damaged {
+                    project_root,
+                    journal,
+                    lines,
+                }));
             }
         }
     }
@@ -993,25 +1143,28 @@ fn load(path: &Path) -> Loaded {
 /// Apply a journal's records to `loaded`, when the journal follows its
 /// snapshot. A last line without its newline is a write that was never
 /// confirmed: it is ignored with a warning. Any other line that is not a
-/// change makes the whole state unusable (Err).
-fn replay(journal: &Path, bytes: &[u8], loaded: &mut LoadedState) -> Result<(), String> {
-    let complete_len = bytes
-        .iter()
-        .rposition(|&byte| byte == b'\n')
-        .map_or(0, |index| index + 1);
-    let (complete, torn) = bytes.split_at(complete_len);
+/// change (the header included) makes the state unusable: Err lists every
+/// such line, with its number and why.
+fn replay(
+    journal: &Path,
+    bytes: &[u8],
+    loaded: &mut LoadedState,
+) -> Result<(), Vec<(usize, String)>> {
+    if loaded.generation.is_none() {
+        // A snapshot that names no journal (written whole by a save, a
+        // revocation or a repair): whatever journal is beside it is older.
+        tracing::info!(journal = %journal.display(), "the journal is stale and was ignored");
+        return Ok(());
+    }
+    let (complete, torn) = split_torn(bytes);
     let mut lines = complete.split(|&byte| byte == b'\n');
     let header = match lines.next() {
         Some(line) if !complete.is_empty() => line,
         // No complete line: an empty journal (or a header never finished).
         _ => return Ok(()),
     };
-    let header: JournalHeader = serde_json::from_slice(header).map_err(|err| {
-        format!(
-            "its journal {} does not start with a journalGeneration line: {err}",
-            journal.display()
-        )
-    })?;
+    let header: JournalHeader = serde_json::from_slice(header)
+        .map_err(|err| vec![(1, format!("not a journalGeneration line: {err}"))])?;
     loaded.highest = loaded.highest.max(header.generation);
     if loaded.generation != Some(header.generation) {
         // Records of a snapshot that was replaced (a compaction or a save
@@ -1021,31 +1174,24 @@ fn replay(journal: &Path, bytes: &[u8], loaded: &mut LoadedState) -> Result<(), 
         return Ok(());
     }
     let mut state = Materialised::from_snapshot(std::mem::take(&mut loaded.snapshot));
+    let mut bad = Vec::new();
     for (index, line) in lines.enumerate() {
-        if line.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
-        let number = index + 2;
-        let corrupt = |reason: String| {
-            format!(
-                "its journal {} is corrupt at line {number}: {reason}",
-                journal.display()
-            )
-        };
-        let changes: Vec<Change> = if line.first() == Some(&b'[') {
-            serde_json::from_slice(line).map_err(|err| corrupt(err.to_string()))?
-        } else {
-            vec![serde_json::from_slice(line).map_err(|err| corrupt(err.to_string()))?]
-        };
-        for change in &changes {
-            check_change(change).map_err(corrupt)?;
-        }
-        for change in changes {
-            state.apply(change);
+        match record(line) {
+            Ok(changes) if bad.is_empty() => {
+                for change in changes {
+                    state.apply(change);
+                }
+            }
+            // Nothing after a bad line is applied; the others are only named.
+            Ok(_) => {}
+            Err(why) => bad.push((index + 2, why)),
         }
     }
+    if !bad.is_empty() {
+        return Err(bad);
+    }
     loaded.snapshot = state.snapshot();
-    loaded.journal_len = complete_len as u64;
+    loaded.journal_len = complete.len() as u64;
     loaded.appendable = torn.is_empty();
     if !torn.is_empty() {
         loaded.warnings.push(format!(
@@ -1055,6 +1201,33 @@ fn replay(journal: &Path, bytes: &[u8], loaded: &mut LoadedState) -> Result<(), 
         ));
     }
     Ok(())
+}
+
+/// A journal's complete lines (each with its newline) and what follows the
+/// last newline: a write that was never confirmed.
+fn split_torn(bytes: &[u8]) -> (&[u8], &[u8]) {
+    let complete_len = bytes
+        .iter()
+        .rposition(|&byte| byte == b'\n')
+        .map_or(0, |index| index + 1);
+    bytes.split_at(complete_len)
+}
+
+/// The changes one journal line records (none for a blank line): one change
+/// as an object, several as an array.
+fn record(line: &[u8]) -> Result<Vec<Change>, String> {
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Vec::new());
+    }
+    let changes: Vec<Change> = if line.first() == Some(&b'[') {
+        serde_json::from_slice(line).map_err(|err| err.to_string())?
+    } else {
+        vec![serde_json::from_slice(line).map_err(|err| err.to_string())?]
+    };
+    for change in &changes {
+        check_change(change)?;
+    }
+    Ok(changes)
 }
 
 fn check_grant(grant: &StoredGrant) -> Result<(), String> {
@@ -1382,6 +1555,14 @@ pub fn revoke_grants(dir: &Path, ids: &[String]) -> Result<Revoked, String> {
         let mut snapshot = match load(&path) {
             Loaded::State(loaded) => loaded.snapshot,
             Loaded::Missing => continue,
+            Loaded::Damaged(damaged) => {
+                revoked.warnings.push(format!(
+                    "skipping {}: {}; run `toolgate state repair`",
+                    path.display(),
+                    damaged.describe()
+                ));
+                continue;
+            }
             Loaded::Unusable(reason) => {
                 revoked
                     .warnings
@@ -1475,6 +1656,29 @@ fn project_files(
     dir: &Path,
     warnings: &mut Vec<String>,
 ) -> Result<Vec<(PathBuf, Snapshot)>, String> {
+    let mut files = Vec::new();
+    for path in project_paths(dir)? {
+        match load(&path) {
+            Loaded::State(loaded) => {
+                warnings.extend(loaded.warnings);
+                files.push((path, loaded.snapshot));
+            }
+            Loaded::Unusable(reason) => {
+                warnings.push(format!("skipping {}: {reason}", path.display()))
+            }
+            Loaded::Damaged(damaged) => warnings.push(format!(
+                "skipping {}: {}; run `toolgate state repair`",
+                path.display(),
+                damaged.describe()
+            )),
+            Loaded::Missing => {}
+        }
+    }
+    Ok(files)
+}
+
+/// The `project-*.json` files in `dir`, in name order.
+fn project_paths(dir: &Path) -> Result<Vec<PathBuf>, String> {
     let entries = std::fs::read_dir(dir)
         .map_err(|err| format!("cannot read the state directory {}: {err}", dir.display()))?;
     let mut paths: Vec<PathBuf> = entries
@@ -1487,20 +1691,7 @@ fn project_files(
         })
         .collect();
     paths.sort();
-    let mut files = Vec::new();
-    for path in paths {
-        match load(&path) {
-            Loaded::State(loaded) => {
-                warnings.extend(loaded.warnings);
-                files.push((path, loaded.snapshot));
-            }
-            Loaded::Unusable(reason) => {
-                warnings.push(format!("skipping {}: {reason}", path.display()))
-            }
-            Loaded::Missing => {}
-        }
-    }
-    Ok(files)
+    Ok(paths)
 }
 
 /// `rows` as an aligned table with a header (`toolgate grants list`), one

@@ -1,7 +1,7 @@
 //! The state directory's journal, through the spawned binary: a change costs
 //! one appended line (the snapshot is not rewritten), kill -9 at any moment
 //! loses nothing that was reported, a torn last record is ignored with a
-//! warning, a corrupt record fails closed, compaction happens mid-run, and
+//! warning, a corrupt record stops the start until `toolgate state repair`, compaction happens mid-run, and
 //! `toolgate grants list|revoke` see the journal.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may panic
 
@@ -56,7 +56,7 @@ fn count_of(lines: &[String], kind: &str) -> usize {
 
 /// The state as a new broker would load it (snapshot and journal).
 fn loaded(root: &Path, state: &Path) -> (toolgate::state::Snapshot, Vec<String>) {
-    let (_store, snapshot, warnings) = FileStore::open(state, root, 1);
+    let (_store, snapshot, warnings) = FileStore::open(state, root, 1).unwrap();
     (snapshot, warnings)
 }
 
@@ -354,40 +354,134 @@ fn a_torn_last_record_is_ignored_with_a_warning() {
     assert_eq!(ids, ["a", "b", "c"]);
 }
 
+/// One unreadable journal line before the last (not a crash's torn write)
+/// stops the start, naming the file and the line, rather than start with no
+/// saved state and forget which sessions ended. `toolgate state repair`
+/// keeps every record it can read (a session end even from a garbled
+/// line), keeps the original files beside the repaired ones, and names the
+/// lines it lost.
 #[test]
-fn a_corrupt_record_before_the_last_fails_closed() {
+fn a_bad_journal_line_stops_the_start_until_the_state_is_repaired() {
     let (root, state) = dirs("journal-corrupt");
-    let mut broker = start(&root, &state, None);
+    // Calls the mode does not decide run: an ended session that came back
+    // would run `rm -rf build`.
+    let auto: Vec<String> = args(&root, &state)
+        .into_iter()
+        .map(|arg| {
+            if arg == "ask" {
+                "auto".to_string()
+            } else {
+                arg
+            }
+        })
+        .collect();
+    let mut broker = Broker::start(&root, &auto, &[]);
+    // The first change writes the snapshot; the others are journal lines.
+    broker.send(&session_start("first", "plan"));
     broker.send(&session_start("a", "plan"));
+    broker.send(&session_start("build", "auto"));
+    broker.send(r#"{"type":"session_end","sessionID":"build"}"#);
+    broker.send(&session_start("gone", "auto"));
+    broker.send(r#"{"type":"session_end","sessionID":"gone"}"#);
     broker.send(&session_start("b", "plan"));
-    broker.wait_for("two sessions", |lines| {
-        count_of(lines, "session_started") == 2
+    broker.wait_for("the sessions", |lines| {
+        count_of(lines, "session_started") == 5 && count_of(lines, "session_ended") == 2
     });
-    broker.finish();
+    let (status, _, _) = broker.finish();
+    assert!(status.success());
     let journal = journal_file(&state_file(&state, &root));
     let text = std::fs::read_to_string(&journal).unwrap();
-    let mut lines: Vec<&str> = text.lines().collect();
-    lines.insert(1, "{\"session\":");
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    assert_eq!(lines.len(), 7, "{text}");
+    assert!(lines[5].contains(r#"{"removeSession":"gone"}"#), "{text}");
+    // The start of `a` is cut short; the end of `gone` is garbled, but the
+    // fingerprint of what it closed can still be read.
+    lines[1] = "{\"session\":".to_string();
+    lines[5] = lines[5].replace(r#"{"removeSession":"gone"}"#, r#"{"removeSession:"gone"}"#);
     std::fs::write(&journal, lines.join("\n") + "\n").unwrap();
+    let damaged = std::fs::read(&journal).unwrap();
 
-    let mut broker = start(&root, &state, None);
+    let mut broker = Broker::start(&root, &auto, &[]);
+    let rm = |session: &str, call: &str| {
+        format!(
+            r#"{{"type":"tool_call","sessionID":"{session}","callID":"{call}","tool":"bash","input":{{"command":"rm -rf build"}}}}"#
+        )
+    };
+    broker.send(&rm("build", "c1"));
+    let (status, lines, stderr) = broker.finish();
+    assert!(
+        !lines
+            .iter()
+            .any(|line| line.contains(r#""decision":"allow""#)),
+        "the ended session ran: {lines:?}"
+    );
+    assert_eq!(status.code(), Some(2), "{lines:?} {stderr}");
+    assert!(lines.is_empty(), "{lines:?}");
+    assert!(stderr.contains(&journal.display().to_string()), "{stderr}");
+    assert!(stderr.contains("line 2"), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "toolgate state repair --state-dir {}",
+            state.display()
+        )),
+        "{stderr}"
+    );
+    // Nothing was moved or rewritten.
+    assert_eq!(std::fs::read(&journal).unwrap(), damaged);
+    let names = |piece: &str| -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(&state)
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+            .filter(|name| name.contains(piece))
+            .collect();
+        names.sort();
+        names
+    };
+    assert!(names(".corrupt-").is_empty());
+
+    let state_arg = state.to_string_lossy().into_owned();
+    let (code, out, err) = support::run(&root, &["state", "repair", "--state-dir", &state_arg], "");
+    assert_eq!(code, 0, "{out} {err}");
+    assert!(out.contains("line 2: lost"), "{out}");
+    assert!(out.contains("line 6"), "{out}");
+    assert!(out.contains("1 closed session"), "{out}");
+    // The originals are kept beside the repaired files.
+    let kept = names(".before-repair-");
+    assert_eq!(kept.len(), 2, "{kept:?}");
+    assert!(kept[0].contains(".journal.before-repair-"), "{kept:?}");
+    assert!(kept[1].contains(".json.before-repair-"), "{kept:?}");
+    assert_eq!(std::fs::read(state.join(&kept[0])).unwrap(), damaged);
+    // Nothing is left to repair.
+    let (code, out, err) = support::run(&root, &["state", "repair", "--state-dir", &state_arg], "");
+    assert_eq!(code, 0, "{out} {err}");
+    assert!(out.contains("nothing to repair"), "{out}");
+
+    let mut broker = Broker::start(&root, &auto, &[]);
+    broker.send(&rm("build", "c2"));
+    broker.send(&rm("gone", "c3"));
     broker.send(r#"{"type":"get_reminder","sessionID":"a"}"#);
-    broker.wait_for("reminder", |lines| lines.len() == 2);
+    broker.send(r#"{"type":"get_reminder","sessionID":"b"}"#);
+    broker.wait_for("the answers", |lines| lines.len() == 5);
     let (_, lines, stderr) = broker.finish();
-    assert!(stderr.contains("is corrupt at line 2"), "{stderr}");
-    assert!(stderr.contains("moved it to"), "{stderr}");
-    assert!(stderr.contains("its journal went to"), "{stderr}");
-    // Nothing of the state is used: `a` is a new implicit session.
-    assert!(lines[1].contains(r#""mode":"ask""#), "{}", lines[1]);
-    let mut names: Vec<String> = std::fs::read_dir(&state)
-        .unwrap()
-        .map(|entry| entry.unwrap().file_name().into_string().unwrap())
-        .filter(|name| name.contains(".corrupt-"))
-        .collect();
-    names.sort();
-    assert_eq!(names.len(), 2, "{names:?}");
-    assert!(names[0].contains(".journal.corrupt-"), "{names:?}");
-    assert!(names[1].contains(".json.corrupt-"), "{names:?}");
+    assert!(stderr.is_empty(), "{stderr}");
+    for line in &lines[1..3] {
+        assert!(
+            line.contains(r#""decision":"deny","source":"scope""#),
+            "{line}"
+        );
+        assert!(line.contains("has ended"), "{line}");
+    }
+    // The lost start of `a`: a new session; `b` kept its mode.
+    assert!(
+        lines[3].contains(r#""sessionID":"a","mode":"auto""#),
+        "{}",
+        lines[3]
+    );
+    assert!(
+        lines[4].contains(r#""sessionID":"b","mode":"plan""#),
+        "{}",
+        lines[4]
+    );
 }
 
 #[test]

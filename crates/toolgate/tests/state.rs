@@ -103,7 +103,7 @@ fn state_file_name_is_a_hash_of_the_root() {
 fn round_trip_and_no_temp_file_left_behind() {
     let dir = scratch("round-trip");
     let root = Path::new("/work/project");
-    let (mut store, loaded, warnings) = FileStore::open(&dir, root, 1);
+    let (mut store, loaded, warnings) = FileStore::open(&dir, root, 1).unwrap();
     assert!(warnings.is_empty(), "{warnings:?}");
     assert_eq!(loaded, Snapshot::new(root));
     assert_eq!(store.path(), state_file(&dir, root));
@@ -118,7 +118,7 @@ fn round_trip_and_no_temp_file_left_behind() {
     let path = store.path().to_path_buf();
     drop(store);
 
-    let (mut store, reloaded, warnings) = FileStore::open(&dir, root, 2);
+    let (mut store, reloaded, warnings) = FileStore::open(&dir, root, 2).unwrap();
     assert!(warnings.is_empty(), "{warnings:?}");
     let mut expected = saved.clone();
     expected
@@ -139,10 +139,10 @@ fn round_trip_and_no_temp_file_left_behind() {
 fn save_writes_the_current_version_and_the_stores_root() {
     let dir = scratch("normalises");
     let root = Path::new("/work/project");
-    let (mut store, _, _) = FileStore::open(&dir, root, 1);
+    let (mut store, _, _) = FileStore::open(&dir, root, 1).unwrap();
     store.save(&Snapshot::default()).unwrap();
     drop(store);
-    let (_, reloaded, warnings) = FileStore::open(&dir, root, 2);
+    let (_, reloaded, warnings) = FileStore::open(&dir, root, 2).unwrap();
     assert!(warnings.is_empty(), "{warnings:?}");
     assert_eq!(reloaded, Snapshot::new(root));
     let _ = std::fs::remove_dir_all(&dir);
@@ -173,7 +173,7 @@ fn unusable_files_are_moved_aside_with_a_warning() {
         let dir = scratch(&format!("unusable-{index}"));
         let file = state_file(&dir, root);
         std::fs::write(&file, contents).unwrap();
-        let (mut store, snapshot, warnings) = FileStore::open(&dir, root, 1234);
+        let (mut store, snapshot, warnings) = FileStore::open(&dir, root, 1234).unwrap();
         assert_eq!(snapshot, Snapshot::new(root), "{name}");
         assert_eq!(warnings.len(), 1, "{name}: {warnings:?}");
         let warning = &warnings[0];
@@ -214,9 +214,9 @@ fn a_second_move_aside_in_the_same_millisecond_keeps_both() {
     let root = Path::new("/work/project");
     let file = state_file(&dir, root);
     std::fs::write(&file, "first").unwrap();
-    let _ = FileStore::open(&dir, root, 7);
+    let _ = FileStore::open(&dir, root, 7).unwrap();
     std::fs::write(&file, "second").unwrap();
-    let (_, _, warnings) = FileStore::open(&dir, root, 7);
+    let (_, _, warnings) = FileStore::open(&dir, root, 7).unwrap();
     assert!(warnings[0].contains(".corrupt-7-2"), "{warnings:?}");
     let name = file.file_name().unwrap().to_str().unwrap();
     assert_eq!(
@@ -232,7 +232,7 @@ fn a_directory_in_place_of_the_file_is_moved_aside() {
     let root = Path::new("/work/project");
     let file = state_file(&dir, root);
     std::fs::create_dir(&file).unwrap();
-    let (mut store, snapshot, warnings) = FileStore::open(&dir, root, 5);
+    let (mut store, snapshot, warnings) = FileStore::open(&dir, root, 5).unwrap();
     assert_eq!(snapshot, Snapshot::new(root));
     assert!(warnings[0].contains("cannot read it"), "{warnings:?}");
     store.save(&sample("/work/project")).unwrap();
@@ -246,7 +246,7 @@ fn an_uncreatable_directory_warns_and_saves_fail() {
     std::fs::write(&blocker, "not a directory").unwrap();
     let state_dir = blocker.join("state");
     let root = Path::new("/work/project");
-    let (mut store, snapshot, warnings) = FileStore::open(&state_dir, root, 1);
+    let (mut store, snapshot, warnings) = FileStore::open(&state_dir, root, 1).unwrap();
     assert_eq!(snapshot, Snapshot::new(root));
     assert_eq!(warnings.len(), 1, "{warnings:?}");
     assert!(
@@ -283,7 +283,7 @@ fn a_file_of_another_project_is_left_alone() {
     // As if another root hashed to the same name.
     let other = serde_json::to_string_pretty(&sample("/work/elsewhere")).unwrap();
     std::fs::write(&file, &other).unwrap();
-    let (mut store, snapshot, warnings) = FileStore::open(&dir, root, 1);
+    let (mut store, snapshot, warnings) = FileStore::open(&dir, root, 1).unwrap();
     assert_eq!(snapshot, Snapshot::new(root));
     assert_eq!(warnings.len(), 1, "{warnings:?}");
     assert!(
@@ -296,7 +296,7 @@ fn a_file_of_another_project_is_left_alone() {
     assert_eq!(std::fs::read_to_string(&file).unwrap(), other);
     let path = store.path().to_path_buf();
     drop(store);
-    let (again, reloaded, warnings) = FileStore::open(&dir, root, 2);
+    let (again, reloaded, warnings) = FileStore::open(&dir, root, 2).unwrap();
     assert_eq!(again.path(), path);
     assert_eq!(reloaded.project_grants, sample("/").project_grants);
     assert_eq!(warnings.len(), 1, "{warnings:?}");
@@ -477,12 +477,12 @@ grant_22  session  \"\"       bash        ls *              /r
 fn a_held_state_file_is_read_but_not_written() {
     let dir = scratch("held");
     let root = Path::new("/work/held");
-    let (mut first, _, warnings) = FileStore::open(&dir, root, 1);
+    let (mut first, _, warnings) = FileStore::open(&dir, root, 1).unwrap();
     assert!(warnings.is_empty(), "{warnings:?}");
     let mut snapshot = sample(&root.to_string_lossy());
     first.save(&snapshot).unwrap();
 
-    let (mut second, loaded, warnings) = FileStore::open(&dir, root, 2);
+    let (mut second, loaded, warnings) = FileStore::open(&dir, root, 2).unwrap();
     assert_eq!(loaded.project_grants, snapshot.project_grants);
     assert_eq!(warnings.len(), 1, "{warnings:?}");
     assert!(
@@ -511,7 +511,7 @@ fn stale_temporary_files_are_removed_under_the_lock() {
     let name = file.file_name().unwrap().to_str().unwrap().to_string();
     std::fs::write(dir.join(format!(".{name}.tmp-999-1")), "{half").unwrap();
     std::fs::write(dir.join(".other.json.tmp-999-1"), "x").unwrap();
-    let (_store, _, warnings) = FileStore::open(&dir, root, 1);
+    let (_store, _, warnings) = FileStore::open(&dir, root, 1).unwrap();
     assert!(warnings.is_empty(), "{warnings:?}");
     assert_eq!(names_in(&dir), vec![".other.json.tmp-999-1".to_string()]);
     let _ = std::fs::remove_dir_all(&dir);
@@ -530,7 +530,7 @@ fn records_replay_and_a_stale_journal_is_never_replayed() {
     use toolgate::state::{journal_file, Change, StoredClosed};
     let dir = scratch("journal-generations");
     let root = Path::new("/work/project");
-    let (mut store, _, warnings) = FileStore::open(&dir, root, 1);
+    let (mut store, _, warnings) = FileStore::open(&dir, root, 1).unwrap();
     assert!(warnings.is_empty(), "{warnings:?}");
     let main = sample("/work/project").sessions[1].clone();
     // The first change writes the snapshot (generation 1) and a journal.
@@ -560,7 +560,7 @@ fn records_replay_and_a_stale_journal_is_never_replayed() {
     assert!(journal_lines(&store)[2].starts_with("[{\"removeSession\":\"main\"}"));
     let path = store.path().to_path_buf();
     drop(store);
-    let (_, loaded, warnings) = FileStore::open(&dir, root, 2);
+    let (_, loaded, warnings) = FileStore::open(&dir, root, 2).unwrap();
     assert!(warnings.is_empty(), "{warnings:?}");
     assert!(loaded.sessions.is_empty());
     assert_eq!(loaded.project_grants.len(), 1);
@@ -574,14 +574,14 @@ fn records_replay_and_a_stale_journal_is_never_replayed() {
     value["journalGeneration"] = 2.into();
     value["projectGrants"] = serde_json::json!([]);
     std::fs::write(&path, serde_json::to_string_pretty(&value).unwrap()).unwrap();
-    let (mut store, loaded, warnings) = FileStore::open(&dir, root, 3);
+    let (mut store, loaded, warnings) = FileStore::open(&dir, root, 3).unwrap();
     assert!(warnings.is_empty(), "{warnings:?}");
     assert!(loaded.project_grants.is_empty(), "{loaded:?}");
     // The next change starts generation 3 rather than append to the stale journal.
     store.record(&[Change::Session(main.clone())]).unwrap();
     assert_eq!(journal_lines(&store), ["{\"journalGeneration\":3}"]);
     drop(store);
-    let (_, loaded, _) = FileStore::open(&dir, root, 4);
+    let (_, loaded, _) = FileStore::open(&dir, root, 4).unwrap();
     assert!(loaded.project_grants.is_empty());
     assert_eq!(loaded.sessions, [main]);
     // Starting the session again forgot that it was shut.
@@ -595,7 +595,7 @@ fn a_torn_batch_applies_none_of_its_changes() {
     use toolgate::state::{Change, StoredClosed};
     let dir = scratch("journal-torn-batch");
     let root = Path::new("/work/project");
-    let (mut store, _, _) = FileStore::open(&dir, root, 1);
+    let (mut store, _, _) = FileStore::open(&dir, root, 1).unwrap();
     let main = sample("/work/project").sessions[1].clone();
     store.record(&[Change::Session(main.clone())]).unwrap();
     store
@@ -619,7 +619,7 @@ fn a_torn_batch_applies_none_of_its_changes() {
     let mut text = std::fs::read_to_string(&journal).unwrap();
     text.push_str(&batch[..cut]);
     std::fs::write(&journal, text).unwrap();
-    let (_, loaded, warnings) = FileStore::open(&dir, root, 2);
+    let (_, loaded, warnings) = FileStore::open(&dir, root, 2).unwrap();
     assert_eq!(warnings.len(), 1, "{warnings:?}");
     assert!(warnings[0].contains("incomplete record"), "{warnings:?}");
     assert_eq!(loaded.sessions.len(), 2, "{loaded:?}");
@@ -632,7 +632,7 @@ fn a_restarted_store_appends_to_a_complete_journal() {
     let dir = scratch("journal-restart-append");
     let root = Path::new("/work/project");
     let main = sample("/work/project").sessions[1].clone();
-    let (mut store, _, _) = FileStore::open(&dir, root, 1);
+    let (mut store, _, _) = FileStore::open(&dir, root, 1).unwrap();
     store.record(&[Change::Session(main.clone())]).unwrap();
     store
         .record(&[Change::ProjectGrant(grant(
@@ -641,7 +641,7 @@ fn a_restarted_store_appends_to_a_complete_journal() {
         .unwrap();
     drop(store);
     let snapshot = std::fs::read(state_file(&dir, root)).unwrap();
-    let (mut store, _, _) = FileStore::open(&dir, root, 2);
+    let (mut store, _, _) = FileStore::open(&dir, root, 2).unwrap();
     store
         .record(&[Change::RemoveProjectGrant("grant_p".to_string())])
         .unwrap();
@@ -651,9 +651,60 @@ fn a_restarted_store_appends_to_a_complete_journal() {
     assert_eq!(lines.len(), 3, "{lines:?}");
     assert_eq!(lines[0], "{\"journalGeneration\":1}");
     drop(store);
-    let (_, loaded, warnings) = FileStore::open(&dir, root, 3);
+    let (_, loaded, warnings) = FileStore::open(&dir, root, 3).unwrap();
     assert!(warnings.is_empty(), "{warnings:?}");
     assert!(loaded.project_grants.is_empty());
     assert_eq!(loaded.sessions, [main]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A journal whose first line cannot be read is refused too; its records
+/// cannot be known to follow the snapshot, so the repair keeps only what
+/// closes a session, and says so line by line.
+#[test]
+fn a_journal_with_an_unreadable_header_is_repaired_to_its_closings() {
+    use toolgate::state::{journal_file, repair, Change};
+    let dir = scratch("repair-header");
+    let root = Path::new("/work/project");
+    let main = sample("/work/project").sessions[1].clone();
+    let late = StoredSession {
+        session_id: "late".to_string(),
+        ..main.clone()
+    };
+    let gone = StoredClosed {
+        fingerprint: format!("{:016x}", session_fingerprint("gone")),
+        why: "ended".to_string(),
+    };
+    let (mut store, _, _) = FileStore::open(&dir, root, 1).unwrap();
+    // The first change writes the snapshot; the others are journal lines.
+    store.record(&[Change::Session(main.clone())]).unwrap();
+    store.record(&[Change::Closed(gone.clone())]).unwrap();
+    store.record(&[Change::Session(late)]).unwrap();
+    drop(store);
+    let journal = journal_file(&state_file(&dir, root));
+    let text = std::fs::read_to_string(&journal).unwrap();
+    assert_eq!(text.lines().count(), 3, "{text}");
+    std::fs::write(
+        &journal,
+        text.replacen("{\"journalGeneration\"", "{\"journalGen", 1),
+    )
+    .unwrap();
+
+    let refused = FileStore::open(&dir, root, 2).unwrap_err();
+    assert!(refused.contains("cannot be read at line 1"), "{refused}");
+    assert!(refused.contains("toolgate state repair"), "{refused}");
+
+    let (repaired, warnings) = repair(&dir, 3).unwrap();
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert_eq!(repaired.len(), 1);
+    let numbers: Vec<usize> = repaired[0].lines.iter().map(|line| line.number).collect();
+    assert_eq!(numbers, [1, 3], "{}", repaired[0]);
+    assert_eq!(repaired[0].kept, 1, "{}", repaired[0]);
+    let (_, loaded, warnings) = FileStore::open(&dir, root, 4).unwrap();
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert_eq!(loaded.sessions, [main]);
+    assert_eq!(loaded.closed, [gone]);
+    // Nothing is left to repair.
+    assert!(repair(&dir, 5).unwrap().0.is_empty());
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -7,7 +7,7 @@ use toolgate_policy::{GrantSpec, Grants, Mode};
 use toolgate_protocol as wire;
 use toolgate_protocol::{ErrorCode, ServerFrame};
 
-use super::persistence::{is_stored, spec_grant};
+use super::persistence::{is_stored, not_saved, spec_grant};
 use super::sessions::Session;
 use super::{error, Broker};
 use crate::state::Change;
@@ -45,6 +45,7 @@ impl Broker {
         scope: wire::GrantScope,
     ) -> Result<(), String> {
         let ids: Vec<String> = granted.iter().map(|_| self.ids.grant_id()).collect();
+        let what = format!("the grants {} of session `{session_id}`", ids.join(", "));
         let mut changes = Vec::new();
         match scope {
             wire::GrantScope::Project => {
@@ -69,7 +70,7 @@ impl Broker {
                 }
             }
         }
-        self.persist_now(&changes)
+        self.persist_now(&changes, || what)
     }
 
     /// A kind grant made in plan mode ends when its session leaves plan mode:
@@ -109,9 +110,14 @@ impl Broker {
                 .map(|holder| self.stored_change(&holder))
         };
         if let Some(change) = removed {
-            // A failed save is logged; the grant is gone from memory either way.
-            let _ = self.persist(&[change]);
-            out.push(self.grants_frame(None));
+            // On disk before it is reported; should that fail, the grant is
+            // gone from memory all the same and the frame says so.
+            let saved = self.persist_now(&[change], || format!("the revocation of grant `{id}`"));
+            let mut frame = self.grants_frame(None);
+            if let Err(err) = saved {
+                not_saved(std::slice::from_mut(&mut frame), &err);
+            }
+            out.push(frame);
         } else {
             out.push(error(
                 ErrorCode::UnknownGrant,
@@ -153,6 +159,9 @@ impl Broker {
                 })
             }))
             .collect();
-        ServerFrame::Grants(wire::Grants { grants })
+        ServerFrame::Grants(wire::Grants {
+            grants,
+            not_saved: None,
+        })
     }
 }

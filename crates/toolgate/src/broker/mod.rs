@@ -23,6 +23,7 @@ use crate::state::Store;
 use questions::{call_hash, Pending, Queue};
 use sessions::{ClosedSet, RepeatMemory, Session};
 
+pub use persistence::Lost;
 pub use routing::{ConnId, Decoded, Input, Output, To};
 pub use sessions::MAX_DEPTH;
 
@@ -75,6 +76,8 @@ pub struct Broker {
     project_grant_owners: HashMap<String, String>,
     /// Where the state survives restarts, when it does.
     store: Option<Box<dyn Store>>,
+    /// What is in force but not on disk because a write failed.
+    unsaved: persistence::Unsaved,
     /// Sessions that ended or whose `session_start` was refused, and why, by
     /// the fingerprint of their id (never forgotten): their calls are denied
     /// rather than run in a fresh unscoped session.
@@ -138,6 +141,7 @@ impl Broker {
             project_grants: Grants::default(),
             project_grant_owners: HashMap::new(),
             store: None,
+            unsaved: persistence::Unsaved::default(),
             closed: ClosedSet::default(),
             idle_repeats: RepeatMemory::default(),
             parked: None,
@@ -206,6 +210,7 @@ impl Broker {
                 session_id: err.session_id,
                 permission_id: err.permission_id,
                 line: Some(number),
+                not_saved: None,
             })),
         }
         for other in others.into_vec() {
@@ -350,6 +355,7 @@ fn error(
         session_id: None,
         permission_id: None,
         line,
+        not_saved: None,
     })
 }
 

@@ -5,6 +5,7 @@
 //! more strictly than written (readonly mode, deny-all scope), never more loosely.
 
 use toolgate_policy::{GrantPattern, GrantSpec, Mode, ScopeLayer};
+use toolgate_protocol::ServerFrame;
 
 use super::sessions::{new_session, Closed, Session};
 use super::Broker;
@@ -107,6 +108,8 @@ impl Broker {
             if let Some(store) = self.store.as_mut() {
                 if let Err(err) = store.save(&snapshot) {
                     tracing::warn!("the repaired state could not be saved: {err}");
+                    self.unsaved
+                        .name(&**store, || "the state as repaired at start".to_string());
                 }
             }
         }
@@ -226,38 +229,237 @@ impl Broker {
 
     /// Stage `changes` in the state directory, when there is one: they are
     /// durable once [`Broker::commit`] returned, which the transport calls
-    /// before it writes the frames that report them. A failure is logged and
-    /// returned; the broker carries on with its state in memory.
-    pub(super) fn persist(&mut self, changes: &[Change]) -> Result<(), String> {
+    /// before it writes the frames that report them. `what` names them (`the
+    /// start of session `x``) should they never reach the disk. A failure is
+    /// logged and returned, for the frame's `notSaved`; the broker carries
+    /// on with its state in memory and retries (see [`Unsaved`]).
+    pub(super) fn persist(
+        &mut self,
+        changes: &[Change],
+        what: impl FnOnce() -> String,
+    ) -> Result<(), String> {
         let Some(store) = self.store.as_mut() else {
             return Ok(());
         };
-        store.stage(changes).inspect_err(|err| {
-            tracing::warn!("the state could not be saved: {err}");
-        })
+        if changes.is_empty() {
+            return Ok(());
+        }
+        match store.stage(changes) {
+            Ok(()) => {
+                self.unsaved.staged.push(what());
+                Ok(())
+            }
+            Err(err) => {
+                tracing::warn!("the state could not be saved: {err}");
+                self.unsaved.name(&**store, what);
+                self.unsaved.retry_at = self.clock.monotonic_ms().saturating_add(RETRY_MS);
+                Err(err)
+            }
+        }
     }
 
-    /// Record `changes` durably now (with whatever was staged): for changes
-    /// whose frames say whether saving them failed.
-    pub(super) fn persist_now(&mut self, changes: &[Change]) -> Result<(), String> {
+    /// Record `changes` durably now (with whatever was staged), for a
+    /// change whose frame says whether saving it failed: grants, and every
+    /// change that shuts or narrows something (a session ended or refused,
+    /// a grant revoked, a mode set), so that it is on disk before it is
+    /// reported done. `what` names them; see [`Broker::persist`].
+    pub(super) fn persist_now(
+        &mut self,
+        changes: &[Change],
+        what: impl FnOnce() -> String,
+    ) -> Result<(), String> {
         let Some(store) = self.store.as_mut() else {
             return Ok(());
         };
-        store.record(changes).inspect_err(|err| {
-            tracing::warn!("the state could not be saved: {err}");
-        })
+        if changes.is_empty() {
+            return Ok(());
+        }
+        match store.record(changes) {
+            Ok(()) => {
+                self.unsaved.staged.clear();
+                Ok(())
+            }
+            Err(err) => {
+                tracing::warn!("the state could not be saved: {err}");
+                self.unsaved.name(&**store, what);
+                self.unsaved.retry_at = self.clock.monotonic_ms().saturating_add(RETRY_MS);
+                Err(err)
+            }
+        }
     }
 
     /// Make every staged change durable (one sync for a batch of frames).
     /// Call it before writing the frames `handle_line` produced: they may
-    /// report those changes. A failure is logged.
+    /// report those changes. A failure is logged. Then, when a write failed
+    /// earlier, the whole state is written again, at most once every
+    /// [`RETRY_MS`] (the deadline thread also wakes for it, see
+    /// [`Broker::next_deadline`]).
     pub fn commit(&mut self) {
+        self.commit_staged();
+        let _ = self.retry_saving(false);
+    }
+
+    /// Make what is staged durable and, when a write failed earlier, write
+    /// the whole state again now. The error is the last write's, while
+    /// something in force is still not on disk.
+    pub fn save_now(&mut self) -> Result<(), String> {
+        self.commit_staged();
+        self.retry_saving(true)
+    }
+
+    /// Sync what was staged; should that fail, name it as unsaved.
+    fn commit_staged(&mut self) {
         let Some(store) = self.store.as_mut() else {
             return;
         };
-        if let Err(err) = store.commit() {
+        let committed = store.commit();
+        let staged = std::mem::take(&mut self.unsaved.staged);
+        if let Err(err) = committed {
             tracing::warn!("the state could not be saved: {err}");
+            for what in staged {
+                self.unsaved.name(&**store, || what);
+            }
+            self.unsaved.retry_at = self.clock.monotonic_ms().saturating_add(RETRY_MS);
         }
+    }
+
+    /// At exit: [`Broker::save_now`]; the error names what is lost and why,
+    /// for the line on stderr and a failing exit status.
+    pub fn finish_saving(&mut self) -> Result<(), Lost> {
+        self.save_now().map_err(|err| {
+            Lost(format!(
+                "not saved in the state directory ({err}), so lost at exit: {}",
+                self.unsaved.names()
+            ))
+        })
+    }
+
+    /// When a write to the state directory failed and what it carried is
+    /// not on disk yet: when to try again (monotonic ms).
+    pub(super) fn retry_deadline(&self) -> Option<u64> {
+        let store = self.store.as_ref()?;
+        store.unsaved().map(|_| self.unsaved.retry_at)
+    }
+
+    /// Write again what a failed write left unsaved, when it is time (or
+    /// `now`). Err while it is still not on disk.
+    fn retry_saving(&mut self, now: bool) -> Result<(), String> {
+        let Some(store) = self.store.as_mut() else {
+            return Ok(());
+        };
+        let Some(err) = store.unsaved() else {
+            // A later change rewrote the whole state.
+            self.unsaved.saved();
+            return Ok(());
+        };
+        let time = self.clock.monotonic_ms();
+        if !now && time < self.unsaved.retry_at {
+            return Err(err);
+        }
+        match store.retry() {
+            Ok(()) => {
+                self.unsaved.saved();
+                Ok(())
+            }
+            Err(err) => {
+                tracing::debug!("the state could still not be saved: {err}");
+                self.unsaved.retry_at = time.saturating_add(RETRY_MS);
+                Err(err)
+            }
+        }
+    }
+}
+
+/// What a transport ends with when changes in force could not be written to
+/// the state directory by exit: what they were and why (see
+/// [`Broker::finish_saving`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lost(pub String);
+
+impl std::fmt::Display for Lost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Lost {}
+
+/// How long after a failed write to the state directory the whole state is
+/// written again (milliseconds).
+pub const RETRY_MS: u64 = 1000;
+
+/// What is in force but not on disk because a write to the state directory
+/// failed, by name, for the line at exit when it never gets there. The
+/// store keeps the changes themselves and writes them all with the next
+/// whole state it manages to write: the names are cleared then.
+#[derive(Debug, Default)]
+pub(super) struct Unsaved {
+    /// What each change not on disk did (`the end of session `x``), oldest
+    /// first, at most [`Unsaved::NAMED`].
+    named: Vec<String>,
+    /// How many more there are.
+    more: usize,
+    /// The changes staged since the last commit, named in case the sync fails.
+    staged: Vec<String>,
+    /// When to write again (monotonic ms).
+    retry_at: u64,
+}
+
+impl Unsaved {
+    /// The most changes named at exit.
+    const NAMED: usize = 50;
+
+    /// Name a change that `store` could not write, unless the store writes
+    /// nothing by design (another broker holds the file).
+    fn name(&mut self, store: &dyn crate::state::Store, what: impl FnOnce() -> String) {
+        if store.unsaved().is_none() {
+            return;
+        }
+        if self.named.len() < Self::NAMED {
+            self.named.push(what());
+        } else {
+            self.more += 1;
+        }
+    }
+
+    /// Everything is on disk.
+    fn saved(&mut self) {
+        if !self.named.is_empty() {
+            tracing::warn!(
+                "the state is saved now, with what could not be written before: {}",
+                self.names()
+            );
+        }
+        self.named.clear();
+        self.more = 0;
+        self.retry_at = 0;
+    }
+
+    fn names(&self) -> String {
+        let mut text = if self.named.is_empty() {
+            "changes this broker made".to_string()
+        } else {
+            self.named.join("; ")
+        };
+        if self.more > 0 {
+            text.push_str(&format!("; and {} more changes", self.more));
+        }
+        text
+    }
+}
+
+/// Mark the frames that report a change (in `frames`) as not saved, and why.
+pub(super) fn not_saved(frames: &mut [ServerFrame], err: &str) {
+    for frame in frames {
+        let field = match frame {
+            ServerFrame::SessionEnded(frame) => &mut frame.not_saved,
+            ServerFrame::SessionStarted(frame) => &mut frame.not_saved,
+            ServerFrame::ModeChanged(frame) => &mut frame.not_saved,
+            ServerFrame::Grants(frame) => &mut frame.not_saved,
+            ServerFrame::Error(frame) => &mut frame.not_saved,
+            _ => continue,
+        };
+        field.get_or_insert_with(|| err.to_string());
     }
 }
 

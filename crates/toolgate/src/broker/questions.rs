@@ -115,8 +115,19 @@ impl Queue {
 }
 
 impl Broker {
-    /// The earliest deadline on the monotonic clock, if any ask can time out.
+    /// The earliest deadline on the monotonic clock: an ask that can time
+    /// out, or writing the state again after a write failed (a tick then
+    /// retries it, see [`Broker::commit`]).
     pub fn next_deadline(&mut self) -> Option<u64> {
+        let question = self.next_question_deadline();
+        match (question, self.retry_deadline()) {
+            (Some(question), Some(retry)) => Some(question.min(retry)),
+            (question, retry) => question.or(retry),
+        }
+    }
+
+    /// The earliest deadline of an ask that can time out.
+    fn next_question_deadline(&mut self) -> Option<u64> {
         while let Some(Reverse((deadline, permission_id))) = self.deadlines.peek() {
             match self.pending.get(permission_id) {
                 Some(pending) if pending.deadline == Some(*deadline) => return Some(*deadline),
@@ -131,7 +142,7 @@ impl Broker {
     /// Deny every ask whose deadline has passed.
     pub(super) fn expire(&mut self, out: &mut Vec<ServerFrame>) {
         let now = self.clock.monotonic_ms();
-        while let Some(deadline) = self.next_deadline() {
+        while let Some(deadline) = self.next_question_deadline() {
             if deadline > now {
                 break;
             }
@@ -422,6 +433,7 @@ impl Broker {
                         session_id: Some(pending.session_id.clone()),
                         permission_id: Some(id),
                         line: Some(number),
+                        not_saved: None,
                     }));
                     return;
                 }
@@ -446,6 +458,7 @@ impl Broker {
                 session_id: None,
                 permission_id: Some(id),
                 line: Some(number),
+                not_saved: None,
             }));
             return;
         };

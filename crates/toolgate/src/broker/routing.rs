@@ -411,9 +411,10 @@ impl Broker {
                 error,
                 session_start,
             } => {
+                let from = frames.len();
                 self.reject_line(error, number, frames);
                 if let (false, Some(id)) = (self.stopped, session_start) {
-                    self.shut_refused(&id, frames);
+                    self.shut_refused(&id, from, frames);
                 }
                 return;
             }
@@ -437,6 +438,7 @@ impl Broker {
                     session_id: None,
                     permission_id: Some(id),
                     line: Some(number),
+                    not_saved: None,
                 }));
             }
             frame => {
@@ -481,6 +483,7 @@ impl Broker {
                     session_id: None,
                     permission_id: None,
                     line: None,
+                    not_saved: None,
                 }),
             });
             return;

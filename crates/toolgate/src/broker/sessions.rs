@@ -10,7 +10,7 @@ use toolgate_policy::{Grants, Mode, Scope, ScopeLayer, ScopeRules};
 use toolgate_protocol as wire;
 use toolgate_protocol::{ErrorCode, ServerFrame};
 
-use super::persistence::stored_closed;
+use super::persistence::{not_saved, stored_closed};
 use super::{error, Broker, OnAsk};
 use crate::convert;
 use crate::state::{session_fingerprint, Change};
@@ -266,8 +266,13 @@ impl Broker {
             .chain(left_plan.into_iter().filter(|id| id != session_id))
             .map(|id| self.stored_change(&id))
             .collect();
-        // A failed save is logged; the mode applies in memory either way.
-        let _ = self.persist(&changes);
+        // On disk before it is reported; should that fail, the mode applies
+        // in memory all the same and its frames say so.
+        let saved = self
+            .persist_now(&changes, || {
+                format!("the mode {mode} of session `{session_id}`")
+            })
+            .err();
         // Sessions with the same mode, the same scope layers (children that
         // added none) and the same kind grants get the same reminder: it is
         // written once.
@@ -299,6 +304,7 @@ impl Broker {
                 mode: now.as_str().to_string(),
                 previous: previous.as_str().to_string(),
                 reminder: Some(reminder),
+                not_saved: saved.clone(),
             }));
             if previous != now {
                 self.revisit_session(
@@ -324,20 +330,22 @@ impl Broker {
         out: &mut Vec<ServerFrame>,
     ) {
         let id = start.session_id.clone();
+        let from = out.len();
         let requested = match start.mode.as_deref() {
             None => None,
             Some(name) => match parse_mode(name, number, out) {
                 Some(mode) => Some(mode),
                 None => {
-                    self.shut_refused(&id, out);
+                    self.shut_refused(&id, from, out);
                     return;
                 }
             },
         };
         // Every refused start shuts the session, whether or not it ran before.
         let refuse = |broker: &mut Broker, message: String, out: &mut Vec<ServerFrame>| {
+            let from = out.len();
             out.push(error(ErrorCode::InvalidFrame, message, None, Some(number)));
-            broker.shut_refused(&id, out);
+            broker.shut_refused(&id, from, out);
         };
         if let Some(existing) = self.sessions.get(&id) {
             if existing.started && start.join && existing.parent == start.parent_id {
@@ -352,6 +360,7 @@ impl Broker {
                     parent_id: start.parent_id,
                     mode: self.effective_mode(&id).as_str().to_string(),
                     scope: effective_scope,
+                    not_saved: None,
                 }));
                 return;
             }
@@ -492,13 +501,15 @@ impl Broker {
         // The whole session: also reopens it if it was closed.
         changes.push(self.stored_change(&id));
         let mode = self.effective_mode(&id);
-        // A failed save is logged; the session runs in memory either way.
-        let _ = self.persist(&changes);
+        // Synced with the batch, before its frames are written; a failed
+        // write is said in the frame, and the session runs in memory either way.
+        let saved = self.persist(&changes, || format!("the start of session `{id}`"));
         out.push(ServerFrame::SessionStarted(wire::SessionStarted {
             session_id: id.clone(),
             parent_id: start.parent_id,
             mode: mode.as_str().to_string(),
             scope: effective_scope,
+            not_saved: saved.err(),
         }));
         // Sessions an implicit session already started take on its new scope,
         // and calls already waiting are judged again.
@@ -526,8 +537,15 @@ impl Broker {
 
     /// After a refused `session_start`: a running session ends with its
     /// descendants (as `session_end` ends them), and the id is closed as
-    /// refused until a start for it succeeds.
-    pub(super) fn shut_refused(&mut self, session_id: &str, out: &mut Vec<ServerFrame>) {
+    /// refused until a start for it succeeds. On disk before it is reported:
+    /// should that fail, the frames from `from` on (the refusal's `error`
+    /// and each `session_ended`) say so.
+    pub(super) fn shut_refused(
+        &mut self,
+        session_id: &str,
+        from: usize,
+        out: &mut Vec<ServerFrame>,
+    ) {
         let mut changes = Vec::new();
         if self.sessions.contains_key(session_id) {
             self.end_subtree(session_id, out, &mut changes);
@@ -537,8 +555,14 @@ impl Broker {
             session_fingerprint(session_id),
             Closed::Refused,
         )));
-        // A failed save is logged; the session is shut in memory either way.
-        let _ = self.persist(&changes);
+        // The session is shut in memory either way.
+        let saved = self.persist_now(&changes, || {
+            format!("the refusal of session `{session_id}`")
+        });
+        if let Err(err) = saved {
+            let from = from.min(out.len());
+            not_saved(&mut out[from..], &err);
+        }
     }
 
     /// A session's ancestors, its parent first (bounded, in case of a bug:
@@ -569,6 +593,7 @@ impl Broker {
         number: u64,
         out: &mut Vec<ServerFrame>,
     ) {
+        let from = out.len();
         let mut changes = Vec::new();
         if !self.sessions.contains_key(session_id) {
             if self.closed_why(session_id).is_some() {
@@ -588,12 +613,17 @@ impl Broker {
             out.push(ServerFrame::SessionEnded(wire::SessionEnded {
                 session_id: session_id.to_string(),
                 denied: 0,
+                not_saved: None,
             }));
         } else {
             self.end_subtree(session_id, out, &mut changes);
         }
-        // A failed save is logged; the sessions are gone from memory either way.
-        let _ = self.persist(&changes);
+        // On disk before it is reported; should that fail, the sessions are
+        // gone from memory all the same and their frames say so.
+        let saved = self.persist_now(&changes, || format!("the end of session `{session_id}`"));
+        if let Err(err) = saved {
+            not_saved(&mut out[from..], &err);
+        }
     }
 
     /// End a running session and its descendants, deepest first, and close
@@ -640,6 +670,7 @@ impl Broker {
             out.push(ServerFrame::SessionEnded(wire::SessionEnded {
                 session_id: ended,
                 denied,
+                not_saved: None,
             }));
         }
         // An implicit parent left with nothing to hold is forgotten, and one
