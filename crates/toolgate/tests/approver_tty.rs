@@ -660,3 +660,57 @@ fn the_tty_approver_shows_escape_sequences_visibly() {
         ],
     );
 }
+
+/// With `--approver tty` the agent's pipe is not an answerer (issue 25 item
+/// 2): its `hello` as an approver is refused, no question reaches its
+/// stdout, its answer is refused, and the person at the terminal decides.
+#[test]
+fn the_agent_cannot_answer_for_the_tty_approver() {
+    let root = support::project_dir("ttyself");
+    let input = root.join("in.fifo");
+    let output = root.join("out.jsonl");
+    let status = Command::new("mkfifo").arg(&input).status().unwrap();
+    assert!(status.success());
+    let command = format!(
+        "cd {root} && {bin} serve --approver tty --ask-timeout 0 <{input} >{output} 2>{root}/err.txt; echo EXIT=$?; sleep 600",
+        root = root.display(),
+        bin = toolgate(),
+        input = input.display(),
+        output = output.display(),
+    );
+    let Some(tmux) = Tmux::start("ttyself", &command) else {
+        return;
+    };
+    let mut agent = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&input)
+        .unwrap();
+    let mut send = |frame: Value| {
+        let mut line = serde_json::to_vec(&frame).unwrap();
+        line.push(b'\n');
+        agent.write_all(&line).unwrap();
+    };
+    send(json!({"type":"hello","role":"approver","client":"sly"}));
+    send(
+        json!({"type":"tool_call","callID":"c1","tool":"bash","input":{"command":"rm -rf build"}}),
+    );
+    tmux.wait_for("[o once · a always · r reject [message] · s next] >");
+    let frames = frames_in(&output);
+    assert!(
+        frames
+            .iter()
+            .any(|f| f["type"] == "error" && f["code"] == "forbidden"),
+        "{frames:?}"
+    );
+    assert!(
+        frames.iter().all(|f| f["type"] != "permission_request"),
+        "a question reached the agent: {frames:?}"
+    );
+    send(json!({"type":"permission_response","permissionID":"per_1","response":"once"}));
+    tmux.keys(&["r", "Enter"]);
+    tmux.wait_for("message for the agent (Enter for none) >");
+    tmux.keys(&["Enter"]);
+    let decision = decision_of(&output, "c1");
+    assert_eq!(decision["decision"], "deny", "{decision}");
+    assert_eq!(decision["source"], "user", "{decision}");
+}
