@@ -264,17 +264,24 @@ enum GrantsCommand {
 
 #[derive(Debug, Subcommand)]
 enum StateCommand {
-    /// Repair the state files whose journal has a line that cannot be read
-    /// (a broker refuses to start on them, exit code 2): each is written
-    /// anew from its snapshot and every journal record that can be read
-    /// (the sessions it closes above all), the original files are kept
-    /// beside it (`<file>.before-repair-<ms>`), and every line that could
-    /// not be kept whole is named. Exit code 1 when a file could not be
-    /// repaired.
+    /// Repair the state files a broker refuses to start on (exit code 2):
+    /// a journal with a line that cannot be read is written anew from its
+    /// snapshot and every journal record that can be read (the sessions it
+    /// closes above all); a state file that cannot be read at all, or a
+    /// journal without one, keeps the sessions it holds whole and the
+    /// closed ones it names, and closes the sessions it cannot read whole.
+    /// The original files are kept beside it
+    /// (`<file>.before-repair-<ms>`), and everything not kept whole is
+    /// named. Exit code 1 when a file could not be repaired.
     Repair {
         /// The state directory [env: TOOLGATE_STATE_DIR]
         #[arg(long, value_name = "DIR")]
         state_dir: Option<PathBuf>,
+        /// The project a state file that cannot be read at all belongs to,
+        /// when its text no longer names it (default: the current
+        /// directory); the file's name must be that project's
+        #[arg(long, value_name = "DIR")]
+        project_root: Option<PathBuf>,
     },
 }
 
@@ -515,9 +522,10 @@ fn main() -> ExitCode {
         Some(Command::Serve(args)) => args.or(cli.serve),
         None => cli.serve,
         Some(Command::Grants(command)) => return grants(command, cli.serve.state_dir),
-        Some(Command::State(StateCommand::Repair { state_dir })) => {
-            return repair(state_dir.or(cli.serve.state_dir))
-        }
+        Some(Command::State(StateCommand::Repair {
+            state_dir,
+            project_root,
+        })) => return repair(state_dir.or(cli.serve.state_dir), project_root),
         Some(Command::Hook {
             target,
             socket,
@@ -832,12 +840,21 @@ fn grants(command: GrantsCommand, outer: Option<PathBuf>) -> ExitCode {
 
 /// `toolgate state repair`: see [`state::repair`]. What was repaired goes
 /// to stdout, for the person who ran it.
-fn repair(flag: Option<PathBuf>) -> ExitCode {
+fn repair(flag: Option<PathBuf>, project_root: Option<PathBuf>) -> ExitCode {
     let Some(dir) = flag.or_else(state_dir_env) else {
         toolgate::say!("toolgate: state repair needs --state-dir DIR (or TOOLGATE_STATE_DIR)");
         return ExitCode::from(2);
     };
-    let (repaired, warnings) = match state::repair(&dir, SystemClock::new().wall_ms()) {
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+    let root = toolgate_policy::normalize(
+        &project_root
+            .unwrap_or_else(|| cwd.clone())
+            .to_string_lossy(),
+        &cwd,
+        std::env::var_os("HOME").map(PathBuf::from).as_deref(),
+    );
+    let (repaired, warnings) = match state::repair(&dir, SystemClock::new().wall_ms(), Some(&root))
+    {
         Ok(done) => done,
         Err(err) => {
             toolgate::say!("toolgate: {err}");

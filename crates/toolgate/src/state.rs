@@ -38,12 +38,11 @@
 //!   or session end must not come back as a grant or an open session) until
 //!   [`repair`]. A snapshot that names no journal generation ignores
 //!   whatever journal is beside it.
-//! - Opening fails only for such a journal. A snapshot that cannot be read,
-//!   is not JSON, has another `version` or does not fit together, or a
-//!   journal that cannot be read at all, is renamed aside to
-//!   `<file>.corrupt-<wall ms>` (both files; nothing is deleted) and the
-//!   broker starts clean; every problem becomes a warning for the caller to
-//!   print. A journal with no snapshot beside it is moved aside the same way.
+//! - Opening fails for such a journal, and likewise for a snapshot that
+//!   cannot be read, is not JSON, has another `version` or does not fit
+//!   together, and for a journal with no snapshot beside it: starting clean
+//!   would forget which sessions ended and which grants were revoked.
+//!   Nothing is moved; [`repair`] keeps what can be read.
 //! - One broker per project root and state directory at a time: the broker
 //!   holds `<file>.lock` (an advisory lock); a second one reads the state but
 //!   keeps its changes in memory.
@@ -406,21 +405,21 @@ pub struct FileStore {
 impl FileStore {
     /// Opens `dir` (creating it), loads the project's state file and replays
     /// its journal. Problems become warnings (to be printed on stderr by the
-    /// caller) and an empty snapshot: a corrupt, unparsable or wrong-version
-    /// snapshot is renamed aside to `<file>.corrupt-<wall_ms>` and the broker
-    /// starts clean; if `dir` cannot be created or written, the store is
-    /// still returned and later saves return `Err`. One thing is refused
-    /// (Err, saying why and what to run): a journal with a line that cannot
-    /// be read before its last, which may have recorded a session end or a
-    /// revocation that starting clean would forget. Nothing is moved then;
+    /// caller); if `dir` cannot be created or written, the store is still
+    /// returned and later saves return `Err`. What would forget a session
+    /// end or a revocation is refused (Err, saying why and what to run),
+    /// and nothing is moved then: a journal with a line that cannot be read
+    /// before its last, a state file that cannot be used (not readable, not
+    /// JSON, another `version`), or a journal without its state file.
     /// `toolgate state repair` ([`repair`]) keeps what can be read.
+    /// `wall_ms` is the time of day (kept for the callers; nothing is
+    /// renamed by opening any more).
     pub fn open(
         dir: &Path,
         project_root: &Path,
-        wall_ms: u64,
+        _wall_ms: u64,
     ) -> Result<(FileStore, Snapshot, Vec<String>), String> {
-        let (mut store, snapshot, mut warnings) =
-            FileStore::open_unlocked(dir, project_root, wall_ms)?;
+        let (mut store, snapshot, mut warnings) = FileStore::open_unlocked(dir, project_root)?;
         if store.path.as_os_str().is_empty() || !dir.is_dir() {
             return Ok((store, snapshot, warnings));
         }
@@ -456,7 +455,6 @@ impl FileStore {
     fn open_unlocked(
         dir: &Path,
         project_root: &Path,
-        wall_ms: u64,
     ) -> Result<(FileStore, Snapshot, Vec<String>), String> {
         let mut warnings = Vec::new();
         let root = root_string(project_root);
@@ -504,19 +502,14 @@ impl FileStore {
                 Loaded::Missing => {
                     let journal = journal_file(&path);
                     if std::fs::symlink_metadata(&journal).is_ok() {
-                        // A journal without its snapshot belongs to nothing
-                        // this store can check: keep it, out of the way.
-                        match move_aside(&journal, wall_ms) {
-                            Ok(aside) => warnings.push(format!(
-                                "the journal {} has no state file beside it; moved it to {} and starting with no saved state",
-                                journal.display(),
-                                aside.display()
-                            )),
-                            Err(err) => warnings.push(format!(
-                                "the journal {} has no state file beside it and could not be moved aside ({err}); starting with no saved state",
-                                journal.display()
-                            )),
-                        }
+                        // A journal without its snapshot: what it recorded
+                        // (a session end, a revocation) would be forgotten.
+                        return Err(format!(
+                            "the journal {} has no state file beside it. Starting without it would forget what it recorded (a session that ended could run again, a revoked grant allow again). `toolgate state repair --state-dir {} --project-root {}` keeps the sessions it closes and sets it aside",
+                            journal.display(),
+                            dir.display(),
+                            project_root.display()
+                        ));
                     }
                     return Ok((store(path, None), empty, warnings));
                 }
@@ -544,27 +537,12 @@ impl FileStore {
                     loaded.snapshot.project_root
                 )),
                 Loaded::Unusable(reason) => {
-                    let journal = journal_file(&path);
-                    let journal_aside = if std::fs::symlink_metadata(&journal).is_ok() {
-                        match move_aside(&journal, wall_ms) {
-                            Ok(aside) => format!(" (its journal went to {})", aside.display()),
-                            Err(err) => format!(" (its journal could not be moved aside: {err})"),
-                        }
-                    } else {
-                        String::new()
-                    };
-                    match move_aside(&path, wall_ms) {
-                        Ok(aside) => warnings.push(format!(
-                            "the state file {} is unusable ({reason}); moved it to {}{journal_aside} and starting with no saved state",
-                            path.display(),
-                            aside.display()
-                        )),
-                        Err(err) => warnings.push(format!(
-                            "the state file {} is unusable ({reason}) and could not be moved aside ({err}){journal_aside}; starting with no saved state",
-                            path.display()
-                        )),
-                    }
-                    return Ok((store(path, None), empty, warnings));
+                    return Err(format!(
+                        "the state file {} cannot be used ({reason}). Starting without it would forget which sessions ended and which grants were revoked (a session that ended could run again). `toolgate state repair --state-dir {} --project-root {}` keeps what can still be read of it (the closed sessions above all; a session it cannot read whole is closed) and sets the original aside",
+                        path.display(),
+                        dir.display(),
+                        project_root.display()
+                    ));
                 }
             }
         }
@@ -1261,27 +1239,6 @@ fn check_change(change: &Change) -> Result<(), String> {
             }
         }
         Change::RemoveSession(_) | Change::RemoveProjectGrant(_) => Ok(()),
-    }
-}
-
-/// Rename `path` to `<path>.corrupt-<wall_ms>` (or `-<wall_ms>-<n>` when taken).
-fn move_aside(path: &Path, wall_ms: u64) -> std::io::Result<PathBuf> {
-    let name = path
-        .file_name()
-        .map(|name| name.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let mut n = 1u32;
-    loop {
-        let aside = if n == 1 {
-            path.with_file_name(format!("{name}.corrupt-{wall_ms}"))
-        } else {
-            path.with_file_name(format!("{name}.corrupt-{wall_ms}-{n}"))
-        };
-        if std::fs::symlink_metadata(&aside).is_err() {
-            std::fs::rename(path, &aside)?;
-            return Ok(aside);
-        }
-        n += 1;
     }
 }
 

@@ -800,3 +800,111 @@ fn kill_9_keeps_reported_ended_and_refused_sessions_closed() {
         assert!(ended.contains(child), "{child} did not end with {parent}");
     }
 }
+
+/// A state file that cannot be read at all (cut short), or a journal left
+/// without its state file, stops the start too, rather than start with no
+/// saved state: an ended session would run again and a scoped sub-session
+/// come back with no scope. `toolgate state repair` keeps the closed
+/// sessions it can read and closes every session it cannot hold whole.
+#[test]
+fn an_unreadable_state_file_stops_the_start_until_it_is_repaired() {
+    for orphan in [false, true] {
+        let (root, state) = dirs(if orphan {
+            "journal-orphan"
+        } else {
+            "snapshot-cut"
+        });
+        let auto: Vec<String> = args(&root, &state)
+            .into_iter()
+            .map(|arg| {
+                if arg == "ask" {
+                    "auto".to_string()
+                } else {
+                    arg
+                }
+            })
+            .collect();
+        let mut broker = Broker::start(&root, &auto, &[]);
+        broker.send(&session_start("build", "auto"));
+        broker.send(
+            r#"{"type":"session_start","sessionID":"kid","parentID":"build","permissions":{"filePatterns":["src/**"]}}"#,
+        );
+        broker.send(&session_start("gone", "auto"));
+        broker.send(r#"{"type":"session_end","sessionID":"gone"}"#);
+        broker.wait_for("the sessions", |lines| {
+            count_of(lines, "session_ended") == 1
+        });
+        let (status, _, _) = broker.finish();
+        assert!(status.success());
+        let file = state_file(&state, &root);
+        if orphan {
+            std::fs::remove_file(&file).unwrap();
+        } else {
+            let text = std::fs::read_to_string(&file).unwrap();
+            std::fs::write(&file, &text[..text.len() * 2 / 3]).unwrap();
+        }
+        let calls = [
+            ("gone", "rm -rf build"),
+            ("kid", "cat README.md"),
+            ("build", "rm -rf build"),
+        ];
+        let send_calls = |broker: &mut Broker| {
+            for (n, (session, command)) in calls.iter().enumerate() {
+                broker.send(&format!(
+                    r#"{{"type":"tool_call","sessionID":"{session}","callID":"c{n}","tool":"bash","input":{{"command":"{command}"}}}}"#
+                ));
+            }
+        };
+        let mut broker = Broker::start(&root, &auto, &[]);
+        send_calls(&mut broker);
+        let (status, lines, stderr) = broker.finish();
+        assert_eq!(status.code(), Some(2), "{orphan}: {lines:?} {stderr}");
+        assert!(lines.is_empty(), "{orphan}: {lines:?}");
+        assert!(
+            stderr.contains("toolgate state repair --state-dir"),
+            "{stderr}"
+        );
+
+        let state_arg = state.to_string_lossy().into_owned();
+        let root_arg = root.to_string_lossy().into_owned();
+        let (code, out, err) = support::run(
+            &root,
+            &[
+                "state",
+                "repair",
+                "--state-dir",
+                &state_arg,
+                "--project-root",
+                &root_arg,
+            ],
+            "",
+        );
+        assert_eq!(code, 0, "{orphan}: {out} {err}");
+        let mut broker = Broker::start(&root, &auto, &[]);
+        send_calls(&mut broker);
+        broker.wait_for("the decisions", |lines| count_of(lines, "decision") == 3);
+        let (status, lines, stderr) = broker.finish();
+        assert!(status.success(), "{stderr}");
+        // `build` was recorded in the snapshot only: cut short, it is closed;
+        // deleted, nothing names it any more (it never ended, had no scope,
+        // and comes back as a new session).
+        let closed: &[&str] = if orphan {
+            &["gone", "kid"]
+        } else {
+            &["gone", "kid", "build"]
+        };
+        for session in closed {
+            let decision = lines
+                .iter()
+                .find(|line| {
+                    line.contains(&format!(r#""sessionID":"{session}""#))
+                        && line.contains("\"decision\"")
+                })
+                .unwrap();
+            assert!(
+                decision.contains(r#""decision":"deny""#),
+                "{orphan}: {session} ran: {decision}\n{out}"
+            );
+        }
+    }
+}

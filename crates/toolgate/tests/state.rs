@@ -166,36 +166,31 @@ const UNUSABLE: &[(&str, &str, &str)] = &[
     ("session twice", "{\"version\":1,\"projectRoot\":\"/work/project\",\"projectGrants\":[],\"sessions\":[{\"sessionID\":\"s\",\"mode\":\"ask\",\"grants\":[]},{\"sessionID\":\"s\",\"mode\":\"plan\",\"grants\":[]}]}", "the session s is stored twice"),
 ];
 
+/// A state file that cannot be used is not moved aside to start clean
+/// (which would forget which sessions ended): opening it fails, naming the
+/// file, the reason and the repair, and leaves it as it is.
 #[test]
-fn unusable_files_are_moved_aside_with_a_warning() {
+fn unusable_files_are_refused_naming_the_reason() {
     let root = Path::new("/work/project");
     for (index, (name, contents, reason)) in UNUSABLE.iter().enumerate() {
         let dir = scratch(&format!("unusable-{index}"));
         let file = state_file(&dir, root);
         std::fs::write(&file, contents).unwrap();
-        let (mut store, snapshot, warnings) = FileStore::open(&dir, root, 1234).unwrap();
-        assert_eq!(snapshot, Snapshot::new(root), "{name}");
-        assert_eq!(warnings.len(), 1, "{name}: {warnings:?}");
-        let warning = &warnings[0];
-        let aside = format!("{}.corrupt-1234", file.display());
+        let refused = FileStore::open(&dir, root, 1234).err().unwrap();
         assert!(
-            warning.contains(&file.display().to_string()),
-            "{name}: {warning}"
+            refused.contains(&file.display().to_string()),
+            "{name}: {refused}"
         );
         assert!(
-            warning.contains(reason),
-            "{name}: `{warning}` lacks `{reason}`"
+            refused.contains(reason),
+            "{name}: `{refused}` lacks `{reason}`"
         );
-        assert!(warning.contains(&aside), "{name}: {warning}");
-        assert_eq!(
-            std::fs::read_to_string(&aside).unwrap(),
-            *contents,
-            "{name}"
+        assert!(
+            refused.contains("toolgate state repair"),
+            "{name}: {refused}"
         );
-        assert!(!file.exists(), "{name}");
-        // The broker starts clean and can save again.
-        store.save(&sample("/work/project")).unwrap();
-        assert!(file.exists(), "{name}");
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), *contents, "{name}");
+        assert_eq!(names_in(&dir).len(), 1, "{name}: {:?}", names_in(&dir));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
@@ -209,33 +204,13 @@ fn parse_snapshot_accepts_what_save_writes_and_ignores_unknown_fields() {
 }
 
 #[test]
-fn a_second_move_aside_in_the_same_millisecond_keeps_both() {
-    let dir = scratch("aside-twice");
-    let root = Path::new("/work/project");
-    let file = state_file(&dir, root);
-    std::fs::write(&file, "first").unwrap();
-    let _ = FileStore::open(&dir, root, 7).unwrap();
-    std::fs::write(&file, "second").unwrap();
-    let (_, _, warnings) = FileStore::open(&dir, root, 7).unwrap();
-    assert!(warnings[0].contains(".corrupt-7-2"), "{warnings:?}");
-    let name = file.file_name().unwrap().to_str().unwrap();
-    assert_eq!(
-        names_in(&dir),
-        vec![format!("{name}.corrupt-7"), format!("{name}.corrupt-7-2")]
-    );
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
-#[test]
-fn a_directory_in_place_of_the_file_is_moved_aside() {
+fn a_directory_in_place_of_the_file_is_refused() {
     let dir = scratch("dir-in-place");
     let root = Path::new("/work/project");
     let file = state_file(&dir, root);
     std::fs::create_dir(&file).unwrap();
-    let (mut store, snapshot, warnings) = FileStore::open(&dir, root, 5).unwrap();
-    assert_eq!(snapshot, Snapshot::new(root));
-    assert!(warnings[0].contains("cannot read it"), "{warnings:?}");
-    store.save(&sample("/work/project")).unwrap();
+    let refused = FileStore::open(&dir, root, 5).err().unwrap();
+    assert!(refused.contains("cannot read it"), "{refused}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -694,7 +669,7 @@ fn a_journal_with_an_unreadable_header_is_repaired_to_its_closings() {
     assert!(refused.contains("cannot be read at line 1"), "{refused}");
     assert!(refused.contains("toolgate state repair"), "{refused}");
 
-    let (repaired, warnings) = repair(&dir, 3).unwrap();
+    let (repaired, warnings) = repair(&dir, 3, None).unwrap();
     assert!(warnings.is_empty(), "{warnings:?}");
     assert_eq!(repaired.len(), 1);
     let numbers: Vec<usize> = repaired[0].lines.iter().map(|line| line.number).collect();
@@ -705,6 +680,6 @@ fn a_journal_with_an_unreadable_header_is_repaired_to_its_closings() {
     assert_eq!(loaded.sessions, [main]);
     assert_eq!(loaded.closed, [gone]);
     // Nothing is left to repair.
-    assert!(repair(&dir, 5).unwrap().0.is_empty());
+    assert!(repair(&dir, 5, None).unwrap().0.is_empty());
     let _ = std::fs::remove_dir_all(&dir);
 }

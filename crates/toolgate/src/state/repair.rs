@@ -16,8 +16,8 @@ use std::path::{Path, PathBuf};
 
 use super::{
     check_change, fingerprint_value, journal_file, load, lock, parse_state, project_paths, record,
-    split_torn, sync_dir, write_snapshot, Change, JournalHeader, Loaded, Materialised,
-    StoredClosed, VERSION,
+    session_fingerprint, split_torn, state_file, sync_dir, write_snapshot, Change, JournalHeader,
+    Loaded, Materialised, Snapshot, StoredClosed, StoredSession, VERSION,
 };
 
 /// What repairing one project's state did.
@@ -60,6 +60,14 @@ impl std::fmt::Display for Repaired {
             self.project_root
         )?;
         for line in &self.lines {
+            if line.number == 0 {
+                writeln!(
+                    f,
+                    "  the state file could not be used ({}): kept the sessions it holds whole and the closed ones it names; a session it names but cannot hold whole is closed: {}",
+                    line.why, line.start
+                )?;
+                continue;
+            }
             let closed = line
                 .kept
                 .iter()
@@ -102,13 +110,34 @@ impl std::fmt::Display for Repaired {
 /// needed it) and warnings about files left alone. Err when `dir` cannot be
 /// read, a running broker holds a file that needs repair, or a file cannot
 /// be written (what was repaired before stays repaired).
-pub fn repair(dir: &Path, wall_ms: u64) -> Result<(Vec<Repaired>, Vec<String>), String> {
+///
+/// A state file that cannot be used at all (not readable, not JSON,
+/// another version), or a journal without its state file, is repaired too
+/// ([`repair_unreadable`]), for the project whose root its text names or,
+/// failing that, `project_root` (the file's name must be that root's).
+pub fn repair(
+    dir: &Path,
+    wall_ms: u64,
+    project_root: Option<&Path>,
+) -> Result<(Vec<Repaired>, Vec<String>), String> {
     let mut repaired = Vec::new();
     let mut warnings = Vec::new();
-    for path in project_paths(dir)? {
-        if !matches!(load(&path), Loaded::Damaged(_)) {
-            continue;
+    let mut paths = project_paths(dir)?;
+    // A journal whose state file is gone stands for that state file.
+    for journal in journals(dir)? {
+        let snapshot = journal.with_extension("json");
+        if !paths.contains(&snapshot) {
+            paths.push(snapshot);
         }
+    }
+    paths.sort();
+    for path in paths {
+        let unreadable = match load(&path) {
+            Loaded::Damaged(_) => None,
+            Loaded::Unusable(reason) => Some(reason),
+            Loaded::Missing => Some("there is no state file beside its journal".to_string()),
+            Loaded::State(_) => continue,
+        };
         let _lock = match lock(&path) {
             Ok(lock) => lock,
             Err(std::fs::TryLockError::WouldBlock) => {
@@ -121,7 +150,11 @@ pub fn repair(dir: &Path, wall_ms: u64) -> Result<(Vec<Repaired>, Vec<String>), 
                 return Err(format!("cannot lock {}: {err}", path.display()))
             }
         };
-        match repair_file(&path, wall_ms) {
+        let done = match &unreadable {
+            None => repair_file(&path, wall_ms),
+            Some(reason) => repair_unreadable(&path, reason, wall_ms, project_root),
+        };
+        match done {
             Ok(Some(done)) => repaired.push(done),
             Ok(None) => {}
             Err(Skip(why)) => warnings.push(format!("skipping {}: {why}", path.display())),
@@ -245,6 +278,230 @@ fn repair_file(path: &Path, wall_ms: u64) -> Result<Option<Repaired>, Skip> {
         file: path.to_path_buf(),
         project_root,
         backups: vec![snapshot_backup, journal_backup],
+        kept,
+        lines: losses,
+    }))
+}
+
+/// The journals in `dir` (`project-*.journal`).
+fn journals(dir: &Path) -> Result<Vec<PathBuf>, String> {
+    let entries = std::fs::read_dir(dir)
+        .map_err(|err| format!("cannot read the state directory {}: {err}", dir.display()))?;
+    Ok(entries
+        .filter_map(|entry| entry.ok())
+        .map(|entry| entry.path())
+        .filter(|path| {
+            path.file_name()
+                .and_then(|name| name.to_str())
+                .is_some_and(|name| name.starts_with("project-") && name.ends_with(".journal"))
+        })
+        .collect())
+}
+
+/// The JSON value that follows the first `"KEY":` in `text` (blanks
+/// allowed after the colon), as `T`.
+fn value_after<T: serde::de::DeserializeOwned>(text: &str, key: &str) -> Option<T> {
+    let at = text.find(&format!("\"{key}\":"))? + key.len() + 3;
+    let rest = text.get(at..)?;
+    serde_json::Deserializer::from_str(rest)
+        .into_iter::<T>()
+        .next()?
+        .ok()
+}
+
+/// Every JSON object in `text` that has `"KEY":` as its first key (with
+/// any blanks around): as `T` when it reads whole, and the string value of
+/// `KEY` when that reads. What a damaged, pretty-printed file still holds.
+fn objects<T: serde::de::DeserializeOwned>(
+    text: &str,
+    key: &str,
+) -> Vec<(Option<T>, Option<String>)> {
+    let quoted = format!("\"{key}\"");
+    let mut found = Vec::new();
+    let mut from = 0;
+    while let Some(at) = text.get(from..).and_then(|rest| rest.find(&quoted)) {
+        let at = from + at;
+        from = at + quoted.len();
+        let before = text.get(..at).unwrap_or_default().trim_end();
+        if !before.ends_with('{') {
+            continue;
+        }
+        let open = before.len() - 1;
+        let whole = text.get(open..).and_then(|object| {
+            serde_json::Deserializer::from_str(object)
+                .into_iter::<T>()
+                .next()
+                .and_then(Result::ok)
+        });
+        let after = text.get(from..).unwrap_or_default().trim_start();
+        let id = after.strip_prefix(':').and_then(|value| {
+            serde_json::Deserializer::from_str(value)
+                .into_iter::<String>()
+                .next()
+                .and_then(Result::ok)
+        });
+        found.push((whole, id));
+    }
+    found
+}
+
+/// Is `path` the state file of `root` (its name, or a collision name, is
+/// the root's hash)?
+fn names_root(path: &Path, root: &str) -> bool {
+    let expected = state_file(Path::new(""), Path::new(root));
+    let (Some(expected), Some(name)) = (
+        expected.file_stem().and_then(|s| s.to_str()),
+        path.file_stem().and_then(|s| s.to_str()),
+    ) else {
+        return false;
+    };
+    name == expected
+        || name
+            .strip_prefix(expected)
+            .is_some_and(|rest| rest.starts_with('-'))
+}
+
+/// Repair a state file that cannot be used at all, or a journal without
+/// its state file: a new state file for its project holding every session
+/// whose record can still be read whole, every closed session whose
+/// fingerprint can be read (in the file and in every journal line), and,
+/// closed, every session whose id can be read but not its whole record (a
+/// scope or mode that cannot be read must not come back as a session with
+/// none). Grants are not kept: losing one only ever asks more. The
+/// originals are kept beside it.
+fn repair_unreadable(
+    path: &Path,
+    reason: &str,
+    wall_ms: u64,
+    project_root: Option<&Path>,
+) -> Result<Option<Repaired>, Skip> {
+    let bytes = std::fs::read(path).unwrap_or_default();
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    let journal = journal_file(path);
+    let journal_bytes = std::fs::read(&journal).ok();
+    let named: Option<String> = value_after(&text, "projectRoot");
+    let given = project_root.map(super::root_string);
+    let Some(root) = [named, given]
+        .into_iter()
+        .flatten()
+        .find(|root| names_root(path, root))
+    else {
+        return Err(Skip(format!(
+            "it cannot be used ({reason}) and its project cannot be told from it: run the repair with --project-root ROOT, the project it belongs to"
+        )));
+    };
+    let mut losses = vec![LineLoss {
+        number: 0,
+        why: format!("{reason}; grants are not kept"),
+        kept: Vec::new(),
+        start: start_of(&bytes),
+    }];
+    let mut snapshot = Snapshot::new(Path::new(&root));
+    let closed_change = |id: &str| {
+        Change::Closed(StoredClosed {
+            fingerprint: format!("{:016x}", session_fingerprint(id)),
+            why: "ended".to_string(),
+        })
+    };
+    // The closed sessions it names, and each session record: whole, or
+    // closed by its id.
+    let mut closing: Vec<Change> = objects::<StoredClosed>(&text, "fingerprint")
+        .into_iter()
+        .filter_map(|(closed, _)| closed)
+        .filter(|closed| fingerprint_value(&closed.fingerprint).is_some())
+        .map(Change::Closed)
+        .collect();
+    for (session, id) in objects::<StoredSession>(&text, "sessionID") {
+        match (session, id) {
+            (Some(session), _) => snapshot.sessions.push(session),
+            (None, Some(id)) => closing.push(closed_change(&id)),
+            (None, None) => {}
+        }
+    }
+    snapshot
+        .sessions
+        .sort_by(|a, b| a.session_id.cmp(&b.session_id));
+    snapshot
+        .sessions
+        .dedup_by(|a, b| a.session_id == b.session_id);
+    let mut state = Materialised::from_snapshot(snapshot);
+    let mut kept = closing.len();
+    if let Some(journal_bytes) = &journal_bytes {
+        // Which snapshot its records follow cannot be told: what closes a
+        // session is kept, and every other session a record names is
+        // closed (its latest scope or mode cannot be trusted).
+        for (index, line) in journal_bytes
+            .split(|&byte| byte == b'\n')
+            .enumerate()
+            .skip(1)
+        {
+            if line.is_empty() {
+                continue;
+            }
+            let mut changes: Vec<Change> = record(line)
+                .unwrap_or_else(|_| salvage(line))
+                .into_iter()
+                .filter(|change| matches!(change, Change::Closed(_)))
+                .collect();
+            let text = String::from_utf8_lossy(line);
+            for (_, id) in objects::<serde_json::Value>(&text, "sessionID") {
+                if let Some(id) = id {
+                    changes.push(closed_change(&id));
+                }
+            }
+            losses.push(LineLoss {
+                number: index + 1,
+                why: "a journal record of a state file that cannot be read: only the sessions it closes are kept, and the sessions it names are closed".to_string(),
+                kept: changes.clone(),
+                start: start_of(line),
+            });
+            kept += changes.len();
+            closing.extend(changes);
+        }
+    }
+    for change in closing {
+        state.apply(change);
+    }
+    let mut repaired = state.snapshot();
+    repaired.version = VERSION;
+    let dir = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let mut backups = Vec::new();
+    if std::fs::symlink_metadata(path).is_ok() {
+        let backup = aside(path, wall_ms);
+        std::fs::rename(path, &backup).map_err(|err| {
+            Skip(format!(
+                "cannot keep the original as {}: {err}",
+                backup.display()
+            ))
+        })?;
+        backups.push(backup);
+    }
+    // Names no journal generation: the old journal no longer applies.
+    write_snapshot(path, &repaired).map_err(Skip)?;
+    if journal_bytes.is_some() || std::fs::symlink_metadata(&journal).is_ok() {
+        let backup = aside(&journal, wall_ms);
+        std::fs::rename(&journal, &backup).map_err(|err| {
+            Skip(format!(
+                "repaired, but the old journal {} (no longer used) could not be moved to {}: {err}",
+                journal.display(),
+                backup.display()
+            ))
+        })?;
+        backups.push(backup);
+    }
+    sync_dir(&dir).map_err(|err| {
+        Skip(format!(
+            "repaired, but {} could not be synced: {err}",
+            dir.display()
+        ))
+    })?;
+    Ok(Some(Repaired {
+        file: path.to_path_buf(),
+        project_root: root,
+        backups,
         kept,
         lines: losses,
     }))
