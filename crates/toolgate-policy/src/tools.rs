@@ -1088,6 +1088,7 @@ fn scan_object(object: &Map<String, Value>, found: &mut UnknownFields) {
     };
     let mut program: Option<&str> = None;
     let mut arguments: Option<Vec<String>> = None;
+    let mut argument_line: Option<&str> = None;
     for (key, value) in object {
         let folded: String = key
             .chars()
@@ -1098,9 +1099,17 @@ fn scan_object(object: &Map<String, Value>, found: &mut UnknownFields) {
             ("command" | "cmd" | "program" | "executable" | "exe" | "bin", Value::String(text)) => {
                 program = Some(text)
             }
+            ("args" | "arguments" | "argv", Value::String(line)) => argument_line = Some(line),
             ("args" | "arguments" | "argv", value) => arguments = string_list(value),
             _ => {}
         }
+    }
+    // Arguments given as one line: the program and that line, as a shell
+    // would read them (an unknown spelling meets every deny rule anyway).
+    if let (Some(program), Some(line)) = (program, argument_line) {
+        found
+            .commands
+            .push(ShellInput::Text(format!("{program} {line}")));
     }
     match (program, arguments) {
         (Some(program), Some(arguments)) => {
