@@ -299,34 +299,75 @@ fn decision_of(path: &Path, call: &str) -> Value {
     }
 }
 
+/// `serve --approver tty` in a tmux pane of its own (under `script`, which
+/// logs what the terminal received to `ROOT/typescript`, when `logged`),
+/// its stdin a FIFO the test writes the agent's frames to and its stdout
+/// `ROOT/out.jsonl`. `None` (after saying why) when tmux is missing.
+struct TtyServe {
+    tmux: Tmux,
+    root: PathBuf,
+    output: PathBuf,
+    agent: std::fs::File,
+}
+
+impl TtyServe {
+    fn start(name: &str, logged: bool) -> Option<TtyServe> {
+        let root = support::project_dir(name);
+        let input = root.join("in.fifo");
+        let output = root.join("out.jsonl");
+        let status = Command::new("mkfifo").arg(&input).status().unwrap();
+        assert!(status.success());
+        let serve = format!(
+            "{bin} serve --approver tty --ask-timeout 0 <{input} >{output} 2>{root}/err.txt",
+            root = root.display(),
+            bin = toolgate(),
+            input = input.display(),
+            output = output.display(),
+        );
+        let serve = if logged {
+            format!(
+                "script -q -f -c '{serve}' {}",
+                root.join("typescript").display()
+            )
+        } else {
+            serve
+        };
+        let command = format!("cd {} && {serve}; echo EXIT=$?; sleep 600", root.display());
+        let tmux = Tmux::start(name, &command)?;
+        let agent = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&input)
+            .unwrap();
+        Some(TtyServe {
+            tmux,
+            root,
+            output,
+            agent,
+        })
+    }
+}
+
+/// One frame on the agent's pipe.
+fn send_frame(agent: &mut std::fs::File, frame: &Value) {
+    let mut line = serde_json::to_vec(frame).unwrap();
+    line.push(b'\n');
+    agent.write_all(&line).unwrap();
+}
+
 /// `serve --approver tty` with stdin and stdout redirected (the agent's
 /// pipes) asks on the tmux pane, its /dev/tty.
 #[test]
 fn serve_asks_on_the_terminal() {
-    let root = support::project_dir("ttyserve");
-    let input = root.join("in.fifo");
-    let output = root.join("out.jsonl");
-    let status = Command::new("mkfifo").arg(&input).status().unwrap();
-    assert!(status.success());
-    let command = format!(
-        "cd {root} && {bin} serve --approver tty --ask-timeout 0 <{input} >{output} 2>{root}/err.txt; echo EXIT=$?; sleep 600",
-        root = root.display(),
-        bin = toolgate(),
-        input = input.display(),
-        output = output.display(),
-    );
-    let Some(tmux) = Tmux::start("ttyserve", &command) else {
+    let Some(TtyServe {
+        tmux,
+        root: _,
+        output,
+        mut agent,
+    }) = TtyServe::start("ttyserve", false)
+    else {
         return;
     };
-    let mut agent = std::fs::OpenOptions::new()
-        .write(true)
-        .open(&input)
-        .unwrap();
-    let mut send = |frame: Value| {
-        let mut line = serde_json::to_vec(&frame).unwrap();
-        line.push(b'\n');
-        agent.write_all(&line).unwrap();
-    };
+    let mut send = |frame: Value| send_frame(&mut agent, &frame);
     let call = |id: &str, command: &str| json!({"type":"tool_call","callID":id,"tool":"bash","input":{"command":command}});
     send(call("c1", "rm -rf build"));
     let screen = tmux.wait_for("[o once · a always · r reject [message] · s next] >");
@@ -602,32 +643,17 @@ fn approve_shows_escape_sequences_visibly() {
 /// and a command from the agent carrying escape sequences.
 #[test]
 fn the_tty_approver_shows_escape_sequences_visibly() {
-    let root = support::project_dir("ttyescapes");
-    let input = root.join("in.fifo");
-    let output = root.join("out.jsonl");
-    let log = root.join("typescript");
-    let status = Command::new("mkfifo").arg(&input).status().unwrap();
-    assert!(status.success());
-    let command = format!(
-        "cd {root} && script -q -f -c '{bin} serve --approver tty --ask-timeout 0 <{input} >{output} 2>{root}/err.txt' {log}; echo EXIT=$?; sleep 600",
-        root = root.display(),
-        bin = toolgate(),
-        input = input.display(),
-        output = output.display(),
-        log = log.display(),
-    );
-    let Some(tmux) = Tmux::start("ttyescapes", &command) else {
+    let Some(TtyServe {
+        tmux,
+        root,
+        output,
+        mut agent,
+    }) = TtyServe::start("ttyescapes", true)
+    else {
         return;
     };
-    let mut agent = std::fs::OpenOptions::new()
-        .write(true)
-        .open(&input)
-        .unwrap();
-    let mut send = |frame: Value| {
-        let mut line = serde_json::to_vec(&frame).unwrap();
-        line.push(b'\n');
-        agent.write_all(&line).unwrap();
-    };
+    let log = root.join("typescript");
+    let mut send = |frame: Value| send_frame(&mut agent, &frame);
     let parent = format!("main{TITLE}");
     let session = format!("s{CLEAR}x");
     send(json!({"type":"session_start","sessionID":parent}));
@@ -666,30 +692,16 @@ fn the_tty_approver_shows_escape_sequences_visibly() {
 /// stdout, its answer is refused, and the person at the terminal decides.
 #[test]
 fn the_agent_cannot_answer_for_the_tty_approver() {
-    let root = support::project_dir("ttyself");
-    let input = root.join("in.fifo");
-    let output = root.join("out.jsonl");
-    let status = Command::new("mkfifo").arg(&input).status().unwrap();
-    assert!(status.success());
-    let command = format!(
-        "cd {root} && {bin} serve --approver tty --ask-timeout 0 <{input} >{output} 2>{root}/err.txt; echo EXIT=$?; sleep 600",
-        root = root.display(),
-        bin = toolgate(),
-        input = input.display(),
-        output = output.display(),
-    );
-    let Some(tmux) = Tmux::start("ttyself", &command) else {
+    let Some(TtyServe {
+        tmux,
+        root: _,
+        output,
+        mut agent,
+    }) = TtyServe::start("ttyself", false)
+    else {
         return;
     };
-    let mut agent = std::fs::OpenOptions::new()
-        .write(true)
-        .open(&input)
-        .unwrap();
-    let mut send = |frame: Value| {
-        let mut line = serde_json::to_vec(&frame).unwrap();
-        line.push(b'\n');
-        agent.write_all(&line).unwrap();
-    };
+    let mut send = |frame: Value| send_frame(&mut agent, &frame);
     send(json!({"type":"hello","role":"approver","client":"sly"}));
     send(
         json!({"type":"tool_call","callID":"c1","tool":"bash","input":{"command":"rm -rf build"}}),

@@ -31,6 +31,21 @@ fn args(root: &Path, state: &Path) -> Vec<String> {
     ]
 }
 
+/// [`args`] in auto mode: calls the mode does not decide run, so a session
+/// that came back would run `rm -rf build`.
+fn auto_args(root: &Path, state: &Path) -> Vec<String> {
+    args(root, state)
+        .into_iter()
+        .map(|arg| {
+            if arg == "ask" {
+                "auto".to_string()
+            } else {
+                arg
+            }
+        })
+        .collect()
+}
+
 fn dirs(name: &str) -> (PathBuf, PathBuf) {
     let root = project_dir(name).canonicalize().unwrap();
     let state = state_dir(name);
@@ -365,16 +380,7 @@ fn a_bad_journal_line_stops_the_start_until_the_state_is_repaired() {
     let (root, state) = dirs("journal-corrupt");
     // Calls the mode does not decide run: an ended session that came back
     // would run `rm -rf build`.
-    let auto: Vec<String> = args(&root, &state)
-        .into_iter()
-        .map(|arg| {
-            if arg == "ask" {
-                "auto".to_string()
-            } else {
-                arg
-            }
-        })
-        .collect();
+    let auto = auto_args(&root, &state);
     let mut broker = Broker::start(&root, &auto, &[]);
     // The first change writes the snapshot; the others are journal lines.
     broker.send(&session_start("first", "plan"));
@@ -814,16 +820,7 @@ fn an_unreadable_state_file_stops_the_start_until_it_is_repaired() {
         } else {
             "snapshot-cut"
         });
-        let auto: Vec<String> = args(&root, &state)
-            .into_iter()
-            .map(|arg| {
-                if arg == "ask" {
-                    "auto".to_string()
-                } else {
-                    arg
-                }
-            })
-            .collect();
+        let auto = auto_args(&root, &state);
         let mut broker = Broker::start(&root, &auto, &[]);
         broker.send(&session_start("build", "auto"));
         broker.send(
