@@ -288,7 +288,8 @@ impl Policy {
                 },
             invalid: None,
             searched: None,
-            checks: Vec::new(),
+            // Most calls have one to three checks: no regrowth of large items.
+            checks: Vec::with_capacity(4),
             title: String::new(),
             plan: None,
         };

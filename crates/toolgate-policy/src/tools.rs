@@ -716,6 +716,20 @@ const SEARCH_DIR_FIELDS: &[&str] = &["path", "dir_path", "directory", "absolute_
 /// The shells whose scripts toolgate reads (`shell` in Codex's `exec_command`).
 const ANALYSED_SHELLS: &[&str] = &["bash", "sh", "zsh", "dash"];
 
+/// The value of one top-level field. Tool inputs have a handful of keys,
+/// and a call looks up twenty or so names (each spelling of the command,
+/// the directory, the background flags): comparing keys in place is several
+/// times cheaper than hashing each name for a small map.
+pub(crate) fn lookup<'v>(input: &'v Map<String, Value>, name: &str) -> Option<&'v Value> {
+    if input.len() <= 8 {
+        input
+            .iter()
+            .find_map(|(key, value)| (key == name).then_some(value))
+    } else {
+        input.get(name)
+    }
+}
+
 /// Every path the input names, at any depth, each once, in order.
 fn collect_paths(
     input: &Map<String, Value>,
@@ -799,7 +813,7 @@ pub fn variants(
     let split_needed = groups.iter().any(|(fields, _)| {
         let mut given = fields
             .iter()
-            .filter_map(|field| input.get(*field))
+            .filter_map(|field| lookup(input, field))
             .filter(|value| !value.is_null());
         given
             .next()
@@ -812,7 +826,7 @@ pub fn variants(
     for (fields, canonical) in groups {
         let mut values: Vec<&Value> = Vec::new();
         for field in *fields {
-            match input.get(*field) {
+            match lookup(input, field) {
                 None | Some(Value::Null) => {}
                 Some(value) if !values.contains(&value) => values.push(value),
                 Some(_) => {}
@@ -854,11 +868,11 @@ pub fn variants(
 /// URL in its prompt): one input per URL, `url` beside them included, so
 /// rules and questions see each URL rather than the prompt's text.
 fn url_variants(input: &Map<String, Value>) -> Result<Option<Vec<Map<String, Value>>>, String> {
-    let Some(Value::String(prompt)) = input.get("prompt") else {
+    let Some(Value::String(prompt)) = lookup(input, "prompt") else {
         return Ok(None);
     };
     let mut urls: Vec<String> = Vec::new();
-    match input.get("url") {
+    match lookup(input, "url") {
         None | Some(Value::Null) => {}
         Some(Value::String(url)) => urls.push(url.clone()),
         Some(_) => return Err("`url` must be a string".to_string()),
@@ -916,7 +930,7 @@ pub fn not_read_only_field(spec: &ToolSpec, input: &Map<String, Value>) -> Optio
     if spec.subject != SubjectField::Shell {
         return None;
     }
-    let set = |field: &str| match input.get(field) {
+    let set = |field: &str| match lookup(input, field) {
         None | Some(Value::Null) | Some(Value::Bool(false)) => false,
         // Any text but "" counts: `"false"` is true to a loose test.
         Some(Value::String(text)) => !text.is_empty(),
@@ -931,7 +945,7 @@ pub fn not_read_only_field(spec: &ToolSpec, input: &Map<String, Value>) -> Optio
             ));
         }
     }
-    if let Some(Value::String(program)) = input.get("shell") {
+    if let Some(Value::String(program)) = lookup(input, "shell") {
         let name = program.rsplit('/').next().unwrap_or(program);
         if !ANALYSED_SHELLS.contains(&name) {
             return Some(format!(
@@ -973,12 +987,12 @@ fn shell(input: &Map<String, Value>) -> Result<ShellInput, String> {
     // login shell unless `login` is false: the script is that shell's, and a
     // program that is not one of the shells analysed is judged as the program
     // it is (`python3 -c SCRIPT` runs code).
-    let login = match input.get("login") {
+    let login = match lookup(input, "login") {
         None | Some(Value::Null) => true,
         Some(Value::Bool(login)) => *login,
         Some(_) => return Err("`login` must be true or false".to_string()),
     };
-    match (input.get("shell"), command) {
+    match (lookup(input, "shell"), command) {
         (None | Some(Value::Null), command) => Ok(command),
         (Some(Value::String(program)), ShellInput::Text(script)) => {
             let name = program.rsplit('/').next().unwrap_or(program);
@@ -1008,7 +1022,7 @@ fn single_value<'v>(
 ) -> Result<Option<(&'static str, &'v Value)>, String> {
     let mut found: Option<(&'static str, &'v Value)> = None;
     for field in fields {
-        match input.get(*field) {
+        match lookup(input, field) {
             None | Some(Value::Null) => {}
             Some(value) => match found {
                 None => found = Some((field, value)),
@@ -1034,7 +1048,7 @@ fn single(input: &Map<String, Value>, fields: &[&'static str]) -> Result<Option<
 fn strings_of(input: &Map<String, Value>, fields: &[&str]) -> Result<Vec<String>, String> {
     let mut out = Vec::new();
     for field in fields {
-        match input.get(*field) {
+        match lookup(input, field) {
             None | Some(Value::Null) => continue,
             Some(Value::String(text)) => push_new(&mut out, text.clone()),
             Some(_) => return Err(format!("`{field}` must be a string")),
@@ -1045,7 +1059,7 @@ fn strings_of(input: &Map<String, Value>, fields: &[&str]) -> Result<Vec<String>
 
 fn first_string(input: &Map<String, Value>, fields: &[&str]) -> Result<Option<String>, String> {
     for field in fields {
-        match input.get(*field) {
+        match lookup(input, field) {
             None | Some(Value::Null) => continue,
             Some(Value::String(text)) => return Ok(Some(text.clone())),
             Some(_) => return Err(format!("`{field}` must be a string")),
@@ -1073,6 +1087,38 @@ pub fn unknown_fields(input: &Map<String, Value>) -> UnknownFields {
     found
 }
 
+/// A key's ASCII letters and digits in lower case (`Command`, `shell_command`
+/// and `shellCommand` alike), without allocating: the names looked for are
+/// at most 16 long, and a longer key folds to `""`, which is none of them.
+struct Folded {
+    bytes: [u8; 16],
+    length: usize,
+}
+
+impl Folded {
+    fn new(key: &str) -> Folded {
+        let mut folded = Folded {
+            bytes: [0; 16],
+            length: 0,
+        };
+        for byte in key.bytes().filter(u8::is_ascii_alphanumeric) {
+            match folded.bytes.get_mut(folded.length) {
+                Some(slot) => *slot = byte.to_ascii_lowercase(),
+                None => {
+                    folded.length = 0;
+                    break;
+                }
+            }
+            folded.length += 1;
+        }
+        folded
+    }
+
+    fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.bytes[..self.length]).unwrap_or_default()
+    }
+}
+
 fn scan_object(object: &Map<String, Value>, found: &mut UnknownFields) {
     // A program and its arguments given apart (`{"command": "rm", "args":
     // ["-rf", "x"]}`, as MCP shell servers take them), or an `argv` list:
@@ -1090,12 +1136,9 @@ fn scan_object(object: &Map<String, Value>, found: &mut UnknownFields) {
     let mut arguments: Option<Vec<String>> = None;
     let mut argument_line: Option<&str> = None;
     for (key, value) in object {
-        let folded: String = key
-            .chars()
-            .filter(|c| c.is_ascii_alphanumeric())
-            .map(|c| c.to_ascii_lowercase())
-            .collect();
-        match (folded.as_str(), value) {
+        let folded = Folded::new(key);
+        let folded = folded.as_str();
+        match (folded, value) {
             ("command" | "cmd" | "program" | "executable" | "exe" | "bin", Value::String(text)) => {
                 program = Some(text)
             }
@@ -1123,12 +1166,9 @@ fn scan_object(object: &Map<String, Value>, found: &mut UnknownFields) {
         _ => {}
     }
     for (key, value) in object {
-        let folded: String = key
-            .chars()
-            .filter(|c| c.is_ascii_alphanumeric())
-            .map(|c| c.to_ascii_lowercase())
-            .collect();
-        if is_command_key(&folded) {
+        let folded = Folded::new(key);
+        let folded = folded.as_str();
+        if is_command_key(folded) {
             match value {
                 Value::String(text) => found.commands.push(ShellInput::Text(text.clone())),
                 Value::Array(items) if items.iter().all(Value::is_string) && !items.is_empty() => {
@@ -1163,7 +1203,7 @@ fn scan_object(object: &Map<String, Value>, found: &mut UnknownFields) {
                 }
                 other => scan_value(other, found),
             }
-        } else if !(value.is_string() && is_content_key(&folded)) {
+        } else if !(value.is_string() && is_content_key(folded)) {
             scan_value(value, found);
         }
     }
@@ -1271,32 +1311,48 @@ fn is_path_key(key: &str) -> bool {
         "content", "contents", "text", "pattern", "patterns", "glob", "regex", "type", "count",
         "size", "line", "lines", "encoding", "mode",
     ];
-    let words = key_words(key);
-    words.iter().any(|word| PATH_WORDS.contains(&word.as_str()))
-        && !words
-            .iter()
-            .any(|word| NOT_PATH_WORDS.contains(&word.as_str()))
+    let is = |list: &[&str], word: &str| list.iter().any(|known| known.eq_ignore_ascii_case(word));
+    key_words(key).any(|word| is(PATH_WORDS, word))
+        && !key_words(key).any(|word| is(NOT_PATH_WORDS, word))
 }
 
-/// `filePath` → `file`, `path`; `target_dir` → `target`, `dir`.
-fn key_words(key: &str) -> Vec<String> {
-    let mut words: Vec<String> = Vec::new();
-    let mut current = String::new();
-    let mut previous_lower = false;
-    for c in key.chars() {
-        let boundary = !c.is_ascii_alphanumeric() || (c.is_ascii_uppercase() && previous_lower);
-        if boundary && !current.is_empty() {
-            words.push(std::mem::take(&mut current));
+/// The words of a key, split at every other character than an ASCII letter
+/// or digit and where a lower-case letter or digit meets an upper-case one
+/// (`file_path`, `filePath`, `targetDir`), in their own case.
+fn key_words(key: &str) -> impl Iterator<Item = &str> {
+    let bytes = key.as_bytes();
+    let mut start = 0;
+    let mut position = 0;
+    std::iter::from_fn(move || {
+        while position < bytes.len() {
+            let byte = bytes[position];
+            let boundary = !byte.is_ascii_alphanumeric()
+                || (byte.is_ascii_uppercase()
+                    && position > start
+                    && (bytes[position - 1].is_ascii_lowercase()
+                        || bytes[position - 1].is_ascii_digit()));
+            if boundary && position > start {
+                let word = &key[start..position];
+                start = if byte.is_ascii_alphanumeric() {
+                    position
+                } else {
+                    position + 1
+                };
+                position += 1;
+                return Some(word);
+            }
+            if !byte.is_ascii_alphanumeric() {
+                start = position + 1;
+            }
+            position += 1;
         }
-        if c.is_ascii_alphanumeric() {
-            current.push(c.to_ascii_lowercase());
+        if start < bytes.len() {
+            let word = &key[start..];
+            start = bytes.len();
+            return Some(word);
         }
-        previous_lower = c.is_ascii_lowercase() || c.is_ascii_digit();
-    }
-    if !current.is_empty() {
-        words.push(current);
-    }
-    words
+        None
+    })
 }
 
 /// `file:///x` is `/x`; other text is itself.
@@ -1359,6 +1415,63 @@ mod tests {
 
     use super::*;
     use serde_json::json;
+
+    /// The words of a key, as the allocating version said them.
+    fn words_by_chars(key: &str) -> Vec<String> {
+        let mut words: Vec<String> = Vec::new();
+        let mut current = String::new();
+        let mut previous_lower = false;
+        for c in key.chars() {
+            let boundary = !c.is_ascii_alphanumeric() || (c.is_ascii_uppercase() && previous_lower);
+            if boundary && !current.is_empty() {
+                words.push(std::mem::take(&mut current));
+            }
+            if c.is_ascii_alphanumeric() {
+                current.push(c.to_ascii_lowercase());
+            }
+            previous_lower = c.is_ascii_lowercase() || c.is_ascii_digit();
+        }
+        if !current.is_empty() {
+            words.push(current);
+        }
+        words
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn key_words_split_as_by_characters(key in "[a-zA-Z0-9_\\-. é漢]{0,24}") {
+            let split: Vec<String> = key_words(&key).map(str::to_ascii_lowercase).collect();
+            proptest::prop_assert_eq!(split, words_by_chars(&key));
+        }
+
+        #[test]
+        fn folded_keys_are_their_letters_and_digits(key in "[a-zA-Z0-9_\\-. é]{0,20}") {
+            let letters: String = key
+                .chars()
+                .filter(char::is_ascii_alphanumeric)
+                .map(|c| c.to_ascii_lowercase())
+                .collect();
+            let expected = if letters.len() > 16 { "" } else { letters.as_str() };
+            let folded = Folded::new(&key);
+            proptest::prop_assert_eq!(folded.as_str(), expected);
+        }
+    }
+
+    #[test]
+    fn key_words_of_known_spellings() {
+        for (key, words) in [
+            ("file_path", vec!["file", "path"]),
+            ("filePath", vec!["file", "Path"]),
+            ("targetDir", vec!["target", "Dir"]),
+            ("HTTPServer", vec!["HTTPServer"]),
+            ("v2Path", vec!["v2", "Path"]),
+            ("__x__", vec!["x"]),
+            ("é-path", vec!["path"]),
+            ("", vec![]),
+        ] {
+            assert_eq!(key_words(key).collect::<Vec<_>>(), words, "{key}");
+        }
+    }
 
     fn check(tool: &str, input: Value, expected: &str) {
         let registry = Registry::default();

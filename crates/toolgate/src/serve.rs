@@ -579,6 +579,10 @@ where
 /// A batch of decoded lines, each with its number.
 type Decodeds = Vec<(u64, Decoded)>;
 
+/// How many calls the worker prepares and confirms together before it
+/// decides them (see [`answer`]).
+const CONFIRMED: usize = 32;
+
 /// Hand a batch to the worker. While the worker is too busy to take it,
 /// the reader prepares the batch's calls (the part of their judgement the
 /// policy decides alone, [`Decoded::prepare`]) instead of waiting: in a
@@ -755,30 +759,37 @@ fn answer<W: Write>(
     crate::repo::next_batch();
     let deadline_before = shared.broker.next_deadline();
     // Every line read is handled, even after a `shutdown` frame or a
-    // signal stopped the broker: a stopped broker denies the calls. Each
-    // call of the batch is prepared (most already are, by the reader)
-    // before any is decided, and the disk's link answers they used are
-    // confirmed at once (one look at each inotify queue, see
-    // `globs::confirm`); a call prepared before a change was seen is
-    // judged again. The lines stay where they are until the broker takes
+    // signal stopped the broker: a stopped broker denies the calls. The
+    // batch is decided a group of [`CONFIRMED`] calls at a time: each call
+    // of the group is prepared (most already are, by the reader) before any
+    // is decided, and the disk's link answers they used are confirmed at
+    // once (one look at each inotify queue, see `globs::confirm`); a call
+    // prepared before a change was seen is judged again. A group is small
+    // so that what its preparation made is still in this CPU's cache when
+    // it is decided. The lines stay where they are until the broker takes
     // them.
     let policy = shared.broker.policy().clone();
-    for (_, decoded) in lines.iter_mut() {
-        decoded.prepare(&policy);
-    }
-    let epoch = crate::globs::confirm();
-    for (number, mut decoded) in lines.drain(..) {
-        decoded.confirm_prepared(epoch);
-        let Shared { broker, frames, .. } = &mut *shared;
-        broker.step(
-            Input::Decoded {
-                conn: STDIO,
-                decoded,
-                number,
-            },
-            frames,
-        );
-        shared.encode_frames();
+    let mut lines = lines.drain(..).peekable();
+    let mut group: Decodeds = Vec::with_capacity(CONFIRMED);
+    while lines.peek().is_some() {
+        group.extend(lines.by_ref().take(CONFIRMED));
+        for (_, decoded) in group.iter_mut() {
+            decoded.prepare(&policy);
+        }
+        let epoch = crate::globs::confirm();
+        for (number, mut decoded) in group.drain(..) {
+            decoded.confirm_prepared(epoch);
+            let Shared { broker, frames, .. } = &mut *shared;
+            broker.step(
+                Input::Decoded {
+                    conn: STDIO,
+                    decoded,
+                    number,
+                },
+                frames,
+            );
+            shared.encode_frames();
+        }
     }
     if ended && !shared.broker.stopped() {
         let Shared { broker, frames, .. } = &mut *shared;

@@ -754,25 +754,26 @@ fn duration_text(ms: u64) -> String {
 }
 
 /// A hash of the tool and its input, for spotting identical calls in a row
-/// (FNV-1a over a canonical walk of the JSON; keys in the order sent).
+/// (foldhash, fixed seed, over a canonical walk of the JSON; keys in the
+/// order sent). Only kept in memory; a collision can only count two calls
+/// as one repeated (a `doom_loop` question sooner), never allow one.
 pub(super) fn call_hash(tool: &str, input: &Map<String, Value>) -> u64 {
-    let mut hash = Fnv(0xcbf2_9ce4_8422_2325);
+    use std::hash::BuildHasher;
+    let mut hash =
+        CallHasher(foldhash::fast::FixedState::with_seed(0x746f_6f6c_6761_7465).build_hasher());
     hash.bytes(tool.as_bytes());
     hash.map(input);
-    hash.0
+    std::hash::Hasher::finish(&hash.0)
 }
 
-struct Fnv(u64);
+struct CallHasher(foldhash::fast::FoldHasher<'static>);
 
-impl Fnv {
+impl CallHasher {
     fn bytes(&mut self, bytes: &[u8]) {
-        for &byte in bytes {
-            self.0 ^= u64::from(byte);
-            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
-        }
-        // A terminator keeps `ab`+`c` apart from `a`+`bc`.
-        self.0 ^= 0xff;
-        self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        use std::hash::Hasher;
+        // The length keeps `ab`+`c` apart from `a`+`bc`.
+        self.0.write_usize(bytes.len());
+        self.0.write(bytes);
     }
 
     fn map(&mut self, map: &Map<String, Value>) {
