@@ -769,28 +769,32 @@ fn answer<W: Write>(
     // it is decided. The lines stay where they are until the broker takes
     // them.
     let policy = shared.broker.policy().clone();
-    let mut lines = lines.drain(..).peekable();
-    let mut group: Decodeds = Vec::with_capacity(CONFIRMED);
-    while lines.peek().is_some() {
-        group.extend(lines.by_ref().take(CONFIRMED));
-        for (_, decoded) in group.iter_mut() {
+    let mut start = 0;
+    while start < lines.len() {
+        let end = lines.len().min(start + CONFIRMED);
+        for (_, decoded) in &mut lines[start..end] {
             decoded.prepare(&policy);
         }
         let epoch = crate::globs::confirm();
-        for (number, mut decoded) in group.drain(..) {
+        for (number, slot) in &mut lines[start..end] {
+            // Taken out where it lies: one move, not one into a group and
+            // one out of it.
+            let mut decoded = std::mem::replace(slot, Decoded::blank());
             decoded.confirm_prepared(epoch);
             let Shared { broker, frames, .. } = &mut *shared;
             broker.step(
                 Input::Decoded {
                     conn: STDIO,
                     decoded,
-                    number,
+                    number: *number,
                 },
                 frames,
             );
             shared.encode_frames();
         }
+        start = end;
     }
+    lines.clear();
     if ended && !shared.broker.stopped() {
         let Shared { broker, frames, .. } = &mut *shared;
         broker.step(Input::Stop, frames);

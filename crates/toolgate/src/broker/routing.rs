@@ -154,6 +154,11 @@ impl Decoded {
         })
     }
 
+    /// A blank line (ignored), to leave where a decoded line was taken.
+    pub fn blank() -> Decoded {
+        Decoded(Parsed::Blank)
+    }
+
     /// A line the transport could not read whole: what its first bytes
     /// said, as a decoding error (see [`Input::Unreadable`]).
     pub fn unreadable(error: DecodeError) -> Decoded {
