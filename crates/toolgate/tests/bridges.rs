@@ -188,6 +188,13 @@ mod opencode {
                 "read",
                 json!({"filePath": "src/a.rs"}),
             ),
+            (
+                "ses_1",
+                "msg_7",
+                "call_7",
+                "read",
+                json!({"filePath": "src/b.rs"}),
+            ),
         ]
     }
 
@@ -212,13 +219,17 @@ mod opencode {
             json!({"type": "session.idle", "properties": {"sessionID": "ses_1"}}),
             asked("per_6", "read", json!(["src/a.rs"]), "msg_6", "call_6"),
             json!({"type": "permission.replied", "properties": {"sessionID": "ses_1", "requestID": "per_6", "reply": "once"}}),
+            // The bridge reads its events in order: once it asks for this
+            // question's message, it has seen the answer to per_6.
+            asked("per_7", "read", json!(["src/b.rs"]), "msg_7", "call_7"),
         ]
     }
 
     #[derive(Default)]
     struct Shared {
         posts: Mutex<Vec<(String, Value)>>,
-        /// Set once the `permission.replied` event was sent.
+        /// Set once the bridge asked for msg_7, the message of the question
+        /// after the `permission.replied` event: it has read that event.
         replied: (Mutex<bool>, Condvar),
     }
 
@@ -267,11 +278,6 @@ mod opencode {
                         let _ = write!(stream, "{:x}\r\n{piece}\r\n", piece.len());
                     }
                     let _ = stream.flush();
-                    if event["type"] == "permission.replied" {
-                        let (done, ready) = &shared.replied;
-                        *done.lock().unwrap() = true;
-                        ready.notify_all();
-                    }
                     std::thread::sleep(std::time::Duration::from_millis(20));
                 }
                 let _ = write!(stream, "0\r\n\r\n");
@@ -283,12 +289,22 @@ mod opencode {
                 let Some((_, message, call, tool, input)) = found else {
                     return respond(&mut stream, "404 Not Found", "{}");
                 };
+                let (done, ready) = &shared.replied;
+                if message == "msg_7" {
+                    *done.lock().unwrap() = true;
+                    ready.notify_all();
+                }
                 if message == "msg_6" {
-                    // Held until OpenCode's own answer to it went out.
-                    let (done, ready) = &shared.replied;
+                    // Held until the bridge has read OpenCode's own answer
+                    // to it (bounded, so that a bridge that never asks for
+                    // msg_7 fails the assertions instead of hanging).
                     let mut done = done.lock().unwrap();
-                    while !*done {
-                        done = ready.wait(done).unwrap();
+                    let start = std::time::Instant::now();
+                    while !*done && start.elapsed() < std::time::Duration::from_secs(30) {
+                        done = ready
+                            .wait_timeout(done, std::time::Duration::from_secs(1))
+                            .unwrap()
+                            .0;
                     }
                 }
                 let body = json!({"info": {"id": message}, "parts": [
@@ -388,7 +404,8 @@ mod opencode {
             stderr.contains("per_6 was answered in OpenCode; withdrawn"),
             "{stderr}"
         );
-        assert_eq!(posts.len(), 5, "{posts:?}");
+        assert_eq!(reply(&posts, "per_7").0, "once", "{stderr}");
+        assert_eq!(posts.len(), 6, "{posts:?}");
         assert!(
             stderr.contains("opencode_server_bridge: once per_1 bash"),
             "{stderr}"
