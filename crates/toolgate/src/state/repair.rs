@@ -244,10 +244,6 @@ fn repair_file(path: &Path, wall_ms: u64) -> Result<Option<Repaired>, Skip> {
     }
     let mut repaired = state.snapshot();
     repaired.version = VERSION;
-    let dir = match path.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
     // The original snapshot first: a link (or a copy) beside it.
     let snapshot_backup = aside(path, wall_ms);
     if std::fs::hard_link(path, &snapshot_backup).is_err() {
@@ -260,20 +256,7 @@ fn repair_file(path: &Path, wall_ms: u64) -> Result<Option<Repaired>, Skip> {
     }
     // Names no journal generation: from here on the old journal is stale.
     write_snapshot(path, &repaired).map_err(Skip)?;
-    let journal_backup = aside(&journal, wall_ms);
-    std::fs::rename(&journal, &journal_backup).map_err(|err| {
-        Skip(format!(
-            "repaired, but the old journal {} (no longer used) could not be moved to {}: {err}",
-            journal.display(),
-            journal_backup.display()
-        ))
-    })?;
-    sync_dir(&dir).map_err(|err| {
-        Skip(format!(
-            "repaired, but {} could not be synced: {err}",
-            dir.display()
-        ))
-    })?;
+    let journal_backup = retire_journal(path, &journal, wall_ms)?;
     Ok(Some(Repaired {
         file: path.to_path_buf(),
         project_root,
@@ -464,10 +447,6 @@ fn repair_unreadable(
     }
     let mut repaired = state.snapshot();
     repaired.version = VERSION;
-    let dir = match path.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
     let mut backups = Vec::new();
     if std::fs::symlink_metadata(path).is_ok() {
         let backup = aside(path, wall_ms);
@@ -482,22 +461,10 @@ fn repair_unreadable(
     // Names no journal generation: the old journal no longer applies.
     write_snapshot(path, &repaired).map_err(Skip)?;
     if journal_bytes.is_some() || std::fs::symlink_metadata(&journal).is_ok() {
-        let backup = aside(&journal, wall_ms);
-        std::fs::rename(&journal, &backup).map_err(|err| {
-            Skip(format!(
-                "repaired, but the old journal {} (no longer used) could not be moved to {}: {err}",
-                journal.display(),
-                backup.display()
-            ))
-        })?;
-        backups.push(backup);
+        backups.push(retire_journal(path, &journal, wall_ms)?);
+    } else {
+        sync_beside(path)?;
     }
-    sync_dir(&dir).map_err(|err| {
-        Skip(format!(
-            "repaired, but {} could not be synced: {err}",
-            dir.display()
-        ))
-    })?;
     Ok(Some(Repaired {
         file: path.to_path_buf(),
         project_root: root,
@@ -505,6 +472,36 @@ fn repair_unreadable(
         kept,
         lines: losses,
     }))
+}
+
+/// Once the repaired snapshot is written: move the old journal aside (it no
+/// longer applies) and sync the directory, so the repair is on disk. The
+/// journal's new name.
+fn retire_journal(path: &Path, journal: &Path, wall_ms: u64) -> Result<PathBuf, Skip> {
+    let backup = aside(journal, wall_ms);
+    std::fs::rename(journal, &backup).map_err(|err| {
+        Skip(format!(
+            "repaired, but the old journal {} (no longer used) could not be moved to {}: {err}",
+            journal.display(),
+            backup.display()
+        ))
+    })?;
+    sync_beside(path)?;
+    Ok(backup)
+}
+
+/// Sync the directory holding `path`.
+fn sync_beside(path: &Path) -> Result<(), Skip> {
+    let dir = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    sync_dir(dir).map_err(|err| {
+        Skip(format!(
+            "repaired, but {} could not be synced: {err}",
+            dir.display()
+        ))
+    })
 }
 
 /// `<path>.before-repair-<wall_ms>` (or `-<wall_ms>-<n>` when taken).
