@@ -69,11 +69,9 @@ fn frame<'a>(frames: &'a [Value], kind: &str, key: &str, value: &str) -> &'a Val
         .unwrap_or_else(|| panic!("no {kind} with {key} {value} in {frames:#?}"))
 }
 
-#[test]
-fn under_a_file_size_limit_the_hook_denies_rather_than_dying() {
-    let root = project_dir("fsize-hook").canonicalize().unwrap();
-    let state = state_dir("fsize-hook");
-    let input = serde_json::json!({
+/// Claude Code's PreToolUse input for `ls` in `root`.
+fn claude_bash_ls(root: &Path) -> String {
+    serde_json::json!({
         "session_id": "s1",
         "cwd": root,
         "permission_mode": "default",
@@ -82,15 +80,27 @@ fn under_a_file_size_limit_the_hook_denies_rather_than_dying() {
         "tool_input": {"command": "ls"},
         "tool_use_id": "t1",
     })
-    .to_string();
-    let args = [
+    .to_string()
+}
+
+/// `toolgate hook claude` with its state in `state`.
+fn hook_args<'a>(state: &'a Path, root: &'a Path) -> [&'a str; 6] {
+    [
         "hook",
         "claude",
         "--state-dir",
         state.to_str().unwrap(),
         "--project-root",
         root.to_str().unwrap(),
-    ];
+    ]
+}
+
+#[test]
+fn under_a_file_size_limit_the_hook_denies_rather_than_dying() {
+    let root = project_dir("fsize-hook").canonicalize().unwrap();
+    let state = state_dir("fsize-hook");
+    let input = claude_bash_ls(&root);
+    let args = hook_args(&state, &root);
     let output = limited(&root, &args, &input);
     let stderr = String::from_utf8_lossy(&output.stderr);
     // Killed by SIGXFSZ (no answer) the agent would run the call.
@@ -118,26 +128,10 @@ fn under_a_file_size_limit_a_hook_that_cannot_write_stderr_still_answers() {
     let state = state_dir("fsize-hook-stderr");
     // Something to warn about at start: a journal with no snapshot.
     std::fs::write(journal_file(&state_file(&state, &root)), "{}\n").unwrap();
-    let input = serde_json::json!({
-        "session_id": "s1",
-        "cwd": root,
-        "permission_mode": "default",
-        "hook_event_name": "PreToolUse",
-        "tool_name": "Bash",
-        "tool_input": {"command": "ls"},
-        "tool_use_id": "t1",
-    })
-    .to_string();
+    let input = claude_bash_ls(&root);
     let log = state.join("stderr.log");
     let stderr = std::fs::File::create(&log).unwrap();
-    let args = [
-        "hook",
-        "claude",
-        "--state-dir",
-        state.to_str().unwrap(),
-        "--project-root",
-        root.to_str().unwrap(),
-    ];
+    let args = hook_args(&state, &root);
     let output = limited_to(&root, &args, &input, Stdio::from(stderr));
     assert_eq!(output.status.code(), Some(0), "{}", ended(&output));
     let answer: Value = serde_json::from_slice(&output.stdout).unwrap();
