@@ -166,6 +166,19 @@ fn toolgate(args: &[&str]) -> Command {
     command
 }
 
+/// The hook and the MCP server both deny through `socket`, saying `why`.
+fn refused_by_hook_and_mcp(socket: &Path, why: &str) {
+    let (decision, reason) = hook(socket);
+    assert_eq!(decision, "deny", "{reason}");
+    assert!(reason.contains(why), "{reason}");
+    let answer = mcp(socket);
+    assert_eq!(answer["behavior"], "deny", "{answer}");
+    assert!(
+        answer["message"].as_str().unwrap().contains(why),
+        "{answer}"
+    );
+}
+
 /// `toolgate hook claude --socket SOCKET` asked about `rm -rf /`: the
 /// decision and its reason.
 fn hook(socket: &Path) -> (String, String) {
@@ -252,16 +265,7 @@ fn a_socket_in_another_users_directory_is_refused() {
         theirs.display()
     );
 
-    let (decision, reason) = hook(&socket);
-    assert_eq!(decision, "deny", "{reason}");
-    assert!(reason.contains(&why), "{reason}");
-
-    let answer = mcp(&socket);
-    assert_eq!(answer["behavior"], "deny", "{answer}");
-    assert!(
-        answer["message"].as_str().unwrap().contains(&why),
-        "{answer}"
-    );
+    refused_by_hook_and_mcp(&socket, &why);
 
     // `toolgate approve` on the default path finds their socket, and
     // refuses it.
@@ -283,15 +287,7 @@ fn a_socket_in_a_directory_others_can_enter_is_refused() {
         "the socket's directory {} can be entered by other users (mode 777)",
         open.0.display()
     );
-    let (decision, reason) = hook(&socket);
-    assert_eq!(decision, "deny", "{reason}");
-    assert!(reason.contains(&why), "{reason}");
-    let answer = mcp(&socket);
-    assert_eq!(answer["behavior"], "deny", "{answer}");
-    assert!(
-        answer["message"].as_str().unwrap().contains(&why),
-        "{answer}"
-    );
+    refused_by_hook_and_mcp(&socket, &why);
     let (code, stderr) = approve(&["--socket", socket.to_str().unwrap()], &[]);
     assert_eq!(code, 1, "{stderr}");
     assert!(stderr.contains(&why), "{stderr}");
@@ -336,15 +332,7 @@ fn a_broker_running_as_another_user_is_refused() {
         "the broker listening on {} runs as uid 65534, not as you (uid 0)",
         socket.display()
     );
-    let (decision, reason) = hook(&socket);
-    assert_eq!(decision, "deny", "{reason}");
-    assert!(reason.contains(&why), "{reason}");
-    let answer = mcp(&socket);
-    assert_eq!(answer["behavior"], "deny", "{answer}");
-    assert!(
-        answer["message"].as_str().unwrap().contains(&why),
-        "{answer}"
-    );
+    refused_by_hook_and_mcp(&socket, &why);
     let (code, stderr) = approve(&["--socket", socket.to_str().unwrap()], &[]);
     assert_eq!(code, 1, "{stderr}");
     assert!(stderr.contains(&why), "{stderr}");
