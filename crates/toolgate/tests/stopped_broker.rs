@@ -16,10 +16,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-/// `toolgate serve --listen` in a fresh 0700 directory, stopped with
-/// `SIGSTOP` once it listens; continued and killed on drop.
+/// `toolgate serve --listen` in a fresh 0700 directory
+/// ([`support::Listening`]), stopped with `SIGSTOP` once it listens;
+/// continued (then killed) on drop.
 struct Stopped {
-    child: Child,
+    broker: support::Listening,
     dir: PathBuf,
     socket: PathBuf,
 }
@@ -29,29 +30,13 @@ impl Stopped {
         let dir =
             std::env::temp_dir().join(format!("toolgate-stopped-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
-        let socket = dir.join("run/broker.sock");
-        let child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
-            .args(["serve", "--listen"])
-            .arg(format!("unix:{}", socket.display()))
-            .arg("--project-root")
-            .arg(&dir)
-            .current_dir(&dir)
-            .env_remove("TOOLGATE_MODE")
-            .env_remove("TOOLGATE_PERMISSION")
-            .env_remove("TOOLGATE_STATE_DIR")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let started = Instant::now();
-        while std::os::unix::net::UnixStream::connect(&socket).is_err() {
-            assert!(started.elapsed() < support::PATIENCE, "no broker");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let stopped = Stopped { child, dir, socket };
+        let broker = support::Listening::start(&dir, &dir, &[]);
+        let socket = broker.socket.clone();
+        let stopped = Stopped {
+            broker,
+            dir,
+            socket,
+        };
         stopped.signal("STOP");
         stopped
     }
@@ -59,7 +44,7 @@ impl Stopped {
     fn signal(&self, name: &str) {
         let status = Command::new("kill")
             .arg(format!("-{name}"))
-            .arg(self.child.id().to_string())
+            .arg(self.broker.pid().to_string())
             .status()
             .unwrap();
         assert!(status.success(), "kill -{name}");
@@ -68,13 +53,11 @@ impl Stopped {
 
 impl Drop for Stopped {
     fn drop(&mut self) {
+        // Continued first, so the kill that follows (Listening's drop) ends it.
         let _ = Command::new("kill")
             .arg("-CONT")
-            .arg(self.child.id().to_string())
+            .arg(self.broker.pid().to_string())
             .status();
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

@@ -310,6 +310,11 @@ impl Listening {
             socket,
         }
     }
+
+    /// The broker's process id (to signal it).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
 }
 
 #[cfg(unix)]
