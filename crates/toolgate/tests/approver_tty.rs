@@ -628,16 +628,16 @@ fn approve_shows_escape_sequences_visibly() {
     tmux.wait_for("closed: rm \\u{202e}x (gone\\x1b[2J)");
     tmux.keys(&["q"]);
     tmux.wait_for("EXIT=0");
-    assert_shown_escaped(
-        &log,
-        &[
-            "\\x1b[2J",
-            "\\x1b]0;pwned\\x07",
-            "\\x1b[8mhidden",
-            "\\u{202e}txt.exe",
-        ],
-    );
+    assert_shown_escaped(&log, &SHOWN_ESCAPED);
 }
+
+/// How the escape sequences the tests send must appear on the terminal.
+const SHOWN_ESCAPED: [&str; 4] = [
+    "\\x1b[2J",
+    "\\x1b]0;pwned\\x07",
+    "\\x1b[8mhidden",
+    "\\u{202e}txt.exe",
+];
 
 /// `serve --approver tty` (on script's pseudo-terminal) with a sub-session
 /// and a command from the agent carrying escape sequences.
@@ -676,15 +676,7 @@ fn the_tty_approver_shows_escape_sequences_visibly() {
     assert_eq!(decision_of(&output, "c1")["decision"], "allow");
     drop(agent);
     tmux.wait_for("EXIT=0");
-    assert_shown_escaped(
-        &log,
-        &[
-            "\\x1b[2J",
-            "\\x1b]0;pwned\\x07",
-            "\\x1b[8mhidden",
-            "\\u{202e}txt.exe",
-        ],
-    );
+    assert_shown_escaped(&log, &SHOWN_ESCAPED);
 }
 
 /// With `--approver tty` the agent's pipe is not an answerer (issue 25 item
