@@ -34,10 +34,10 @@ use crate::mode::{mode_answer, Action, Kind, Mode};
 use crate::paths::{normalize, RootedPath};
 use crate::rules::Rule;
 use crate::scope::{ScopeRefusal, ScopeTarget};
+use crate::script_words::{script_words, ScriptWords};
 use crate::shell_words::{
-    arguments, command_words, guessed_words, names_a_place, place, reached, redirect_target,
-    stays_inside, strictest, unmodelled, working_directories, Arg, Guard, Marks, Place, Reach,
-    Role, Word,
+    names_a_place, place, reached, stays_inside, strictest, working_directories, Arg, Guard, Marks,
+    Place, Reach, Role,
 };
 use crate::tools::{
     extract, not_read_only_field, unknown_fields, variants, workdir, ShellInput, Subject,
@@ -345,24 +345,27 @@ impl Policy {
                         &with_cwd
                     }
                 };
-                let analysis = match script {
+                // A remembered analysis comes with its words (see
+                // [`crate::script_words`]); a fresh one has them found here.
+                let remembered;
+                let fresh;
+                let (analysis, kept) = match script {
+                    ShellInput::Text(text) if call.cwd.is_none() => {
+                        ready.title = text.clone();
+                        remembered = self.shell_cache.analyze(text, options);
+                        (&remembered.analysis, Some(&remembered.words))
+                    }
                     ShellInput::Text(text) => {
                         ready.title = text.clone();
-                        if call.cwd.is_none() {
-                            self.shell_cache.analyze(text, options)
-                        } else {
-                            std::sync::Arc::new(toolgate_shell::analyze(
-                                toolgate_shell::Script::Text(text),
-                                options,
-                            ))
-                        }
+                        fresh =
+                            toolgate_shell::analyze(toolgate_shell::Script::Text(text), options);
+                        (&fresh, None)
                     }
                     ShellInput::Argv(argv) => {
                         ready.title = argv.join(" ");
-                        std::sync::Arc::new(toolgate_shell::analyze(
-                            toolgate_shell::Script::Argv(argv),
-                            options,
-                        ))
+                        fresh =
+                            toolgate_shell::analyze(toolgate_shell::Script::Argv(argv), options);
+                        (&fresh, None)
                     }
                 };
                 if analysis.commands.is_empty() {
@@ -374,7 +377,16 @@ impl Policy {
                 // Globs are expanded on the disk only when no command of the script
                 // can change it first (`touch src/x.env.rs; cat src/*.rs`).
                 let disk_settled = analysis.is_read_only();
-                checks.extend(self.shell_word_checks(&analysis.commands, &base, disk_settled));
+                let words = match kept {
+                    Some(kept) => kept.words(),
+                    None => script_words(&analysis.commands),
+                };
+                checks.extend(self.shell_word_checks(
+                    &analysis.commands,
+                    words,
+                    &base,
+                    disk_settled,
+                ));
                 let moves = analysis.commands.iter().any(|c| {
                     c.text
                         .split(' ')
@@ -1254,7 +1266,8 @@ impl Policy {
             }
         }
         let analysis = toolgate_shell::analyze(toolgate_shell::Script::Text(&script), &self.shell);
-        self.shell_word_checks(&analysis.commands, base, true)
+        let words = script_words(&analysis.commands);
+        self.shell_word_checks(&analysis.commands, words, base, true)
             .into_iter()
             .filter(|check| check.permission != "external_directory")
             .collect()
@@ -1274,101 +1287,14 @@ impl Policy {
     fn shell_word_checks(
         &self,
         commands: &[SimpleCommand],
+        words: ScriptWords<'_>,
         base: &Path,
         disk_settled: bool,
     ) -> Vec<Check> {
-        // Each view is a run of one command's words and whether they are
-        // exact (a command known by its text only has its words guessed).
-        let mut owned: Vec<Vec<Word<'_>>> = Vec::new();
-        let mut views: Vec<(usize, std::ops::Range<usize>, bool)> = Vec::new();
-        let mut redirects: Vec<&str> = Vec::new();
-        for command in commands {
-            // A construct shown by its source (`$(< .env)` gives `< .env`) has
-            // one word that is not a program: it is known by its text only.
-            let words = command_words(command).filter(|words| {
-                words.first().is_some_and(|program| {
-                    !program.text.contains(char::is_whitespace)
-                        && !program.text.starts_with(['<', '>', '(', ')'])
-                })
-            });
-            let Some(words) = words else {
-                guessed_view(&command.text, &mut owned, &mut views, &mut redirects);
-                for inner in &command.inner {
-                    guessed_view(inner, &mut owned, &mut views, &mut redirects);
-                }
-                continue;
-            };
-            // The command a wrapper runs (`sudo`, `timeout 5`, `env -i`) is a tail
-            // of the words: it is judged as its own program, the wrapper's words
-            // as arguments of an unknown one. The wrappers come first in `inner`,
-            // outermost first; every other inner command (a `bash -c` script,
-            // `eval`) is known by its text only, even when it reads like a tail.
-            let index = owned.len();
-            let mut start = 0;
-            let mut wrapped = true;
-            for inner in &command.inner {
-                let found = (start..words.len())
-                    .find(|&k| tail(&command.text, &words[k..]) == Some(inner.as_str()));
-                // The command itself after its assignments (`LANG=C rg x`).
-                if wrapped && start == 0 && found == Some(0) {
-                    continue;
-                }
-                wrapped = wrapped && is_wrapper(words[start].text);
-                match found {
-                    Some(k) if wrapped && k > start => {
-                        views.push((index, start..k, true));
-                        start = k;
-                    }
-                    _ => {
-                        wrapped = false;
-                        guessed_view(inner, &mut owned, &mut views, &mut redirects);
-                    }
-                }
-            }
-            views.push((index, start..words.len(), true));
-            owned.insert(index, words);
-            // Views pushed by `guessed_view` above point one past their place now.
-            for view in views.iter_mut().rev() {
-                if view.0 > index || (view.0 == index && !view.2) {
-                    view.0 += 1;
-                }
-            }
-            for (k, range) in command.redirects.iter().enumerate() {
-                // A word bound to a producer's names is read as its names.
-                if command.bound_redirects.contains(&k) {
-                    continue;
-                }
-                redirects.extend(command.text.get(range.clone()).and_then(redirect_target));
-            }
-        }
-
         let home = self.home.as_deref();
-        let view_words =
-            |(index, range, _): &(usize, std::ops::Range<usize>, bool)| -> &[Word<'_>] {
-                owned
-                    .get(*index)
-                    .and_then(|words| words.get(range.clone()))
-                    .unwrap_or(&[])
-            };
-        let changes_directory = views.iter().any(|view| {
-            view_words(view)
-                .first()
-                .is_some_and(|w| matches!(w.text, "cd" | "pushd" | "popd" | "chdir"))
-        });
+        let changes_directory = words.changes_directory();
         let mut followed: Vec<(Option<String>, Role)> = Vec::new();
-        let mut args: Vec<Arg<'_>> = Vec::new();
-        for view in &views {
-            if view.2 {
-                arguments(view_words(view), &mut args);
-            } else {
-                // Guessed words may be pieces of one quoted word: no program's
-                // model applies (a pattern it skips could be a file).
-                unmodelled(view_words(view), &mut args);
-            }
-        }
-        for target in redirects {
-            args.push(Arg::new(target, Marks::guessed(target), Role::File));
-        }
+        let ScriptWords { mut args, moves } = words;
         // What the program models found read beyond the words: option
         // values (`--files0-from=F`), response files (`@F`), and names that
         // arrive on the input (`xargs cat`), which may be any file, or the
@@ -1485,7 +1411,7 @@ impl Policy {
                 }
             }
             let bases = bases.get_or_insert_with(|| {
-                working_directories(views.iter().map(view_words), base, home)
+                working_directories(moves.iter().map(Vec::as_slice), base, home)
             });
             match place(arg.text, arg.marks, bases, home) {
                 Place::Anywhere => {
@@ -1884,76 +1810,6 @@ fn unresolved(raw: &Path) -> RootedPath {
 
 /// How a read of any file (names from a command's input) is shown.
 const NAMES_FROM_INPUT: &str = "$(names read from input)";
-
-/// The text `words` (a tail of a command's words) cover in the command's text.
-fn tail<'a>(text: &'a str, words: &[Word<'a>]) -> Option<&'a str> {
-    let offset = |word: &str| (word.as_ptr() as usize).checked_sub(text.as_ptr() as usize);
-    let first = words.first()?;
-    let last = words.last()?;
-    text.get(offset(first.text)?..offset(last.text)? + last.text.len())
-}
-
-/// A command known only by its text: its words split at spaces, marks
-/// guessed; a word that starts like a redirection is one.
-fn guessed_view<'a>(
-    text: &'a str,
-    owned: &mut Vec<Vec<Word<'a>>>,
-    views: &mut Vec<(usize, std::ops::Range<usize>, bool)>,
-    redirects: &mut Vec<&'a str>,
-) {
-    let mut words = Vec::new();
-    // After an operator standing alone (`< .env`), the next word is its target.
-    let mut target_next = false;
-    for word in guessed_words(text) {
-        let operator = word
-            .text
-            .trim_start_matches(|c: char| c.is_ascii_digit())
-            .starts_with(['<', '>', '&']);
-        if target_next {
-            target_next = false;
-            redirects.push(word.text);
-        } else if operator {
-            match redirect_target(word.text) {
-                Some(target) => redirects.push(target),
-                // `<`, `2>>`, `&>` alone; not `<<`/`<<<` (data follows) or `2>&1`.
-                None => {
-                    target_next = word
-                        .text
-                        .trim_start_matches(|c: char| c.is_ascii_digit())
-                        .trim_start_matches(['<', '>', '&', '|'])
-                        .is_empty()
-                        && !word.text.contains("<<");
-                }
-            }
-        } else {
-            words.push(word);
-        }
-    }
-    views.push((owned.len(), 0..words.len(), false));
-    owned.push(words);
-}
-
-/// A program that runs the rest of its words as a command (the shell
-/// analysis records that command as the first of its inner texts).
-fn is_wrapper(program: &str) -> bool {
-    let name = program.rsplit('/').next().unwrap_or(program);
-    matches!(
-        name,
-        "sudo"
-            | "doas"
-            | "nohup"
-            | "exec"
-            | "env"
-            | "timeout"
-            | "time"
-            | "nice"
-            | "stdbuf"
-            | "ionice"
-            | "command"
-            | "builtin"
-            | "xargs"
-    )
-}
 
 /// `external_directory` for a path named in a shell command. Whether it is a
 /// file or a directory is unknown, so `always` grants its parent directory,

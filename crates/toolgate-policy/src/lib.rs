@@ -51,6 +51,7 @@ mod paths;
 mod reminder;
 mod rules;
 mod scope;
+mod script_words;
 mod shell_words;
 mod tools;
 mod wildcard;
@@ -165,9 +166,15 @@ impl Clone for PolicyId {
 /// asking.
 #[derive(Debug, Default)]
 pub struct ShellCache {
-    entries: std::sync::Mutex<
-        std::collections::HashMap<String, std::sync::Arc<toolgate_shell::Analysis>>,
-    >,
+    entries: std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<Analyzed>>>,
+}
+
+/// A remembered analysis and the words of its script that may name paths
+/// (a pure function of the analysis, so worked out once).
+#[derive(Debug)]
+pub(crate) struct Analyzed {
+    pub(crate) analysis: toolgate_shell::Analysis,
+    pub(crate) words: script_words::KeptWords,
 }
 
 impl ShellCache {
@@ -176,32 +183,27 @@ impl ShellCache {
 
     /// The analysis of `text`: shared, since a remembered one is handed out
     /// again without being copied.
-    fn analyze(
-        &self,
-        text: &str,
-        options: &toolgate_shell::Options,
-    ) -> std::sync::Arc<toolgate_shell::Analysis> {
+    fn analyze(&self, text: &str, options: &toolgate_shell::Options) -> std::sync::Arc<Analyzed> {
         let lock = || {
             self.entries
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
         };
         let remembered = lock().get(text).cloned();
-        if let Some(analysis) = remembered {
-            let still_true = analysis.repo_checks.iter().all(|(query, fact)| {
+        if let Some(analyzed) = remembered {
+            let still_true = analyzed.analysis.repo_checks.iter().all(|(query, fact)| {
                 options
                     .repo_oracle
                     .as_ref()
                     .is_some_and(|oracle| &oracle.repository(query) == fact)
             });
             if still_true {
-                return analysis;
+                return analyzed;
             }
         }
-        let analysis = std::sync::Arc::new(toolgate_shell::analyze(
-            toolgate_shell::Script::Text(text),
-            options,
-        ));
+        let analysis = toolgate_shell::analyze(toolgate_shell::Script::Text(text), options);
+        let words = script_words::KeptWords::keep(&script_words::script_words(&analysis.commands));
+        let analysis = std::sync::Arc::new(Analyzed { analysis, words });
         // Long scripts are rare repeats and would make the memo large.
         if text.len() <= 1024 {
             let mut entries = lock();

@@ -145,7 +145,7 @@ impl<'a> Arg<'a> {
 }
 
 /// The words of one command as its program would see them.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Word<'a> {
     pub text: &'a str,
     pub marks: Marks,
