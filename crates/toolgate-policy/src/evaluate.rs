@@ -1878,10 +1878,11 @@ fn runs_unknown(command: &SimpleCommand) -> bool {
     // it (wrappers come first, outermost first). Without one after the last
     // shell, that shell's script was not read.
     let is_shell = |text: &String| SHELLS.contains(&program_of(text));
-    let all: Vec<&String> = texts().collect();
-    all.iter()
-        .rposition(|text| is_shell(text))
-        .is_some_and(|last| all[last + 1..].is_empty())
+    let last_shell = texts()
+        .enumerate()
+        .filter(|(_, text)| is_shell(text))
+        .last();
+    last_shell.is_some_and(|(last, _)| last + 1 == 1 + command.inner.len())
 }
 
 /// Is the program of a simple command's text (words joined by spaces,
