@@ -348,7 +348,7 @@ fn approver_flag_errors() {
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
-        stderr.contains("--approver works with serve only"),
+        stderr.contains("unexpected argument '--approver'"),
         "{stderr}"
     );
 }

@@ -263,9 +263,34 @@ fn unusable_flags_and_inputs_exit_2_naming_them() {
             vec!["check", "--session-scope", "7", "--", "bash", "ls"],
             "--session-scope is not a scope",
         ),
+        // A fresh session with no grants: the flags of a broker that keeps
+        // state, asks or listens are not check's (clap names each).
         (
             vec!["check", "--state-dir", "/tmp", "--", "bash", "ls"],
-            "--state-dir does not apply",
+            "unexpected argument '--state-dir'",
+        ),
+        (
+            vec!["check", "--audit", "a.jsonl", "--", "bash", "ls"],
+            "unexpected argument '--audit'",
+        ),
+        (
+            vec!["check", "--on-ask", "deny", "--", "bash", "ls"],
+            "unexpected argument '--on-ask'",
+        ),
+        (
+            vec!["check", "--listen", "unix", "--", "bash", "ls"],
+            "unexpected argument '--listen'",
+        ),
+        (
+            vec!["check", "--approver", "tty", "--", "bash", "ls"],
+            "unexpected argument '--approver'",
+        ),
+        // Before the subcommand, the same flags are refused, named.
+        (
+            vec![
+                "--listen", "unix", "--audit", "a", "check", "--", "bash", "ls",
+            ],
+            "--audit, --listen cannot be used with `toolgate check`, which does not take them",
         ),
         (
             vec!["check", "--", "TodoWrite", "x"],

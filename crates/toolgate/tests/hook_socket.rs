@@ -297,18 +297,27 @@ fn a_hook_never_waits_past_its_time_and_never_fails_open() {
     let broker = Broker::start("wait", &[]);
     let sock = broker.listening.socket.to_str().unwrap().to_string();
     let project = broker.project();
-    // Policy flags belong to the broker: refused, as a denial.
-    let answer = hook(
-        "claude",
-        &["--socket", &sock, "--policy", "x.json"],
-        &input,
-        &project,
-    );
-    assert_eq!(decision(&answer).0, "deny");
-    assert!(
-        decision(&answer).1.contains("belong to the broker"),
-        "{answer}"
-    );
+    // Every flag that builds a broker belongs to the one listening: each
+    // is refused, as a denial naming it (the mode is passed on instead).
+    for flag in [
+        ["--policy", "x.json"],
+        ["--permission", "{}"],
+        ["--project-root", "."],
+        ["--agent", "build"],
+        ["--read-only-agents", "Explore"],
+        ["--state-dir", "state"],
+        ["--audit", "audit.jsonl"],
+    ] {
+        let mut args = vec!["--socket", sock.as_str()];
+        args.extend(flag);
+        let answer = hook("claude", &args, &input, &project);
+        assert_eq!(decision(&answer).0, "deny", "{flag:?}");
+        let reason = decision(&answer).1;
+        assert!(
+            reason.contains(&format!("{} belong to the broker", flag[0])),
+            "{flag:?}: {answer}"
+        );
+    }
     // An approver that does not answer: denied when --wait runs out, and
     // the approver sees the question withdrawn.
     let mut approver = broker.approver();

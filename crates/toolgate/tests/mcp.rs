@@ -670,12 +670,34 @@ fn with_a_socket_the_broker_decides() {
 
     // The broker's policy decides: flags that would make another one (and
     // could loosen a session the broker holds in a stricter mode) stop it.
+    for flag in [
+        ["--mode", "auto"],
+        ["--permission-mode", "plan"],
+        ["--policy", "x.json"],
+        ["--permission", "{}"],
+        ["--read-only-agents", "Explore"],
+        ["--on-ask", "deny"],
+        ["--ask-timeout", "5"],
+        ["--state-dir", "state"],
+        ["--audit", "audit.jsonl"],
+    ] {
+        let mut args = vec!["--socket", socket.to_str().unwrap()];
+        args.extend(flag);
+        let (code, replies) = mcp(&dir, &args, &[initialize("2025-11-25")]);
+        assert_eq!((code, replies.len()), (2, 0), "{flag:?}");
+    }
+    // The longest line is the MCP server's own: it stays.
     let (code, replies) = mcp(
         &dir,
-        &["--socket", socket.to_str().unwrap(), "--mode", "auto"],
+        &[
+            "--socket",
+            socket.to_str().unwrap(),
+            "--max-frame-bytes",
+            "65536",
+        ],
         &[initialize("2025-11-25")],
     );
-    assert_eq!((code, replies.len()), (2, 0));
+    assert_eq!((code, replies.len()), (0, 1));
 }
 
 /// `toolgate serve --listen` and `toolgate mcp --socket` together, with a

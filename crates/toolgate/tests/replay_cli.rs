@@ -568,9 +568,35 @@ fn unusable_input_exits_2_naming_it() {
             "prose.jsonl: not a recording toolgate can read",
         ),
         (vec!["replay", "empty"], "no .jsonl files to replay"),
+        // A fresh broker answering from the recording: the flags of one
+        // that keeps state, asks or listens are not replay's.
         (
             vec!["replay", "--state-dir", "/tmp", "prose.jsonl"],
-            "--state-dir does not apply",
+            "unexpected argument '--state-dir'",
+        ),
+        (
+            vec!["replay", "--ask-timeout", "5", "prose.jsonl"],
+            "unexpected argument '--ask-timeout'",
+        ),
+        (
+            vec!["replay", "--audit", "a.jsonl", "prose.jsonl"],
+            "unexpected argument '--audit'",
+        ),
+        (
+            vec!["replay", "--listen", "unix", "prose.jsonl"],
+            "unexpected argument '--listen'",
+        ),
+        (
+            vec![
+                "replay",
+                "--policy",
+                "a.json",
+                "--compare",
+                "a.json",
+                "b.json",
+                "prose.jsonl",
+            ],
+            "--policy does not apply with --compare",
         ),
         (
             vec!["replay", "--permission", "{\"bash\":3}", "prose.jsonl"],

@@ -1,0 +1,163 @@
+//! A broker built from the flags, the environment, the policy and the state
+//! directory, as `serve`, `hook`, `mcp`, `check` and `replay` start it.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use toolgate::broker::{Broker, BrokerConfig, OnAsk, Origin};
+use toolgate::clock::{Clock, SystemClock, UuidIds};
+use toolgate::say;
+use toolgate::setup::{self, Settings};
+use toolgate::state::FileStore;
+use toolgate_policy::Mode;
+
+use super::flags::{AskArgs, KeepArgs, LineArgs, OnAskArg, PolicyArgs};
+
+/// Every flag a broker is built from; a subcommand without a group leaves
+/// it at its default.
+#[derive(Debug, Clone, Default)]
+pub struct BrokerFlags {
+    pub policy: PolicyArgs,
+    pub ask: AskArgs,
+    pub keep: KeepArgs,
+    pub line: LineArgs,
+}
+
+/// A broker, and what it was built from.
+pub struct Opened {
+    pub broker: Broker,
+    /// The policy's layers, lowest first (what `ready` names).
+    pub sources: Vec<String>,
+    pub settings: Settings,
+    pub policy: Arc<toolgate_policy::Policy>,
+    pub configured_mode: Option<Mode>,
+    pub max_frame_bytes: usize,
+}
+
+/// `TOOLGATE_STATE_DIR`, when set and not empty.
+pub fn state_dir_env() -> Option<PathBuf> {
+    std::env::var_os("TOOLGATE_STATE_DIR")
+        .filter(|value| !value.is_empty())
+        .map(PathBuf::from)
+}
+
+/// What the flags and the environment say about the policy.
+pub fn settings_of(
+    mode: Option<Mode>,
+    policy: &PolicyArgs,
+    ask_timeout: Option<u64>,
+    remember_links: bool,
+) -> Settings {
+    Settings {
+        remember_links,
+        mode,
+        policy: policy.policy.clone(),
+        agent: policy.agent.clone(),
+        permission: policy.permission.clone(),
+        permission_env: std::env::var("TOOLGATE_PERMISSION")
+            .ok()
+            .filter(|v| !v.trim().is_empty()),
+        project_root: policy.project_root.clone(),
+        ask_timeout,
+        read_only_agents: policy.read_only_agents.clone().map(|agents| agents.0),
+        cwd: std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
+        home: std::env::var_os("HOME").map(PathBuf::from),
+    }
+}
+
+/// Opens the broker; `long_lived` for a process that judges many calls
+/// (see [`Settings::remember_links`]). Every failure is said on stderr and
+/// is exit code 2.
+pub fn open(flags: BrokerFlags, long_lived: bool) -> Result<Opened, ExitCode> {
+    let mode = match flags.policy.chosen_mode() {
+        Ok(mode) => mode,
+        Err(err) => {
+            say!("toolgate: {err}");
+            return Err(ExitCode::from(2));
+        }
+    };
+    let settings = settings_of(mode, &flags.policy, flags.ask.ask_timeout, long_lived);
+    let setup::Loaded {
+        policy,
+        warnings,
+        sources,
+        configured_mode,
+    } = match setup::load(&settings) {
+        Ok(loaded) => loaded,
+        Err(err) => {
+            say!("toolgate: invalid policy: {err}");
+            return Err(ExitCode::from(2));
+        }
+    };
+    for warning in &warnings {
+        tracing::warn!(target: "toolgate", "{warning}");
+    }
+    let max_frame_bytes = flags.line.max_frame_bytes.unwrap_or(1 << 20);
+    if max_frame_bytes == 0 {
+        say!("toolgate: --max-frame-bytes must be at least 1");
+        return Err(ExitCode::from(2));
+    }
+    // Logged under the binary's name, as when this was in main.rs (the
+    // golden transcripts compare stderr).
+    tracing::info!(
+        target: "toolgate",
+        mode = %policy.default_mode,
+        root = %policy.project_root.display(),
+        "toolgate ready"
+    );
+    let config = BrokerConfig {
+        on_ask: match flags.ask.on_ask.unwrap_or(OnAskArg::Wait) {
+            OnAskArg::Wait => OnAsk::Wait,
+            OnAskArg::Deny => OnAsk::Deny,
+        },
+        ask_timeout_ms: policy.ask_timeout_seconds.saturating_mul(1000),
+    };
+    let clock = SystemClock::new();
+    let wall_ms = clock.wall_ms();
+    let policy = Arc::new(policy);
+    let mut broker = Broker::new(policy.clone(), config, Box::new(clock), Box::new(UuidIds));
+    if let Some(path) = &flags.keep.audit {
+        match toolgate::broker::audit::FileAudit::open(path) {
+            Ok(log) => broker.set_audit(Box::new(log)),
+            Err(err) => {
+                say!("toolgate: {err}");
+                return Err(ExitCode::from(2));
+            }
+        }
+    }
+    let state_dir = flags.keep.state_dir.or_else(state_dir_env);
+    broker.set_origin(Origin {
+        policy_sources: sources.clone(),
+        state_dir: state_dir.as_ref().map(|dir| {
+            toolgate_policy::normalize(&dir.to_string_lossy(), &settings.cwd, None)
+                .to_string_lossy()
+                .into_owned()
+        }),
+    });
+    if let Some(dir) = state_dir {
+        let (store, snapshot, warnings) = match FileStore::open(&dir, &policy.project_root, wall_ms)
+        {
+            Ok(opened) => opened,
+            Err(err) => {
+                say!("toolgate: {err}");
+                return Err(ExitCode::from(2));
+            }
+        };
+        for warning in &warnings {
+            say!("toolgate: warning: {warning}");
+        }
+        tracing::info!(target: "toolgate", file = %store.path().display(), "state file");
+        for warning in broker.restore(Box::new(store), snapshot) {
+            say!("toolgate: warning: {warning}");
+        }
+    }
+    Ok(Opened {
+        broker,
+        sources,
+        settings,
+        policy,
+        configured_mode,
+        max_frame_bytes,
+    })
+}

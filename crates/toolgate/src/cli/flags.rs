@@ -1,0 +1,330 @@
+//! The flag groups subcommands share. A subcommand takes the groups that
+//! mean something to it and no others, so clap itself refuses a flag that
+//! does not apply (`toolgate check --listen unix` is an unexpected argument,
+//! not a flag silently ignored), and `--help` lists only what applies.
+//!
+//! | group | flags | taken by |
+//! |---|---|---|
+//! | [`PolicyArgs`] | `--mode --permission-mode --policy --agent --permission --project-root --read-only-agents` | serve, hook, mcp, check, replay, policy validate |
+//! | [`AskArgs`] | `--on-ask --ask-timeout` | serve, mcp |
+//! | [`KeepArgs`] | `--state-dir --audit` | serve, hook, mcp |
+//! | [`LineArgs`] | `--max-frame-bytes` | serve, mcp |
+//! | [`ServeArgs`] | the four above, `--approver --listen` | serve |
+//!
+//! A client of a broker (`hook --socket`, `mcp --socket`) decides nothing
+//! itself: every flag of these groups then belongs to the broker and is
+//! refused by [`broker_flags`], except those the client passes on.
+
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+use toolgate_policy::Mode;
+
+/// How the policy is found and built.
+#[derive(Debug, Clone, Default, Args)]
+pub struct PolicyArgs {
+    /// The mode new sessions start in: auto, auto_edit, ask, plan or readonly
+    /// (aliases: default, manual, yolo, bypassPermissions, acceptEdits,
+    /// accept_edits, auto-edit, read-only, read_only). Beats TOOLGATE_MODE,
+    /// which beats the policy file's `mode`; the default is ask. auto allows
+    /// what the mode and the built-in defaults would ask about; an ask rule of
+    /// the policy file or an override, and the doom-loop guard, still ask.
+    #[arg(long, value_name = "MODE", value_parser = parse_mode)]
+    pub mode: Option<Mode>,
+
+    /// The same as --mode, spelled as link-assistant/agent and Claude Code
+    /// spell it (default, acceptEdits, plan, bypassPermissions, ...). Given
+    /// with --mode, both must name the same mode.
+    #[arg(long, value_name = "MODE", value_parser = parse_mode)]
+    pub permission_mode: Option<Mode>,
+
+    /// The policy file (JSON; see README): a toolgate policy, or OpenCode's
+    /// config (opencode.json, opencode.jsonc, or a file whose $schema is on
+    /// opencode.ai), of which only the permissions are used. Without it:
+    /// toolgate.json in --project-root when that is given, else the
+    /// toolgate.json nearest the working directory, looking upward no higher
+    /// than the repository root (the first directory holding .git). An
+    /// invalid policy stops toolgate with exit code 2.
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+
+    /// With an OpenCode config as the policy file: also apply
+    /// agent.NAME.permission (and the agent's legacy tools), after the
+    /// config's top-level permission, as OpenCode does for that agent. An
+    /// agent the file does not define stops toolgate with exit code 2.
+    #[arg(long, value_name = "NAME")]
+    pub agent: Option<String>,
+
+    /// OpenCode `permission` config as JSON, e.g. '{"bash":{"git push *":"deny"}}'.
+    /// The last layer of rules, after the built-in defaults, the policy file
+    /// and TOOLGATE_PERMISSION: the last matching rule decides, so it can
+    /// loosen them as well as tighten them. A deny that decides is final.
+    #[arg(long, value_name = "JSON")]
+    pub permission: Option<String>,
+
+    /// The project root: paths are matched relative to it, and paths outside it
+    /// ask as `external_directory`. Default: the policy file's projectRoot,
+    /// else the directory of a toolgate.json found by searching upward, else
+    /// the working directory.
+    #[arg(long, value_name = "DIR")]
+    pub project_root: Option<PathBuf>,
+
+    /// The sub-agent types that only read, comma-separated: plan mode lets
+    /// the model launch them (Claude Code's Agent/Task tool with that
+    /// `subagent_type`), and every call they make stays bound by plan mode.
+    /// An empty value admits none. Default: the policy file's
+    /// readOnlyAgents, else Explore,Plan.
+    #[arg(long, value_name = "A,B", value_parser = parse_read_only_agents)]
+    pub read_only_agents: Option<ReadOnlyAgents>,
+}
+
+/// What happens to a call whose answer is "ask".
+#[derive(Debug, Clone, Default, Args)]
+pub struct AskArgs {
+    /// What to do when the answer is "ask": `wait` emits a permission_request
+    /// and waits; `deny` denies at once without asking (non-interactive runs).
+    /// [default: wait]
+    #[arg(long, value_name = "POLICY")]
+    pub on_ask: Option<OnAskArg>,
+
+    /// Seconds a question waits for its answer before the call is denied
+    /// (source `timeout`); 0 waits forever. Default: the policy file's
+    /// askTimeoutSeconds, else 300.
+    #[arg(long, value_name = "SECS")]
+    pub ask_timeout: Option<u64>,
+}
+
+/// What a broker keeps beyond its own run.
+#[derive(Debug, Clone, Default, Args)]
+pub struct KeepArgs {
+    /// Keep grants and sessions in DIR so that they survive a restart: one
+    /// file per project root, saved atomically; a corrupt file is moved aside
+    /// with a warning, but a journal with a bad line before its last stops
+    /// the start (exit code 2) until `toolgate state repair`. A running
+    /// broker locks its file: a second broker for
+    /// the same project and directory keeps its changes in memory only. Also
+    /// TOOLGATE_STATE_DIR. [default: no state is kept]
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+
+    /// Append a JSON line to FILE for every decision and every answer to a
+    /// question (created 0600; never rewritten): time, session and parent,
+    /// client, tool, input and subject, mode, decision, source, reason, the
+    /// rule with its origin or the grant used, who answered and how long the
+    /// question waited. Written and flushed before the decision is sent; a
+    /// decision that cannot be recorded is a denial. `toolgate replay
+    /// --from audit FILE` reads it back. See README "Audit log".
+    #[arg(long, value_name = "FILE")]
+    pub audit: Option<PathBuf>,
+}
+
+/// How long a line may be.
+#[derive(Debug, Clone, Default, Args)]
+pub struct LineArgs {
+    /// The longest input line accepted, in bytes; longer lines are skipped
+    /// without being buffered and answered with an error frame. [default: 1048576]
+    #[arg(long, value_name = "BYTES")]
+    pub max_frame_bytes: Option<usize>,
+}
+
+/// The flags of `toolgate serve` (and of `toolgate` with no subcommand).
+#[derive(Debug, Clone, Default, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+    #[command(flatten)]
+    pub ask: AskArgs,
+    #[command(flatten)]
+    pub keep: KeepArgs,
+    #[command(flatten)]
+    pub line: LineArgs,
+
+    /// Who answers the questions instead of the client on stdin/stdout:
+    /// `tty` asks on the controlling terminal (/dev/tty), line by line;
+    /// `command:PROG` runs `sh -c PROG` per question, the request as one
+    /// JSON line on its stdin, its first stdout line the answer (once,
+    /// always, reject, or {"response":…,"message":…,"patterns":[…]});
+    /// anything else is a reject saying why. See README "Human approvers".
+    #[arg(long, value_name = "tty|command:PROG", value_parser = toolgate::approver::parse_spec)]
+    pub approver: Option<toolgate::approver::Spec>,
+
+    /// Serve many connections on a Unix socket instead of stdin/stdout:
+    /// `unix:PATH`, or `unix` for the default path ($XDG_RUNTIME_DIR/toolgate/
+    /// broker.sock, else /tmp/toolgate-UID/broker.sock). The socket is made
+    /// 0600 in a directory only you can enter; other users are refused.
+    #[arg(long, value_name = "unix:PATH")]
+    pub listen: Option<String>,
+}
+
+/// `--on-ask`.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum OnAskArg {
+    /// Ask and wait for the answer.
+    Wait,
+    /// Deny without asking.
+    Deny,
+}
+
+/// `--read-only-agents`: sub-agent type names.
+#[derive(Debug, Clone)]
+pub struct ReadOnlyAgents(pub Vec<String>);
+
+fn parse_read_only_agents(list: &str) -> Result<ReadOnlyAgents, String> {
+    let names: Vec<String> = list
+        .split(',')
+        .map(str::trim)
+        .filter(|name| !name.is_empty())
+        .map(str::to_string)
+        .collect();
+    for name in &names {
+        toolgate_policy::check_read_only_agent(name)?;
+    }
+    Ok(ReadOnlyAgents(names))
+}
+
+pub(crate) fn parse_mode(name: &str) -> Result<Mode, String> {
+    name.parse::<Mode>().map_err(|err| {
+        if name == "dontAsk" {
+            format!("{err}; for Claude Code's dontAsk (deny what would ask) use --on-ask deny")
+        } else {
+            err.to_string()
+        }
+    })
+}
+
+impl PolicyArgs {
+    /// The mode from the flags and `TOOLGATE_MODE`: the flag beats the
+    /// environment; `--mode` and `--permission-mode` must agree.
+    pub fn chosen_mode(&self) -> Result<Option<Mode>, String> {
+        let env = std::env::var("TOOLGATE_MODE").ok();
+        choose_mode(self.mode, self.permission_mode, env.as_deref())
+    }
+}
+
+/// The mode from the flags and `TOOLGATE_MODE` (`env`).
+fn choose_mode(
+    mode: Option<Mode>,
+    permission_mode: Option<Mode>,
+    env: Option<&str>,
+) -> Result<Option<Mode>, String> {
+    let flag = match (mode, permission_mode) {
+        (Some(mode), Some(other)) if mode != other => {
+            return Err(format!(
+                "--mode {mode} and --permission-mode {other} name different modes; give one"
+            ))
+        }
+        (mode, other) => mode.or(other),
+    };
+    if flag.is_some() {
+        return Ok(flag);
+    }
+    match env.map(str::trim).filter(|value| !value.is_empty()) {
+        None => Ok(None),
+        Some(value) => parse_mode(value)
+            .map(Some)
+            .map_err(|err| format!("invalid TOOLGATE_MODE: {err}")),
+    }
+}
+
+/// Of the flags `given` (clap ids, see [`super::parse`]), those a client of
+/// a broker cannot use: every flag of the broker's groups ([`PolicyArgs`],
+/// [`AskArgs`], [`KeepArgs`], [`LineArgs`]) except the ones in `passed_on`,
+/// as `--long-name`, in the order the groups declare them.
+pub fn broker_flags(given: &[String], passed_on: &[&str]) -> Vec<String> {
+    let group = clap::Command::new("broker");
+    let group = PolicyArgs::augment_args(group);
+    let group = AskArgs::augment_args(group);
+    let group = KeepArgs::augment_args(group);
+    let group = LineArgs::augment_args(group);
+    group
+        .get_arguments()
+        .map(|arg| arg.get_id().as_str())
+        .filter(|id| !passed_on.contains(id) && given.iter().any(|given| given == id))
+        .map(|id| format!("--{}", id.replace('_', "-")))
+        .collect()
+}
+
+impl PolicyArgs {
+    /// These flags, with `outer`'s (given before the subcommand) where
+    /// these are unset.
+    pub fn or(self, outer: PolicyArgs) -> PolicyArgs {
+        PolicyArgs {
+            mode: self.mode.or(outer.mode),
+            permission_mode: self.permission_mode.or(outer.permission_mode),
+            policy: self.policy.or(outer.policy),
+            agent: self.agent.or(outer.agent),
+            permission: self.permission.or(outer.permission),
+            project_root: self.project_root.or(outer.project_root),
+            read_only_agents: self.read_only_agents.or(outer.read_only_agents),
+        }
+    }
+}
+
+impl AskArgs {
+    /// See [`PolicyArgs::or`].
+    pub fn or(self, outer: AskArgs) -> AskArgs {
+        AskArgs {
+            on_ask: self.on_ask.or(outer.on_ask),
+            ask_timeout: self.ask_timeout.or(outer.ask_timeout),
+        }
+    }
+}
+
+impl KeepArgs {
+    /// See [`PolicyArgs::or`].
+    pub fn or(self, outer: KeepArgs) -> KeepArgs {
+        KeepArgs {
+            state_dir: self.state_dir.or(outer.state_dir),
+            audit: self.audit.or(outer.audit),
+        }
+    }
+}
+
+impl LineArgs {
+    /// See [`PolicyArgs::or`].
+    pub fn or(self, outer: LineArgs) -> LineArgs {
+        LineArgs {
+            max_frame_bytes: self.max_frame_bytes.or(outer.max_frame_bytes),
+        }
+    }
+}
+
+impl ServeArgs {
+    /// See [`PolicyArgs::or`].
+    pub fn or(self, outer: ServeArgs) -> ServeArgs {
+        ServeArgs {
+            policy: self.policy.or(outer.policy),
+            ask: self.ask.or(outer.ask),
+            keep: self.keep.or(outer.keep),
+            line: self.line.or(outer.line),
+            approver: self.approver.or(outer.approver),
+            listen: self.listen.or(outer.listen),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_flag_beats_the_environment_and_both_flags_must_agree() {
+        assert_eq!(
+            choose_mode(Some(Mode::Plan), None, Some("auto")),
+            Ok(Some(Mode::Plan))
+        );
+        assert_eq!(
+            choose_mode(None, Some(Mode::Plan), Some("auto")),
+            Ok(Some(Mode::Plan))
+        );
+        assert_eq!(choose_mode(None, None, Some("auto")), Ok(Some(Mode::Auto)));
+        assert_eq!(choose_mode(None, None, Some("  ")), Ok(None));
+        assert!(choose_mode(Some(Mode::Plan), Some(Mode::Auto), None)
+            .is_err_and(|err| err.contains("name different modes")));
+        assert!(
+            choose_mode(None, None, Some("dontAsk")).is_err_and(|err| err
+                .contains("invalid TOOLGATE_MODE")
+                && err.contains("--on-ask deny"))
+        );
+    }
+}

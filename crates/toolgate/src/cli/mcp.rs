@@ -1,0 +1,154 @@
+//! `toolgate mcp`: Claude Code's permission-prompt tool as an MCP server on
+//! stdio (see `toolgate::mcp`), deciding in-process or asking a broker.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use toolgate::say;
+
+use super::broker::{open, BrokerFlags, Opened};
+use super::flags::{broker_flags, AskArgs, KeepArgs, LineArgs, OnAskArg, PolicyArgs, ServeArgs};
+
+/// The flags of `toolgate mcp`.
+#[derive(Debug, Args)]
+pub struct McpArgs {
+    /// The toolgate session the calls belong to. [default: a new
+    /// session for each `toolgate mcp` process]
+    #[arg(long, value_name = "ID")]
+    session: Option<String>,
+    /// Ask the broker listening on this Unix socket (`toolgate serve
+    /// --listen unix:PATH`) instead of deciding in-process. Also
+    /// TOOLGATE_SOCKET.
+    #[arg(long, value_name = "PATH")]
+    socket: Option<PathBuf>,
+    #[command(flatten)]
+    policy: PolicyArgs,
+    #[command(flatten)]
+    ask: AskArgs,
+    #[command(flatten)]
+    keep: KeepArgs,
+    #[command(flatten)]
+    line: LineArgs,
+}
+
+/// `toolgate mcp`: serve MCP on stdin/stdout until end of input (see
+/// `toolgate::mcp`). A broker that cannot start stops it with exit code 2
+/// before it answers anything, so Claude Code reports the server as failed
+/// (and, without its permission-prompt tool, asks nobody and allows nothing
+/// that its own rules do not allow).
+/// `outer`: the flags given before `mcp`; `given`: the ids of every flag
+/// given (see [`super::parse`]).
+pub fn run(args: McpArgs, outer: ServeArgs, given: &[String]) -> ExitCode {
+    let McpArgs {
+        session,
+        socket,
+        policy,
+        ask,
+        keep,
+        line,
+    } = args;
+    let (policy, ask, keep, line) = (
+        policy.or(outer.policy),
+        ask.or(outer.ask),
+        keep.or(outer.keep),
+        line.or(outer.line),
+    );
+    let limit = line.max_frame_bytes.unwrap_or(16 << 20).max(1);
+    let flags = BrokerFlags {
+        policy,
+        ask,
+        keep,
+        line,
+    };
+    let session = session
+        .filter(|session| !session.is_empty())
+        .unwrap_or_else(|| format!("mcp-{}", uuid::Uuid::new_v4().simple()));
+    let socket = socket.or_else(|| std::env::var_os("TOOLGATE_SOCKET").map(PathBuf::from));
+    let served = match socket.filter(|path| !path.as_os_str().is_empty()) {
+        Some(path) => remote(session, path, given, limit),
+        None => in_process(session, flags, limit),
+    };
+    match served {
+        Ok(Ok(())) => ExitCode::SUCCESS,
+        Ok(Err(err)) if err.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Ok(Err(err)) => {
+            say!("toolgate mcp: i/o error: {err}");
+            ExitCode::from(1)
+        }
+        Err(code) => code,
+    }
+}
+
+/// `toolgate mcp --socket PATH` until end of input: every call is put to the
+/// broker listening there. `Err` for policy flags, which belong to the broker.
+#[cfg(unix)]
+fn remote(
+    session: String,
+    path: PathBuf,
+    given: &[String],
+    limit: usize,
+) -> Result<std::io::Result<()>, ExitCode> {
+    use toolgate::mcp::{self, Remote, Server};
+    // The broker there has its own policy, and sessions it may have put in a
+    // stricter mode: nothing here may loosen them.
+    let given = broker_flags(given, &["max_frame_bytes"]);
+    if !given.is_empty() {
+        say!(
+            "toolgate mcp: {} cannot be used with --socket: the broker listening on {} decides with its own policy (give these flags to `toolgate serve --listen`)",
+            given.join(", "),
+            path.display()
+        );
+        return Err(ExitCode::from(2));
+    }
+    let mut server = Server::new(Remote::new(path, session));
+    let stdin = std::io::stdin();
+    Ok(mcp::run(
+        stdin.lock(),
+        std::io::stdout(),
+        &mut server,
+        limit,
+    ))
+}
+
+/// No Unix sockets here: `--socket` cannot be served.
+#[cfg(not(unix))]
+fn remote(
+    _session: String,
+    _path: PathBuf,
+    _given: &[String],
+    _limit: usize,
+) -> Result<std::io::Result<()>, ExitCode> {
+    say!("toolgate mcp: --socket needs Unix sockets, which this system lacks");
+    Err(ExitCode::from(2))
+}
+
+/// `toolgate mcp` deciding in-process until end of input; `Err` when the
+/// broker cannot start (its error is on stderr).
+fn in_process(
+    session: String,
+    mut flags: BrokerFlags,
+    limit: usize,
+) -> Result<std::io::Result<()>, ExitCode> {
+    use toolgate::mcp::{self, InProcess, Server};
+    flags.ask.on_ask = flags.ask.on_ask.or(Some(OnAskArg::Wait));
+    let Opened {
+        broker,
+        policy,
+        configured_mode,
+        ..
+    } = open(flags, true)?;
+    let mut server = Server::new(InProcess::new(
+        broker,
+        session,
+        configured_mode,
+        policy.default_mode,
+    ));
+    let stdin = std::io::stdin();
+    Ok(mcp::run(
+        stdin.lock(),
+        std::io::stdout(),
+        &mut server,
+        limit,
+    ))
+}
