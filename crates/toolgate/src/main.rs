@@ -33,7 +33,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// An agent writes each tool call it wants to make to toolgate's stdin as one
 /// JSON line; toolgate writes `allow` or `deny` back on stdout, asking a
 /// person or orchestrator first when the mode and rules say so. The protocol
-/// is described in protocol.md; logs go to stderr (RUST_LOG sets the level).
+/// is described in docs/protocol.md; logs go to stderr (RUST_LOG sets the level).
 #[derive(Debug, Parser)]
 #[command(name = "toolgate", version, propagate_version = true)]
 struct Cli {

@@ -167,9 +167,9 @@ fn the_link_checker_refuses_what_it_should() {
     let root = repository();
     let readme = root.join("README.md");
     let cases = [
-        ("protocol.md", None),
-        ("#policy", None),
-        ("protocol.md#state-directory", None),
+        ("docs/protocol.md", None),
+        ("#install", None),
+        ("docs/protocol.md#state-directory", None),
         (
             "../shared/spec/protocol-v1.md",
             Some("points outside the repository"),

@@ -109,16 +109,16 @@ fn run_transcript(dir: &Path, name: &str, update: bool) -> Result<(), String> {
     }
 }
 
-/// The example session in protocol.md is replayed and must match the output shown there.
+/// The example session in docs/protocol.md is replayed and must match the output shown there.
 #[test]
 fn protocol_md_example_is_real() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../protocol.md");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/protocol.md");
     let text = std::fs::read_to_string(&path).unwrap();
     let block = |tag: &str| -> (usize, usize) {
         let open = format!("```jsonl {tag}\n");
         let start = text
             .find(&open)
-            .unwrap_or_else(|| panic!("protocol.md has no {tag} block"))
+            .unwrap_or_else(|| panic!("docs/protocol.md has no {tag} block"))
             + open.len();
         let end = start + text[start..].find("```").unwrap();
         (start, end)
@@ -136,7 +136,7 @@ fn protocol_md_example_is_real() {
     }
     assert!(
         text[out_start..out_end] == actual,
-        "protocol.md's example output is stale (UPDATE_EXPECT=1 to rewrite):\n{}",
+        "docs/protocol.md's example output is stale (UPDATE_EXPECT=1 to rewrite):\n{}",
         diff(&text[out_start..out_end], &actual)
     );
 }
