@@ -145,6 +145,7 @@ fn every_link_stays_inside_the_repository_and_resolves() {
         "docs/README.md",
         "docs/protocol.md",
         "docs/contributing/benchmarks.md",
+        "scripts/README.md",
     ] {
         assert!(
             pages.contains(&root.join(expected)),
