@@ -24,7 +24,8 @@ use toolgate_policy::Mode;
 /// most of them through its slow path; mimalloc's per-page free lists do not.
 /// Measured on 20,000 calls (readonly): 449 M -> 382 M instructions, peak RSS
 /// 7.6 -> 8.4 MB. Built without transparent huge pages (`no_thp`): an
-/// earlier build with them doubled the peak RSS. README "Dependencies".
+/// earlier build with them doubled the peak RSS. See
+/// docs/contributing/dependencies.md.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -60,7 +61,7 @@ enum Command {
     #[command(subcommand)]
     State(StateCommand),
     /// Decide one call from an agent's PreToolUse hook (JSON on stdin) and
-    /// answer in the agent's format; see README "Hooks".
+    /// answer in the agent's format; see docs/hooks.md.
     ///
     /// The policy flags of `serve` apply. The agent's own permission mode is
     /// used; with --mode, TOOLGATE_MODE or a policy file's mode too, the
@@ -89,7 +90,7 @@ enum Command {
     },
     /// An MCP server on stdio with one tool, `approve`: Claude Code's
     /// permission-prompt tool (`claude -p --mcp-config FILE
-    /// --permission-prompt-tool mcp__toolgate__approve`); see README.
+    /// --permission-prompt-tool mcp__toolgate__approve`); see docs/mcp.md.
     ///
     /// The policy flags of `serve` apply. Without --socket (or
     /// TOOLGATE_SOCKET) it decides in-process, and an `ask` is a denial: no
@@ -149,7 +150,7 @@ enum Command {
     /// the same files and flags give the same bytes (ids count up, the clock
     /// reads the recorded times). Prints toolgate's frames, one decision per
     /// call; a question the recording holds no answer to is denied (source
-    /// replay). See README "Replaying recorded sessions".
+    /// replay). See docs/replay.md.
     ///
     /// The policy flags of `serve` apply. Exit code 0; 1 when --check or
     /// --compare found differences; 2 when a file cannot be used.
@@ -208,8 +209,8 @@ enum PolicyCommand {
     /// Print a toolgate policy converted from other agents' permission
     /// settings (Claude Code or qwen-code settings.json, opencode.json,
     /// Gemini CLI policy TOML, link-assistant permission JSON), merged in
-    /// order; what could not be converted is listed on stderr. See README
-    /// "Bring your rules".
+    /// order; what could not be converted is listed on stderr. See
+    /// docs/modes-and-policy.md, "Bring your rules".
     Import {
         /// The files to convert.
         #[arg(value_name = "FILE", required = true)]
@@ -302,7 +303,7 @@ struct ServeArgs {
     #[arg(long, value_name = "MODE", value_parser = parse_mode)]
     permission_mode: Option<Mode>,
 
-    /// The policy file (JSON; see README): a toolgate policy, or OpenCode's
+    /// The policy file (JSON; see docs/modes-and-policy.md): a toolgate policy, or OpenCode's
     /// config (opencode.json, opencode.jsonc, or a file whose $schema is on
     /// opencode.ai), of which only the permissions are used. Without it:
     /// toolgate.json in --project-root when that is given, else the
@@ -373,7 +374,7 @@ struct ServeArgs {
     /// `command:PROG` runs `sh -c PROG` per question, the request as one
     /// JSON line on its stdin, its first stdout line the answer (once,
     /// always, reject, or {"response":…,"message":…,"patterns":[…]});
-    /// anything else is a reject saying why. See README "Human approvers".
+    /// anything else is a reject saying why. See docs/approvers.md.
     #[arg(long, value_name = "tty|command:PROG", value_parser = toolgate::approver::parse_spec)]
     approver: Option<toolgate::approver::Spec>,
 
@@ -390,7 +391,7 @@ struct ServeArgs {
     /// rule with its origin or the grant used, who answered and how long the
     /// question waited. Written and flushed before the decision is sent; a
     /// decision that cannot be recorded is a denial. `toolgate replay
-    /// --from audit FILE` reads it back. See README "Audit log".
+    /// --from audit FILE` reads it back. See docs/audit.md.
     #[arg(long, value_name = "FILE")]
     audit: Option<PathBuf>,
 }
