@@ -15,7 +15,8 @@ use cli::Command;
 /// most of them through its slow path; mimalloc's per-page free lists do not.
 /// Measured on 20,000 calls (readonly): 449 M -> 382 M instructions, peak RSS
 /// 7.6 -> 8.4 MB. Built without transparent huge pages (`no_thp`): an
-/// earlier build with them doubled the peak RSS. README "Dependencies".
+/// earlier build with them doubled the peak RSS. See
+/// docs/contributing/dependencies.md.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

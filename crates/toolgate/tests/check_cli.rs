@@ -447,21 +447,21 @@ fn check_and_serve_never_disagree() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The README's `toolgate check` example is what the binary prints.
+/// The `toolgate check` example of `docs/check.md` is what the binary prints.
 #[test]
-fn the_readme_example_is_the_output() {
-    let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
+fn the_documented_example_is_the_output() {
+    let page =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/check.md"))
             .unwrap();
-    let start = readme
+    let start = page
         .find("$ toolgate check ")
-        .expect("the README example");
-    let block = &readme[start..readme[start..].find("```").unwrap() + start];
+        .expect("the example of docs/check.md");
+    let block = &page[start..page[start..].find("```").unwrap() + start];
     let (command, expected) = block.split_once('\n').unwrap();
     // The command's two quoted arguments.
     let quoted: Vec<&str> = command.split('\'').collect();
     assert_eq!(quoted.len(), 5, "{command}");
-    let dir = support::project_dir("check-readme");
+    let dir = support::project_dir("check-docs-example");
     let (code, out, err) = support::run(
         &dir,
         &["check", "--permission", quoted[1], "--", "bash", quoted[3]],
@@ -470,7 +470,7 @@ fn the_readme_example_is_the_output() {
     assert_eq!(code, 3, "{err}");
     assert_eq!(
         out, expected,
-        "README.md's `toolgate check` example has drifted"
+        "docs/check.md's `toolgate check` example has drifted"
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -140,11 +140,19 @@ fn check(root: &Path, page: &Path, target: &str) -> Option<String> {
 fn every_link_stays_inside_the_repository_and_resolves() {
     let root = repository();
     let pages = pages(&root);
-    assert!(
-        pages.iter().any(|page| page.ends_with("README.md")),
-        "no README.md found under {}",
-        root.display()
-    );
+    for expected in [
+        "README.md",
+        "docs/README.md",
+        "docs/protocol.md",
+        "docs/contributing/benchmarks.md",
+        "scripts/README.md",
+    ] {
+        assert!(
+            pages.contains(&root.join(expected)),
+            "{expected} not found among the pages under {}",
+            root.display()
+        );
+    }
     let mut problems = Vec::new();
     let mut seen = 0;
     for page in &pages {
@@ -167,9 +175,9 @@ fn the_link_checker_refuses_what_it_should() {
     let root = repository();
     let readme = root.join("README.md");
     let cases = [
-        ("protocol.md", None),
-        ("#policy", None),
-        ("protocol.md#state-directory", None),
+        ("docs/protocol.md", None),
+        ("#install", None),
+        ("docs/protocol.md#state-directory", None),
         (
             "../shared/spec/protocol-v1.md",
             Some("points outside the repository"),
@@ -190,6 +198,30 @@ fn the_link_checker_refuses_what_it_should() {
             check(&root, &readme, target).as_deref(),
             expected,
             "{target}"
+        );
+    }
+    // From a page under docs/: relative to that page's folder.
+    let status = root.join("docs/contributing/status.md");
+    let cases = [
+        ("benchmarks.md", None),
+        ("../shell.md#known-limits", None),
+        ("../../README.md#install", None),
+        ("../protocol.md#modes", None),
+        ("shell.md", Some("names a file that does not exist")),
+        (
+            "../shell.md#no-such-heading",
+            Some("names a heading `#no-such-heading` that does not exist"),
+        ),
+        (
+            "../../../shared/spec/protocol-v1.md",
+            Some("points outside the repository"),
+        ),
+    ];
+    for (target, expected) in cases {
+        assert_eq!(
+            check(&root, &status, target).as_deref(),
+            expected,
+            "{target} from docs/contributing/status.md"
         );
     }
     assert_eq!(

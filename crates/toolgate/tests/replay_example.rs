@@ -1,6 +1,6 @@
-//! The README's replay example: `examples/replay/session.jsonl` (a session
-//! recorded from a live `toolgate serve`, both directions, random permission
-//! ids) replayed as the README shows, each command's output compared with
+//! The replay example of `docs/replay.md`: `examples/replay/session.jsonl` (a
+//! session recorded from a live `toolgate serve`, both directions, random
+//! permission ids) replayed as that page shows, each command's output compared with
 //! `examples/replay/*.expected` (`UPDATE_EXPECT=1` rewrites them).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may panic
 
@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::Command;
 
 #[test]
-fn the_replay_example_prints_what_the_readme_says() {
+fn the_replay_example_prints_what_the_replay_page_says() {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../..")
         .canonicalize()
@@ -46,11 +46,11 @@ fn the_replay_example_prints_what_the_readme_says() {
         }
         let expected = std::fs::read_to_string(&path).unwrap_or_default();
         if name != "replay" {
-            // The README shows this output as it is.
-            let readme = std::fs::read_to_string(repo.join("README.md")).unwrap();
+            // docs/replay.md shows this output as it is.
+            let page = std::fs::read_to_string(repo.join("docs/replay.md")).unwrap();
             assert!(
-                readme.contains(&expected),
-                "README.md's replay example ({name}) has drifted"
+                page.contains(&expected),
+                "docs/replay.md's replay example ({name}) has drifted"
             );
         }
         assert!(

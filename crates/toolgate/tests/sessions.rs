@@ -227,7 +227,8 @@ fn same_with_and_without_restarts(
     );
 }
 
-/// The README's example and the cases that once differed.
+/// The orchestrator example of `docs/modes-and-policy.md` (a `research`
+/// sub-session under `main`) and the cases that once differed.
 #[test]
 fn a_restart_changes_no_answer_table() {
     let research = |parent: Option<usize>| Step::Start {

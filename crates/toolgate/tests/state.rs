@@ -404,10 +404,10 @@ fn revoke_removes_from_whichever_file_holds_the_grant() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The state file shown in protocol.md is one this build reads.
+/// The state file shown in docs/protocol.md is one this build reads.
 #[test]
 fn protocol_md_state_file_example_parses() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../protocol.md");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/protocol.md");
     let text = std::fs::read_to_string(path).unwrap();
     let section = &text[text
         .find("## State directory")

@@ -109,16 +109,16 @@ fn run_transcript(dir: &Path, name: &str, update: bool) -> Result<(), String> {
     }
 }
 
-/// The example session in protocol.md is replayed and must match the output shown there.
+/// The example session in docs/protocol.md is replayed and must match the output shown there.
 #[test]
 fn protocol_md_example_is_real() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../protocol.md");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/protocol.md");
     let text = std::fs::read_to_string(&path).unwrap();
     let block = |tag: &str| -> (usize, usize) {
         let open = format!("```jsonl {tag}\n");
         let start = text
             .find(&open)
-            .unwrap_or_else(|| panic!("protocol.md has no {tag} block"))
+            .unwrap_or_else(|| panic!("docs/protocol.md has no {tag} block"))
             + open.len();
         let end = start + text[start..].find("```").unwrap();
         (start, end)
@@ -136,7 +136,7 @@ fn protocol_md_example_is_real() {
     }
     assert!(
         text[out_start..out_end] == actual,
-        "protocol.md's example output is stale (UPDATE_EXPECT=1 to rewrite):\n{}",
+        "docs/protocol.md's example output is stale (UPDATE_EXPECT=1 to rewrite):\n{}",
         diff(&text[out_start..out_end], &actual)
     );
 }
@@ -163,15 +163,29 @@ fn readme_example_session_is_real() {
     );
 }
 
-/// Every exchange the README shows (`→` lines sent, `←` lines answered, in a
-/// fenced block) is replayed through the binary in the default mode. A `…`
-/// in a `←` line stands for any text; `per_…` in a `→` line is the id of the
-/// latest request the block shows. The `ready` line is not shown in the
-/// README and not compared.
-#[test]
-fn readme_exchanges_are_real() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md");
-    let text = std::fs::read_to_string(path).unwrap();
+/// The pages that show exchanges: the README and every Markdown page under
+/// `docs/`, sorted, as paths relative to the repository.
+fn documentation_pages(repository: &Path) -> Vec<PathBuf> {
+    let mut pages = vec![PathBuf::from("README.md")];
+    let mut found = Vec::new();
+    let mut stack = vec![repository.join("docs")];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|ext| ext == "md") {
+                found.push(path.strip_prefix(repository).unwrap().to_path_buf());
+            }
+        }
+    }
+    found.sort();
+    pages.extend(found);
+    pages
+}
+
+/// The fenced blocks of a page that show an exchange (a `→` line).
+fn exchanges(text: &str) -> Vec<Vec<&str>> {
     let mut blocks: Vec<Vec<&str>> = Vec::new();
     let mut current: Option<Vec<&str>> = None;
     for line in text.lines() {
@@ -184,54 +198,80 @@ fn readme_exchanges_are_real() {
             block.push(line);
         }
     }
-    let exchanges: Vec<Vec<&str>> = blocks
+    blocks
         .into_iter()
         .filter(|block| block.iter().any(|line| line.starts_with("→ ")))
-        .collect();
+        .collect()
+}
+
+/// Every exchange the documentation shows (`→` lines sent, `←` lines
+/// answered, in a fenced block of the README or of any page under `docs/`)
+/// is replayed through the binary in the default mode. A `…` in a `←` line
+/// stands for any text; `per_…` in a `→` line is the id of the latest
+/// request the block shows. The `ready` line is not shown in the pages and
+/// not compared.
+#[test]
+fn documented_exchanges_are_real() {
+    let repository = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let pages = documentation_pages(&repository);
     assert!(
-        exchanges.len() >= 2,
-        "the README's exchanges were not found"
+        pages.len() > 1,
+        "no page found under docs/: the page reader is broken"
     );
     let mut problems = Vec::new();
-    for (index, block) in exchanges.iter().enumerate() {
-        let mut input = String::new();
-        let mut expected: Vec<&str> = Vec::new();
-        let mut requests = 0;
-        for line in block {
-            if let Some(sent) = line.strip_prefix("→ ") {
-                input.push_str(&sent.replace("\"per_…\"", &format!("\"per_{requests}\"")));
-                input.push('\n');
-            } else if let Some(answer) = line.strip_prefix("← ") {
-                if answer.contains("\"type\":\"permission_request\"") {
-                    requests += 1;
+    let mut total = 0;
+    for page in &pages {
+        let text = std::fs::read_to_string(repository.join(page)).unwrap();
+        let shown = exchanges(&text);
+        if page == Path::new("README.md") {
+            assert!(!shown.is_empty(), "the README's exchange was not found");
+        }
+        for (index, block) in shown.iter().enumerate() {
+            total += 1;
+            let mut input = String::new();
+            let mut expected: Vec<&str> = Vec::new();
+            let mut requests = 0;
+            for line in block {
+                if let Some(sent) = line.strip_prefix("→ ") {
+                    input.push_str(&sent.replace("\"per_…\"", &format!("\"per_{requests}\"")));
+                    input.push('\n');
+                } else if let Some(answer) = line.strip_prefix("← ") {
+                    if answer.contains("\"type\":\"permission_request\"") {
+                        requests += 1;
+                    }
+                    expected.push(answer);
                 }
-                expected.push(answer);
+            }
+            let (actual, run_problems) = run_input(&format!("doc-exchange-{total}"), &input);
+            problems.extend(run_problems);
+            let actual: Vec<&str> = actual
+                .lines()
+                .filter(|line| !line.starts_with("{\"type\":\"ready\""))
+                .collect();
+            if actual.len() != expected.len()
+                || !expected
+                    .iter()
+                    .zip(&actual)
+                    .all(|(shown, real)| matches_shown(shown, real))
+            {
+                problems.push(format!(
+                    "{} exchange {} is stale:\n  shown:\n    {}\n  real:\n    {}",
+                    page.display(),
+                    index + 1,
+                    expected.join("\n    "),
+                    actual.join("\n    ")
+                ));
             }
         }
-        let (actual, run_problems) = run_input(&format!("readme-exchange-{index}"), &input);
-        problems.extend(run_problems);
-        let actual: Vec<&str> = actual
-            .lines()
-            .filter(|line| !line.starts_with("{\"type\":\"ready\""))
-            .collect();
-        if actual.len() != expected.len()
-            || !expected
-                .iter()
-                .zip(&actual)
-                .all(|(shown, real)| matches_shown(shown, real))
-        {
-            problems.push(format!(
-                "README exchange {} is stale:\n  shown:\n    {}\n  real:\n    {}",
-                index + 1,
-                expected.join("\n    "),
-                actual.join("\n    ")
-            ));
-        }
     }
+    assert!(
+        total >= 2,
+        "the documentation's exchanges were not found ({total} in {pages:?})"
+    );
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
-/// Does a line shown in the README (where `…` is any text) match a real one?
+/// Does a line shown in the documentation (where `…` is any text) match a real one?
 fn matches_shown(shown: &str, real: &str) -> bool {
     let pieces: Vec<&str> = shown.split('…').collect();
     let (first, last) = (pieces[0], pieces[pieces.len() - 1]);

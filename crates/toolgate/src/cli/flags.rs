@@ -38,7 +38,7 @@ pub struct PolicyArgs {
     #[arg(long, value_name = "MODE", value_parser = parse_mode)]
     pub permission_mode: Option<Mode>,
 
-    /// The policy file (JSON; see README): a toolgate policy, or OpenCode's
+    /// The policy file (JSON; see docs/modes-and-policy.md): a toolgate policy, or OpenCode's
     /// config (opencode.json, opencode.jsonc, or a file whose $schema is on
     /// opencode.ai), of which only the permissions are used. Without it:
     /// toolgate.json in --project-root when that is given, else the
@@ -113,7 +113,7 @@ pub struct KeepArgs {
     /// rule with its origin or the grant used, who answered and how long the
     /// question waited. Written and flushed before the decision is sent; a
     /// decision that cannot be recorded is a denial. `toolgate replay
-    /// --from audit FILE` reads it back. See README "Audit log".
+    /// --from audit FILE` reads it back. See docs/audit.md.
     #[arg(long, value_name = "FILE")]
     pub audit: Option<PathBuf>,
 }
@@ -144,7 +144,7 @@ pub struct ServeArgs {
     /// `command:PROG` runs `sh -c PROG` per question, the request as one
     /// JSON line on its stdin, its first stdout line the answer (once,
     /// always, reject, or {"response":…,"message":…,"patterns":[…]});
-    /// anything else is a reject saying why. See README "Human approvers".
+    /// anything else is a reject saying why. See docs/approvers.md.
     #[arg(long, value_name = "tty|command:PROG", value_parser = toolgate::approver::parse_spec)]
     pub approver: Option<toolgate::approver::Spec>,
 

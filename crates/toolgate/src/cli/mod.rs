@@ -22,7 +22,7 @@ use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand};
 /// An agent writes each tool call it wants to make to toolgate's stdin as one
 /// JSON line; toolgate writes `allow` or `deny` back on stdout, asking a
 /// person or orchestrator first when the mode and rules say so. The protocol
-/// is described in protocol.md; logs go to stderr (RUST_LOG sets the level).
+/// is described in docs/protocol.md; logs go to stderr (RUST_LOG sets the level).
 /// With no subcommand, the flags are `serve`'s. A subcommand's flags may
 /// stand before its name as well (the ones after it win), if it takes them.
 #[derive(Debug, Parser)]
@@ -51,7 +51,7 @@ pub enum Command {
     #[command(subcommand)]
     State(state::StateCommand),
     /// Decide one call from an agent's PreToolUse hook (JSON on stdin) and
-    /// answer in the agent's format; see README "Hooks".
+    /// answer in the agent's format; see docs/hooks.md.
     ///
     /// The policy flags of `serve` apply. The agent's own permission mode is
     /// used; with --mode, TOOLGATE_MODE or a policy file's mode too, the
@@ -60,7 +60,7 @@ pub enum Command {
     Hook(hook::HookArgs),
     /// An MCP server on stdio with one tool, `approve`: Claude Code's
     /// permission-prompt tool (`claude -p --mcp-config FILE
-    /// --permission-prompt-tool mcp__toolgate__approve`); see README.
+    /// --permission-prompt-tool mcp__toolgate__approve`); see docs/mcp.md.
     ///
     /// The policy flags of `serve` apply. Without --socket (or
     /// TOOLGATE_SOCKET) it decides in-process, and an `ask` is a denial: no
@@ -84,7 +84,7 @@ pub enum Command {
     /// the same files and flags give the same bytes (ids count up, the clock
     /// reads the recorded times). Prints toolgate's frames, one decision per
     /// call; a question the recording holds no answer to is denied (source
-    /// replay). See README "Replaying recorded sessions".
+    /// replay). See docs/replay.md.
     ///
     /// The policy flags of `serve` apply. Exit code 0; 1 when --check or
     /// --compare found differences; 2 when a file cannot be used.

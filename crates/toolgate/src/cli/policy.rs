@@ -26,8 +26,8 @@ pub enum PolicyCommand {
     /// Print a toolgate policy converted from other agents' permission
     /// settings (Claude Code or qwen-code settings.json, opencode.json,
     /// Gemini CLI policy TOML, link-assistant permission JSON), merged in
-    /// order; what could not be converted is listed on stderr. See README
-    /// "Bring your rules".
+    /// order; what could not be converted is listed on stderr. See
+    /// docs/modes-and-policy.md, "Bring your rules".
     Import {
         /// The files to convert.
         #[arg(value_name = "FILE", required = true)]
