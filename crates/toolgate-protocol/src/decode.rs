@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::map::Entry;
 use serde_json::{Map, Value};
 
-use crate::scan;
+use crate::scan::{self, truncate};
 use crate::{
     Cancel, ClientFrame, ErrorCode, GrantScope, Hello, ListGrants, PermissionResponse, Reply,
     RevokeGrant, Role, ScopeSpec, SessionRef, SessionStart, SetMode, Shutdown, ToolCall,
@@ -907,18 +907,6 @@ fn type_name(value: &Value) -> &'static str {
         Value::Array(_) => "an array",
         Value::Object(_) => "an object",
     }
-}
-
-/// `text` cut to at most `max` bytes (on a character boundary), with `…`.
-pub(crate) fn truncate(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_string();
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
 }
 
 /// The fields of `session_start.permissions`.

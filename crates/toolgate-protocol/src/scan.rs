@@ -178,7 +178,7 @@ struct Reader<'a> {
 fn place(key: Option<&str>) -> String {
     match key {
         Some("input") => "the input".into(),
-        Some(key) => format!("`{}`", crate::decode::truncate(key, 40)),
+        Some(key) => format!("`{}`", truncate(key, 40)),
         None => "the frame".into(),
     }
 }
@@ -320,7 +320,7 @@ impl Reader<'_> {
                         *problem = Some(format!(
                             "{} holds the number {}, which is out of range",
                             place(key),
-                            crate::decode::truncate(&text, 40)
+                            truncate(&text, 40)
                         ));
                     }
                 }
@@ -334,7 +334,7 @@ impl Reader<'_> {
                         *problem = Some(format!(
                             "{} holds `{}`, which is not JSON",
                             place(key),
-                            crate::decode::truncate(&String::from_utf8_lossy(word), 40)
+                            truncate(&String::from_utf8_lossy(word), 40)
                         ));
                     }
                 }
@@ -526,4 +526,16 @@ impl Reader<'_> {
         self.pos += 4;
         Some(unit)
     }
+}
+
+/// `text` cut to at most `max` bytes (on a character boundary), with `…`.
+pub(crate) fn truncate(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
 }

@@ -5,46 +5,10 @@
 //! remote archive name and `-T` files whose lines can be options; unzip's
 //! mode, the words after its archive and the names it tries for it.
 
-use crate::analysis::Env;
-use crate::model::{self, Program, Value};
+use crate::context::Env;
+use crate::model::{self, tar_old_style, Piece};
 use crate::syntax::Word;
 use crate::{Refusal, RefusalKind};
-
-/// One argument of tar's old-style call as tar rewrites it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Piece {
-    /// A letter of the first word, which tar reads as `-LETTER`.
-    Letter(char),
-    /// The word at this index of the arguments.
-    Word(usize),
-}
-
-/// GNU tar's old-style call (`tar tzf A.tar MEMBER`): when the first word
-/// does not start with `-`, each of its letters is an option, and each
-/// letter that takes a value takes the next word in turn (tar.c rewrites
-/// `tar tfb A 20 M` to `tar -t -f A -b 20 M`). The arguments as tar reads
-/// them; `None` when the call is not old-style.
-pub(crate) fn tar_old_style(program: &Program, first: &str, count: usize) -> Option<Vec<Piece>> {
-    if count == 0 || first.starts_with('-') {
-        return None;
-    }
-    let mut out = Vec::new();
-    let mut next = 1;
-    for c in first.chars() {
-        out.push(Piece::Letter(c));
-        let takes_value = program
-            .options
-            .iter()
-            .find(|o| o.short.contains(&c))
-            .is_some_and(|o| o.value != Value::None);
-        if takes_value && next < count {
-            out.push(Piece::Word(next));
-            next += 1;
-        }
-    }
-    out.extend((next..count).map(Piece::Word));
-    Some(out)
-}
 
 /// Is `name` an archive GNU tar reaches through rsh: a colon with no `/`
 /// before it, not first (rmt's `_remdev`)?
@@ -66,7 +30,7 @@ fn given(parsed: &model::Parsed<'_>, long: &str) -> bool {
 /// (or only asking for help or the version).
 pub(crate) fn tar(args: &[Word], env: &Env<'_>) -> Result<(), Refusal> {
     let Some(program) = model::program("tar") else {
-        return Err(Refusal::new(crate::table::not_read_only("tar")));
+        return Err(Refusal::new(crate::programs::not_read_only("tar")));
     };
     let rewritten: Vec<Word>;
     let args = match args.first() {
@@ -160,7 +124,7 @@ pub(crate) fn unzip(name: &str, args: &[Word], env: &Env<'_>) -> Result<(), Refu
         _ => (name, args),
     };
     let Some(program) = model::program(name) else {
-        return Err(Refusal::new(crate::table::not_read_only(name)));
+        return Err(Refusal::new(crate::programs::not_read_only(name)));
     };
     let parsed = model::parse(name, program, args)?;
     env.reads.borrow_mut().extend(parsed.reads(program, args));

@@ -100,8 +100,8 @@ pub(crate) fn never_widen(name: &str) -> bool {
             | "mkfs"
     ) || name.starts_with("mkfs");
     destructive
-        || (crate::table::is_wrapper(name) && name != "make")
-        || crate::table::is_interpreter(name)
+        || (crate::programs::is_wrapper(name) && name != "make")
+        || crate::programs::is_interpreter(name)
 }
 
 /// Global flags that take a value, per program, so they are skipped with it.

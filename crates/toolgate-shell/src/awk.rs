@@ -50,6 +50,9 @@
 
 use std::collections::HashSet;
 
+use crate::syntax::Word;
+use crate::{Refusal, RefusalKind};
+
 /// What an awk program does beyond reading its input files and printing.
 #[allow(dead_code)] // wired by the table
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -930,6 +933,164 @@ fn ends_expression(t: Tok<'_>) -> bool {
         Tok::Op(op) => matches!(op, "++" | "--"),
         _ => false,
     }
+}
+
+/// An awk command line as awk reads it: its program and which arguments are
+/// files (the rest are options, their values, and `NAME=value` assignments).
+pub(crate) struct AwkCommand<'a> {
+    /// The program texts (the first operand, or every `-e`/`--source`).
+    pub programs: Vec<&'a str>,
+    /// Indices of the arguments that are input files.
+    pub files: Vec<usize>,
+}
+
+/// Read an awk command line (POSIX awk, gawk, mawk, the one true awk):
+/// `-F FS`, `-v NAME=VALUE` (never a name awk treats specially), `--`,
+/// gawk's harmless flags and `-e PROGRAM`; refused: a program from a file
+/// (`-f`, `-E`), loading code (`-l`, `-i`), mawk's `-W` and every option
+/// not listed. An operand `NAME=value` after the program is an assignment.
+pub(crate) fn awk_command<'a>(name: &str, args: &'a [Word]) -> Result<AwkCommand<'a>, Refusal> {
+    const SPECIAL: &[&str] = &[
+        "ARGV", "ARGC", "ENVIRON", "PROCINFO", "BINMODE", "SYMTAB", "FUNCTAB", "AWKPATH",
+    ];
+    let unknown = |a: &str| {
+        Refusal::with_kind(
+            RefusalKind::UnknownOption,
+            format!("`{name}` option `{a}` is not understood"),
+        )
+    };
+    let assignment = |text: &str| -> Option<Result<(), Refusal>> {
+        let (var, _) = text.split_once('=')?;
+        let ident = !var.is_empty()
+            && !var.starts_with(|c: char| c.is_ascii_digit())
+            && var.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+        if !ident {
+            return None;
+        }
+        Some(if SPECIAL.contains(&var) {
+            Err(Refusal::new(format!(
+                "`{name}` assignment `{var}=…` changes what awk reads or runs"
+            )))
+        } else {
+            Ok(())
+        })
+    };
+    let mut programs = Vec::new();
+    let mut files = Vec::new();
+    let mut i = 0;
+    let mut options = true;
+    while let Some(w) = args.get(i) {
+        let a = w.text.as_str();
+        i += 1;
+        if options && a.starts_with('-') && a != "-" {
+            if !w.is_plain() {
+                return Err(Refusal::with_kind(
+                    RefusalKind::Expansion,
+                    format!("expansion or glob `{a}` in the options of `{name}` cannot be proven read-only"),
+                ));
+            }
+            let (opt, attached) = match a.strip_prefix("--") {
+                Some("") => {
+                    options = false;
+                    continue;
+                }
+                Some(long) => match long.split_once('=') {
+                    Some((n, v)) => (n, Some(v)),
+                    None => (long, None),
+                },
+                None => {
+                    let (letter, rest) =
+                        a[1..].split_at(a[1..].chars().next().map_or(0, char::len_utf8));
+                    (letter, (!rest.is_empty()).then_some(rest))
+                }
+            };
+            let value = |attached: Option<&'a str>, i: &mut usize| -> Result<&'a str, Refusal> {
+                match attached {
+                    Some(v) => Ok(v),
+                    None => {
+                        let v = args
+                            .get(*i)
+                            .ok_or_else(|| Refusal::new(format!("`{name} {a}` needs a value")))?;
+                        if !v.is_plain() {
+                            return Err(Refusal::with_kind(
+                                RefusalKind::Expansion,
+                                format!("expansion `{}` in a value of `{name} {a}` cannot be proven read-only", v.text),
+                            ));
+                        }
+                        *i += 1;
+                        Ok(v.text.as_str())
+                    }
+                }
+            };
+            match opt {
+                "F" | "field-separator" => {
+                    value(attached, &mut i)?;
+                }
+                "v" | "assign" => {
+                    let v = value(attached, &mut i)?;
+                    match assignment(v) {
+                        Some(r) => r?,
+                        None => return Err(unknown(a)),
+                    }
+                }
+                "e" | "source" => programs.push(value(attached, &mut i)?),
+                "f" | "file" | "E" | "exec" => {
+                    return Err(Refusal::new(format!(
+                        "`{name} {a}` reads its program from a file, which cannot be analysed"
+                    )))
+                }
+                "l" | "load" | "i" | "include" => {
+                    return Err(Refusal::with_kind(
+                        RefusalKind::RunsProgram,
+                        format!("`{name} {a}` loads code"),
+                    ))
+                }
+                "b"
+                | "characters-as-bytes"
+                | "c"
+                | "traditional"
+                | "P"
+                | "posix"
+                | "r"
+                | "re-interval"
+                | "S"
+                | "sandbox"
+                | "N"
+                | "use-lc-numeric"
+                | "s"
+                | "no-optimize"
+                | "O"
+                | "optimize"
+                | "version"
+                | "V"
+                | "help"
+                | "h"
+                    if attached.is_none() => {}
+                _ => return Err(unknown(a)),
+            }
+            continue;
+        }
+        if programs.is_empty() {
+            programs.push(a);
+            if !w.is_plain() {
+                return Err(Refusal::with_kind(
+                    RefusalKind::Expansion,
+                    format!("the program of `{name}` holds an expansion, which cannot be proven read-only"),
+                ));
+            }
+            options = false;
+            continue;
+        }
+        options = false;
+        match assignment(a) {
+            Some(r) => r?,
+            None => files.push(i - 1),
+        }
+    }
+    if programs.is_empty() {
+        return Err(Refusal::new(format!("`{name}` without a program")));
+    }
+    Ok(AwkCommand { programs, files })
 }
 
 #[cfg(test)]

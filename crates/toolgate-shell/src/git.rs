@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::analysis::{Env, State};
+use crate::context::{Env, State};
 use crate::opts::{long_hit, normalize, plain_args};
 use crate::syntax::Word;
 use crate::{Refusal, RepoFact, RepoQuery};

@@ -247,6 +247,7 @@ mod analysis;
 mod archives;
 mod arity;
 mod awk;
+mod context;
 mod decode;
 mod git;
 mod lexer;
@@ -254,6 +255,7 @@ mod model;
 mod names;
 mod opts;
 mod parse;
+mod programs;
 mod sedscript;
 mod syntax;
 mod table;
@@ -268,7 +270,8 @@ mod wrappers;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use analysis::{analyze_text, Env, State};
+use analysis::analyze_text;
+use context::State;
 use syntax::{Item, Word};
 
 /// Settings that change how commands are judged.
@@ -638,7 +641,7 @@ pub fn analyze_tree_sitter_only(script: Script<'_>, options: &Options) -> Analys
 }
 
 fn analyze_with(script: Script<'_>, options: &Options, tree_sitter_only: bool) -> Analysis {
-    let env = Env::new(options, tree_sitter_only);
+    let env = analysis::new_env(options, tree_sitter_only);
     let mut state = State::initial(&env);
     let commands = match script {
         Script::Text(text) => analyze_text(text, &env, &mut state, 0),
@@ -673,9 +676,9 @@ fn analyze_with(script: Script<'_>, options: &Options, tree_sitter_only: bool) -
 }
 
 /// The shell and script of an argv such as `["bash", "-lc", SCRIPT]`.
-fn shell_script(words: &[Word]) -> Option<(analysis::Shell, &str)> {
+fn shell_script(words: &[Word]) -> Option<(context::Shell, &str)> {
     let (first, args) = words.split_first()?;
-    let name = analysis::program_name(first).ok()?;
+    let name = context::program_name(first).ok()?;
     if !matches!(name, "bash" | "sh" | "zsh" | "dash") {
         return None;
     }
@@ -685,7 +688,7 @@ fn shell_script(words: &[Word]) -> Option<(analysis::Shell, &str)> {
             if wrappers::script_problem(name, script).is_some() {
                 return None;
             }
-            Some((analysis::Shell::named(name), script.text.as_str()))
+            Some((context::Shell::named(name), script.text.as_str()))
         }
         _ => None,
     }

@@ -815,7 +815,7 @@ pub(crate) fn path_words(name: &str, args: &[&str]) -> Option<crate::PathWords> 
     use crate::{PathRole, PathWord};
     if matches!(name, "awk" | "gawk" | "mawk" | "nawk" | "original-awk") {
         let words: Vec<Word> = args.iter().map(|a| Word::literal(a)).collect();
-        let command = crate::table::awk_command(name, &words).ok()?;
+        let command = crate::awk::awk_command(name, &words).ok()?;
         let words = command
             .files
             .iter()
@@ -845,22 +845,20 @@ pub(crate) fn path_words(name: &str, args: &[&str]) -> Option<crate::PathWords> 
     if name == "tar" {
         if let Some(pieces) = args
             .first()
-            .and_then(|first| crate::archives::tar_old_style(program, first, args.len()))
+            .and_then(|first| tar_old_style(program, first, args.len()))
         {
             let texts: Vec<String> = pieces
                 .iter()
                 .map(|p| match p {
-                    crate::archives::Piece::Letter(c) => format!("-{c}"),
-                    crate::archives::Piece::Word(i) => {
-                        args.get(*i).copied().unwrap_or_default().to_string()
-                    }
+                    Piece::Letter(c) => format!("-{c}"),
+                    Piece::Word(i) => args.get(*i).copied().unwrap_or_default().to_string(),
                 })
                 .collect();
             let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
             let mut paths = path_words_as_read(name, program, &refs)?;
             for w in &mut paths.words {
                 w.word = match pieces.get(w.word) {
-                    Some(crate::archives::Piece::Word(i)) => *i,
+                    Some(Piece::Word(i)) => *i,
                     _ => 0,
                 };
             }
@@ -869,7 +867,7 @@ pub(crate) fn path_words(name: &str, args: &[&str]) -> Option<crate::PathWords> 
     }
     // `head -20 F`: the obsolete count, as the judge reads it.
     if let Some(first) = args.first() {
-        if crate::table::legacy_count(name, first, args.len()) {
+        if crate::programs::legacy_count(name, first, args.len()) {
             let mut paths = path_words_as_read(name, program, &args[1..])?;
             for w in &mut paths.words {
                 w.word += 1;
@@ -985,6 +983,42 @@ fn path_words_as_read(
         any_file: parsed.any_operand,
         follows_links: parsed.follows_links || program.follows_links,
     })
+}
+
+/// One argument of tar's old-style call as tar rewrites it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Piece {
+    /// A letter of the first word, which tar reads as `-LETTER`.
+    Letter(char),
+    /// The word at this index of the arguments.
+    Word(usize),
+}
+
+/// GNU tar's old-style call (`tar tzf A.tar MEMBER`): when the first word
+/// does not start with `-`, each of its letters is an option, and each
+/// letter that takes a value takes the next word in turn (tar.c rewrites
+/// `tar tfb A 20 M` to `tar -t -f A -b 20 M`). The arguments as tar reads
+/// them; `None` when the call is not old-style.
+pub(crate) fn tar_old_style(program: &Program, first: &str, count: usize) -> Option<Vec<Piece>> {
+    if count == 0 || first.starts_with('-') {
+        return None;
+    }
+    let mut out = Vec::new();
+    let mut next = 1;
+    for c in first.chars() {
+        out.push(Piece::Letter(c));
+        let takes_value = program
+            .options
+            .iter()
+            .find(|o| o.short.contains(&c))
+            .is_some_and(|o| o.value != Value::None);
+        if takes_value && next < count {
+            out.push(Piece::Word(next));
+            next += 1;
+        }
+    }
+    out.extend((next..count).map(Piece::Word));
+    Some(out)
 }
 
 #[cfg(test)]

@@ -1,8 +1,9 @@
 //! The read-only table: which programs only read, and which of their flags
 //! or subcommands make them write or run other programs.
 
-use crate::analysis::{Env, State};
+use crate::context::{Env, State};
 use crate::opts::{self, plain_args, Arg, Rules, Short};
+use crate::programs::{is_interpreter, is_wrapper, legacy_count, not_read_only};
 use crate::syntax::Word;
 use crate::{git, Refusal, RefusalKind};
 
@@ -176,29 +177,6 @@ pub(crate) fn judge(
     }
 }
 
-/// `head -20`, `tail -5f`, `tail +5`: the obsolete count form, first
-/// argument only (tail's only when at most one file follows; `count` is
-/// the number of arguments).
-pub(crate) fn legacy_count(name: &str, first: &str, count: usize) -> bool {
-    let (sign, rest) = match (first.strip_prefix('-'), first.strip_prefix('+')) {
-        (Some(rest), _) => ("-", rest),
-        (None, Some(rest)) => ("+", rest),
-        (None, None) => return false,
-    };
-    let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
-    let suffix = &rest[digits..];
-    digits > 0
-        && match name {
-            "head" => sign == "-" && suffix.bytes().all(|b| b"bcklmqvz".contains(&b)),
-            "tail" => {
-                (sign == "-" || sign == "+")
-                    && suffix.bytes().all(|b| b"bclf".contains(&b))
-                    && count <= 2
-            }
-            _ => false,
-        }
-}
-
 /// A program judged by its model alone: every option known, none unsafe;
 /// the files its options read are recorded for the policy.
 fn modelled(name: &str, args: &[Word], env: &Env<'_>) -> Result<(), Refusal> {
@@ -232,80 +210,6 @@ fn version_only(name: &str, args: &[Word]) -> bool {
         _ => return false,
     };
     matches!(args, [only] if only.is_plain() && flags.contains(&only.text.as_str()))
-}
-
-/// Why an unknown or writing program is not read-only.
-pub(crate) fn not_read_only(name: &str) -> String {
-    let what = match name {
-        "rm" => "deletes files",
-        "rmdir" => "removes directories",
-        "mv" => "moves or overwrites files",
-        "cp" | "install" | "rsync" | "scp" => "writes files",
-        "touch" => "creates or changes files",
-        "mkdir" => "creates directories",
-        "ln" => "creates links",
-        "chmod" => "changes permissions",
-        "chown" | "chgrp" => "changes ownership",
-        "dd" => "writes data",
-        "truncate" => "changes file sizes",
-        "shred" => "destroys files",
-        "tee" => "writes files",
-        "patch" => "edits files",
-        "curl" | "wget" => "can download and write files",
-        "kill" | "pkill" | "killall" => "signals processes",
-        "source" | "." => "runs a script in this shell",
-        "export" | "declare" | "typeset" | "local" | "readonly" | "unset" | "set" | "shopt"
-        | "alias" | "unalias" | "trap" | "read" | "let" | "hash" | "ulimit" | "umask"
-        | "enable" | "mapfile" | "readarray" | "pushd" | "popd" => "changes the shell's state",
-        _ if is_interpreter(name) => "runs code",
-        _ => return format!("`{name}` is not a known read-only program"),
-    };
-    format!("`{name}` {what}")
-}
-
-/// Shells and language interpreters (by program name).
-pub(crate) fn is_interpreter(name: &str) -> bool {
-    const PREFIXES: &[&str] = &[
-        "python",
-        "pypy",
-        "node",
-        "ruby",
-        "perl",
-        "php",
-        "deno",
-        "bun",
-        "lua",
-        "tclsh",
-        "Rscript",
-        "julia",
-        "osascript",
-        "pwsh",
-        "powershell",
-        "irb",
-        "ghci",
-        "runghc",
-        "swift",
-        "java",
-    ];
-    is_shell(name) || PREFIXES.iter().any(|p| name.starts_with(p))
-}
-
-/// Shells (by program name).
-pub(crate) fn is_shell(name: &str) -> bool {
-    matches!(
-        name,
-        "bash"
-            | "sh"
-            | "zsh"
-            | "dash"
-            | "ksh"
-            | "mksh"
-            | "fish"
-            | "csh"
-            | "tcsh"
-            | "ash"
-            | "busybox"
-    )
 }
 
 fn checked<'a>(name: &str, args: &'a [Word], rules: &Rules) -> Result<Vec<&'a Word>, Refusal> {
@@ -721,170 +625,12 @@ fn sed(args: &[Word], env: &Env<'_>) -> Result<(), Refusal> {
     Ok(())
 }
 
-/// An awk command line as awk reads it: its program and which arguments are
-/// files (the rest are options, their values, and `NAME=value` assignments).
-pub(crate) struct AwkCommand<'a> {
-    /// The program texts (the first operand, or every `-e`/`--source`).
-    pub programs: Vec<&'a str>,
-    /// Indices of the arguments that are input files.
-    pub files: Vec<usize>,
-}
-
-/// Read an awk command line (POSIX awk, gawk, mawk, the one true awk):
-/// `-F FS`, `-v NAME=VALUE` (never a name awk treats specially), `--`,
-/// gawk's harmless flags and `-e PROGRAM`; refused: a program from a file
-/// (`-f`, `-E`), loading code (`-l`, `-i`), mawk's `-W` and every option
-/// not listed. An operand `NAME=value` after the program is an assignment.
-pub(crate) fn awk_command<'a>(name: &str, args: &'a [Word]) -> Result<AwkCommand<'a>, Refusal> {
-    const SPECIAL: &[&str] = &[
-        "ARGV", "ARGC", "ENVIRON", "PROCINFO", "BINMODE", "SYMTAB", "FUNCTAB", "AWKPATH",
-    ];
-    let unknown = |a: &str| {
-        Refusal::with_kind(
-            RefusalKind::UnknownOption,
-            format!("`{name}` option `{a}` is not understood"),
-        )
-    };
-    let assignment = |text: &str| -> Option<Result<(), Refusal>> {
-        let (var, _) = text.split_once('=')?;
-        let ident = !var.is_empty()
-            && !var.starts_with(|c: char| c.is_ascii_digit())
-            && var.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
-        if !ident {
-            return None;
-        }
-        Some(if SPECIAL.contains(&var) {
-            Err(Refusal::new(format!(
-                "`{name}` assignment `{var}=…` changes what awk reads or runs"
-            )))
-        } else {
-            Ok(())
-        })
-    };
-    let mut programs = Vec::new();
-    let mut files = Vec::new();
-    let mut i = 0;
-    let mut options = true;
-    while let Some(w) = args.get(i) {
-        let a = w.text.as_str();
-        i += 1;
-        if options && a.starts_with('-') && a != "-" {
-            if !w.is_plain() {
-                return Err(Refusal::with_kind(
-                    RefusalKind::Expansion,
-                    format!("expansion or glob `{a}` in the options of `{name}` cannot be proven read-only"),
-                ));
-            }
-            let (opt, attached) = match a.strip_prefix("--") {
-                Some("") => {
-                    options = false;
-                    continue;
-                }
-                Some(long) => match long.split_once('=') {
-                    Some((n, v)) => (n, Some(v)),
-                    None => (long, None),
-                },
-                None => {
-                    let (letter, rest) =
-                        a[1..].split_at(a[1..].chars().next().map_or(0, char::len_utf8));
-                    (letter, (!rest.is_empty()).then_some(rest))
-                }
-            };
-            let value = |attached: Option<&'a str>, i: &mut usize| -> Result<&'a str, Refusal> {
-                match attached {
-                    Some(v) => Ok(v),
-                    None => {
-                        let v = args
-                            .get(*i)
-                            .ok_or_else(|| Refusal::new(format!("`{name} {a}` needs a value")))?;
-                        if !v.is_plain() {
-                            return Err(Refusal::with_kind(
-                                RefusalKind::Expansion,
-                                format!("expansion `{}` in a value of `{name} {a}` cannot be proven read-only", v.text),
-                            ));
-                        }
-                        *i += 1;
-                        Ok(v.text.as_str())
-                    }
-                }
-            };
-            match opt {
-                "F" | "field-separator" => {
-                    value(attached, &mut i)?;
-                }
-                "v" | "assign" => {
-                    let v = value(attached, &mut i)?;
-                    match assignment(v) {
-                        Some(r) => r?,
-                        None => return Err(unknown(a)),
-                    }
-                }
-                "e" | "source" => programs.push(value(attached, &mut i)?),
-                "f" | "file" | "E" | "exec" => {
-                    return Err(Refusal::new(format!(
-                        "`{name} {a}` reads its program from a file, which cannot be analysed"
-                    )))
-                }
-                "l" | "load" | "i" | "include" => {
-                    return Err(Refusal::with_kind(
-                        RefusalKind::RunsProgram,
-                        format!("`{name} {a}` loads code"),
-                    ))
-                }
-                "b"
-                | "characters-as-bytes"
-                | "c"
-                | "traditional"
-                | "P"
-                | "posix"
-                | "r"
-                | "re-interval"
-                | "S"
-                | "sandbox"
-                | "N"
-                | "use-lc-numeric"
-                | "s"
-                | "no-optimize"
-                | "O"
-                | "optimize"
-                | "version"
-                | "V"
-                | "help"
-                | "h"
-                    if attached.is_none() => {}
-                _ => return Err(unknown(a)),
-            }
-            continue;
-        }
-        if programs.is_empty() {
-            programs.push(a);
-            if !w.is_plain() {
-                return Err(Refusal::with_kind(
-                    RefusalKind::Expansion,
-                    format!("the program of `{name}` holds an expansion, which cannot be proven read-only"),
-                ));
-            }
-            options = false;
-            continue;
-        }
-        options = false;
-        match assignment(a) {
-            Some(r) => r?,
-            None => files.push(i - 1),
-        }
-    }
-    if programs.is_empty() {
-        return Err(Refusal::new(format!("`{name}` without a program")));
-    }
-    Ok(AwkCommand { programs, files })
-}
-
 /// awk is read-only when its program only prints ([`crate::awk`] parses
 /// it: no `system()`, pipes, output redirections, `getline` from a file
 /// named by an expression, changes to `ENVIRON`/`ARGV`); the files its
 /// `getline < "FILE"` reads are recorded.
 fn awk(name: &str, args: &[Word], env: &Env<'_>) -> Result<(), Refusal> {
-    let command = awk_command(name, args)?;
+    let command = crate::awk::awk_command(name, args)?;
     for program in command.programs {
         env.read_files(crate::awk::analyse(program).map_err(Refusal::new)?.reads);
     }
@@ -1011,57 +757,6 @@ const WRITE_WORDS: &[&str] = &[
     "rerun",
     "watch",
 ];
-
-/// Wrappers and other programs that run their arguments.
-pub(crate) fn is_wrapper(name: &str) -> bool {
-    matches!(
-        name,
-        "sudo"
-            | "doas"
-            | "su"
-            | "env"
-            | "timeout"
-            | "time"
-            | "nice"
-            | "nohup"
-            | "stdbuf"
-            | "ionice"
-            | "command"
-            | "builtin"
-            | "xargs"
-            | "exec"
-            | "eval"
-            | "source"
-            | "."
-            | "watch"
-            | "setsid"
-            | "chroot"
-            | "nsenter"
-            | "unshare"
-            | "flock"
-            | "strace"
-            | "ltrace"
-            | "gdb"
-            | "parallel"
-            | "npx"
-            | "bunx"
-            | "pnpx"
-            | "uvx"
-            | "pipx"
-            | "find"
-            // `fd -x/-X CMD`; `tar --to-command`, `-I`, `-F`, `--checkpoint-action`.
-            | "fd"
-            | "fdfind"
-            | "tar"
-            | "awk"
-            | "gawk"
-            | "mawk"
-            | "nawk"
-            | "sed"
-            | "make"
-            | "ssh"
-    ) || crate::wrappers::is_runner(name)
-}
 
 /// Check a `planModeReadOnlyCommands` entry and split it into tokens.
 pub(crate) fn validate_extra(entry: &str) -> Result<Vec<String>, String> {

@@ -46,7 +46,7 @@
 //! and write their caches), `python3 -m` (the working directory comes first
 //! on the module path), `cargo +TOOLCHAIN` (installs it).
 
-use crate::analysis::Env;
+use crate::context::Env;
 use crate::syntax::Word;
 use crate::{Refusal, Requirement};
 

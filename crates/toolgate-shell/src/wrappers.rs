@@ -2,8 +2,9 @@
 //! `xargs`, `bash -c`, ...). The inner command is found and judged; its
 //! text is recorded so rules can match it.
 
-use crate::analysis::{analyze_text, enter, program_name, too_deep, Env, Shell, State, MAX_DEPTH};
+use crate::context::{analyze_nested, enter, program_name, too_deep, Env, Shell, State, MAX_DEPTH};
 use crate::opts::{long_matches, short_cluster, Arg, Short};
+use crate::programs::{runner, Runner};
 use crate::syntax::{join, Word};
 use crate::table;
 use crate::Refusal;
@@ -45,7 +46,7 @@ pub(crate) fn judge(
             if args.iter().all(Word::is_plain) && depth < MAX_DEPTH {
                 let script = join(args);
                 let mut scratch = state.clone();
-                for c in analyze_text(&script, env, &mut scratch, depth + 1) {
+                for c in analyze_nested(&script, env, &mut scratch, depth + 1) {
                     inner.push(c.text);
                     inner.extend(c.inner);
                     env.reads.borrow_mut().extend(c.reads);
@@ -153,7 +154,7 @@ fn describe_script(
         return;
     }
     let mut scratch = state.clone();
-    for c in analyze_text(script, env, &mut scratch, depth + 1) {
+    for c in analyze_nested(script, env, &mut scratch, depth + 1) {
         inner.push(c.text);
         inner.extend(c.inner);
         env.reads.borrow_mut().extend(c.reads);
@@ -819,215 +820,6 @@ fn find(
     }
 }
 
-/// How a program that runs a command (and is refused whatever it runs)
-/// takes its options, so the command it runs can be recorded for rules.
-struct Runner {
-    /// Short option letters that take a value.
-    value: &'static str,
-    /// Long options that take a value when written without `=`.
-    long_value: &'static [&'static str],
-    /// Long options without a value; with `strict`, any other long option
-    /// written without `=` means the options cannot be read.
-    long_flags: &'static [&'static str],
-    /// Operands before the command (`chroot DIR`, `ssh HOST`, `chrt PRIO`).
-    operands: usize,
-    /// The command words are joined and run by a shell (`ssh`, `watch`).
-    shell: bool,
-    /// Only the long options listed are understood (see `long_flags`).
-    strict: bool,
-}
-
-const fn plain_runner(operands: usize) -> Runner {
-    Runner {
-        value: "",
-        long_value: &[],
-        long_flags: &[],
-        operands,
-        shell: false,
-        strict: false,
-    }
-}
-
-/// A runner with many options: short letters that take a value, long
-/// options that do, and the long ones that do not; any other long option
-/// without `=` sends the reader to candidates.
-const fn strict_runner(
-    value: &'static str,
-    long_value: &'static [&'static str],
-    long_flags: &'static [&'static str],
-    operands: usize,
-) -> Runner {
-    Runner {
-        value,
-        long_value,
-        long_flags,
-        operands,
-        shell: false,
-        strict: true,
-    }
-}
-
-/// Programs that run a command given in their arguments, beyond the
-/// wrappers judged above. They are never read-only.
-fn runner(name: &str) -> Option<Runner> {
-    Some(match name {
-        "setsid" | "unbuffer" | "valgrind" | "firejail" | "busybox" | "catchsegv" => {
-            plain_runner(0)
-        }
-        "pkexec" => Runner {
-            long_value: &["--user"],
-            ..plain_runner(0)
-        },
-        "chroot" => Runner {
-            long_value: &["--userspec", "--groups"],
-            ..plain_runner(1)
-        },
-        "taskset" => plain_runner(1),
-        "chrt" => Runner {
-            value: "TPD",
-            long_value: &["--sched-runtime", "--sched-period", "--sched-deadline"],
-            ..plain_runner(1)
-        },
-        "watch" => Runner {
-            value: "nq",
-            long_value: &["--interval", "--equexit"],
-            shell: true,
-            ..plain_runner(0)
-        },
-        "ssh" => Runner {
-            value: "BbcDEeFIiJLlmOopQRSWw",
-            shell: true,
-            ..plain_runner(1)
-        },
-        "strace" => strict_runner(
-            "abeEIoOpPsSuUX",
-            &[
-                "--output",
-                "--trace",
-                "--attach",
-                "--trace-path",
-                "--string-limit",
-                "--user",
-                "--env",
-            ],
-            &[
-                "--follow-forks",
-                "--summary",
-                "--summary-only",
-                "--output-separately",
-                "--daemonize",
-                "--no-abbrev",
-                "--decode-pids",
-                "--stack-trace",
-                "--seccomp-bpf",
-            ],
-            0,
-        ),
-        "ltrace" => strict_runner(
-            "aADeFlnopsuwx",
-            &["--output", "--library"],
-            &["--demangle"],
-            0,
-        ),
-        "numactl" => strict_runner(
-            "ipmNCP",
-            &[],
-            &["--all", "--localalloc", "--show", "--hardware"],
-            0,
-        ),
-        "unshare" => strict_runner(
-            "SGRw",
-            &["--setuid", "--setgid", "--root", "--wd", "--propagation"],
-            &[
-                "--fork",
-                "--map-root-user",
-                "--map-current-user",
-                "--mount-proc",
-                "--user",
-                "--pid",
-                "--net",
-                "--mount",
-                "--uts",
-                "--ipc",
-                "--cgroup",
-                "--time",
-                "--kill-child",
-            ],
-            0,
-        ),
-        "nsenter" => strict_runner(
-            "tSG",
-            &["--target", "--setuid", "--setgid"],
-            &[
-                "--all",
-                "--mount",
-                "--uts",
-                "--ipc",
-                "--net",
-                "--pid",
-                "--user",
-                "--cgroup",
-                "--time",
-                "--preserve-credentials",
-                "--no-fork",
-                "--root",
-                "--wd",
-            ],
-            0,
-        ),
-        "systemd-run" => strict_runner(
-            "upEMH",
-            &[
-                "--unit",
-                "--property",
-                "--setenv",
-                "--machine",
-                "--host",
-                "--description",
-                "--slice",
-                "--uid",
-                "--gid",
-                "--nice",
-                "--working-directory",
-            ],
-            &[
-                "--user",
-                "--system",
-                "--scope",
-                "--wait",
-                "--pty",
-                "--pipe",
-                "--quiet",
-                "--collect",
-                "--same-dir",
-                "--shell",
-                "--no-block",
-                "--no-ask-password",
-                "--remain-after-exit",
-                "--send-sighup",
-            ],
-            0,
-        ),
-        "fakeroot" => strict_runner("lisb", &["--lib", "--faked"], &["--unknown-is-real"], 0),
-        "faketime" => strict_runner("p", &["--date-prog"], &["--exclude-monotonic"], 1),
-        "torsocks" => strict_runner(
-            "upaP",
-            &["--user", "--pass", "--address", "--port"],
-            &["--isolate", "--debug", "--quiet"],
-            0,
-        ),
-        "proxychains" | "proxychains4" => strict_runner("f", &[], &[], 0),
-        "xvfb-run" => strict_runner("efnpsw", &[], &["--auto-servernum", "--listen-tcp"], 0),
-        "flock" | "su" | "runuser" | "script" | "gdb" | "parallel" => plain_runner(0),
-        _ => return None,
-    })
-}
-
-/// Programs that run a command and are refused whatever they run.
-pub(crate) fn is_runner(name: &str) -> bool {
-    runner(name).is_some()
-}
-
 /// Where a runner's command starts; `Err` when its options cannot be read.
 fn runner_start(args: &[Word], spec: &Runner) -> Result<usize, ()> {
     let mut i = 0;
@@ -1309,7 +1101,7 @@ fn shell(
             }
             let mut nested = state.clone();
             nested.shell = Shell::named(name);
-            let commands = analyze_text(&script.text, env, &mut nested, depth + 1);
+            let commands = analyze_nested(&script.text, env, &mut nested, depth + 1);
             if commands.is_empty() {
                 return Err(refusal(format!("the script of `{name} -c` is empty")));
             }
