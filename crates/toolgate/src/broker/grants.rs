@@ -7,8 +7,8 @@ use toolgate_policy::{GrantSpec, Grants, Mode};
 use toolgate_protocol as wire;
 use toolgate_protocol::{ErrorCode, ServerFrame};
 
-use super::persistence::{is_stored, not_saved, spec_grant};
-use super::sessions::Session;
+use super::persistence::{is_stored, spec_grant};
+use super::sessions::{not_saved, Session};
 use super::{error, Broker};
 use crate::state::Change;
 

@@ -5,14 +5,11 @@
 //! more strictly than written (readonly mode, deny-all scope), never more loosely.
 
 use toolgate_policy::{GrantPattern, GrantSpec, Mode, ScopeLayer};
-use toolgate_protocol::ServerFrame;
 
 use super::sessions::{new_session, Closed, Session};
 use super::Broker;
 use crate::convert;
-use crate::state::{
-    session_fingerprint, Change, Snapshot, Store, StoredClosed, StoredGrant, StoredSession,
-};
+use crate::state::{session_fingerprint, Change, Snapshot, Store, StoredGrant, StoredSession};
 
 impl Broker {
     /// Keep state in `store` from now on, starting from `snapshot` (what the
@@ -204,7 +201,7 @@ impl Broker {
                 closed.sort_unstable_by_key(|(fp, _)| *fp);
                 closed
                     .into_iter()
-                    .map(|(fingerprint, why)| stored_closed(fingerprint, why))
+                    .map(|(fingerprint, why)| why.stored(fingerprint))
                     .collect()
             },
         }
@@ -448,33 +445,10 @@ impl Unsaved {
     }
 }
 
-/// Mark the frames that report a change (in `frames`) as not saved, and why.
-pub(super) fn not_saved(frames: &mut [ServerFrame], err: &str) {
-    for frame in frames {
-        let field = match frame {
-            ServerFrame::SessionEnded(frame) => &mut frame.not_saved,
-            ServerFrame::SessionStarted(frame) => &mut frame.not_saved,
-            ServerFrame::ModeChanged(frame) => &mut frame.not_saved,
-            ServerFrame::Grants(frame) => &mut frame.not_saved,
-            ServerFrame::Error(frame) => &mut frame.not_saved,
-            _ => continue,
-        };
-        field.get_or_insert_with(|| err.to_string());
-    }
-}
-
 /// Whether the state directory keeps a session: started or given a mode,
 /// holding grants, or the parent of a kept session (an implicit parent).
 pub(super) fn is_stored(session: &Session) -> bool {
     session.explicit || !session.grants.is_empty() || !session.children.is_empty()
-}
-
-/// A closed session as stored.
-pub(super) fn stored_closed(fingerprint: u64, why: Closed) -> StoredClosed {
-    StoredClosed {
-        fingerprint: format!("{fingerprint:016x}"),
-        why: why.as_str().to_string(),
-    }
 }
 
 /// A session as the state directory keeps it.

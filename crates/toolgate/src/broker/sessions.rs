@@ -10,10 +10,9 @@ use toolgate_policy::{Grants, Mode, Scope, ScopeLayer, ScopeRules};
 use toolgate_protocol as wire;
 use toolgate_protocol::{ErrorCode, ServerFrame};
 
-use super::persistence::{not_saved, stored_closed};
 use super::{error, Broker, OnAsk};
 use crate::convert;
-use crate::state::{session_fingerprint, Change};
+use crate::state::{session_fingerprint, Change, StoredClosed};
 
 /// How many ancestors a session may have: a `session_start` that would make
 /// a chain deeper is refused (and shuts the session, like every refused start).
@@ -551,10 +550,9 @@ impl Broker {
             self.end_subtree(session_id, out, &mut changes);
         }
         self.close(session_id, Closed::Refused);
-        changes.push(Change::Closed(stored_closed(
-            session_fingerprint(session_id),
-            Closed::Refused,
-        )));
+        changes.push(Change::Closed(
+            Closed::Refused.stored(session_fingerprint(session_id)),
+        ));
         // The session is shut in memory either way.
         let saved = self.persist_now(&changes, || {
             format!("the refusal of session `{session_id}`")
@@ -606,10 +604,9 @@ impl Broker {
                 return;
             }
             self.close(session_id, Closed::Ended);
-            changes.push(Change::Closed(stored_closed(
-                session_fingerprint(session_id),
-                Closed::Ended,
-            )));
+            changes.push(Change::Closed(
+                Closed::Ended.stored(session_fingerprint(session_id)),
+            ));
             out.push(ServerFrame::SessionEnded(wire::SessionEnded {
                 session_id: session_id.to_string(),
                 denied: 0,
@@ -663,10 +660,9 @@ impl Broker {
             }
             self.remove_session(&ended);
             self.close(&ended, Closed::Ended);
-            changes.push(Change::Closed(stored_closed(
-                session_fingerprint(&ended),
-                Closed::Ended,
-            )));
+            changes.push(Change::Closed(
+                Closed::Ended.stored(session_fingerprint(&ended)),
+            ));
             out.push(ServerFrame::SessionEnded(wire::SessionEnded {
                 session_id: ended,
                 denied,
@@ -796,6 +792,15 @@ pub(super) enum Closed {
 }
 
 impl Closed {
+    /// This closing as the state directory keeps it, for the session
+    /// whose fingerprint is `fingerprint`.
+    pub(super) fn stored(self, fingerprint: u64) -> StoredClosed {
+        StoredClosed {
+            fingerprint: format!("{fingerprint:016x}"),
+            why: self.as_str().to_string(),
+        }
+    }
+
     /// As stored (`StoredClosed::why`).
     pub(super) fn as_str(self) -> &'static str {
         match self {
@@ -833,5 +838,20 @@ fn parse_mode(name: &str, number: u64, out: &mut Vec<ServerFrame>) -> Option<Mod
             ));
             None
         }
+    }
+}
+
+/// Mark the frames that report a change (in `frames`) as not saved, and why.
+pub(super) fn not_saved(frames: &mut [ServerFrame], err: &str) {
+    for frame in frames {
+        let field = match frame {
+            ServerFrame::SessionEnded(frame) => &mut frame.not_saved,
+            ServerFrame::SessionStarted(frame) => &mut frame.not_saved,
+            ServerFrame::ModeChanged(frame) => &mut frame.not_saved,
+            ServerFrame::Grants(frame) => &mut frame.not_saved,
+            ServerFrame::Error(frame) => &mut frame.not_saved,
+            _ => continue,
+        };
+        field.get_or_insert_with(|| err.to_string());
     }
 }
