@@ -20,7 +20,7 @@ fn check(file: &str, schema: schemars::Schema) {
     let expected = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(
         expected == actual,
-        "{} is out of date with the protocol types; run `UPDATE_EXPECT=1 cargo test -p toolgate-protocol --test schemas`",
+        "{} is out of date with the protocol types; run `UPDATE_EXPECT=1 cargo test -p toolgate-protocol --test it schemas::`",
         path.display()
     );
 }
