@@ -7,9 +7,9 @@
     clippy::print_stdout
 )] // tests may panic and report
 
-mod common;
-
 use toolgate_shell::{analyze, analyze_tree_sitter_only, Script};
+
+use crate::common;
 
 /// What a corpus line expects.
 enum Expect<'a> {

@@ -1,6 +1,6 @@
 //! What the tests of shell words share: a policy at `/work/project` and one
 //! line rendering a `Bash` call's evaluation.
-#![allow(dead_code)] // each test file uses part of this
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test support
 
 use std::path::PathBuf;
 

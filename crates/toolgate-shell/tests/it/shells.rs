@@ -3,9 +3,9 @@
 //! scripts also lose brace expansion. Argv and string forms agree.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may panic
 
-mod common;
-
 use toolgate_shell::{analyze, Script};
+
+use crate::common;
 
 /// `None`: read-only; `Some(s)`: refused with a reason containing `s`.
 fn check_argv(argv: &[&str], expected: Option<&str>) {

@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const PROGRAMS: &str = include_str!("../programs.txt");
+const PROGRAMS: &str = include_str!("../../programs.txt");
 
 /// How long `--help` may take.
 const TIMEOUT: Duration = Duration::from_secs(5);

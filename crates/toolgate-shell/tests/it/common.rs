@@ -1,15 +1,23 @@
-//! Loading the labelled corpus (shared by the test files that include it).
-#![allow(dead_code)] // each test file uses part of this
+//! Loading the labelled corpus (shared by the test areas `corpus` and
+//! `shells`, the benchmark `benches/classify.rs` and toolgate-policy's
+//! `plan_corpus`, which include this file by path).
+#![allow(dead_code)] // each of the binaries that include it uses part of this
 
 /// The corpus files: `corpus.tsv` (the first wave) and one file per area of
 /// the plan-mode attack review (issue 8), so each area's spellings live together.
 pub const FILES: &[(&str, &str)] = &[
-    ("corpus.tsv", include_str!("corpus.tsv")),
-    ("corpus/syntax.tsv", include_str!("corpus/syntax.tsv")),
-    ("corpus/programs.tsv", include_str!("corpus/programs.tsv")),
-    ("corpus/git.tsv", include_str!("corpus/git.tsv")),
-    ("corpus/gitlinks.tsv", include_str!("corpus/gitlinks.tsv")),
-    ("corpus/oracle.tsv", include_str!("corpus/oracle.tsv")),
+    ("corpus.tsv", include_str!("../corpus.tsv")),
+    ("corpus/syntax.tsv", include_str!("../corpus/syntax.tsv")),
+    (
+        "corpus/programs.tsv",
+        include_str!("../corpus/programs.tsv"),
+    ),
+    ("corpus/git.tsv", include_str!("../corpus/git.tsv")),
+    (
+        "corpus/gitlinks.tsv",
+        include_str!("../corpus/gitlinks.tsv"),
+    ),
+    ("corpus/oracle.tsv", include_str!("../corpus/oracle.tsv")),
 ];
 
 /// One line of a corpus file.

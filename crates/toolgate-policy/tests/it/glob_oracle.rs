@@ -6,14 +6,13 @@
 //! One line per case: (policy, files on the disk, mode, command, expected).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may panic
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use common::{render, ROOT};
 use serde_json::{json, Value};
 use toolgate_policy::{segment_matches, GlobExpansion, GlobOracle, Mode, Policy};
+
+use crate::common::{self, render, ROOT};
 
 /// A disk holding `files` (relative to the root; their directories exist
 /// too). Patterns under `locked/` cannot be read.

@@ -4,11 +4,10 @@
 //! One line per case: (policy, mode, command, expected).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may panic
 
-mod common;
-
-use common::{policy, render};
 use serde_json::json;
 use toolgate_policy::{Mode, Policy};
+
+use crate::common::{policy, render};
 
 #[test]
 fn shell_words_as_paths() {

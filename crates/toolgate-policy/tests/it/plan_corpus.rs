@@ -2,12 +2,12 @@
 //! every command is sent as a `Bash` call and the decision counted. A command
 //! labelled "not read-only" that is allowed is a false allow, and fails the
 //! test; read-only commands that are not allowed are listed with the reason,
-//! so the closing figures (`cargo test -p toolgate-policy --test plan_corpus
-//! -- --nocapture`) say what everyday research still costs a question.
+//! so the closing figures (`cargo test -p toolgate-policy --test it
+//! plan_corpus:: -- --nocapture`) say what everyday research still costs a question.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // tests may panic and report
 
-#[path = "../../toolgate-shell/tests/common.rs"]
-mod common;
+#[path = "../../../toolgate-shell/tests/it/common.rs"]
+mod shell_corpus;
 
 use std::path::PathBuf;
 
@@ -25,7 +25,7 @@ fn policy() -> Policy {
     .0;
     policy.shell = toolgate_shell::Options {
         project_root: PathBuf::from("/work/proj"),
-        ..common::options()
+        ..shell_corpus::options()
     };
     policy
 }
@@ -42,7 +42,7 @@ fn run(mode: Mode) -> (Counts, Counts, Vec<String>, Vec<String>) {
     let grants = Grants::default();
     let (mut read_only, mut writers) = (Counts::default(), Counts::default());
     let (mut false_allows, mut refused) = (Vec::new(), Vec::new());
-    for case in common::corpus() {
+    for case in shell_corpus::corpus() {
         let input = json!({ "command": case.command });
         let evaluation = policy.evaluate(
             &Call {
