@@ -114,7 +114,7 @@ fn toolgate() -> &'static str {
 }
 
 fn socket_path(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("toolgate-sock-{}-{name}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("toolgate-ttysock-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     // The broker accepts only a directory nobody else can enter.

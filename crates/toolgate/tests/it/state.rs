@@ -13,7 +13,7 @@ use toolgate_protocol::ScopeSpec;
 
 /// A fresh empty directory for one test.
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("toolgate-state-{}-{name}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("toolgate-store-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir

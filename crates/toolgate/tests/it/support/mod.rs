@@ -6,6 +6,7 @@ pub mod oracle;
 pub mod sweep;
 
 use std::io::{BufRead, BufReader, Write};
+use std::panic::Location;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
@@ -27,17 +28,31 @@ pub struct Broker {
 }
 
 /// A fresh empty project directory for one test.
+#[track_caller]
 pub fn project_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("toolgate-test-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    fresh_dir("test", name, Location::caller())
 }
 
 /// A fresh empty state directory for one test (`$STATE` in transcripts): a
 /// sibling of [`project_dir`], never inside it.
+#[track_caller]
 pub fn state_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("toolgate-state-{}-{name}", std::process::id()));
+    fresh_dir("state", name, Location::caller())
+}
+
+/// `toolgate-KIND-PID-AREA-NAME` in the temporary directory, emptied. Every
+/// area of the test binary runs in the same process, so AREA, the file of
+/// the caller (`journal` for `journal.rs`), keeps one area's names from
+/// meeting another's: a name need only be unique within its area.
+fn fresh_dir(kind: &str, name: &str, caller: &Location<'_>) -> PathBuf {
+    let area = Path::new(caller.file())
+        .file_stem()
+        .and_then(|stem| stem.to_str())
+        .unwrap_or("unknown");
+    let dir = std::env::temp_dir().join(format!(
+        "toolgate-{kind}-{}-{area}-{name}",
+        std::process::id()
+    ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
