@@ -6,7 +6,7 @@
 
 use libfuzzer_sys::fuzz_target;
 
-#[path = "../../crates/toolgate/tests/support/frame_invariant.rs"]
+#[path = "../../crates/toolgate/tests/it/support/frame_invariant.rs"]
 mod frame_invariant;
 
 fuzz_target!(|data: &[u8]| {

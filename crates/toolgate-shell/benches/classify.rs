@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use toolgate_shell::{analyze, analyze_tree_sitter_only, Analysis, Options, Script};
 
-#[path = "../tests/common.rs"]
+#[path = "../tests/it/common.rs"]
 mod common;
 
 use common::{BENCH_SAFE as SAFE, BENCH_UNSAFE as UNSAFE};

@@ -1,0 +1,47 @@
+//! The integration tests of `toolgate`, one binary (`--test it`) with a
+//! module per area, so a test run links the crate once: `cargo test -p
+//! toolgate --test it transcripts::` runs one area. `support` drives the real
+//! binary (and holds the execution oracle and the option sweep).
+
+mod support;
+
+mod approver_command;
+mod approver_tty;
+mod audit;
+mod bridges;
+mod check_cli;
+mod clients;
+mod concurrency;
+mod config_cli;
+mod descriptors;
+mod disk_full;
+mod docs;
+mod frames;
+mod git_repository;
+mod glob_disk;
+mod grants_cli;
+mod hook_cli;
+mod hook_socket;
+mod journal;
+mod link_assistant;
+mod mcp;
+mod oracle;
+mod persistence;
+mod pipeline;
+mod plan_mechanisms;
+mod policy_cli;
+mod reminder_channels;
+mod replay_cli;
+mod replay_example;
+mod replay_readers;
+mod robustness;
+mod scope_chain;
+mod sessions;
+mod signals;
+mod socket;
+mod state;
+mod stopped_broker;
+mod transcripts;
+mod untrusted_broker;
+mod wire;
+mod wire_frames;
