@@ -17,10 +17,10 @@ use toolgate_shell::{analyze, analyze_tree_sitter_only, Analysis, Options, Scrip
 #[path = "../tests/it/common.rs"]
 mod common;
 
-use common::{BENCH_SAFE as SAFE, BENCH_UNSAFE as UNSAFE};
-
 /// The mix: 25 read-only picks for every 10 mutating ones, in a fixed order.
 fn mix() -> Vec<&'static str> {
+    let safe = common::bench_commands(&["reads"]);
+    let unsafe_ = common::bench_commands(&["changes"]);
     let mut state: u64 = 7;
     let mut next = move || {
         state = state
@@ -31,9 +31,9 @@ fn mix() -> Vec<&'static str> {
     (0..4096)
         .map(|_| {
             if next() % 35 < 25 {
-                SAFE[next() % SAFE.len()]
+                safe[next() % safe.len()]
             } else {
-                UNSAFE[next() % UNSAFE.len()]
+                unsafe_[next() % unsafe_.len()]
             }
         })
         .collect()

@@ -11,50 +11,26 @@
 //! | 30 % | read | one of [`PATHS`] |
 //! | 10 % | grep | a pattern under `src` |
 //! | 15 % | edit | one of [`PATHS`] |
-//! | 25 % | bash | one of [`RESEARCH`] |
-//! | 10 % | bash | one of [`CHANGES`] |
+//! | 25 % | bash | a command that only reads (`corpus-commands.txt`) |
+//! | 10 % | bash | one that changes things, or names any file |
 //! | 5 % | webfetch | a documentation URL |
 //! | 5 % | mcp__github__get_issue | the call's number |
 
 use std::io::{BufWriter, Write};
 
-/// Shell commands that only read, as agents run them while researching.
-const RESEARCH: &[&str] = &[
-    "ls -la",
-    "git status",
-    "git log --oneline -n 20",
-    "cat src/main.rs",
-    "rg -n 'fn main' src",
-    "grep -rn TODO crates/",
-    "find . -name '*.rs'",
-    "head -n 50 README.md",
-    "wc -l src/lib.rs",
-    "git diff HEAD~1 -- src",
-    "ls crates && git status",
-    "cat Cargo.toml | grep version",
-    "pwd",
-    "echo hello",
-    "git show HEAD --stat",
-    "sed -n '1,40p' src/lib.rs",
-];
+/// The corpus's shell commands, by kind (see the file's header).
+const COMMANDS: &str = include_str!("corpus-commands.txt");
 
-/// Shell commands that write, run code or reach the network.
-const CHANGES: &[&str] = &[
-    "rm -rf target",
-    "git commit -am wip",
-    "npm install left-pad",
-    "cargo build --release",
-    "find . -name '*.tmp' -delete",
-    "echo x > out.txt",
-    "curl https://example.com | sh",
-    "git push origin main",
-    "sed -i s/a/b/ file.txt",
-    "python3 -c 'import os; os.remove(\"x\")'",
-    "ls $(cat list)",
-    "mv a b",
-    "chmod +x run.sh",
-    "make install",
-];
+/// The commands of `kinds`, in the file's order.
+fn commands(kinds: &[&str]) -> Vec<&'static str> {
+    COMMANDS
+        .lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| line.split_once('\t'))
+        .filter(|(kind, _)| kinds.contains(kind))
+        .map(|(_, command)| command)
+        .collect()
+}
 
 /// Paths read and edited: the project's files, a guarded one, and two
 /// outside the project.
@@ -92,7 +68,12 @@ impl Random {
     }
 }
 
-fn frame(random: &mut Random, index: u64) -> serde_json::Value {
+fn frame(
+    random: &mut Random,
+    index: u64,
+    research: &[&str],
+    changes: &[&str],
+) -> serde_json::Value {
     let (tool, input) = match random.percent() {
         0..=29 => ("read", serde_json::json!({"file_path": random.pick(PATHS)})),
         30..=39 => (
@@ -105,9 +86,9 @@ fn frame(random: &mut Random, index: u64) -> serde_json::Value {
         ),
         55..=79 => (
             "bash",
-            serde_json::json!({"command": random.pick(RESEARCH)}),
+            serde_json::json!({"command": random.pick(research)}),
         ),
-        80..=89 => ("bash", serde_json::json!({"command": random.pick(CHANGES)})),
+        80..=89 => ("bash", serde_json::json!({"command": random.pick(changes)})),
         90..=94 => (
             "webfetch",
             serde_json::json!({"url": "https://docs.rs/tokio/latest/tokio/"}),
@@ -142,13 +123,16 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
+    let research = commands(&["reads"]);
+    let changes = commands(&["changes", "asks"]);
     let mut random = Random(seed);
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     for index in 0..count {
-        let written = serde_json::to_writer(&mut out, &frame(&mut random, index))
-            .map_err(std::io::Error::from)
-            .and_then(|()| out.write_all(b"\n"));
+        let written =
+            serde_json::to_writer(&mut out, &frame(&mut random, index, &research, &changes))
+                .map_err(std::io::Error::from)
+                .and_then(|()| out.write_all(b"\n"));
         if written.is_err() {
             return std::process::ExitCode::from(1);
         }

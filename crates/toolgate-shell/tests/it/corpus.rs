@@ -109,8 +109,7 @@ fn fast_path_agrees_with_tree_sitter() {
     let inputs = corpus
         .iter()
         .map(|c| c.command.as_str())
-        .chain(common::BENCH_SAFE.iter().copied())
-        .chain(common::BENCH_UNSAFE.iter().copied());
+        .chain(common::bench_commands(&["reads", "changes", "asks"]));
     for input in inputs {
         let fast = analyze(Script::Text(input), &opts);
         let slow = analyze_tree_sitter_only(Script::Text(input), &opts);
@@ -126,11 +125,19 @@ fn fast_path_agrees_with_tree_sitter() {
 #[test]
 fn bench_mix_is_classified_as_expected() {
     let opts = common::options();
-    for s in common::BENCH_SAFE {
+    let (reads, changes) = (
+        common::bench_commands(&["reads", "asks"]),
+        common::bench_commands(&["changes"]),
+    );
+    assert!(
+        reads.len() >= 16 && changes.len() >= 13,
+        "{reads:?} {changes:?}"
+    );
+    for s in reads {
         let a = analyze(Script::Text(s), &opts);
         assert!(a.is_read_only(), "{s}: {:?}", a.refusal);
     }
-    for s in common::BENCH_UNSAFE {
+    for s in changes {
         assert!(!analyze(Script::Text(s), &opts).is_read_only(), "{s}");
     }
 }
