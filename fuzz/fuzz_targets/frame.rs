@@ -1,5 +1,5 @@
 //! Arbitrary bytes as a stream of input lines, fed to a broker exactly as
-//! `toolgate serve` feeds it (`serve::Batch` and `serve::handle_line`):
+//! `toolgate serve` feeds it (`transport::lines::Reader` and `lines::handle_line`):
 //! never a panic, every `tool_call` with a readable `callID` gets exactly one
 //! answer, and nothing is allowed from a line that did not decode.
 #![no_main]

@@ -1,8 +1,9 @@
 //! The toolgate broker: sessions, pending questions, deadlines and the
 //! JSON-lines transport around the pure policy engine.
 //!
-//! `toolgate serve` is [`serve::run`] over stdin and stdout; tests run the
-//! same function over in-memory pipes.
+//! `toolgate serve` is [`transport::stdio::run`] over stdin and stdout;
+//! tests run the same function over in-memory pipes. Every transport feeds
+//! the one task that owns the broker ([`owner`]).
 #![deny(missing_docs)]
 // stderr is written through `display::say` only (a closed stderr must not panic).
 #![deny(clippy::print_stderr)]
@@ -19,11 +20,12 @@ pub mod globs;
 pub mod hook;
 pub mod import;
 pub mod mcp;
+pub mod owner;
 pub mod policy_cli;
 pub mod replay;
 pub mod repo;
-pub mod serve;
 pub mod setup;
 #[cfg(unix)]
 pub mod socket;
 pub mod state;
+pub mod transport;

@@ -4,13 +4,15 @@
 //! grants, questions and state directory of one [`Broker`], driven through
 //! [`Broker::step`] like every other transport.
 //!
-//! Threads, no async runtime: one acceptor, per connection a reader and a
-//! writer, one deadline thread and the signal thread. The broker sits behind
-//! one mutex, held only while it takes a step (microseconds), never while a
-//! socket is read or written; what a step says to a connection goes through
-//! that connection's bounded queue, so a client that stops reading can never
-//! hold up the broker or the others: when its queue is full it is
-//! disconnected (and its open calls are denied).
+//! On a tokio runtime of [`WORKERS`] threads, whatever the number of
+//! connections: an acceptor task, per connection a reader task and a writer
+//! task, the signals, and the owner ([`crate::owner`]), which alone holds
+//! the broker. A reader frames, decodes and prepares its lines and hands
+//! them to the owner; what a step says to a connection goes to that
+//! connection's outbox, so a client that stops reading can never hold up
+//! the broker or the others: past [`HIGH_WATER`] unwritten frames its lines
+//! are not read, and when its queue passes [`QUEUE`] or it reads nothing
+//! for [`STALL`] it is disconnected (and its open calls are denied).
 //!
 //! Security: the socket file is created with mode 0600 in a directory only
 //! the user can enter (created 0700 when missing; an existing one that
@@ -18,20 +20,25 @@
 //! `SO_PEERCRED` (`getpeereid` off Linux): another user's connection gets
 //! one `error` line and is closed.
 
-use std::collections::HashMap;
-use std::io::{self, BufReader, Write};
+use std::io;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::BytesMut;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::UnixStream;
+use tokio::sync::mpsc;
+use tokio_util::codec::Decoder;
+use tokio_util::sync::CancellationToken;
 use toolgate_protocol::{ErrorCode, ServerFrame};
 
-use crate::broker::{Broker, ConnId, Input, Output};
-use crate::serve::{self, Control};
+use crate::broker::{Broker, ConnId};
+use crate::owner::{Backlog, Chunk, Event, Lines, Outbox, Owner, Shared, Sink};
+use crate::transport::lines::{decode, LineCodec};
+use crate::transport::signals::{self, Reloader};
 
 /// How many frames may wait for a connection that does not read; past it
 /// the connection is closed.
@@ -45,19 +52,11 @@ const HIGH_WATER: usize = QUEUE / 2;
 /// stopped reading: it is closed (its open calls denied).
 const STALL: Duration = Duration::from_secs(5);
 
-/// The most complete lines a connection's reader hands the broker under one
-/// lock: enough to amortise the lock and the write over a flood, few enough
+/// The most complete lines a connection's reader hands the owner at once:
+/// enough to amortise the hand-over and the write over a flood, few enough
 /// (a fraction of a millisecond of work) that other connections' calls are
 /// not held up behind it.
 const BATCH: usize = 32;
-
-/// What the broker has for one connection and not yet written: chunks of
-/// whole frames, and how many frames they hold (the writer counts them
-/// down as it writes, the broker refuses to let them pass [`QUEUE`]).
-struct Queue {
-    chunks: Sender<Vec<u8>>,
-    frames: Arc<AtomicUsize>,
-}
 
 /// Where a broker listens when `--listen unix` names no path:
 /// `$XDG_RUNTIME_DIR/toolgate/broker.sock`, else
@@ -149,10 +148,12 @@ pub fn listen(path: &Path) -> Result<Listener, ListenError> {
         }
     }
     match std::fs::symlink_metadata(path) {
-        Ok(meta) if meta.file_type().is_socket() => match UnixStream::connect(path) {
-            Ok(_) => return Err(ListenError::InUse(path.to_path_buf())),
-            Err(_) => std::fs::remove_file(path).map_err(io)?,
-        },
+        Ok(meta) if meta.file_type().is_socket() => {
+            match std::os::unix::net::UnixStream::connect(path) {
+                Ok(_) => return Err(ListenError::InUse(path.to_path_buf())),
+                Err(_) => std::fs::remove_file(path).map_err(io)?,
+            }
+        }
         Ok(_) => return Err(ListenError::NotASocket(path.to_path_buf())),
         Err(err) if err.kind() == io::ErrorKind::NotFound => {}
         Err(err) => return Err(io(err)),
@@ -201,7 +202,7 @@ pub(crate) fn my_uid() -> u32 {
 /// The uid of the process at the other end of `stream` (`SO_PEERCRED`).
 /// Elsewhere than Linux, the socket's mode and its directory's are the
 /// check: `None`.
-pub(crate) fn peer_uid(stream: &UnixStream) -> io::Result<Option<u32>> {
+pub(crate) fn peer_uid(stream: &std::os::unix::net::UnixStream) -> io::Result<Option<u32>> {
     #[cfg(any(target_os = "linux", target_os = "android"))]
     {
         let cred = rustix::net::sockopt::socket_peercred(stream)?;
@@ -214,215 +215,140 @@ pub(crate) fn peer_uid(stream: &UnixStream) -> io::Result<Option<u32>> {
     }
 }
 
-/// The broker and the connections' queues.
-struct Hub {
-    broker: Broker,
-    queues: HashMap<ConnId, Queue>,
-    /// Connections to close because they stopped reading.
-    stalled: Vec<ConnId>,
-    done: bool,
-}
-
-impl Hub {
-    /// Take one step and hand its outputs to the connections' queues. The
-    /// state is saved before anything is reported.
-    fn step(&mut self, input: Input<'_>) {
-        let mut out = Vec::new();
-        self.broker.step(input, &mut out);
-        self.broker.commit();
-        self.deliver(out);
-    }
-
-    /// Hand each connection its frames as one chunk per step (or batch),
-    /// in order. A connection whose unwritten frames would pass [`QUEUE`]
-    /// has stopped reading: it is closed.
-    fn deliver(&mut self, out: Vec<Output>) {
-        // Outputs are few and mostly for one connection: a short list, not a map.
-        let mut chunks: Vec<(ConnId, Vec<u8>, usize)> = Vec::new();
-        for Output { to, frame } in out {
-            let conn = to.conn();
-            if !self.queues.contains_key(&conn) {
-                // Closed already: a decision for a call whose connection went.
-                continue;
-            }
-            let index = match chunks.iter().position(|(c, ..)| *c == conn) {
-                Some(index) => index,
-                None => {
-                    chunks.push((conn, Vec::with_capacity(256), 0));
-                    chunks.len() - 1
-                }
-            };
-            let (_, chunk, count) = &mut chunks[index];
-            if let Err(err) = toolgate_protocol::write_line(chunk, &frame) {
-                tracing::warn!(%err, "a frame could not be written");
-                continue;
-            }
-            *count += 1;
-        }
-        for (conn, chunk, count) in chunks {
-            let Some(queue) = self.queues.get(&conn) else {
-                continue;
-            };
-            if queue.frames.load(Ordering::SeqCst) + count > QUEUE {
-                self.queues.remove(&conn);
-                self.stalled.push(conn);
-                continue;
-            }
-            queue.frames.fetch_add(count, Ordering::SeqCst);
-            if queue.chunks.send(chunk).is_err() {
-                self.queues.remove(&conn);
-            }
-        }
-    }
-}
-
-fn lock(hub: &Mutex<Hub>) -> MutexGuard<'_, Hub> {
-    hub.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// What every thread shares.
-struct Shared {
-    hub: Mutex<Hub>,
-    /// Wakes the deadline thread when the earliest deadline may have changed.
-    wake: Condvar,
-    /// The streams, to shut them down when their connection must go.
-    streams: Mutex<HashMap<ConnId, UnixStream>>,
-    stopping: AtomicBool,
-    next_conn: AtomicU64,
-    max_frame_bytes: usize,
-    /// The socket, to wake the acceptor when stopping.
-    path: PathBuf,
-}
-
-impl Shared {
-    /// Take a step and act on what it leaves to do: connections that stopped
-    /// reading are closed, the deadline thread is rearmed.
-    fn step(&self, input: Input<'_>) {
-        let mut hub = lock(&self.hub);
-        let before = hub.broker.next_deadline();
-        hub.step(input);
-        let stalled = std::mem::take(&mut hub.stalled);
-        let rearm = hub.broker.next_deadline() != before;
-        if hub.broker.stopped() {
-            hub.done = true;
-            self.stopping.store(true, Ordering::SeqCst);
-        }
-        drop(hub);
-        for conn in stalled {
-            tracing::warn!(
-                conn,
-                "a client stopped reading its frames; disconnecting it"
-            );
-            self.disconnect(conn);
-        }
-        if rearm {
-            self.wake.notify_one();
-        }
-    }
-
-    fn disconnect(&self, conn: ConnId) {
-        let streams = self.streams.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(stream) = streams.get(&conn) {
-            let _ = stream.shutdown(std::net::Shutdown::Both);
-        }
-    }
-}
-
 /// Serve every connection to `listener` until a signal or a `shutdown`
 /// frame stops the broker; then deny what is open, let every connection
-/// have its frames, and remove the socket.
+/// have its frames, and remove the socket. `reloader` says how SIGHUP loads
+/// the policy; without it signals are not watched.
 pub fn run(
     listener: Listener,
     broker: Broker,
     max_frame_bytes: usize,
-    control: Option<(Sender<Control>, Receiver<Control>)>,
+    reloader: Option<Reloader>,
 ) -> io::Result<()> {
-    let shared = Arc::new(Shared {
-        hub: Mutex::new(Hub {
-            broker,
-            queues: HashMap::new(),
-            stalled: Vec::new(),
-            done: false,
-        }),
-        wake: Condvar::new(),
-        streams: Mutex::new(HashMap::new()),
-        stopping: AtomicBool::new(false),
-        next_conn: AtomicU64::new(1),
-        max_frame_bytes,
-        path: listener.path().to_path_buf(),
-    });
-    let path = listener.path().to_path_buf();
-    {
-        let shared = shared.clone();
-        std::thread::spawn(move || expire_deadlines(&shared));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(WORKERS)
+        .thread_name("toolgate-socket")
+        .enable_all()
+        .build()?;
+    let result = runtime.block_on(serve(&listener, broker, max_frame_bytes, reloader));
+    // A client that never reads its last frames does not hold the exit.
+    runtime.shutdown_timeout(Duration::from_millis(100));
+    drop(listener);
+    result
+}
+
+/// The runtime's worker threads: the owner and the connections' readers
+/// share them, so a flood over several connections is framed, decoded and
+/// prepared on one CPU while the owner decides on the other.
+const WORKERS: usize = 2;
+
+/// How many events may wait for the owner; then readers wait.
+const EVENTS: usize = 64;
+
+/// How long, once the broker stopped, the connections may take to be
+/// written what is queued for them.
+const FLUSH_PATIENCE: Duration = Duration::from_secs(5);
+
+async fn serve(
+    listener: &Listener,
+    broker: Broker,
+    max_frame_bytes: usize,
+    reloader: Option<Reloader>,
+) -> io::Result<()> {
+    let accepting = listener.listener.try_clone()?;
+    accepting.set_nonblocking(true)?;
+    let accepting = tokio::net::UnixListener::from_std(accepting)?;
+    let (events, mut received) = mpsc::channel::<Event>(EVENTS);
+    if let Some(reloader) = reloader {
+        signals::watch(reloader, events.clone());
     }
-    if let Some((finished, control)) = control {
-        let shared = shared.clone();
-        let path = path.clone();
-        std::thread::spawn(move || obey(&shared, &control, &path));
-        drop(finished);
+    let (mut owner, shared) = Owner::new(broker, Some(QUEUE));
+    let acceptor = tokio::spawn(accept(accepting, events, shared, max_frame_bytes));
+    let signal = owner.run(&mut received).await;
+    drop(received);
+    // Every connection's outbox is dropped: its writer ends once it wrote
+    // what is queued, and the acceptor once every connection has.
+    owner.close_all();
+    if let Some((name, pending)) = signal {
+        let calls = if pending == 1 { "call" } else { "calls" };
+        crate::say!("toolgate: {name} received: denied {pending} pending {calls} and stopped");
     }
-    let mut workers = Vec::new();
+    let _ = tokio::time::timeout(FLUSH_PATIENCE, acceptor).await;
+    // A change a failed write left unsaved is written now, or the run ends
+    // with what was lost.
+    owner
+        .into_broker()
+        .finish_saving()
+        .map_err(io::Error::other)
+}
+
+/// Accept connections until the broker stops; then wait for each to end.
+async fn accept(
+    listener: tokio::net::UnixListener,
+    events: mpsc::Sender<Event>,
+    shared: Shared,
+    max_frame_bytes: usize,
+) {
+    let mut connections = tokio::task::JoinSet::new();
     let mut backoff = AcceptBackoff::default();
-    for stream in listener.listener.incoming() {
-        if shared.stopping.load(Ordering::SeqCst) {
-            break;
-        }
-        let stream = match stream {
-            Ok(stream) => {
+    let mut next_conn: ConnId = 1;
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = shared.stopped.cancelled() => break,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => {
                 backoff.accepted();
                 stream
             }
             Err(err) => {
-                backoff.failed(&err);
+                tokio::time::sleep(backoff.failed(&err)).await;
                 continue;
             }
         };
-        let uid = my_uid();
-        match peer_uid(&stream) {
-            Ok(None) => {}
-            Ok(Some(peer)) if peer == uid => {}
-            other => {
-                let who = match other {
-                    Ok(peer) => format!("uid {}", peer.unwrap_or(u32::MAX)),
-                    Err(err) => format!("an unknown user ({err})"),
-                };
-                crate::say!(
-                    "toolgate: refused a connection from {who}: only uid {uid} may connect"
-                );
-                let frame = ServerFrame::Error(toolgate_protocol::ErrorFrame {
-                    code: ErrorCode::Forbidden,
-                    message: format!("only uid {uid} may connect to this broker"),
-                    call_id: None,
-                    session_id: None,
-                    permission_id: None,
-                    line: None,
-                    not_saved: None,
-                });
-                let mut stream = stream;
-                if let Ok(mut line) = serde_json::to_vec(&frame) {
-                    line.push(b'\n');
-                    let _ = stream.write_all(&line);
-                }
-                continue;
-            }
+        if !allowed(&stream).await {
+            continue;
         }
-        workers.retain(|worker: &std::thread::JoinHandle<()>| !worker.is_finished());
-        let conn = shared.next_conn.fetch_add(1, Ordering::SeqCst);
-        match spawn_connection(&shared, conn, stream) {
-            Ok(handle) => workers.push(handle),
-            Err(err) => tracing::warn!(%err, "a connection could not be served"),
-        }
+        while connections.try_join_next().is_some() {}
+        let conn = next_conn;
+        next_conn += 1;
+        connections.spawn(connection(
+            conn,
+            stream,
+            events.clone(),
+            shared.clone(),
+            max_frame_bytes,
+        ));
     }
-    // Stopping: every connection gets what is queued, then its socket closes.
-    for worker in workers {
-        let _ = worker.join();
+    drop(events);
+    while connections.join_next().await.is_some() {}
+}
+
+/// Whether the peer is this user; another user's connection gets one
+/// `error` line and is closed.
+async fn allowed(stream: &UnixStream) -> bool {
+    let uid = my_uid();
+    let peer = match stream.peer_cred() {
+        Ok(cred) if cred.uid() == uid => return true,
+        Ok(cred) => format!("uid {}", cred.uid()),
+        Err(err) => format!("an unknown user ({err})"),
+    };
+    crate::say!("toolgate: refused a connection from {peer}: only uid {uid} may connect");
+    let frame = ServerFrame::Error(toolgate_protocol::ErrorFrame {
+        code: ErrorCode::Forbidden,
+        message: format!("only uid {uid} may connect to this broker"),
+        call_id: None,
+        session_id: None,
+        permission_id: None,
+        line: None,
+        not_saved: None,
+    });
+    if let Ok(mut line) = serde_json::to_vec(&frame) {
+        line.push(b'\n');
+        let _ = stream.try_write(&line);
     }
-    drop(listener);
-    // A change a failed write left unsaved is written now, or the run ends
-    // with what was lost.
-    let saved = lock(&shared.hub).broker.finish_saving();
-    saved.map_err(io::Error::other)
+    false
 }
 
 /// The longest pause between two failing `accept`s.
@@ -451,7 +377,8 @@ struct AcceptBackoff {
 }
 
 impl AcceptBackoff {
-    fn failed(&mut self, err: &io::Error) {
+    /// A failure: how long to pause before the next `accept`.
+    fn failed(&mut self, err: &io::Error) -> Duration {
         self.unreported += 1;
         let now = std::time::Instant::now();
         if self
@@ -469,7 +396,7 @@ impl AcceptBackoff {
             self.reported = true;
         }
         self.pause = (self.pause * 2).clamp(Duration::from_millis(1), ACCEPT_PAUSE);
-        std::thread::sleep(self.pause);
+        self.pause
     }
 
     fn accepted(&mut self) {
@@ -485,292 +412,177 @@ impl AcceptBackoff {
     }
 }
 
-/// Start the reader and writer of one connection; the returned thread ends
-/// when both have.
-fn spawn_connection(
-    shared: &Arc<Shared>,
+/// One connection: opened with the owner, read until its peer closes (or
+/// the broker stops, or it stopped reading), closed with the owner (its
+/// open calls denied), and written until its outbox is dropped.
+async fn connection(
     conn: ConnId,
     stream: UnixStream,
-) -> io::Result<std::thread::JoinHandle<()>> {
-    let reader_stream = stream.try_clone()?;
-    let writer_stream = stream.try_clone()?;
-    shared
-        .streams
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .insert(conn, stream);
-    let (chunks, received) = std::sync::mpsc::channel::<Vec<u8>>();
-    let frames = Arc::new(AtomicUsize::new(0));
-    let queue = Queue {
-        chunks,
-        frames: frames.clone(),
+    events: mpsc::Sender<Event>,
+    shared: Shared,
+    max_frame_bytes: usize,
+) {
+    let (reading, writing) = stream.into_split();
+    let (outbox, chunks) = Outbox::new();
+    let backlog = outbox.backlog.clone();
+    let close = outbox.close.clone();
+    let opened = Event::Opened {
+        conn,
+        sink: Sink::Lines(outbox),
     };
-    lock(&shared.hub).queues.insert(conn, queue);
-    shared.step(Input::Opened { conn });
-    let unwritten = frames.clone();
-    let writer = std::thread::spawn(move || write_connection(&received, &frames, writer_stream));
-    let shared = shared.clone();
-    Ok(std::thread::spawn(move || {
-        read_connection(&shared, conn, reader_stream, &unwritten);
-        // The connection is gone: its calls are denied, its queue closes and
-        // the writer ends once what is queued is written.
-        if !shared.stopping.load(Ordering::SeqCst) {
-            shared.step(Input::Closed { conn });
-        }
-        lock(&shared.hub).queues.remove(&conn);
-        let _ = writer.join();
-        shared
-            .streams
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&conn);
-    }))
+    if events.send(opened).await.is_err() {
+        return;
+    }
+    let writer = tokio::spawn(write_connection(
+        writing,
+        chunks,
+        backlog.clone(),
+        close.clone(),
+    ));
+    read_connection(
+        conn,
+        reading,
+        &events,
+        &shared,
+        &backlog,
+        &close,
+        max_frame_bytes,
+    )
+    .await;
+    if !shared.stopped.is_cancelled() {
+        let _ = events.send(Event::Closed { conn }).await;
+    }
+    drop(events);
+    let _ = writer.await;
 }
 
-/// Write what the broker queued for a connection: every chunk waiting is
-/// written at once (one system call for a flood, one per frame when calls
-/// come one at a time). After a failed write the rest is dropped.
-fn write_connection(received: &Receiver<Vec<u8>>, frames: &AtomicUsize, mut stream: UnixStream) {
+/// Write what the owner queued for a connection: every chunk waiting at
+/// once (one system call for a flood, one per frame when calls come one at
+/// a time). After a failed write the rest is dropped; a connection told to
+/// close stops at once.
+async fn write_connection(
+    mut writing: tokio::net::unix::OwnedWriteHalf,
+    mut chunks: mpsc::UnboundedReceiver<Chunk>,
+    backlog: Arc<Backlog>,
+    close: CancellationToken,
+) {
     let mut broken = false;
-    while let Ok(mut buffer) = received.recv() {
+    loop {
+        let next = tokio::select! {
+            next = chunks.recv() => next,
+            () = close.cancelled() => break,
+        };
+        let Some((mut buffer, mut count)) = next else {
+            break;
+        };
         while buffer.len() < 1 << 16 {
-            match received.try_recv() {
-                Ok(chunk) => buffer.extend_from_slice(&chunk),
+            match chunks.try_recv() {
+                Ok((more, frames)) => {
+                    buffer.extend_from_slice(&more);
+                    count += frames;
+                }
                 Err(_) => break,
             }
         }
-        let count = buffer.iter().filter(|&&byte| byte == b'\n').count();
-        if !broken && stream.write_all(&buffer).is_err() {
-            broken = true;
-            let _ = stream.shutdown(std::net::Shutdown::Both);
+        if !broken {
+            let written = tokio::select! {
+                written = writing.write_all(&buffer) => written,
+                () = close.cancelled() => break,
+            };
+            broken = written.is_err();
         }
-        frames.fetch_sub(count.min(frames.load(Ordering::SeqCst)), Ordering::SeqCst);
+        backlog.written(count);
     }
-    let _ = stream.shutdown(std::net::Shutdown::Write);
+    let _ = writing.shutdown().await;
 }
 
-/// Read lines until the peer closes (or the broker stops); the complete
-/// lines already buffered (at most [`BATCH`]) are one step of the broker
-/// under one lock, and their frames one write.
-fn read_connection(shared: &Shared, conn: ConnId, stream: UnixStream, unwritten: &AtomicUsize) {
-    let mut reader = BufReader::with_capacity(1 << 16, stream);
+/// Read lines until the peer closes, the broker stops or the connection
+/// must close. The complete lines already read (at most [`BATCH`]) are
+/// framed, decoded and prepared here, then handed to the owner as one event.
+async fn read_connection(
+    conn: ConnId,
+    mut reading: tokio::net::unix::OwnedReadHalf,
+    events: &mpsc::Sender<Event>,
+    shared: &Shared,
+    backlog: &Backlog,
+    close: &CancellationToken,
+    max_frame_bytes: usize,
+) {
+    let mut codec = LineCodec::new(max_frame_bytes);
+    let mut buf = BytesMut::new();
     let mut number = 0u64;
-    let mut batch = serve::Batch::default();
-    let mut decoded = Vec::new();
-    // The policy the broker judged under at this connection's last batch:
-    // its calls are prepared with it outside the lock (the broker prepares
-    // again any call a reload has made stale).
-    let mut policy = lock(&shared.hub).broker.policy().clone();
     loop {
-        if !wait_for_reader(unwritten) {
-            tracing::warn!(
-                conn,
-                "a client stopped reading its frames (none read for {} s); disconnecting it",
-                STALL.as_secs()
-            );
-            shared.disconnect(conn);
-            return;
-        }
-        match batch.read(&mut reader, shared.max_frame_bytes) {
-            Ok(true) => {
-                // Never wait for more while a complete line is unanswered.
-                while batch.len() < BATCH && reader.buffer().contains(&b'\n') {
-                    match batch.read(&mut reader, shared.max_frame_bytes) {
-                        Ok(true) => {}
-                        _ => break,
-                    }
-                }
-                // Decoded and prepared before the lock is taken: the other
-                // connections' lines are decided meanwhile. What the disk
-                // says about repositories is asked afresh for these lines.
-                crate::repo::next_batch();
-                batch.drain(|line| {
-                    number += 1;
-                    let mut line = serve::decode(line, number, shared.max_frame_bytes);
-                    line.prepare(&policy);
-                    decoded.push((number, line));
-                });
-                // The link answers they used, confirmed at once (see
-                // `globs::confirm`): a call prepared before a change was seen
-                // is judged again.
-                let epoch = crate::globs::confirm();
-                for (_, line) in &mut decoded {
-                    line.confirm_prepared(epoch);
-                }
-                let mut hub = lock(&shared.hub);
-                let before = hub.broker.next_deadline();
-                let mut out = Vec::new();
-                for (number, decoded) in decoded.drain(..) {
-                    hub.broker.step(
-                        Input::Decoded {
-                            conn,
-                            decoded,
-                            number,
-                        },
-                        &mut out,
-                    );
-                }
-                hub.broker.commit();
-                hub.deliver(out);
-                if !Arc::ptr_eq(&policy, hub.broker.policy()) {
-                    policy = hub.broker.policy().clone();
-                }
-                let stalled = std::mem::take(&mut hub.stalled);
-                let rearm = hub.broker.next_deadline() != before;
-                let stopped = hub.broker.stopped();
-                if stopped {
-                    hub.done = true;
-                }
-                drop(hub);
-                for stalled in stalled {
-                    tracing::warn!(
-                        conn = stalled,
-                        "a client stopped reading its frames ({QUEUE} unwritten); disconnecting it"
-                    );
-                    shared.disconnect(stalled);
-                }
-                if rearm {
-                    shared.wake.notify_one();
-                }
-                if stopped {
-                    stop_everything(shared);
-                    return;
-                }
+        if backlog.frames() >= HIGH_WATER {
+            let read_on = tokio::select! {
+                read_on = backlog.below(HIGH_WATER, Some(STALL)) => read_on,
+                () = close.cancelled() => return,
+                () = shared.stopped.cancelled() => return,
+            };
+            if !read_on {
+                tracing::warn!(
+                    conn,
+                    "a client stopped reading its frames (none read for {} s); disconnecting it",
+                    STALL.as_secs()
+                );
+                close.cancel();
+                return;
             }
-            Ok(false) => return,
+        }
+        buf.reserve(READ_CHUNK);
+        let read = tokio::select! {
+            read = reading.read_buf(&mut buf) => read,
+            () = close.cancelled() => return,
+            () = shared.stopped.cancelled() => return,
+        };
+        let ended = match read {
+            Ok(count) => count == 0,
             Err(err) => {
                 tracing::debug!(%err, conn, "reading a connection failed; closing it");
-                return;
+                true
             }
-        }
-        if shared.stopping.load(Ordering::SeqCst) {
-            return;
-        }
-    }
-}
-
-/// Backpressure: while a connection has [`HIGH_WATER`] frames unwritten,
-/// wait for its client to read. False when it read nothing for [`STALL`].
-fn wait_for_reader(unwritten: &AtomicUsize) -> bool {
-    let mut last = unwritten.load(Ordering::SeqCst);
-    let mut since = std::time::Instant::now();
-    while last >= HIGH_WATER {
-        if since.elapsed() >= STALL {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(1));
-        let now = unwritten.load(Ordering::SeqCst);
-        if now < last {
-            since = std::time::Instant::now();
-        }
-        last = now;
-    }
-    true
-}
-
-/// The broker stopped (a `shutdown` frame or a signal): every connection's
-/// reading end is shut so that its threads finish, and the acceptor is woken.
-fn stop_everything(shared: &Shared) {
-    shared.stopping.store(true, Ordering::SeqCst);
-    shared.wake.notify_one();
-    {
-        let streams = shared
-            .streams
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        for stream in streams.values() {
-            let _ = stream.shutdown(std::net::Shutdown::Read);
-        }
-    }
-    wake_acceptor(&shared.path);
-}
-
-/// Wake the acceptor blocked in `accept` so that it sees the stop.
-fn wake_acceptor(path: &Path) {
-    let _ = UnixStream::connect(path);
-}
-
-/// The deadline thread: sleep until the earliest deadline (or a change),
-/// then end the questions whose time is up.
-fn expire_deadlines(shared: &Shared) {
-    let mut hub = lock(&shared.hub);
-    loop {
-        if hub.done {
-            return;
-        }
-        match hub.broker.next_deadline() {
-            None => {
-                hub = shared
-                    .wake
-                    .wait(hub)
-                    .unwrap_or_else(PoisonError::into_inner);
-            }
-            Some(deadline) => {
-                let now = hub.broker.now_ms();
-                if deadline <= now {
-                    hub.step(Input::Tick);
-                    let stalled = std::mem::take(&mut hub.stalled);
-                    drop(hub);
-                    for conn in stalled {
-                        shared.disconnect(conn);
-                    }
-                    hub = lock(&shared.hub);
-                } else {
-                    hub = shared
-                        .wake
-                        .wait_timeout(hub, Duration::from_millis(deadline - now))
-                        .map(|(guard, _)| guard)
-                        .unwrap_or_else(|poisoned| poisoned.into_inner().0);
-                }
-            }
-        }
-    }
-}
-
-/// The signal thread: SIGTERM/SIGINT deny every open call on every
-/// connection and stop; SIGHUP reloads the policy.
-fn obey(shared: &Shared, control: &Receiver<Control>, path: &Path) {
-    loop {
-        let order = match control.recv_timeout(Duration::from_millis(200)) {
-            Ok(order) => order,
-            Err(RecvTimeoutError::Timeout) => {
-                if shared.stopping.load(Ordering::SeqCst) {
-                    wake_acceptor(path);
+        };
+        // Decoded and prepared here: the owner decides the other
+        // connections' lines meanwhile. What the disk says about
+        // repositories is asked afresh for these lines.
+        crate::repo::next_batch();
+        let policy = shared.policy.borrow().clone();
+        let mut lines: Lines = Vec::new();
+        loop {
+            let line = match ended {
+                true => codec.decode_eof(&mut buf),
+                false => codec.decode(&mut buf),
+            };
+            let Ok(Some(line)) = line else {
+                break;
+            };
+            number += 1;
+            let mut decoded = decode(line.as_slice(), number, max_frame_bytes);
+            decoded.prepare(&policy);
+            lines.push((number, decoded));
+            if lines.len() == BATCH {
+                let full = std::mem::take(&mut lines);
+                if !send_lines(events, conn, full).await {
                     return;
                 }
-                continue;
             }
-            Err(RecvTimeoutError::Disconnected) => return,
-        };
-        match order {
-            Control::Done => return,
-            Control::Stop(signal) => {
-                let pending = lock(&shared.hub).broker.pending_count();
-                shared.step(Input::Stop);
-                lock(&shared.hub).done = true;
-                let calls = if pending == 1 { "call" } else { "calls" };
-                crate::say!(
-                    "toolgate: {signal} received: denied {pending} pending {calls} and stopped"
-                );
-                stop_everything(shared);
-                return;
-            }
-            Control::Reload {
-                policy,
-                ask_timeout_ms,
-                source,
-            } => {
-                let before = lock(&shared.hub).broker.pending_count();
-                shared.step(Input::Reload {
-                    policy,
-                    ask_timeout_ms,
-                });
-                let after = lock(&shared.hub).broker.pending_count();
-                crate::say!(
-                    "toolgate: SIGHUP received: reloaded the policy ({source}); {} of {before} pending calls decided",
-                    before.saturating_sub(after)
-                );
-            }
+        }
+        if !lines.is_empty() && !send_lines(events, conn, lines).await {
+            return;
+        }
+        if ended {
+            return;
         }
     }
 }
+
+async fn send_lines(events: &mpsc::Sender<Event>, conn: ConnId, lines: Lines) -> bool {
+    let event = Event::Lines {
+        conn,
+        lines,
+        answered: None,
+    };
+    events.send(event).await.is_ok()
+}
+
+/// How much a connection's reader asks of its socket at once.
+const READ_CHUNK: usize = 4096;

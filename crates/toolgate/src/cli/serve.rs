@@ -3,12 +3,9 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::mpsc::{Receiver, Sender};
-use std::sync::Arc;
 
 use toolgate::say;
-use toolgate::serve::Control;
-use toolgate::setup::{self, Settings};
+use toolgate::transport::signals::Reloader;
 
 use super::broker::{open, BrokerFlags, Opened};
 use super::flags::ServeArgs;
@@ -68,7 +65,10 @@ pub fn run(args: ServeArgs) -> ExitCode {
             }
         }
     };
-    let control = watch_signals(settings, policy.project_root.clone());
+    let reloader = Some(Reloader {
+        settings,
+        root: policy.project_root.clone(),
+    });
     #[cfg(unix)]
     if let Some(path) = listen {
         let listener = match toolgate::socket::listen(&path) {
@@ -83,15 +83,15 @@ pub fn run(args: ServeArgs) -> ExitCode {
             listener,
             broker,
             max_frame_bytes,
-            control,
+            reloader,
         ));
     }
-    ended(toolgate::serve::run_with_approver(
+    ended(toolgate::transport::stdio::serve(
         std::io::stdin(),
         std::io::stdout(),
         broker,
         max_frame_bytes,
-        control,
+        reloader,
         approver,
     ))
 }
@@ -104,9 +104,12 @@ fn ended(result: std::io::Result<()>) -> ExitCode {
     let Err(err) = result else {
         return ExitCode::SUCCESS;
     };
-    let lost = err
-        .get_ref()
-        .and_then(|inner| inner.downcast_ref::<toolgate::broker::Lost>());
+    let inner = err.get_ref();
+    if inner.is_some_and(|inner| inner.is::<toolgate::transport::stdio::Abandoned>()) {
+        // Said on stderr already.
+        return ExitCode::from(1);
+    }
+    let lost = inner.and_then(|inner| inner.downcast_ref::<toolgate::broker::Lost>());
     match lost {
         Some(lost) => say!("toolgate: error: {lost}"),
         None if err.kind() == std::io::ErrorKind::BrokenPipe => return ExitCode::SUCCESS,
@@ -135,78 +138,4 @@ fn listen_path(value: &str) -> Result<PathBuf, String> {
             "--listen {value:?}: Unix sockets need a Unix system"
         ))
     }
-}
-
-/// Turn SIGTERM, SIGINT and SIGHUP into orders for the transport. SIGHUP
-/// loads the policy again here, as startup built it (policy file,
-/// `--permission`, `TOOLGATE_PERMISSION`, project root); a policy that does
-/// not load, or that would move the project root, is reported on stderr and
-/// the one in force stays.
-#[cfg(unix)]
-fn watch_signals(
-    settings: Settings,
-    root: PathBuf,
-) -> Option<(Sender<Control>, Receiver<Control>)> {
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-    let mut signals = match signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP]) {
-        Ok(signals) => signals,
-        Err(err) => {
-            say!("toolgate: warning: signals will not be handled: {err}");
-            return None;
-        }
-    };
-    let (orders, control) = std::sync::mpsc::channel();
-    let finished = orders.clone();
-    std::thread::spawn(move || {
-        for signal in signals.forever() {
-            let order = match signal {
-                SIGTERM => Control::Stop("SIGTERM"),
-                SIGINT => Control::Stop("SIGINT"),
-                _ => match setup::load(&settings) {
-                    Ok(loaded) if loaded.policy.project_root != root => {
-                        say!(
-                            "toolgate: SIGHUP received: the policy was not reloaded: its project root would change from {} to {}; keeping the policy in force",
-                            root.display(),
-                            loaded.policy.project_root.display()
-                        );
-                        continue;
-                    }
-                    Ok(setup::Loaded {
-                        policy,
-                        warnings,
-                        sources,
-                        ..
-                    }) => {
-                        for warning in &warnings {
-                            tracing::warn!(target: "toolgate", "{warning}");
-                        }
-                        Control::Reload {
-                            ask_timeout_ms: policy.ask_timeout_seconds.saturating_mul(1000),
-                            policy: Arc::new(policy),
-                            source: setup::describe_sources(&sources),
-                        }
-                    }
-                    Err(err) => {
-                        say!(
-                            "toolgate: SIGHUP received: the policy was not reloaded: {err}; keeping the policy in force"
-                        );
-                        continue;
-                    }
-                },
-            };
-            if orders.send(order).is_err() {
-                return;
-            }
-        }
-    });
-    Some((finished, control))
-}
-
-/// No signals to watch off Unix.
-#[cfg(not(unix))]
-fn watch_signals(
-    _settings: Settings,
-    _root: PathBuf,
-) -> Option<(Sender<Control>, Receiver<Control>)> {
-    None
 }

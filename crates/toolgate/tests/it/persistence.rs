@@ -285,7 +285,13 @@ fn staged_changes_are_committed_before_their_frames_are_written() {
     ]
     .join("\n")
         + "\n";
-    toolgate::serve::run(input.as_bytes(), log.clone(), broker, 1 << 20).unwrap();
+    toolgate::transport::stdio::run(
+        std::io::Cursor::new(input.into_bytes()),
+        log.clone(),
+        broker,
+        1 << 20,
+    )
+    .unwrap();
     let entries = log.0.lock().unwrap().clone();
     let first_out = |kind: &str| {
         entries

@@ -147,7 +147,7 @@ fn through_stdio(lines: &[String], most: u64, seed: u64) -> Vec<u8> {
     };
     let sink = Sink::default();
     let broker = support::in_process(ManualClock::new(), 0);
-    toolgate::serve::run(input, sink.clone(), broker, 1 << 20).unwrap();
+    toolgate::transport::stdio::run(input, sink.clone(), broker, 1 << 20).unwrap();
     let written = sink.0.lock().unwrap().clone();
     written
 }

@@ -9,13 +9,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, dead_code)] // test support
 
 use std::collections::HashMap;
-use std::io::BufReader;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 use serde_json::Value;
 use toolgate::broker::{Broker, BrokerConfig, OnAsk};
-use toolgate::serve::{self, Line};
+use toolgate::transport::lines::{self, Line, Reader};
 
 /// A broker over `/work/project` with the default policy (ask mode), a
 /// clock that never moves and sequential ids (`per_1`, `per_2`, ...).
@@ -134,31 +133,22 @@ pub struct Tally {
 /// Feed `input` to `broker` as the transport does (lines of at most `max`
 /// bytes), then end the input; check the promise after every line.
 pub fn feed(mut broker: Broker, input: &[u8], max: usize) -> Result<Tally, String> {
-    let mut reader = BufReader::with_capacity(64, input);
+    let mut reader = Reader::new(input, max);
     let mut pending: HashMap<Key, usize> = HashMap::new();
     let mut tally = Tally::default();
     let mut number = 0u64;
-    let mut batch = serve::Batch::default();
-    let mut failed = None;
-    // One line per batch: the promise is checked after every line.
-    while batch
-        .read(&mut reader, max)
-        .map_err(|err| err.to_string())?
-    {
-        batch.drain(|line| {
-            number += 1;
-            let owed = owed_calls(&line, number);
-            let decoded = decodes(&line, number);
-            let mut outputs = Vec::new();
-            serve::handle_line(&mut broker, 0, line, number, max, &mut outputs);
-            let frames: Vec<_> = outputs.into_iter().map(|output| output.frame).collect();
-            tally.lines += 1;
-            if let Err(problem) = check(&frames, owed, decoded, &mut pending, &mut tally) {
-                failed = Some(format!("line {number}: {problem}"));
-            }
-        });
-        if let Some(problem) = failed.take() {
-            return Err(problem);
+    // The promise is checked after every line.
+    while let Some(line) = reader.next_line().map_err(|err| err.to_string())? {
+        let line = line.as_slice();
+        number += 1;
+        let owed = owed_calls(&line, number);
+        let decoded = decodes(&line, number);
+        let mut outputs = Vec::new();
+        lines::handle_line(&mut broker, 0, line, number, max, &mut outputs);
+        let frames: Vec<_> = outputs.into_iter().map(|output| output.frame).collect();
+        tally.lines += 1;
+        if let Err(problem) = check(&frames, owed, decoded, &mut pending, &mut tally) {
+            return Err(format!("line {number}: {problem}"));
         }
         if broker.stopped() {
             break;

@@ -1,0 +1,454 @@
+//! The one task that owns the broker. Every transport (stdin, the socket's
+//! connections, an in-process approver, signals) is a task or a thread that
+//! sends [`Event`]s on one bounded channel and drains an [`Outbox`] of its
+//! own; the owner takes the events one at a time, steps the broker, keeps
+//! what must be kept (`Broker::commit`) and only then hands each connection
+//! its frames. Question deadlines are the loop's timer. Nothing else touches
+//! the broker, so there is no lock around it.
+//!
+//! The readers do the work that needs no state ahead of the owner: they
+//! frame lines ([`crate::transport::lines`]), decode them and prepare their
+//! calls (`Decoded::prepare`) under the policy the owner last published, so
+//! a flood keeps a reader's CPU and the owner's busy at once.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot, watch, Notify};
+use tokio_util::sync::CancellationToken;
+use toolgate_policy::Policy;
+use toolgate_protocol::PermissionResponse;
+
+use crate::approver::InProcess;
+use crate::broker::{Broker, ConnId, Decoded, Input, Output};
+
+/// Lines a reader decoded, each with its number on its connection.
+pub type Lines = Vec<(u64, Decoded)>;
+
+/// What a transport tells the owner.
+pub enum Event {
+    /// A connection opened; what the broker says to it goes to `sink`.
+    Opened {
+        /// The connection.
+        conn: ConnId,
+        /// Where its frames go.
+        sink: Sink,
+    },
+    /// Lines a connection's reader framed and decoded.
+    Lines {
+        /// Where they came from.
+        conn: ConnId,
+        /// The lines, in order.
+        lines: Lines,
+        /// Told whether the broker stopped once these lines are answered
+        /// (a reader that sent a `shutdown` waits for it before reading on).
+        answered: Option<oneshot::Sender<bool>>,
+    },
+    /// An in-process approver's answer: a frame of its connection.
+    Answer {
+        /// The approver's connection.
+        conn: ConnId,
+        /// The answer.
+        response: PermissionResponse,
+    },
+    /// A connection closed: its open calls are denied.
+    Closed {
+        /// The connection.
+        conn: ConnId,
+    },
+    /// The input of the one client ended (stdio): the broker stops.
+    End,
+    /// A signal, turned into an order.
+    Signal(Signal),
+}
+
+/// What a signal asks of the broker.
+pub enum Signal {
+    /// SIGTERM or SIGINT (named here): deny every open call and stop.
+    Stop(&'static str),
+    /// SIGHUP with a policy loaded anew: judge from now on under it, and
+    /// decide every open call whose answer is no longer "ask".
+    Reload {
+        /// The new policy.
+        policy: Arc<Policy>,
+        /// Its ask timeout, in milliseconds (0 waits forever).
+        ask_timeout_ms: u64,
+        /// Where it came from, for the line on stderr.
+        source: String,
+    },
+}
+
+/// Where the frames for one connection go.
+pub enum Sink {
+    /// JSON lines, drained by the connection's writer.
+    Lines(Outbox),
+    /// An approver inside this process, handed each frame.
+    Approver(InProcess),
+}
+
+/// A connection's queue of encoded frames: chunks of whole lines with how
+/// many frames each holds, the count of frames not yet written (the writer
+/// lowers it), and the token that makes its reader and writer give up.
+/// Dropping it ends the writer once it wrote what is queued.
+pub struct Outbox {
+    chunks: mpsc::UnboundedSender<Chunk>,
+    /// Frames queued and not yet written.
+    pub backlog: Arc<Backlog>,
+    /// Cancelled when the connection must go at once (it stopped reading).
+    pub close: CancellationToken,
+}
+
+/// Whole encoded frames, and how many.
+pub type Chunk = (Vec<u8>, usize);
+
+impl Outbox {
+    /// An outbox and the receiving end its writer drains.
+    pub fn new() -> (Outbox, mpsc::UnboundedReceiver<Chunk>) {
+        let (chunks, receiver) = mpsc::unbounded_channel();
+        let outbox = Outbox {
+            chunks,
+            backlog: Arc::new(Backlog::default()),
+            close: CancellationToken::new(),
+        };
+        (outbox, receiver)
+    }
+}
+
+/// How many frames wait to be written for one connection.
+#[derive(Default)]
+pub struct Backlog {
+    frames: AtomicUsize,
+    moved: Notify,
+}
+
+impl Backlog {
+    /// Frames queued and not yet written.
+    pub fn frames(&self) -> usize {
+        self.frames.load(Ordering::Acquire)
+    }
+
+    /// The writer wrote `count` frames.
+    pub fn written(&self, count: usize) {
+        let _ = self
+            .frames
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                Some(n.saturating_sub(count))
+            });
+        self.moved.notify_waiters();
+    }
+
+    /// Wait until fewer than `mark` frames are unwritten. `false` when the
+    /// writer wrote nothing for `stall` meanwhile (its client stopped
+    /// reading); with no `stall`, wait as long as it takes.
+    pub async fn below(&self, mark: usize, stall: Option<Duration>) -> bool {
+        loop {
+            let moved = self.moved.notified();
+            tokio::pin!(moved);
+            moved.as_mut().enable();
+            if self.frames() < mark {
+                return true;
+            }
+            match stall {
+                None => moved.await,
+                Some(stall) => {
+                    if tokio::time::timeout(stall, moved).await.is_err() {
+                        return false;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// What the readers share with the owner: the policy to prepare calls
+/// with, and the token cancelled when the broker stops (they read no more).
+#[derive(Clone)]
+pub struct Shared {
+    /// The policy the broker judges under (replaced by a reload).
+    pub policy: watch::Receiver<Arc<Policy>>,
+    /// Cancelled once the broker stopped.
+    pub stopped: CancellationToken,
+}
+
+/// How many calls of a batch are prepared and confirmed together before
+/// they are decided: few enough that what their preparation made is still
+/// in this CPU's cache when they are decided.
+const CONFIRMED: usize = 32;
+
+/// The broker and where its frames go.
+pub struct Owner {
+    broker: Broker,
+    sinks: HashMap<ConnId, Sink, foldhash::fast::RandomState>,
+    /// The step's outputs (kept to reuse the allocation).
+    out: Vec<Output>,
+    /// Encoded frames per connection, not yet handed over: (connection,
+    /// lines, how many).
+    chunks: Vec<(ConnId, Vec<u8>, usize)>,
+    /// Frames for in-process approvers, handed over after the commit.
+    held: Vec<(ConnId, toolgate_protocol::ServerFrame)>,
+    /// How many frames may wait for a connection; past it the connection
+    /// is closed (`None`: never; its reader holds back instead).
+    limit: Option<usize>,
+    /// The lines each in-process approver sent, for their numbers.
+    answers: HashMap<ConnId, u64>,
+    policy: watch::Sender<Arc<Policy>>,
+    stopped: CancellationToken,
+}
+
+impl Owner {
+    /// The owner of `broker`; `limit` as in [`Owner::limit`].
+    pub fn new(broker: Broker, limit: Option<usize>) -> (Owner, Shared) {
+        let (policy, watching) = watch::channel(broker.policy().clone());
+        let stopped = CancellationToken::new();
+        let owner = Owner {
+            broker,
+            sinks: HashMap::default(),
+            out: Vec::new(),
+            chunks: Vec::new(),
+            held: Vec::new(),
+            limit,
+            answers: HashMap::new(),
+            policy,
+            stopped: stopped.clone(),
+        };
+        let shared = Shared {
+            policy: watching,
+            stopped,
+        };
+        (owner, shared)
+    }
+
+    /// The broker, for a transport's set-up before the run.
+    pub fn broker(&mut self) -> &mut Broker {
+        &mut self.broker
+    }
+
+    /// Take events until the broker stops or every sender is gone; the
+    /// signal that stopped it, with how many calls it denied.
+    pub async fn run(
+        &mut self,
+        events: &mut mpsc::Receiver<Event>,
+    ) -> Option<(&'static str, usize)> {
+        let mut signal = None;
+        loop {
+            let deadline = self.broker.next_deadline().map(|at| {
+                let wait = at.saturating_sub(self.broker.now_ms());
+                tokio::time::Instant::now() + Duration::from_millis(wait)
+            });
+            let event = match deadline {
+                None => events.recv().await,
+                Some(deadline) => tokio::select! {
+                    biased;
+                    event = events.recv() => event,
+                    () = tokio::time::sleep_until(deadline) => {
+                        self.step(Input::Tick);
+                        self.flush();
+                        continue;
+                    }
+                },
+            };
+            let Some(event) = event else {
+                break;
+            };
+            if let Some(stop) = self.handle(event) {
+                signal = Some(stop);
+            }
+            if self.broker.stopped() {
+                break;
+            }
+            if !events.is_empty() {
+                // A flood: the channel never runs dry, so the loop would
+                // never wait. Deadlines are checked here, and the task
+                // yields between events so that the runtime looks at its
+                // signals and sockets.
+                if deadline.is_some_and(|at| at <= tokio::time::Instant::now()) {
+                    self.step(Input::Tick);
+                    self.flush();
+                }
+                tokio::task::yield_now().await;
+            }
+        }
+        self.stopped.cancel();
+        signal
+    }
+
+    /// Act on one event; the signal that stopped the broker, if it did.
+    pub fn handle(&mut self, event: Event) -> Option<(&'static str, usize)> {
+        let mut stop = None;
+        match event {
+            Event::Opened { conn, sink } => {
+                self.sinks.insert(conn, sink);
+                self.step(Input::Opened { conn });
+            }
+            Event::Lines {
+                conn,
+                mut lines,
+                answered,
+            } => {
+                self.decide(conn, &mut lines);
+                self.flush();
+                if let Some(answered) = answered {
+                    let _ = answered.send(self.broker.stopped());
+                }
+                return None;
+            }
+            Event::Answer { conn, response } => {
+                let frame = toolgate_protocol::ClientFrame::PermissionResponse(response);
+                if let Ok(line) = serde_json::to_vec(&frame) {
+                    let number = self.answers.entry(conn).or_insert(1);
+                    *number += 1;
+                    let number = *number;
+                    self.step(Input::Line {
+                        conn,
+                        line: &line,
+                        number,
+                    });
+                }
+            }
+            Event::Closed { conn } => {
+                if !self.broker.stopped() {
+                    self.step(Input::Closed { conn });
+                }
+                self.flush();
+                self.sinks.remove(&conn);
+                return None;
+            }
+            Event::End => self.step(Input::Stop),
+            Event::Signal(Signal::Stop(name)) => {
+                if !self.broker.stopped() {
+                    let pending = self.broker.pending_count();
+                    self.step(Input::Stop);
+                    stop = Some((name, pending));
+                }
+            }
+            Event::Signal(Signal::Reload {
+                policy,
+                ask_timeout_ms,
+                source,
+            }) => {
+                let before = self.broker.pending_count();
+                self.step(Input::Reload {
+                    policy,
+                    ask_timeout_ms,
+                });
+                self.policy.send_replace(self.broker.policy().clone());
+                let decided = before.saturating_sub(self.broker.pending_count());
+                crate::say!(
+                    "toolgate: SIGHUP received: reloaded the policy ({source}); {decided} of {before} pending calls decided"
+                );
+            }
+        }
+        self.flush();
+        stop
+    }
+
+    /// Decide a reader's lines, a group of [`CONFIRMED`] calls at a time:
+    /// each call of the group is prepared (most already are, by the reader)
+    /// before any is decided, and the disk's link answers they used are
+    /// confirmed at once (one look at each inotify queue, see
+    /// `globs::confirm`); a call prepared before a change was seen is judged
+    /// again. Every line is handled, even after a `shutdown` or a signal
+    /// stopped the broker: a stopped broker denies the calls.
+    fn decide(&mut self, conn: ConnId, lines: &mut Lines) {
+        // What the disk said about repositories holds for this batch only.
+        crate::repo::next_batch();
+        let policy = self.broker.policy().clone();
+        let mut start = 0;
+        while start < lines.len() {
+            let end = lines.len().min(start + CONFIRMED);
+            for (_, decoded) in &mut lines[start..end] {
+                decoded.prepare(&policy);
+            }
+            let epoch = crate::globs::confirm();
+            for (number, slot) in &mut lines[start..end] {
+                let mut decoded = std::mem::replace(slot, Decoded::blank());
+                decoded.confirm_prepared(epoch);
+                self.step(Input::Decoded {
+                    conn,
+                    decoded,
+                    number: *number,
+                });
+            }
+            start = end;
+        }
+        lines.clear();
+    }
+
+    /// Take one step; its frames are encoded at once, while they are fresh
+    /// in the cache, and handed over by [`Owner::flush`].
+    pub fn step(&mut self, input: Input<'_>) {
+        self.broker.step(input, &mut self.out);
+        for Output { to, frame } in self.out.drain(..) {
+            let conn = to.conn();
+            match self.sinks.get(&conn) {
+                // Closed already: a decision for a call whose connection went.
+                None => {}
+                Some(Sink::Approver(_)) => self.held.push((conn, frame)),
+                Some(Sink::Lines(_)) => {
+                    let index = match self.chunks.iter().position(|(c, ..)| *c == conn) {
+                        Some(index) => index,
+                        None => {
+                            self.chunks.push((conn, Vec::with_capacity(512), 0));
+                            self.chunks.len() - 1
+                        }
+                    };
+                    let (_, chunk, count) = &mut self.chunks[index];
+                    // A frame that cannot be written is left out, never the
+                    // frames around it.
+                    match toolgate_protocol::write_line(chunk, &frame) {
+                        Ok(()) => *count += 1,
+                        Err(err) => tracing::warn!(%err, "a frame could not be written"),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Keep what the steps changed, then hand every connection its frames:
+    /// what is reported is already saved.
+    pub fn flush(&mut self) {
+        // Also when nothing is said: a tick may be the retry of a save.
+        self.broker.commit();
+        for (conn, frame) in self.held.drain(..) {
+            if let Some(Sink::Approver(approver)) = self.sinks.get(&conn) {
+                approver.deliver(&frame);
+            }
+        }
+        for (conn, chunk, count) in self.chunks.drain(..) {
+            let Some(Sink::Lines(outbox)) = self.sinks.get(&conn) else {
+                continue;
+            };
+            let waiting = outbox.backlog.frames();
+            if self.limit.is_some_and(|limit| waiting + count > limit) {
+                tracing::warn!(
+                    conn,
+                    "a client stopped reading its frames ({waiting} unwritten); disconnecting it"
+                );
+                outbox.close.cancel();
+                self.sinks.remove(&conn);
+                continue;
+            }
+            outbox.backlog.frames.fetch_add(count, Ordering::AcqRel);
+            if outbox.chunks.send((chunk, count)).is_err() {
+                self.sinks.remove(&conn);
+            }
+        }
+    }
+
+    /// Every connection's outbox is dropped: its writer ends once it wrote
+    /// what is queued. In-process approvers are stopped.
+    pub fn close_all(&mut self) {
+        for (_, sink) in self.sinks.drain() {
+            if let Sink::Approver(approver) = sink {
+                approver.stop();
+            }
+        }
+    }
+
+    /// The broker, once the run is over.
+    pub fn into_broker(self) -> Broker {
+        self.broker
+    }
+}

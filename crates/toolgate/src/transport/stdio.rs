@@ -1,0 +1,385 @@
+//! `toolgate serve` on stdin and stdout: one client, connection 0. The
+//! owner ([`crate::owner`]) runs on a single-threaded tokio runtime with the
+//! signals, the deadline timer and an in-process approver's answers; stdin is
+//! read by a thread of its own (a blocking read works on a pipe, a file or a
+//! terminal alike) that frames, decodes and hands over a batch of the
+//! complete lines it holds (at most [`BATCH`]). While the owner is too busy
+//! to take the batch, the reader prepares its calls instead of waiting, so a
+//! flood keeps two CPUs busy. stdout is written by a thread of its own, one
+//! `write` per batch, so a client that stops reading never holds up the
+//! owner: the reader stops reading instead once [`HIGH_WATER`] frames wait.
+//!
+//! Every complete line is decided and its frames written without waiting for
+//! more input. After a batch holding a `shutdown` frame the reader reads no
+//! more until that batch is answered, so `shutdown` ends the run even while
+//! the input stays open. At end of input what is open is denied.
+
+use std::io::{self, Read, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc::{self, error::TrySendError};
+use tokio::sync::oneshot;
+
+use crate::approver::InProcess;
+use crate::broker::{Broker, ConnId, Input};
+use crate::owner::{Backlog, Chunk, Event, Lines, Outbox, Owner, Shared, Sink};
+use crate::transport::lines::{decode, Reader};
+use crate::transport::signals::{self, Reloader};
+
+/// The one connection of the stdio transport.
+const STDIO: ConnId = 0;
+
+/// The connection of the in-process approver (`serve --approver`).
+pub const APPROVER: ConnId = 1;
+
+/// The most lines the reader hands over at once: a flood comes in batches
+/// this large, and each batch costs the owner a wake-up and the writer a
+/// `write`.
+const BATCH: usize = 1024;
+
+/// How many batches may wait for the owner; then the reader prepares, then
+/// waits, so a flood holds a bounded amount of memory.
+const QUEUED: usize = 2;
+
+/// While this many frames wait for stdout, stdin is not read (backpressure,
+/// as a pipe gives).
+const HIGH_WATER: usize = 4096;
+
+/// How long, after SIGTERM or SIGINT, the denials may take to be written
+/// (and the reader to hand over what it read) before the process ends
+/// without them.
+const STOP_PATIENCE: Duration = Duration::from_secs(5);
+
+/// An in-process approver for `serve --approver`: the approver, its name
+/// for `hello`, and the channel its answers come on.
+pub type Approver = (
+    InProcess,
+    &'static str,
+    std::sync::mpsc::Receiver<toolgate_protocol::PermissionResponse>,
+);
+
+/// The transport stopped after a signal without writing its last frames:
+/// the reason was said on stderr; the exit status is 1.
+#[derive(Debug)]
+pub struct Abandoned;
+
+impl std::fmt::Display for Abandoned {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("stopped without writing the last frames")
+    }
+}
+
+impl std::error::Error for Abandoned {}
+
+/// Serve one client: write `ready`, then answer frames until end of input or
+/// `shutdown`; deny what is still pending, write, return.
+pub fn run<R, W>(input: R, output: W, broker: Broker, max_frame_bytes: usize) -> io::Result<()>
+where
+    R: Read + Send + 'static,
+    W: Write + Send + 'static,
+{
+    serve(input, output, broker, max_frame_bytes, None, None)
+}
+
+/// [`run`], with signals acted on (`reloader` says how SIGHUP loads the
+/// policy) and an in-process approver: a second connection, [`APPROVER`],
+/// that says `hello` with role approver before stdin is read, so every
+/// question (and its end) is addressed to it and never to stdout.
+pub fn serve<R, W>(
+    input: R,
+    output: W,
+    broker: Broker,
+    max_frame_bytes: usize,
+    reloader: Option<Reloader>,
+    approver: Option<Approver>,
+) -> io::Result<()>
+where
+    R: Read + Send + 'static,
+    W: Write + Send + 'static,
+{
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let (events, mut received) = mpsc::channel::<Event>(QUEUED);
+    // Signals are watched before `ready` is written: a client that signals
+    // as soon as it is greeted is heard.
+    let entered = runtime.enter();
+    if let Some(reloader) = reloader {
+        signals::watch(reloader, events.clone());
+    }
+    let (mut owner, shared) = Owner::new(broker, None);
+    let (outbox, chunks) = Outbox::new();
+    let backlog = outbox.backlog.clone();
+    let (written, finished) = std::sync::mpsc::channel();
+    let write_backlog = backlog.clone();
+    std::thread::Builder::new()
+        .name("toolgate-stdout".into())
+        .spawn(move || {
+            let _ = written.send(write_out(output, chunks, &write_backlog));
+        })?;
+    owner.handle(Event::Opened {
+        conn: STDIO,
+        sink: Sink::Lines(outbox),
+    });
+    if let Some((approver, name, answers)) = approver {
+        // The agent's pipe never answers: only this approver does.
+        owner.broker().reserve_approver(APPROVER);
+        owner.handle(Event::Opened {
+            conn: APPROVER,
+            sink: Sink::Approver(approver),
+        });
+        let hello = serde_json::json!({"type":"hello","role":"approver","client":name});
+        owner.step(Input::Line {
+            conn: APPROVER,
+            line: hello.to_string().as_bytes(),
+            number: 1,
+        });
+        owner.flush();
+        let events = events.clone();
+        std::thread::Builder::new()
+            .name("toolgate-answers".into())
+            .spawn(move || {
+                for response in answers {
+                    let answer = Event::Answer {
+                        conn: APPROVER,
+                        response,
+                    };
+                    if events.blocking_send(answer).is_err() {
+                        return;
+                    }
+                }
+            })?;
+    }
+    let holding = Arc::new(AtomicBool::new(false));
+    let handle = runtime.handle().clone();
+    {
+        let (events, shared, holding) = (events.clone(), shared.clone(), holding.clone());
+        std::thread::Builder::new()
+            .name("toolgate-stdin".into())
+            .spawn(move || {
+                read_input(
+                    input,
+                    max_frame_bytes,
+                    &events,
+                    &shared,
+                    &holding,
+                    &backlog,
+                    &handle,
+                )
+            })?;
+    }
+    drop(entered);
+    let signal = runtime.block_on(async {
+        drop(events);
+        let signal = owner.run(&mut received).await;
+        if signal.is_some() {
+            // What the reader read before the stop is denied by the stopped
+            // broker; it reads nothing more, but may be blocked on its input
+            // for good, so it is not waited for.
+            let until = tokio::time::Instant::now() + STOP_PATIENCE;
+            while holding.load(Ordering::SeqCst) && tokio::time::Instant::now() < until {
+                match tokio::time::timeout(Duration::from_millis(20), received.recv()).await {
+                    Ok(Some(event @ Event::Lines { .. })) => {
+                        owner.handle(event);
+                    }
+                    Ok(Some(_)) | Err(_) => {}
+                    Ok(None) => break,
+                }
+            }
+            while let Ok(event) = received.try_recv() {
+                if let Event::Lines { .. } = event {
+                    owner.handle(event);
+                }
+            }
+        }
+        signal
+    });
+    drop(received);
+    owner.close_all();
+    let mut broker = owner.into_broker();
+    let output = match signal {
+        None => finished.recv().unwrap_or(Ok(())),
+        Some((name, pending)) => {
+            let output = match finished.recv_timeout(STOP_PATIENCE) {
+                Ok(output) => output,
+                Err(_) => {
+                    // Nobody reads stdout: nothing more can be said.
+                    crate::say!(
+                        "toolgate: {name} received: the output has been blocked for {} s; stopped without answering the pending calls",
+                        STOP_PATIENCE.as_secs()
+                    );
+                    return Err(io::Error::other(Abandoned));
+                }
+            };
+            let calls = if pending == 1 { "call" } else { "calls" };
+            match &output {
+                Ok(()) => crate::say!(
+                    "toolgate: {name} received: denied {pending} pending {calls} and stopped"
+                ),
+                Err(err) => crate::say!(
+                    "toolgate: {name} received: denied {pending} pending {calls}, but the output failed: {err}"
+                ),
+            }
+            // The client went away: a normal end after a signal.
+            Ok(())
+        }
+    };
+    drop(runtime);
+    // Nothing in force may be lost quietly: a change a failed write left
+    // unsaved is written now, or the run ends with what was lost.
+    match (broker.finish_saving(), output) {
+        (Ok(()), output) => output,
+        (Err(lost), output) => {
+            if let Err(err) = output {
+                tracing::warn!("the output failed: {err}");
+            }
+            Err(io::Error::other(lost))
+        }
+    }
+}
+
+/// The stdin thread: frame, decode and hand over batches of lines until end
+/// of input, a `shutdown` that stopped the broker, or a signal.
+fn read_input<R: Read>(
+    input: R,
+    max_frame_bytes: usize,
+    events: &mpsc::Sender<Event>,
+    shared: &Shared,
+    holding: &AtomicBool,
+    backlog: &Backlog,
+    handle: &tokio::runtime::Handle,
+) {
+    let mut reader = Reader::new(input, max_frame_bytes);
+    let mut number: u64 = 0;
+    loop {
+        if backlog.frames() >= HIGH_WATER {
+            handle.block_on(backlog.below(HIGH_WATER, None));
+        }
+        let mut lines: Lines = Vec::new();
+        let mut ended = false;
+        loop {
+            // Stopped by a signal or `shutdown`: nothing more is read.
+            if shared.stopped.is_cancelled() {
+                ended = true;
+                break;
+            }
+            match reader.next_line() {
+                Ok(Some(line)) => {
+                    holding.store(true, Ordering::SeqCst);
+                    number += 1;
+                    lines.push((number, decode(line.as_slice(), number, max_frame_bytes)));
+                }
+                Ok(None) => ended = true,
+                Err(err) => {
+                    tracing::warn!(%err, "reading input failed; treating it as end of input");
+                    ended = true;
+                }
+            }
+            // Take the complete lines already read in one go; never wait
+            // for more while a line read is unanswered.
+            if ended || lines.len() >= BATCH || !reader.has_line() {
+                break;
+            }
+        }
+        let mut answered = None;
+        if !lines.is_empty() {
+            let shutdown = lines.iter().any(|(_, decoded)| decoded.is_shutdown());
+            let (told, told_on) = match shutdown {
+                true => {
+                    let (told, told_on) = oneshot::channel();
+                    (Some(told), Some(told_on))
+                }
+                false => (None, None),
+            };
+            answered = told_on;
+            let event = Event::Lines {
+                conn: STDIO,
+                lines,
+                answered: told,
+            };
+            let handed = hand_over(events, event, shared);
+            holding.store(false, Ordering::SeqCst);
+            if !handed {
+                return;
+            }
+        }
+        if let Some(answered) = answered {
+            // After a `shutdown` the broker may be done: find out before
+            // reading on, since more input may never come.
+            if answered.blocking_recv().unwrap_or(true) {
+                return;
+            }
+        }
+        if ended {
+            if !shared.stopped.is_cancelled() {
+                let _ = events.blocking_send(Event::End);
+            }
+            return;
+        }
+    }
+}
+
+/// Hand a batch to the owner. While the owner is too busy to take it, the
+/// reader prepares the batch's calls (the part of their judgement the policy
+/// decides alone, `Decoded::prepare`) instead of waiting. False when the
+/// owner is gone.
+fn hand_over(events: &mpsc::Sender<Event>, mut event: Event, shared: &Shared) -> bool {
+    let mut policy = None;
+    let mut next = 0;
+    loop {
+        match events.try_send(event) {
+            Ok(()) => return true,
+            Err(TrySendError::Closed(_)) => return false,
+            Err(TrySendError::Full(returned)) => event = returned,
+        }
+        let Event::Lines { lines, .. } = &mut event else {
+            return events.blocking_send(event).is_ok();
+        };
+        let policy = policy.get_or_insert_with(|| {
+            // What the disk says about repositories is asked afresh for
+            // these lines (see `repo::next_batch`).
+            crate::repo::next_batch();
+            shared.policy.borrow().clone()
+        });
+        let mut prepared = false;
+        while next < lines.len() && !prepared {
+            prepared = lines[next].1.prepare(policy);
+            next += 1;
+        }
+        if !prepared || shared.stopped.is_cancelled() {
+            return events.blocking_send(event).is_ok();
+        }
+    }
+}
+
+/// The stdout thread: write what the owner queued, every chunk waiting at
+/// once (one `write` and flush for a flood, one per frame when calls come
+/// one at a time). After a failed write the rest is dropped and the first
+/// error returned at the end.
+fn write_out<W: Write>(
+    mut output: W,
+    mut chunks: mpsc::UnboundedReceiver<Chunk>,
+    backlog: &Backlog,
+) -> io::Result<()> {
+    let mut failed = None;
+    while let Some((mut buffer, mut count)) = chunks.blocking_recv() {
+        while buffer.len() < 1 << 16 {
+            match chunks.try_recv() {
+                Ok((more, frames)) => {
+                    buffer.extend_from_slice(&more);
+                    count += frames;
+                }
+                Err(_) => break,
+            }
+        }
+        if failed.is_none() {
+            if let Err(err) = output.write_all(&buffer).and_then(|()| output.flush()) {
+                failed = Some(err);
+            }
+        }
+        backlog.written(count);
+    }
+    failed.map_or(Ok(()), Err)
+}
