@@ -6,13 +6,122 @@
 //! `toolgate.json` in `--project-root`, else the nearest `toolgate.json` from
 //! the working directory up to the repository root); [`load`] reads it as a
 //! toolgate policy or an OpenCode config and says which layers are in force.
+//! What cannot be used is a [`ConfigError`], whose kind says where it is
+//! (the policy file, a flag, the environment) and whose `Display` is the
+//! text shown.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::repo::DiskRepos;
 use toolgate_policy::opencode::parse_policy_file;
-use toolgate_policy::{normalize, parse_override, Mode, Policy, PolicyError, Sources};
+use toolgate_policy::{normalize, parse_override, Mode, Policy, PolicyError, Sources, UnknownMode};
+
+/// Why the configuration (the policy file, the flags, the environment)
+/// cannot be used. The text shown is the `Display`.
+#[derive(Debug)]
+pub enum ConfigError {
+    /// The policy file could not be read.
+    Unreadable {
+        /// The policy file's absolute path.
+        file: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// `--agent` names an agent, but no policy file (an OpenCode config)
+    /// is in use.
+    AgentWithoutConfig {
+        /// The agent named.
+        agent: String,
+    },
+    /// A value that cannot be used, in the policy file (its JSON included),
+    /// `TOOLGATE_PERMISSION` or `--permission`: the policy crate's error,
+    /// which names the file or flag and the key.
+    Policy(PolicyError),
+    /// `--mode` and `--permission-mode` name different modes.
+    ModesDiffer {
+        /// The mode `--mode` names.
+        mode: Mode,
+        /// The mode `--permission-mode` names.
+        other: Mode,
+    },
+    /// An environment variable (`TOOLGATE_MODE`) names no mode.
+    Environment {
+        /// The variable.
+        variable: &'static str,
+        /// Why its value is no mode.
+        source: ModeNameError,
+    },
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConfigError::Unreadable { file, source } => {
+                write!(f, "{file}: cannot read the policy file: {source}")
+            }
+            ConfigError::AgentWithoutConfig { agent } => write!(
+                f,
+                "--agent: `{agent}` needs an OpenCode config as the policy file (--policy opencode.json), and no policy file is in use"
+            ),
+            ConfigError::Policy(err) => std::fmt::Display::fmt(err, f),
+            ConfigError::ModesDiffer { mode, other } => write!(
+                f,
+                "--mode {mode} and --permission-mode {other} name different modes; give one"
+            ),
+            ConfigError::Environment { variable, source } => {
+                write!(f, "invalid {variable}: {source}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ConfigError::Unreadable { source, .. } => Some(source),
+            ConfigError::Policy(err) => Some(err),
+            ConfigError::Environment { source, .. } => Some(source),
+            ConfigError::AgentWithoutConfig { .. } | ConfigError::ModesDiffer { .. } => None,
+        }
+    }
+}
+
+impl From<PolicyError> for ConfigError {
+    fn from(err: PolicyError) -> ConfigError {
+        ConfigError::Policy(err)
+    }
+}
+
+/// A mode name (`--mode`, `--permission-mode`, `TOOLGATE_MODE`) that names
+/// no mode. For Claude Code's `dontAsk`, the text says what to use instead.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModeNameError(pub UnknownMode);
+
+impl std::fmt::Display for ModeNameError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.0 .0 == "dontAsk" {
+            write!(
+                f,
+                "{}; for Claude Code's dontAsk (deny what would ask) use --on-ask deny",
+                self.0
+            )
+        } else {
+            std::fmt::Display::fmt(&self.0, f)
+        }
+    }
+}
+
+impl std::error::Error for ModeNameError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.0)
+    }
+}
+
+/// A mode by name, or why the name is none.
+pub fn parse_mode(name: &str) -> Result<Mode, ModeNameError> {
+    name.parse::<Mode>().map_err(ModeNameError)
+}
 
 /// What the command line and environment say about the policy.
 #[derive(Debug, Clone, Default)]
@@ -147,7 +256,7 @@ fn owner_of(path: &Path) -> Option<u32> {
 }
 
 /// The policy, its warnings and its sources.
-pub fn load(settings: &Settings) -> Result<Loaded, PolicyError> {
+pub fn load(settings: &Settings) -> Result<Loaded, ConfigError> {
     let home = settings.home.as_deref();
     let absolute = |path: &Path, base: &Path| normalize(&path.to_string_lossy(), base, home);
 
@@ -161,8 +270,9 @@ pub fn load(settings: &Settings) -> Result<Loaded, PolicyError> {
     let file = match &found {
         Some((path, _)) => {
             let name = path.to_string_lossy().into_owned();
-            let text = std::fs::read_to_string(path).map_err(|err| {
-                PolicyError::new(&name, "", &format!("cannot read the policy file: {err}"))
+            let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Unreadable {
+                file: name.clone(),
+                source,
             })?;
             let file_name = path
                 .file_name()
@@ -179,11 +289,9 @@ pub fn load(settings: &Settings) -> Result<Loaded, PolicyError> {
         }
         None => {
             if let Some(agent) = &settings.agent {
-                return Err(PolicyError::new(
-                    "--agent",
-                    "",
-                    &format!("`{agent}` needs an OpenCode config as the policy file (--policy opencode.json), and no policy file is in use"),
-                ));
+                return Err(ConfigError::AgentWithoutConfig {
+                    agent: agent.clone(),
+                });
             }
             None
         }

@@ -72,7 +72,9 @@ use serde_json::Value;
 use toolgate_policy::GrantPattern;
 use toolgate_protocol::ScopeSpec;
 
+mod error;
 mod repair;
+pub use error::{Invalid, IoOp, JournalDamage, StateError, Task, Unreadable};
 pub use repair::{repair, LineLoss, Repaired};
 
 /// The state file format this build reads and writes.
@@ -332,32 +334,32 @@ impl Snapshot {
 /// Where the broker saves its state.
 pub trait Store: Send {
     /// Make `changes` durable, in order, before returning (the broker reports
-    /// a change only after this returned). The error names what failed.
-    fn record(&mut self, changes: &[Change]) -> Result<(), String>;
+    /// a change only after this returned). The error says what failed.
+    fn record(&mut self, changes: &[Change]) -> Result<(), StateError>;
     /// Record `changes` without waiting for the disk: they are durable once
     /// [`Store::commit`] (or a later [`Store::record`]) returned. For changes
     /// whose frames the transport writes only after committing (group
     /// commit: one sync for a batch of frames). By default, [`Store::record`].
-    fn stage(&mut self, changes: &[Change]) -> Result<(), String> {
+    fn stage(&mut self, changes: &[Change]) -> Result<(), StateError> {
         self.record(changes)
     }
-    /// Make every staged change durable. The error names what failed.
-    fn commit(&mut self) -> Result<(), String> {
+    /// Make every staged change durable. The error says what failed.
+    fn commit(&mut self) -> Result<(), StateError> {
         Ok(())
     }
-    /// Replace the whole stored state with `snapshot`. The error names what failed.
-    fn save(&mut self, snapshot: &Snapshot) -> Result<(), String>;
+    /// Replace the whole stored state with `snapshot`. The error says what failed.
+    fn save(&mut self, snapshot: &Snapshot) -> Result<(), StateError>;
     /// Why changes this store accepted are not all on disk, when a write
     /// failed: they are kept, and written by the next successful
     /// [`Store::retry`] or change. `None` when everything accepted is on
     /// disk, and for a store that writes nothing by design (another broker
     /// holds the file): it lost nothing it tried to write.
-    fn unsaved(&self) -> Option<String> {
+    fn unsaved(&self) -> Option<StateError> {
         None
     }
     /// Try again to write everything accepted, when a write failed. Ok when
-    /// nothing is unsaved (any more); the error names what failed.
-    fn retry(&mut self) -> Result<(), String> {
+    /// nothing is unsaved (any more); the error says what failed.
+    fn retry(&mut self) -> Result<(), StateError> {
         Ok(())
     }
 }
@@ -378,8 +380,8 @@ pub struct FileStore {
     project_root: String,
     /// The lock held on `<file>.lock` while this store lives.
     _lock: Option<std::sync::Arc<std::fs::File>>,
-    /// Why saves are refused, when another broker holds the file.
-    held_elsewhere: Option<String>,
+    /// Saves are refused: another broker holds the file.
+    held_elsewhere: bool,
     /// What the files hold, with every change recorded since.
     state: Materialised,
     /// The journal generation of the snapshot on disk (`None`: no journal applies).
@@ -398,7 +400,7 @@ pub struct FileStore {
     /// The last write that failed, while what it carried is not on disk
     /// yet: the files lack a change this store accepted (see
     /// [`Store::unsaved`]). Cleared when the whole state is written.
-    unsaved: Option<String>,
+    unsaved: Option<StateError>,
     compact_floor: u64,
 }
 
@@ -418,7 +420,7 @@ impl FileStore {
         dir: &Path,
         project_root: &Path,
         _wall_ms: u64,
-    ) -> Result<(FileStore, Snapshot, Vec<String>), String> {
+    ) -> Result<(FileStore, Snapshot, Vec<String>), StateError> {
         let (mut store, snapshot, mut warnings) = FileStore::open_unlocked(dir, project_root)?;
         if store.path.as_os_str().is_empty() || !dir.is_dir() {
             return Ok((store, snapshot, warnings));
@@ -439,10 +441,7 @@ impl FileStore {
                     store.path.display(),
                     lock_path(&store.path).display()
                 ));
-                store.held_elsewhere = Some(format!(
-                    "another toolgate holds the state file {}",
-                    store.path.display()
-                ));
+                store.held_elsewhere = true;
             }
             Err(std::fs::TryLockError::Error(err)) => warnings.push(format!(
                 "cannot lock {} ({err}); saving anyway, so run one broker per project and state directory",
@@ -455,7 +454,7 @@ impl FileStore {
     fn open_unlocked(
         dir: &Path,
         project_root: &Path,
-    ) -> Result<(FileStore, Snapshot, Vec<String>), String> {
+    ) -> Result<(FileStore, Snapshot, Vec<String>), StateError> {
         let mut warnings = Vec::new();
         let root = root_string(project_root);
         let empty = Snapshot::new(project_root);
@@ -469,7 +468,7 @@ impl FileStore {
             path,
             project_root: root.clone(),
             _lock: None,
-            held_elsewhere: None,
+            held_elsewhere: false,
             state: Materialised::from_snapshot(
                 loaded.map_or_else(|| empty.clone(), |loaded| loaded.snapshot.clone()),
             ),
@@ -504,12 +503,11 @@ impl FileStore {
                     if std::fs::symlink_metadata(&journal).is_ok() {
                         // A journal without its snapshot: what it recorded
                         // (a session end, a revocation) would be forgotten.
-                        return Err(format!(
-                            "the journal {} has no state file beside it. Starting without it would forget what it recorded (a session that ended could run again, a revoked grant allow again). `toolgate state repair --state-dir {} --project-root {}` keeps the sessions it closes and sets it aside",
-                            journal.display(),
-                            dir.display(),
-                            project_root.display()
-                        ));
+                        return Err(StateError::JournalWithoutState {
+                            journal,
+                            dir: dir.to_path_buf(),
+                            project_root: project_root.to_path_buf(),
+                        });
                     }
                     return Ok((store(path, None), empty, warnings));
                 }
@@ -519,12 +517,11 @@ impl FileStore {
                     return Ok((store(path, Some(&loaded)), snapshot, warnings));
                 }
                 Loaded::Damaged(damaged) if damaged.project_root == root => {
-                    return Err(format!(
-                        "the state file {} is not used: {}. Starting without it would forget what those lines recorded (a session that ended could run again, a revoked grant allow again). `toolgate state repair --state-dir {}` keeps every record that can be read, keeps the original files, and names the lines that are lost",
-                        path.display(),
-                        damaged.describe(),
-                        dir.display()
-                    ));
+                    return Err(StateError::Damaged {
+                        path,
+                        dir: dir.to_path_buf(),
+                        damage: damaged.damage,
+                    });
                 }
                 Loaded::Damaged(damaged) => warnings.push(format!(
                     "the state file {} belongs to the project {}, not {root}; it is left alone",
@@ -537,12 +534,12 @@ impl FileStore {
                     loaded.snapshot.project_root
                 )),
                 Loaded::Unusable(reason) => {
-                    return Err(format!(
-                        "the state file {} cannot be used ({reason}). Starting without it would forget which sessions ended and which grants were revoked (a session that ended could run again). `toolgate state repair --state-dir {} --project-root {}` keeps what can still be read of it (the closed sessions above all; a session it cannot read whole is closed) and sets the original aside",
-                        path.display(),
-                        dir.display(),
-                        project_root.display()
-                    ));
+                    return Err(StateError::Unusable {
+                        path,
+                        dir: dir.to_path_buf(),
+                        project_root: project_root.to_path_buf(),
+                        reason: Box::new(reason),
+                    });
                 }
             }
         }
@@ -565,18 +562,20 @@ impl FileStore {
         &self.journal_path
     }
 
-    fn writable(&self) -> Result<(), String> {
-        if let Some(why) = &self.held_elsewhere {
-            return Err(why.clone());
+    fn writable(&self) -> Result<(), StateError> {
+        if self.held_elsewhere {
+            return Err(StateError::HeldElsewhere {
+                path: self.path.clone(),
+            });
         }
         if self.path.as_os_str().is_empty() {
-            return Err("no state file is available for this project".to_string());
+            return Err(StateError::NoFile);
         }
         Ok(())
     }
 
     /// Write the whole state as a new snapshot and start a new journal.
-    fn compact(&mut self) -> Result<(), String> {
+    fn compact(&mut self) -> Result<(), StateError> {
         let mut snapshot = self.state.snapshot();
         snapshot.version = VERSION;
         snapshot.project_root.clone_from(&self.project_root);
@@ -618,7 +617,7 @@ impl FileStore {
     }
 
     /// Append records (not synced yet).
-    fn append(&mut self, bytes: &[u8]) -> Result<(), String> {
+    fn append(&mut self, bytes: &[u8]) -> Result<(), StateError> {
         if self.journal.is_none() {
             // The journal loaded at start ends with a complete record of this
             // snapshot's generation (else the store would be dirty): go on
@@ -641,7 +640,7 @@ impl FileStore {
                 // Part of a record may be on disk: never append after it.
                 self.journal = None;
                 self.dirty = true;
-                let err = format!("cannot append to {}: {err}", self.journal_path.display());
+                let err = StateError::io(IoOp::Append, &self.journal_path, err);
                 self.unsaved = Some(err.clone());
                 Err(err)
             }
@@ -651,7 +650,7 @@ impl FileStore {
 
 impl Store for FileStore {
     /// [`FileStore::stage`], then [`FileStore::commit`].
-    fn record(&mut self, changes: &[Change]) -> Result<(), String> {
+    fn record(&mut self, changes: &[Change]) -> Result<(), StateError> {
         self.stage(changes)?;
         self.commit()
     }
@@ -659,7 +658,7 @@ impl Store for FileStore {
     /// Syncs the journal (fdatasync) when records were appended since the
     /// last sync. On failure the next change compacts (the records may or
     /// may not be on disk).
-    fn commit(&mut self) -> Result<(), String> {
+    fn commit(&mut self) -> Result<(), StateError> {
         if !self.unsynced {
             return Ok(());
         }
@@ -670,7 +669,7 @@ impl Store for FileStore {
         journal.sync_data().map_err(|err| {
             self.journal = None;
             self.dirty = true;
-            let err = format!("cannot sync {}: {err}", self.journal_path.display());
+            let err = StateError::io(IoOp::Sync, &self.journal_path, err);
             self.unsaved = Some(err.clone());
             err
         })
@@ -681,7 +680,7 @@ impl Store for FileStore {
     /// twice the snapshot and the compaction floor, or when the files may
     /// lack a change, the whole state is written as a new snapshot instead
     /// and a new journal started (synced at once).
-    fn stage(&mut self, changes: &[Change]) -> Result<(), String> {
+    fn stage(&mut self, changes: &[Change]) -> Result<(), StateError> {
         self.writable()?;
         if changes.is_empty() {
             return Ok(());
@@ -695,7 +694,12 @@ impl Store for FileStore {
         };
         let mut bytes = match encoded {
             Ok(bytes) => bytes,
-            Err(err) => return Err(format!("cannot encode a change: {err}")),
+            Err(err) => {
+                return Err(StateError::Encode {
+                    path: None,
+                    source: Arc::new(err),
+                })
+            }
         };
         bytes.push(b'\n');
         for change in changes {
@@ -712,7 +716,7 @@ impl Store for FileStore {
     /// [`VERSION`] and for this store's project root whatever the snapshot
     /// says. The snapshot names no journal, so the old journal no longer
     /// applies; it is removed, and the next change starts a new one.
-    fn save(&mut self, snapshot: &Snapshot) -> Result<(), String> {
+    fn save(&mut self, snapshot: &Snapshot) -> Result<(), StateError> {
         self.writable()?;
         // What was staged is synced where it is first (should the snapshot fail).
         if let Err(err) = self.commit() {
@@ -741,13 +745,13 @@ impl Store for FileStore {
         Ok(())
     }
 
-    fn unsaved(&self) -> Option<String> {
+    fn unsaved(&self) -> Option<StateError> {
         self.unsaved.clone()
     }
 
     /// Writes the whole state as a new snapshot and starts a new journal,
     /// when a write failed since the last time the whole state was written.
-    fn retry(&mut self) -> Result<(), String> {
+    fn retry(&mut self) -> Result<(), StateError> {
         if self.unsaved.is_none() {
             return Ok(());
         }
@@ -774,7 +778,7 @@ struct MemoryState {
     pending_save: Option<Snapshot>,
     pending: Vec<Vec<Change>>,
     /// The failure that left something pending.
-    unsaved: Option<String>,
+    unsaved: Option<StateError>,
 }
 
 impl MemoryState {
@@ -828,24 +832,26 @@ impl MemoryStore {
 }
 
 impl Store for MemoryStore {
-    fn record(&mut self, changes: &[Change]) -> Result<(), String> {
+    fn record(&mut self, changes: &[Change]) -> Result<(), StateError> {
         let mut state = self.lock();
         if let Some(reason) = state.failure.clone() {
+            let err = StateError::Injected(reason);
             state.pending.push(changes.to_vec());
-            state.unsaved = Some(reason.clone());
-            return Err(reason);
+            state.unsaved = Some(err.clone());
+            return Err(err);
         }
         state.apply(Some(changes));
         Ok(())
     }
 
-    fn save(&mut self, snapshot: &Snapshot) -> Result<(), String> {
+    fn save(&mut self, snapshot: &Snapshot) -> Result<(), StateError> {
         let mut state = self.lock();
         if let Some(reason) = state.failure.clone() {
+            let err = StateError::Injected(reason);
             state.pending_save = Some(sorted(snapshot.clone()));
             state.pending.clear();
-            state.unsaved = Some(reason.clone());
-            return Err(reason);
+            state.unsaved = Some(err.clone());
+            return Err(err);
         }
         state.state = Materialised::from_snapshot(sorted(snapshot.clone()));
         state.pending_save = None;
@@ -856,18 +862,19 @@ impl Store for MemoryStore {
         Ok(())
     }
 
-    fn unsaved(&self) -> Option<String> {
+    fn unsaved(&self) -> Option<StateError> {
         self.lock().unsaved.clone()
     }
 
-    fn retry(&mut self) -> Result<(), String> {
+    fn retry(&mut self) -> Result<(), StateError> {
         let mut state = self.lock();
         if state.unsaved.is_none() {
             return Ok(());
         }
         if let Some(reason) = state.failure.clone() {
-            state.unsaved = Some(reason.clone());
-            return Err(reason);
+            let err = StateError::Injected(reason);
+            state.unsaved = Some(err.clone());
+            return Err(err);
         }
         state.apply(None);
         Ok(())
@@ -907,12 +914,12 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 }
 
 /// Parse and check a state file's text.
-pub fn parse_snapshot(text: &str) -> Result<Snapshot, String> {
+pub fn parse_snapshot(text: &str) -> Result<Snapshot, Invalid> {
     parse_state(text).map(|(snapshot, _)| snapshot)
 }
 
 /// A state file's snapshot and the journal generation it names.
-fn parse_state(text: &str) -> Result<(Snapshot, Option<u64>), String> {
+fn parse_state(text: &str) -> Result<(Snapshot, Option<u64>), Invalid> {
     // A well-formed file is read straight into its types; the generic reading
     // below (a whole `Value` tree first, several times the file's size) only
     // runs to name what is wrong with one that is not.
@@ -942,10 +949,7 @@ fn parse_state(text: &str) -> Result<(Snapshot, Option<u64>), String> {
         .iter()
         .find(|closed| fingerprint_value(&closed.fingerprint).is_none())
     {
-        return Err(format!(
-            "the closed fingerprint `{}` is not 16 lowercase hex digits",
-            closed.fingerprint
-        ));
+        return Err(Invalid::ClosedFingerprint(closed.fingerprint.clone()));
     }
     let grants = snapshot
         .project_grants
@@ -961,7 +965,7 @@ fn parse_state(text: &str) -> Result<(Snapshot, Option<u64>), String> {
         .collect();
     ids.sort_unstable();
     if let Some(pair) = ids.windows(2).find(|pair| pair[0] == pair[1]) {
-        return Err(format!("the session {} is stored twice", pair[0]));
+        return Err(Invalid::DuplicateSession(pair[0].to_string()));
     }
     Ok((snapshot, generation))
 }
@@ -987,27 +991,31 @@ struct SnapshotFile {
 /// [`parse_state`] through a `Value` tree, naming what is wrong.
 type Parsed = (Snapshot, Option<u64>, Vec<String>);
 
-fn parse_state_generic(text: &str) -> Result<Parsed, String> {
-    let value: Value =
-        serde_json::from_str(text).map_err(|err| format!("not valid JSON: {err}"))?;
+fn parse_state_generic(text: &str) -> Result<Parsed, Invalid> {
+    let value: Value = serde_json::from_str(text).map_err(|err| Invalid::NotJson(Arc::new(err)))?;
     match value.get("version") {
         Some(Value::Number(number)) if number.as_u64() == Some(u64::from(VERSION)) => {}
-        Some(other) => return Err(format!("version {other}, expected {VERSION}")),
-        None => return Err(format!("no version, expected {VERSION}")),
+        other => return Err(Invalid::Version(other.cloned())),
     }
     let generation = match value.get("journalGeneration") {
         None => None,
         Some(Value::Number(number)) if number.as_u64().is_some() => number.as_u64(),
-        Some(other) => return Err(format!("journalGeneration {other} is not a count")),
+        Some(other) => return Err(Invalid::Generation(other.clone())),
+    };
+    let shape = |field: Option<&'static str>| {
+        move |err| Invalid::Shape {
+            field,
+            source: Arc::new(err),
+        }
     };
     // Files of earlier builds list ended sessions by id.
     let legacy_ended: Vec<String> = match value.get("endedSessions") {
         None => Vec::new(),
-        Some(ended) => serde_json::from_value(ended.clone())
-            .map_err(|err| format!("not a state file: endedSessions: {err}"))?,
+        Some(ended) => {
+            serde_json::from_value(ended.clone()).map_err(shape(Some("endedSessions")))?
+        }
     };
-    let snapshot: Snapshot =
-        serde_json::from_value(value).map_err(|err| format!("not a state file: {err}"))?;
+    let snapshot: Snapshot = serde_json::from_value(value).map_err(shape(None))?;
     Ok((snapshot, generation, legacy_ended))
 }
 
@@ -1030,7 +1038,7 @@ struct LoadedState {
 enum Loaded {
     Missing,
     State(Box<LoadedState>),
-    Unusable(String),
+    Unusable(Unreadable),
     /// The snapshot is whole but lines of its journal cannot be read.
     Damaged(Box<Damaged>),
 }
@@ -1043,26 +1051,9 @@ enum Loaded {
 struct Damaged {
     /// The project the snapshot names.
     project_root: String,
-    /// The journal.
-    journal: PathBuf,
-    /// Each unreadable line: its number (the header is line 1) and why.
-    lines: Vec<(usize, String)>,
-}
-
-impl Damaged {
-    /// Why the state cannot be used, naming the journal and its lines.
-    fn describe(&self) -> String {
-        let lines: Vec<String> = self
-            .lines
-            .iter()
-            .map(|(number, why)| format!("line {number} ({why})"))
-            .collect();
-        format!(
-            "its journal {} cannot be read at {}",
-            self.journal.display(),
-            lines.join(", ")
-        )
-    }
+    /// The journal and its unreadable lines; its `Display` says why the
+    /// state cannot be used.
+    damage: JournalDamage,
 }
 
 /// The first line of a journal: which snapshot its records follow.
@@ -1076,15 +1067,15 @@ struct JournalHeader {
 fn load(path: &Path) -> Loaded {
     let bytes = match std::fs::read(path) {
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Loaded::Missing,
-        Err(err) => return Loaded::Unusable(format!("cannot read it: {err}")),
+        Err(err) => return Loaded::Unusable(Unreadable::Read(Arc::new(err))),
         Ok(bytes) => bytes,
     };
     let Ok(text) = std::str::from_utf8(&bytes) else {
-        return Loaded::Unusable("not UTF-8".to_string());
+        return Loaded::Unusable(Unreadable::NotUtf8);
     };
     let (snapshot, generation) = match parse_state(text) {
         Ok(parsed) => parsed,
-        Err(reason) => return Loaded::Unusable(reason),
+        Err(reason) => return Loaded::Unusable(Unreadable::Invalid(reason)),
     };
     let mut loaded = LoadedState {
         snapshot,
@@ -1099,18 +1090,17 @@ fn load(path: &Path) -> Loaded {
     match std::fs::read(&journal) {
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
         Err(err) => {
-            return Loaded::Unusable(format!(
-                "cannot read its journal {}: {err}",
-                journal.display()
-            ))
+            return Loaded::Unusable(Unreadable::Journal {
+                journal,
+                source: Arc::new(err),
+            })
         }
         Ok(bytes) => {
             let project_root = loaded.snapshot.project_root.clone();
             if let Err(lines) = replay(&journal, &bytes, &mut loaded) {
                 return Loaded::Damaged(Box::new(Damaged {
                     project_root,
-                    journal,
-                    lines,
+                    damage: JournalDamage { journal, lines },
                 }));
             }
         }
@@ -1127,7 +1117,7 @@ fn replay(
     journal: &Path,
     bytes: &[u8],
     loaded: &mut LoadedState,
-) -> Result<(), Vec<(usize, String)>> {
+) -> Result<(), Vec<(usize, Invalid)>> {
     if loaded.generation.is_none() {
         // A snapshot that names no journal (written whole by a save, a
         // revocation or a repair): whatever journal is beside it is older.
@@ -1141,8 +1131,8 @@ fn replay(
         // No complete line: an empty journal (or a header never finished).
         _ => return Ok(()),
     };
-    let header: JournalHeader = serde_json::from_slice(header)
-        .map_err(|err| vec![(1, format!("not a journalGeneration line: {err}"))])?;
+    let header: JournalHeader =
+        serde_json::from_slice(header).map_err(|err| vec![(1, Invalid::Header(Arc::new(err)))])?;
     loaded.highest = loaded.highest.max(header.generation);
     if loaded.generation != Some(header.generation) {
         // Records of a snapshot that was replaced (a compaction or a save
@@ -1193,14 +1183,15 @@ fn split_torn(bytes: &[u8]) -> (&[u8], &[u8]) {
 
 /// The changes one journal line records (none for a blank line): one change
 /// as an object, several as an array.
-fn record(line: &[u8]) -> Result<Vec<Change>, String> {
+fn record(line: &[u8]) -> Result<Vec<Change>, Invalid> {
     if line.iter().all(u8::is_ascii_whitespace) {
         return Ok(Vec::new());
     }
+    let not_a_change = |err| Invalid::Record(Arc::new(err));
     let changes: Vec<Change> = if line.first() == Some(&b'[') {
-        serde_json::from_slice(line).map_err(|err| err.to_string())?
+        serde_json::from_slice(line).map_err(not_a_change)?
     } else {
-        vec![serde_json::from_slice(line).map_err(|err| err.to_string())?]
+        vec![serde_json::from_slice(line).map_err(not_a_change)?]
     };
     for change in &changes {
         check_change(change)?;
@@ -1208,23 +1199,24 @@ fn record(line: &[u8]) -> Result<Vec<Change>, String> {
     Ok(changes)
 }
 
-fn check_grant(grant: &StoredGrant) -> Result<(), String> {
+fn check_grant(grant: &StoredGrant) -> Result<(), Invalid> {
     if GrantPattern::from_parts(&grant.pattern, grant.literal).is_none() {
-        return Err(format!(
-            "grant {}: literal length {} does not fit the pattern `{}`",
-            grant.grant_id, grant.literal, grant.pattern
-        ));
+        return Err(Invalid::GrantLiteral {
+            grant_id: grant.grant_id.clone(),
+            literal: grant.literal,
+            pattern: grant.pattern.clone(),
+        });
     }
     if let Some(mode) = grant.mode.as_deref().filter(|mode| *mode != "plan") {
-        return Err(format!(
-            "grant {}: `mode` must be `plan` when given, not `{mode}`",
-            grant.grant_id
-        ));
+        return Err(Invalid::GrantMode {
+            grant_id: grant.grant_id.clone(),
+            mode: mode.to_string(),
+        });
     }
     Ok(())
 }
 
-fn check_change(change: &Change) -> Result<(), String> {
+fn check_change(change: &Change) -> Result<(), Invalid> {
     match change {
         Change::Session(session) => session.grants.iter().try_for_each(check_grant),
         Change::SessionGrant(grant) | Change::ProjectGrant(grant) => check_grant(grant),
@@ -1232,10 +1224,7 @@ fn check_change(change: &Change) -> Result<(), String> {
             if fingerprint_value(&closed.fingerprint).is_some() {
                 Ok(())
             } else {
-                Err(format!(
-                    "the fingerprint `{}` is not 16 lowercase hex digits",
-                    closed.fingerprint
-                ))
+                Err(Invalid::Fingerprint(closed.fingerprint.clone()))
             }
         }
         Change::RemoveSession(_) | Change::RemoveProjectGrant(_) => Ok(()),
@@ -1274,13 +1263,16 @@ struct OnDisk<'a> {
 }
 
 /// Pretty JSON, sessions sorted by `sessionID`, ending in a newline.
-fn encode(path: &Path, snapshot: &Snapshot, generation: Option<u64>) -> Result<String, String> {
+fn encode(path: &Path, snapshot: &Snapshot, generation: Option<u64>) -> Result<String, StateError> {
     let snapshot = sorted(snapshot.clone());
     let mut text = serde_json::to_string_pretty(&OnDisk {
         snapshot: &snapshot,
         generation,
     })
-    .map_err(|err| format!("cannot encode the state for {}: {err}", path.display()))?;
+    .map_err(|err| StateError::Encode {
+        path: Some(path.to_path_buf()),
+        source: Arc::new(err),
+    })?;
     text.push('\n');
     Ok(text)
 }
@@ -1291,7 +1283,7 @@ fn encode(path: &Path, snapshot: &Snapshot, generation: Option<u64>) -> Result<S
 /// temporary file is removed and the error names the path and the reason.
 /// The snapshot names no journal generation, so a journal beside it no
 /// longer applies.
-pub fn write_snapshot(path: &Path, snapshot: &Snapshot) -> Result<(), String> {
+pub fn write_snapshot(path: &Path, snapshot: &Snapshot) -> Result<(), StateError> {
     let text = encode(path, snapshot, None)?;
     replace_file(path, text.as_bytes()).map(drop)
 }
@@ -1299,7 +1291,7 @@ pub fn write_snapshot(path: &Path, snapshot: &Snapshot) -> Result<(), String> {
 /// What [`write_state`] managed.
 enum Written {
     /// Nothing changed on disk (the error says why).
-    Nothing(String),
+    Nothing(StateError),
     /// The snapshot (its length) but not the new journal: the old journal
     /// is stale, so the state is still whole.
     Snapshot(u64),
@@ -1332,11 +1324,13 @@ fn write_state(path: &Path, journal: &Path, snapshot: &Snapshot, generation: u64
 
 /// Replace `path` with `bytes` atomically (temporary file, sync, rename,
 /// directory sync); returns the new file, open at its end.
-fn replace_file(path: &Path, bytes: &[u8]) -> Result<File, String> {
+fn replace_file(path: &Path, bytes: &[u8]) -> Result<File, StateError> {
     let name = path
         .file_name()
         .map(|name| name.to_string_lossy().into_owned())
-        .ok_or_else(|| format!("{} is not a file name", path.display()))?;
+        .ok_or_else(|| StateError::NotAFileName {
+            path: path.to_path_buf(),
+        })?;
     let dir = match path.parent() {
         Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
         _ => PathBuf::from("."),
@@ -1347,15 +1341,15 @@ fn replace_file(path: &Path, bytes: &[u8]) -> Result<File, String> {
         TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
     ));
     let written = write_synced(&temp, bytes)
-        .map_err(|err| format!("cannot write {}: {err}", temp.display()))
+        .map_err(|err| StateError::io(IoOp::Write, &temp, err))
         .and_then(|file| {
-            std::fs::rename(&temp, path).map(|()| file).map_err(|err| {
-                format!(
-                    "cannot rename {} to {}: {err}",
-                    temp.display(),
-                    path.display()
-                )
-            })
+            std::fs::rename(&temp, path)
+                .map(|()| file)
+                .map_err(|err| StateError::Rename {
+                    from: temp.clone(),
+                    to: path.to_path_buf(),
+                    source: Arc::new(err),
+                })
         });
     let file = match written {
         Ok(file) => file,
@@ -1364,12 +1358,7 @@ fn replace_file(path: &Path, bytes: &[u8]) -> Result<File, String> {
             return Err(err);
         }
     };
-    sync_dir(&dir).map_err(|err| {
-        format!(
-            "{} was replaced but its directory could not be synced: {err}",
-            path.display()
-        )
-    })?;
+    sync_dir(&dir).map_err(|err| StateError::io(IoOp::SyncDir, path, err))?;
     Ok(file)
 }
 
@@ -1432,7 +1421,7 @@ pub struct GrantRow {
 /// Every grant of every project state file in `dir`: files in name order,
 /// project grants first, then each session's. Files that cannot be used
 /// become warnings (they are left as they are).
-pub fn list_grants(dir: &Path) -> Result<(Vec<GrantRow>, Vec<String>), String> {
+pub fn list_grants(dir: &Path) -> Result<(Vec<GrantRow>, Vec<String>), StateError> {
     let mut rows = Vec::new();
     let mut warnings = Vec::new();
     for (path, snapshot) in project_files(dir, &mut warnings)? {
@@ -1484,7 +1473,7 @@ pub struct Revoked {
 /// that no file holds are reported in [`Revoked::unknown`]; the others are
 /// still removed. A file held by a running broker is refused: revoke there
 /// with the `revoke_grant` frame.
-pub fn revoke_grants(dir: &Path, ids: &[String]) -> Result<Revoked, String> {
+pub fn revoke_grants(dir: &Path, ids: &[String]) -> Result<Revoked, StateError> {
     let mut revoked = Revoked::default();
     let files = project_files(dir, &mut revoked.warnings)?;
     let wanted = |grant: &StoredGrant| ids.contains(&grant.grant_id);
@@ -1499,13 +1488,13 @@ pub fn revoke_grants(dir: &Path, ids: &[String]) -> Result<Revoked, String> {
         let _lock = match lock(&path) {
             Ok(lock) => lock,
             Err(std::fs::TryLockError::WouldBlock) => {
-                return Err(format!(
-                    "a running toolgate holds {}; revoke there with a revoke_grant frame",
-                    path.display()
-                ))
+                return Err(StateError::Locked {
+                    path,
+                    task: Task::Revoke,
+                })
             }
             Err(std::fs::TryLockError::Error(err)) => {
-                return Err(format!("cannot lock {}: {err}", path.display()))
+                return Err(StateError::io(IoOp::Lock, &path, err))
             }
         };
         // Read again under the lock: the file may have changed since listing.
@@ -1516,7 +1505,7 @@ pub fn revoke_grants(dir: &Path, ids: &[String]) -> Result<Revoked, String> {
                 revoked.warnings.push(format!(
                     "skipping {}: {}; run `toolgate state repair`",
                     path.display(),
-                    damaged.describe()
+                    damaged.damage
                 ));
                 continue;
             }
@@ -1612,7 +1601,7 @@ fn lock_path(path: &Path) -> PathBuf {
 fn project_files(
     dir: &Path,
     warnings: &mut Vec<String>,
-) -> Result<Vec<(PathBuf, Snapshot)>, String> {
+) -> Result<Vec<(PathBuf, Snapshot)>, StateError> {
     let mut files = Vec::new();
     for path in project_paths(dir)? {
         match load(&path) {
@@ -1626,7 +1615,7 @@ fn project_files(
             Loaded::Damaged(damaged) => warnings.push(format!(
                 "skipping {}: {}; run `toolgate state repair`",
                 path.display(),
-                damaged.describe()
+                damaged.damage
             )),
             Loaded::Missing => {}
         }
@@ -1635,9 +1624,8 @@ fn project_files(
 }
 
 /// The `project-*.json` files in `dir`, in name order.
-fn project_paths(dir: &Path) -> Result<Vec<PathBuf>, String> {
-    let entries = std::fs::read_dir(dir)
-        .map_err(|err| format!("cannot read the state directory {}: {err}", dir.display()))?;
+fn project_paths(dir: &Path) -> Result<Vec<PathBuf>, StateError> {
+    let entries = std::fs::read_dir(dir).map_err(|err| StateError::io(IoOp::ReadDir, dir, err))?;
     let mut paths: Vec<PathBuf> = entries
         .filter_map(|entry| entry.ok())
         .map(|entry| entry.path())

@@ -1,5 +1,5 @@
 //! What the disk says about the paths of a call: where symbolic links lead
-//! (tool paths, shell words, the trees a program follows links through),
+//! (tool paths, shell words),
 //! what a glob matches, whether a name a consumer reads may split or become
 //! an option, and the files a command's verdict rests on. The rest of the
 //! judgement is lexical ([`super`]); these methods are the ones that ask the
@@ -7,7 +7,9 @@
 
 use std::path::{Path, PathBuf};
 
-use super::*;
+use crate::paths::{normalize, RootedPath};
+use crate::shell_words::Marks;
+use crate::Policy;
 
 impl Policy {
     /// The paths a word's readings name, each with whether it is still a
@@ -202,45 +204,6 @@ impl Policy {
             crate::GlobExpansion::Matches(found) => found.iter().any(|p| odd(p)),
             crate::GlobExpansion::Unknown => true,
         }
-    }
-
-    /// The checks for what the links below the directory `dir` (as written,
-    /// relative to `base`) lead to, for a tool that follows them while it
-    /// walks the tree: `external_directory` for a place outside the project,
-    /// the read guards for the files inside; a tree the disk cannot show
-    /// may lead anywhere. Nothing without a disk oracle (it sees no links).
-    pub(super) fn followed_link_checks(&self, dir: &str, base: &Path) -> Vec<Check> {
-        let Some(oracle) = &self.glob_oracle else {
-            return Vec::new();
-        };
-        let absolute = normalize(dir, base, self.home.as_deref());
-        let Some(found) = oracle.links_below(&absolute) else {
-            return vec![anywhere_check(dir)];
-        };
-        // A link that stays inside the tree leads where the tree's read
-        // already goes (and is judged with it).
-        let tree = oracle
-            .resolve(&absolute)
-            .unwrap_or_else(|| absolute.clone());
-        let found: Vec<PathBuf> = found
-            .into_iter()
-            .filter(|real| !real.starts_with(&tree))
-            .collect();
-        let mut checks = Vec::new();
-        let mut inside = Vec::new();
-        for real in found {
-            let rooted = RootedPath::new(real, &self.project_root);
-            if rooted.external {
-                if !is_standard_device(&rooted.absolute) {
-                    checks.push(external_check(&rooted, true));
-                }
-            } else {
-                inside.push(rooted.absolute.to_string_lossy().into_owned());
-            }
-        }
-        let inside: Vec<&str> = inside.iter().map(String::as_str).collect();
-        checks.extend(self.read_guard_checks("rg -e x", &inside, &[], base));
-        checks
     }
 
     /// Can `word` (a glob or expansion where a program reads options) become

@@ -34,7 +34,7 @@ pub struct FileAudit {
 
 impl FileAudit {
     /// Open `path` for appending. `Err` names the path and the reason.
-    pub fn open(path: &std::path::Path) -> Result<FileAudit, String> {
+    pub fn open(path: &std::path::Path) -> Result<FileAudit, AuditOpenError> {
         let mut options = std::fs::OpenOptions::new();
         options.create(true).append(true);
         #[cfg(unix)]
@@ -42,13 +42,41 @@ impl FileAudit {
             use std::os::unix::fs::OpenOptionsExt;
             options.mode(0o600);
         }
-        let file = options
-            .open(path)
-            .map_err(|err| format!("cannot open the audit log {}: {err}", path.display()))?;
+        let file = options.open(path).map_err(|source| AuditOpenError {
+            path: path.to_path_buf(),
+            source,
+        })?;
         Ok(FileAudit {
             file,
             line: Vec::new(),
         })
+    }
+}
+
+/// The audit log could not be opened: its path and the cause. The text
+/// shown is the `Display`.
+#[derive(Debug)]
+pub struct AuditOpenError {
+    /// The audit log's path.
+    pub path: std::path::PathBuf,
+    /// Why it could not be opened.
+    pub source: std::io::Error,
+}
+
+impl std::fmt::Display for AuditOpenError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "cannot open the audit log {}: {}",
+            self.path.display(),
+            self.source
+        )
+    }
+}
+
+impl std::error::Error for AuditOpenError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
     }
 }
 

@@ -9,7 +9,9 @@ use toolgate_policy::{GrantPattern, GrantSpec, Mode, ScopeLayer};
 use super::sessions::{new_session, Closed, Session};
 use super::Broker;
 use crate::convert;
-use crate::state::{session_fingerprint, Change, Snapshot, Store, StoredGrant, StoredSession};
+use crate::state::{
+    session_fingerprint, Change, Snapshot, StateError, Store, StoredGrant, StoredSession,
+};
 
 impl Broker {
     /// Keep state in `store` from now on, starting from `snapshot` (what the
@@ -228,8 +230,9 @@ impl Broker {
     /// durable once [`Broker::commit`] returned, which the transport calls
     /// before it writes the frames that report them. `what` names them (`the
     /// start of session `x``) should they never reach the disk. A failure is
-    /// logged and returned, for the frame's `notSaved`; the broker carries
-    /// on with its state in memory and retries (see [`Unsaved`]).
+    /// logged and returned as its text, for the frame's `notSaved`; the
+    /// broker carries on with its state in memory and retries (see
+    /// [`Unsaved`]).
     pub(super) fn persist(
         &mut self,
         changes: &[Change],
@@ -250,7 +253,7 @@ impl Broker {
                 tracing::warn!("the state could not be saved: {err}");
                 self.unsaved.name(&**store, what);
                 self.unsaved.retry_at = self.clock.monotonic_ms().saturating_add(RETRY_MS);
-                Err(err)
+                Err(err.to_string())
             }
         }
     }
@@ -280,7 +283,7 @@ impl Broker {
                 tracing::warn!("the state could not be saved: {err}");
                 self.unsaved.name(&**store, what);
                 self.unsaved.retry_at = self.clock.monotonic_ms().saturating_add(RETRY_MS);
-                Err(err)
+                Err(err.to_string())
             }
         }
     }
@@ -299,7 +302,7 @@ impl Broker {
     /// Make what is staged durable and, when a write failed earlier, write
     /// the whole state again now. The error is the last write's, while
     /// something in force is still not on disk.
-    pub fn save_now(&mut self) -> Result<(), String> {
+    pub fn save_now(&mut self) -> Result<(), StateError> {
         self.commit_staged();
         self.retry_saving(true)
     }
@@ -340,7 +343,7 @@ impl Broker {
 
     /// Write again what a failed write left unsaved, when it is time (or
     /// `now`). Err while it is still not on disk.
-    fn retry_saving(&mut self, now: bool) -> Result<(), String> {
+    fn retry_saving(&mut self, now: bool) -> Result<(), StateError> {
         let Some(store) = self.store.as_mut() else {
             return Ok(());
         };

@@ -18,6 +18,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
+use toolgate::setup::{parse_mode, ConfigError};
 use toolgate_policy::Mode;
 
 /// How the policy is found and built.
@@ -182,20 +183,10 @@ fn parse_read_only_agents(list: &str) -> Result<ReadOnlyAgents, String> {
     Ok(ReadOnlyAgents(names))
 }
 
-pub(crate) fn parse_mode(name: &str) -> Result<Mode, String> {
-    name.parse::<Mode>().map_err(|err| {
-        if name == "dontAsk" {
-            format!("{err}; for Claude Code's dontAsk (deny what would ask) use --on-ask deny")
-        } else {
-            err.to_string()
-        }
-    })
-}
-
 impl PolicyArgs {
     /// The mode from the flags and `TOOLGATE_MODE`: the flag beats the
     /// environment; `--mode` and `--permission-mode` must agree.
-    pub fn chosen_mode(&self) -> Result<Option<Mode>, String> {
+    pub fn chosen_mode(&self) -> Result<Option<Mode>, ConfigError> {
         let env = std::env::var("TOOLGATE_MODE").ok();
         choose_mode(self.mode, self.permission_mode, env.as_deref())
     }
@@ -206,12 +197,10 @@ fn choose_mode(
     mode: Option<Mode>,
     permission_mode: Option<Mode>,
     env: Option<&str>,
-) -> Result<Option<Mode>, String> {
+) -> Result<Option<Mode>, ConfigError> {
     let flag = match (mode, permission_mode) {
         (Some(mode), Some(other)) if mode != other => {
-            return Err(format!(
-                "--mode {mode} and --permission-mode {other} name different modes; give one"
-            ))
+            return Err(ConfigError::ModesDiffer { mode, other })
         }
         (mode, other) => mode.or(other),
     };
@@ -222,7 +211,10 @@ fn choose_mode(
         None => Ok(None),
         Some(value) => parse_mode(value)
             .map(Some)
-            .map_err(|err| format!("invalid TOOLGATE_MODE: {err}")),
+            .map_err(|source| ConfigError::Environment {
+                variable: "TOOLGATE_MODE",
+                source,
+            }),
     }
 }
 
@@ -306,25 +298,40 @@ impl ServeArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use toolgate::setup::ModeNameError;
+    use toolgate_policy::UnknownMode;
 
     #[test]
     fn the_flag_beats_the_environment_and_both_flags_must_agree() {
+        let chosen = |mode, permission_mode, env| choose_mode(mode, permission_mode, env).ok();
         assert_eq!(
-            choose_mode(Some(Mode::Plan), None, Some("auto")),
-            Ok(Some(Mode::Plan))
+            chosen(Some(Mode::Plan), None, Some("auto")),
+            Some(Some(Mode::Plan))
         );
         assert_eq!(
-            choose_mode(None, Some(Mode::Plan), Some("auto")),
-            Ok(Some(Mode::Plan))
+            chosen(None, Some(Mode::Plan), Some("auto")),
+            Some(Some(Mode::Plan))
         );
-        assert_eq!(choose_mode(None, None, Some("auto")), Ok(Some(Mode::Auto)));
-        assert_eq!(choose_mode(None, None, Some("  ")), Ok(None));
-        assert!(choose_mode(Some(Mode::Plan), Some(Mode::Auto), None)
-            .is_err_and(|err| err.contains("name different modes")));
-        assert!(
-            choose_mode(None, None, Some("dontAsk")).is_err_and(|err| err
-                .contains("invalid TOOLGATE_MODE")
-                && err.contains("--on-ask deny"))
-        );
+        assert_eq!(chosen(None, None, Some("auto")), Some(Some(Mode::Auto)));
+        assert_eq!(chosen(None, None, Some("  ")), Some(None));
+        let differ = choose_mode(Some(Mode::Plan), Some(Mode::Auto), None);
+        assert!(matches!(
+            differ,
+            Err(ConfigError::ModesDiffer {
+                mode: Mode::Plan,
+                other: Mode::Auto
+            })
+        ));
+        let env = choose_mode(None, None, Some("dontAsk"));
+        assert!(matches!(
+            &env,
+            Err(ConfigError::Environment {
+                variable: "TOOLGATE_MODE",
+                source: ModeNameError(UnknownMode(name)),
+            }) if name == "dontAsk"
+        ));
+        let text = env.err().map(|err| err.to_string()).unwrap_or_default();
+        assert!(text.starts_with("invalid TOOLGATE_MODE: "), "{text}");
+        assert!(text.ends_with("use --on-ask deny"), "{text}");
     }
 }

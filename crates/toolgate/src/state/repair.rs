@@ -16,8 +16,9 @@ use std::path::{Path, PathBuf};
 
 use super::{
     check_change, fingerprint_value, journal_file, load, lock, parse_state, project_paths, record,
-    session_fingerprint, split_torn, state_file, sync_dir, write_snapshot, Change, JournalHeader,
-    Loaded, Materialised, Snapshot, StoredClosed, StoredSession, VERSION,
+    session_fingerprint, split_torn, state_file, sync_dir, write_snapshot, Change, IoOp,
+    JournalHeader, Loaded, Materialised, Snapshot, StateError, StoredClosed, StoredSession, Task,
+    VERSION,
 };
 
 /// What repairing one project's state did.
@@ -119,7 +120,7 @@ pub fn repair(
     dir: &Path,
     wall_ms: u64,
     project_root: Option<&Path>,
-) -> Result<(Vec<Repaired>, Vec<String>), String> {
+) -> Result<(Vec<Repaired>, Vec<String>), StateError> {
     let mut repaired = Vec::new();
     let mut warnings = Vec::new();
     let mut paths = project_paths(dir)?;
@@ -134,20 +135,20 @@ pub fn repair(
     for path in paths {
         let unreadable = match load(&path) {
             Loaded::Damaged(_) => None,
-            Loaded::Unusable(reason) => Some(reason),
+            Loaded::Unusable(reason) => Some(reason.to_string()),
             Loaded::Missing => Some("there is no state file beside its journal".to_string()),
             Loaded::State(_) => continue,
         };
         let _lock = match lock(&path) {
             Ok(lock) => lock,
             Err(std::fs::TryLockError::WouldBlock) => {
-                return Err(format!(
-                    "a running toolgate holds {}; stop it before repairing",
-                    path.display()
-                ))
+                return Err(StateError::Locked {
+                    path,
+                    task: Task::Repair,
+                })
             }
             Err(std::fs::TryLockError::Error(err)) => {
-                return Err(format!("cannot lock {}: {err}", path.display()))
+                return Err(StateError::io(IoOp::Lock, &path, err))
             }
         };
         let done = match &unreadable {
@@ -171,7 +172,7 @@ struct Skip(String);
 fn repair_file(path: &Path, wall_ms: u64) -> Result<Option<Repaired>, Skip> {
     let text =
         std::fs::read_to_string(path).map_err(|err| Skip(format!("cannot read it: {err}")))?;
-    let (snapshot, generation) = parse_state(&text).map_err(Skip)?;
+    let (snapshot, generation) = parse_state(&text).map_err(|err| Skip(err.to_string()))?;
     let journal = journal_file(path);
     let bytes = std::fs::read(&journal).map_err(|err| {
         Skip(format!(
@@ -206,7 +207,7 @@ fn repair_file(path: &Path, wall_ms: u64) -> Result<Option<Repaired>, Skip> {
         let number = index + 2;
         let (changes, why) = match record(line) {
             Ok(changes) => (changes, None),
-            Err(why) => (salvage(line), Some(why)),
+            Err(why) => (salvage(line), Some(why.to_string())),
         };
         let (changes, why) = if follows {
             (changes, why)
@@ -255,7 +256,7 @@ fn repair_file(path: &Path, wall_ms: u64) -> Result<Option<Repaired>, Skip> {
         })?;
     }
     // Names no journal generation: from here on the old journal is stale.
-    write_snapshot(path, &repaired).map_err(Skip)?;
+    write_snapshot(path, &repaired).map_err(|err| Skip(err.to_string()))?;
     let journal_backup = retire_journal(path, &journal, wall_ms)?;
     Ok(Some(Repaired {
         file: path.to_path_buf(),
@@ -267,9 +268,8 @@ fn repair_file(path: &Path, wall_ms: u64) -> Result<Option<Repaired>, Skip> {
 }
 
 /// The journals in `dir` (`project-*.journal`).
-fn journals(dir: &Path) -> Result<Vec<PathBuf>, String> {
-    let entries = std::fs::read_dir(dir)
-        .map_err(|err| format!("cannot read the state directory {}: {err}", dir.display()))?;
+fn journals(dir: &Path) -> Result<Vec<PathBuf>, StateError> {
+    let entries = std::fs::read_dir(dir).map_err(|err| StateError::io(IoOp::ReadDir, dir, err))?;
     Ok(entries
         .filter_map(|entry| entry.ok())
         .map(|entry| entry.path())
@@ -459,7 +459,7 @@ fn repair_unreadable(
         backups.push(backup);
     }
     // Names no journal generation: the old journal no longer applies.
-    write_snapshot(path, &repaired).map_err(Skip)?;
+    write_snapshot(path, &repaired).map_err(|err| Skip(err.to_string()))?;
     if journal_bytes.is_some() || std::fs::symlink_metadata(&journal).is_ok() {
         backups.push(retire_journal(path, &journal, wall_ms)?);
     } else {

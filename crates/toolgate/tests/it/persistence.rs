@@ -237,19 +237,25 @@ impl Log {
 }
 
 impl toolgate::state::Store for Log {
-    fn record(&mut self, changes: &[toolgate::state::Change]) -> Result<(), String> {
+    fn record(
+        &mut self,
+        changes: &[toolgate::state::Change],
+    ) -> Result<(), toolgate::state::StateError> {
         self.push(format!("record {}", changes.len()));
         Ok(())
     }
-    fn stage(&mut self, changes: &[toolgate::state::Change]) -> Result<(), String> {
+    fn stage(
+        &mut self,
+        changes: &[toolgate::state::Change],
+    ) -> Result<(), toolgate::state::StateError> {
         self.push(format!("stage {}", changes.len()));
         Ok(())
     }
-    fn commit(&mut self) -> Result<(), String> {
+    fn commit(&mut self) -> Result<(), toolgate::state::StateError> {
         self.push("commit".to_string());
         Ok(())
     }
-    fn save(&mut self, _: &Snapshot) -> Result<(), String> {
+    fn save(&mut self, _: &Snapshot) -> Result<(), toolgate::state::StateError> {
         self.push("save".to_string());
         Ok(())
     }

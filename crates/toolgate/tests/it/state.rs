@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use toolgate::state::{
     list_grants, parse_snapshot, revoke_grants, session_fingerprint, state_file, write_snapshot,
-    FileStore, GrantScope, MemoryStore, Snapshot, Store, StoredClosed, StoredGrant, StoredSession,
-    VERSION,
+    FileStore, GrantScope, Invalid, IoOp, MemoryStore, Snapshot, StateError, Store, StoredClosed,
+    StoredGrant, StoredSession, Task, Unreadable, VERSION,
 };
 use toolgate_protocol::ScopeSpec;
 
@@ -178,6 +178,12 @@ fn unusable_files_are_refused_naming_the_reason() {
         std::fs::write(&file, contents).unwrap();
         let refused = FileStore::open(&dir, root, 1234).err().unwrap();
         assert!(
+            matches!(&refused, StateError::Unusable { reason, .. }
+                if matches!(**reason, Unreadable::Invalid(_))),
+            "{name}: {refused:?}"
+        );
+        let refused = refused.to_string();
+        assert!(
             refused.contains(&file.display().to_string()),
             "{name}: {refused}"
         );
@@ -210,7 +216,12 @@ fn a_directory_in_place_of_the_file_is_refused() {
     let file = state_file(&dir, root);
     std::fs::create_dir(&file).unwrap();
     let refused = FileStore::open(&dir, root, 5).err().unwrap();
-    assert!(refused.contains("cannot read it"), "{refused}");
+    assert!(
+        matches!(&refused, StateError::Unusable { reason, .. }
+            if matches!(**reason, Unreadable::Read(_))),
+        "{refused:?}"
+    );
+    assert!(refused.to_string().contains("cannot read it"), "{refused}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -232,7 +243,20 @@ fn an_uncreatable_directory_warns_and_saves_fail() {
         "{warnings:?}"
     );
     let err = store.save(&sample("/work/project")).unwrap_err();
-    assert!(err.contains(&state_dir.display().to_string()), "{err}");
+    assert!(
+        matches!(
+            err,
+            StateError::Io {
+                op: IoOp::Write,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().contains(&state_dir.display().to_string()),
+        "{err}"
+    );
     assert_eq!(names_in(&dir), vec!["a-file"]);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -245,7 +269,11 @@ fn a_failed_save_names_the_path_and_leaves_no_temp_file() {
     std::fs::create_dir(&target).unwrap();
     std::fs::write(target.join("keep"), "x").unwrap();
     let err = write_snapshot(&target, &sample("/r")).unwrap_err();
-    assert!(err.contains(&target.display().to_string()), "{err}");
+    assert!(matches!(err, StateError::Rename { .. }), "{err:?}");
+    assert!(
+        err.to_string().contains(&target.display().to_string()),
+        "{err}"
+    );
     assert_eq!(names_in(&dir), vec!["project-0000000000000000.json"]);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -286,7 +314,9 @@ fn memory_store_records_saves_and_can_fail() {
     assert_eq!(store.saved().len(), 1);
     assert_eq!(store.last().unwrap().sessions[0].session_id, "main");
     store.fail_with(Some("disk full"));
-    assert_eq!(held.save(&sample("/r")).unwrap_err(), "disk full");
+    let err = held.save(&sample("/r")).unwrap_err();
+    assert!(matches!(&err, StateError::Injected(text) if text == "disk full"));
+    assert_eq!(err.to_string(), "disk full");
     store.fail_with(None);
     held.save(&Snapshot::default()).unwrap();
     assert_eq!(store.saved().len(), 2);
@@ -355,7 +385,20 @@ fn list_shows_every_grant_of_every_project() {
 fn list_of_a_missing_directory_is_an_error() {
     let dir = scratch("missing").join("nothing-here");
     let err = list_grants(&dir).unwrap_err();
-    assert!(err.contains(&dir.display().to_string()), "{err}");
+    assert!(
+        matches!(
+            err,
+            StateError::Io {
+                op: IoOp::ReadDir,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().contains(&dir.display().to_string()),
+        "{err}"
+    );
 }
 
 #[test]
@@ -466,10 +509,21 @@ fn a_held_state_file_is_read_but_not_written() {
     );
     snapshot.project_grants.clear();
     let err = second.save(&snapshot).unwrap_err();
-    assert!(err.contains("another toolgate holds"), "{err}");
+    assert!(matches!(err, StateError::HeldElsewhere { .. }), "{err:?}");
+    assert!(err.to_string().contains("another toolgate holds"), "{err}");
 
     let err = revoke_grants(&dir, &["grant_p1".to_string()]).unwrap_err();
-    assert!(err.contains("revoke_grant frame"), "{err}");
+    assert!(
+        matches!(
+            err,
+            StateError::Locked {
+                task: Task::Revoke,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("revoke_grant frame"), "{err}");
     drop(first);
     drop(second);
     let revoked = revoke_grants(&dir, &["grant_p1".to_string()]).unwrap();
@@ -666,6 +720,12 @@ fn a_journal_with_an_unreadable_header_is_repaired_to_its_closings() {
     .unwrap();
 
     let refused = FileStore::open(&dir, root, 2).unwrap_err();
+    assert!(
+        matches!(&refused, StateError::Damaged { damage, .. }
+            if matches!(damage.lines[..], [(1, Invalid::Header(_))])),
+        "{refused:?}"
+    );
+    let refused = refused.to_string();
     assert!(refused.contains("cannot be read at line 1"), "{refused}");
     assert!(refused.contains("toolgate state repair"), "{refused}");
 

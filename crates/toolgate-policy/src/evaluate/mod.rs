@@ -1,0 +1,242 @@
+//! [`Policy::evaluate`]: one call, one answer, with provenance.
+//!
+//! A call becomes a list of *checks*, one per thing it touches: each simple
+//! command of a shell call, each path of an edit, the directory it leaves the
+//! project for (`external_directory`), the repetition it makes (`doom_loop`).
+//! Each check is judged in this order:
+//!
+//! 1. the session's scope: outside it, denied;
+//! 2. the mode's answer: a mode denial is final;
+//! 3. the rules': the last matching rule over every layer in order (built-in
+//!    defaults, policy file, `TOOLGATE_PERMISSION`, `--permission`) replaces
+//!    the mode's allow or ask;
+//! 4. tightening passes, which only ever make the answer stricter: a read rule
+//!    a shell word reaches, the command after wrapper removal or inside
+//!    `bash -c`, and for a command whose program cannot be known the strictest
+//!    deny or ask rule that can still decide for the permission;
+//! 5. a deny is final from here on; `readonly` turns an ask into a denial;
+//! 6. a `once` for this call, a session grant or a project grant turns an ask
+//!    into allow;
+//! 7. `auto` allows what would still ask, unless the rule that asks was
+//!    written by the user (policy file or override) or is the built-in
+//!    doom-loop guard: `auto` lifts its own questions and the other built-in
+//!    defaults' (`.env`, `external_directory`), never the user's.
+//!
+//! The call's answer is the strictest check's.
+//!
+//! The work is split by job. `prepare` turns a call into its checks (the
+//! tool's subject and paths, the shell analysis), `words` finds the checks
+//! for the paths a script's words name, and `disk` asks the disk where
+//! links lead and what globs match; all of that is what the policy decides
+//! alone. `session` finishes a prepared call in the session's state,
+//! `judge` answers one check, and `answer` makes the call's answer, its
+//! question and its trace from the checks and their answers.
+
+mod answer;
+mod disk;
+mod judge;
+mod prepare;
+mod session;
+mod words;
+
+use std::borrow::Cow;
+
+use crate::grants::GrantPattern;
+use crate::mode::{Action, Kind};
+use crate::paths::RootedPath;
+use crate::rules::Rule;
+use crate::shell_words::Reach;
+use crate::{Call, Context, Evaluation, Policy, RuleRef, Source};
+
+/// One thing a call touches, to be judged on its own.
+struct Check {
+    /// The tool's permission, or a fixed one (`external_directory`, `read`,
+    /// `doom_loop`) that costs no allocation.
+    permission: Cow<'static, str>,
+    /// What patterns and questions show.
+    subject: String,
+    /// Further texts rules may match to tighten the answer (a shell command
+    /// after wrapper removal, the commands of a `bash -c` script).
+    inner: Vec<String>,
+    /// What the mode's answer depends on.
+    basis: Basis,
+    /// The mode table's answer and why (set for the session's mode when the
+    /// call is evaluated, see [`Basis`]).
+    mode_action: Action,
+    mode_reason: Text,
+    /// What an `always` answer grants for this check.
+    always: GrantPattern,
+    /// A shell command proven read-only.
+    read_only: bool,
+    /// A shell command: why it is not read-only (`None` when it only reads).
+    refusal: Option<String>,
+    /// Narrower patterns an `always` may grant instead, narrow to wide
+    /// (the file, its directory; the exact command; the URL, its host).
+    narrower: Vec<GrantPattern>,
+    /// How the session's scope judges the subject, if it does.
+    scope: Option<TargetKind>,
+    /// A read rule a shell word was found to reach (through a glob, a
+    /// directory read recursively or a run-time expansion): judged as if the
+    /// rule matched the subject.
+    reached: Option<Box<(Rule, Reach)>>,
+    /// A shell command whose program the analysis cannot name (an expansion,
+    /// a command it could not parse, a shell whose script it did not read):
+    /// every deny or ask rule of the permission may match it.
+    runs_unknown: bool,
+}
+
+/// What decides a check's mode answer, once the session's mode is known.
+#[derive(Clone, Copy)]
+enum Basis {
+    /// Allowed by every mode: left to the rules (`external_directory`,
+    /// `doom_loop`, the read rules a shell word meets).
+    Fixed,
+    /// The mode table's row for the tool's kind.
+    Tool,
+    /// The mode table's row for a shell command, read-only or not.
+    Shell,
+}
+
+/// A call judged as far as the policy alone can judge it
+/// ([`Policy::prepare`]), for [`Policy::evaluate_prepared`].
+pub struct Prepared {
+    /// The policy that prepared it (its [`Policy`] id).
+    policy: u64,
+    body: Body,
+}
+
+impl std::fmt::Debug for Prepared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prepared")
+            .field("policy", &self.policy)
+            .finish_non_exhaustive()
+    }
+}
+
+enum Body {
+    /// A tool that calls tools: judged through its calls when evaluated.
+    Batch,
+    /// Unusable input: denied, once the scope has had its say.
+    Invalid {
+        permission: String,
+        kind: Kind,
+        reason: String,
+    },
+    /// An input split by [`variants`]: each judged as if sent alone.
+    Each {
+        permission: String,
+        kind: Kind,
+        each: Vec<(serde_json::Map<String, serde_json::Value>, Prepared)>,
+    },
+    Ready(Box<Ready>),
+}
+
+/// The checks of a call, without what the session decides.
+struct Ready {
+    permission: String,
+    kind: Kind,
+    plan_allowed: bool,
+    /// A plan approval without a plan (denied where it would ask).
+    empty_plan: bool,
+    /// Why the call is unusable (a shell call with no command), after the
+    /// empty plan.
+    invalid: Option<String>,
+    /// The directory a search looks in: the session's scope must hold it.
+    searched: Option<String>,
+    checks: Vec<Check>,
+    title: String,
+    plan: Option<String>,
+}
+
+/// How a check's subject meets the session's scope.
+#[derive(Clone, Copy)]
+enum TargetKind {
+    File,
+    Directory,
+    Command,
+}
+
+/// A reason: most are fixed texts, borrowed rather than allocated.
+type Text = Cow<'static, str>;
+
+/// The answer for one check.
+struct Outcome {
+    action: Action,
+    source: Source,
+    reason: Text,
+    rule: Option<RuleRef>,
+}
+
+impl Policy {
+    /// Decide one call in the given session state.
+    pub fn evaluate(&self, call: &Call<'_>, context: &Context<'_>) -> Evaluation {
+        let prepared = self.prepare(call);
+        self.finish(call, prepared, context)
+    }
+
+    /// The part of a call's judgement the policy decides alone, whatever the
+    /// session: the tool's subject, its paths, the shell analysis, the words
+    /// a command reaches. A transport may do this on another thread before
+    /// the session's state is known, and hand the result to
+    /// [`Policy::evaluate_prepared`] with the same call.
+    pub fn prepare(&self, call: &Call<'_>) -> Prepared {
+        if let Some(oracle) = &self.glob_oracle {
+            oracle.begin_call();
+        }
+        Prepared {
+            policy: self.id.0,
+            body: self.prepare_body(call),
+        }
+    }
+
+    /// [`Policy::evaluate`] of a call already [`prepare`](Policy::prepare)d:
+    /// the same answer. A call prepared by another policy (the one before a
+    /// reload) is prepared again.
+    pub fn evaluate_prepared(
+        &self,
+        call: &Call<'_>,
+        prepared: Prepared,
+        context: &Context<'_>,
+    ) -> Evaluation {
+        let prepared = if prepared.policy == self.id.0 {
+            prepared
+        } else {
+            self.prepare(call)
+        };
+        self.finish(call, prepared, context)
+    }
+}
+
+fn external_check(path: &RootedPath, is_directory: bool) -> Check {
+    let dir = if is_directory {
+        path.absolute.clone()
+    } else {
+        path.absolute
+            .parent()
+            .unwrap_or(&path.absolute)
+            .to_path_buf()
+    };
+    let dir = dir.to_string_lossy();
+    let always = GrantPattern::prefixed(&format!("{}/", dir.trim_end_matches('/')), "*");
+    fixed_check("external_directory", path.subject.clone(), always)
+}
+
+/// A check the mode allows in every mode (see [`Basis::Fixed`]): the rules
+/// alone judge it.
+fn fixed_check(permission: &'static str, subject: String, always: GrantPattern) -> Check {
+    Check {
+        permission: Cow::Borrowed(permission),
+        subject,
+        inner: Vec::new(),
+        basis: Basis::Fixed,
+        mode_action: Action::Allow,
+        mode_reason: Cow::Borrowed(""),
+        always,
+        read_only: false,
+        refusal: None,
+        narrower: Vec::new(),
+        scope: None,
+        reached: None,
+        runs_unknown: false,
+    }
+}
