@@ -94,6 +94,9 @@ pub enum Sink {
 /// Dropping it ends the writer once it wrote what is queued.
 pub struct Outbox {
     chunks: mpsc::UnboundedSender<Chunk>,
+    /// Where the owner may write itself, when nothing waits ahead and the
+    /// write cannot block (see [`Direct`]).
+    pub direct: Option<Arc<dyn Direct>>,
     /// Frames queued and not yet written.
     pub backlog: Arc<Backlog>,
     /// Cancelled when the connection must go at once (it stopped reading).
@@ -103,12 +106,23 @@ pub struct Outbox {
 /// Whole encoded frames, and how many.
 pub type Chunk = (Vec<u8>, usize);
 
+/// An output the owner may write to itself, saving the hand-over to the
+/// writer (a wake-up of another thread per frame, when calls come one at a
+/// time): only when the write cannot block, so the owner never waits on a
+/// client that does not read.
+pub trait Direct: Send + Sync {
+    /// Write `bytes` now and return `true`, or return `false` having
+    /// written nothing when the write might block.
+    fn write_now(&self, bytes: &[u8]) -> bool;
+}
+
 impl Outbox {
     /// An outbox and the receiving end its writer drains.
     pub fn new() -> (Outbox, mpsc::UnboundedReceiver<Chunk>) {
         let (chunks, receiver) = mpsc::unbounded_channel();
         let outbox = Outbox {
             chunks,
+            direct: None,
             backlog: Arc::new(Backlog::default()),
             close: CancellationToken::new(),
         };
@@ -428,6 +442,11 @@ impl Owner {
                 );
                 outbox.close.cancel();
                 self.sinks.remove(&conn);
+                continue;
+            }
+            // Nothing waits ahead of these frames: the owner may write them
+            // itself when that cannot block.
+            if waiting == 0 && outbox.direct.as_ref().is_some_and(|d| d.write_now(&chunk)) {
                 continue;
             }
             outbox.backlog.frames.fetch_add(count, Ordering::AcqRel);

@@ -89,6 +89,7 @@ pub fn run(args: ServeArgs) -> ExitCode {
     ended(toolgate::transport::stdio::serve(
         std::io::stdin(),
         std::io::stdout(),
+        toolgate::transport::stdio::Room::of_stdout(),
         broker,
         max_frame_bytes,
         reloader,

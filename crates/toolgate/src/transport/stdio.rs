@@ -24,7 +24,7 @@ use tokio::sync::oneshot;
 
 use crate::approver::InProcess;
 use crate::broker::{Broker, ConnId, Input};
-use crate::owner::{Backlog, Chunk, Event, Lines, Outbox, Owner, Shared, Sink};
+use crate::owner::{Backlog, Chunk, Direct, Event, Lines, Outbox, Owner, Shared, Sink};
 use crate::transport::lines::{decode, Reader};
 use crate::transport::signals::{self, Reloader};
 
@@ -80,16 +80,26 @@ where
     R: Read + Send + 'static,
     W: Write + Send + 'static,
 {
-    serve(input, output, broker, max_frame_bytes, None, None)
+    serve(
+        input,
+        output,
+        Room::Always,
+        broker,
+        max_frame_bytes,
+        None,
+        None,
+    )
 }
 
-/// [`run`], with signals acted on (`reloader` says how SIGHUP loads the
+/// [`run`] (`room` says whether a write to `output` can block), with
+/// signals acted on (`reloader` says how SIGHUP loads the
 /// policy) and an in-process approver: a second connection, [`APPROVER`],
 /// that says `hello` with role approver before stdin is read, so every
 /// question (and its end) is addressed to it and never to stdout.
 pub fn serve<R, W>(
     input: R,
     output: W,
+    room: Room,
     broker: Broker,
     max_frame_bytes: usize,
     reloader: Option<Reloader>,
@@ -110,14 +120,23 @@ where
         signals::watch(reloader, events.clone());
     }
     let (mut owner, shared) = Owner::new(broker, None);
-    let (outbox, chunks) = Outbox::new();
+    let (mut outbox, chunks) = Outbox::new();
     let backlog = outbox.backlog.clone();
+    let out = Arc::new(Out {
+        writer: std::sync::Mutex::new((output, None)),
+        room,
+    });
+    if !matches!(out.room, Room::Unknown) {
+        outbox.direct = Some(out.clone());
+    }
     let (written, finished) = std::sync::mpsc::channel();
     let write_backlog = backlog.clone();
+    let writing = out.clone();
     std::thread::Builder::new()
         .name("toolgate-stdout".into())
         .spawn(move || {
-            let _ = written.send(write_out(output, chunks, &write_backlog));
+            write_out(&writing, chunks, &write_backlog);
+            let _ = written.send(());
         })?;
     owner.handle(Event::Opened {
         conn: STDIO,
@@ -200,10 +219,13 @@ where
     owner.close_all();
     let mut broker = owner.into_broker();
     let output = match signal {
-        None => finished.recv().unwrap_or(Ok(())),
+        None => {
+            let _ = finished.recv();
+            out.failed().map_or(Ok(()), Err)
+        }
         Some((name, pending)) => {
             let output = match finished.recv_timeout(STOP_PATIENCE) {
-                Ok(output) => output,
+                Ok(()) => out.failed().map_or(Ok(()), Err),
                 Err(_) => {
                     // Nobody reads stdout: nothing more can be said.
                     crate::say!(
@@ -354,16 +376,112 @@ fn hand_over(events: &mpsc::Sender<Event>, mut event: Event, shared: &Shared) ->
     }
 }
 
+/// stdout, shared by its writer thread and the owner's own writes: the
+/// writer, the first write error (the rest is dropped after it), and
+/// whether a write can block.
+struct Out<W> {
+    writer: std::sync::Mutex<(W, Option<io::Error>)>,
+    room: Room,
+}
+
+impl<W: Write> Out<W> {
+    /// Write and flush `bytes`, unless an earlier write failed.
+    fn write(&self, bytes: &[u8]) {
+        let mut guard = self
+            .writer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (writer, failed) = &mut *guard;
+        if failed.is_none() {
+            if let Err(err) = writer.write_all(bytes).and_then(|()| writer.flush()) {
+                *failed = Some(err);
+            }
+        }
+    }
+
+    /// The first write error, taken.
+    fn failed(&self) -> Option<io::Error> {
+        self.writer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .1
+            .take()
+    }
+}
+
+impl<W: Write + Send> Direct for Out<W> {
+    fn write_now(&self, bytes: &[u8]) -> bool {
+        if !self.room.fits(bytes.len()) {
+            return false;
+        }
+        self.write(bytes);
+        true
+    }
+}
+
+/// Whether a write to the output can block, which decides whether the owner
+/// may write a frame itself (saving a wake-up of the writer thread per
+/// call) or must leave it to the writer thread.
+pub enum Room {
+    /// Never: memory, a regular file, `/dev/null`.
+    Always,
+    /// For all we know it may (a terminal, a socket): every frame goes
+    /// through the writer thread.
+    Unknown,
+    /// A pipe of this capacity: a write fits while the bytes unread in it
+    /// leave room (with two pages to spare, for the partly read page at its
+    /// head and the partly written one at its tail).
+    #[cfg(target_os = "linux")]
+    Pipe(std::io::Stdout, usize),
+}
+
+impl Room {
+    /// What this process's stdout is.
+    pub fn of_stdout() -> Room {
+        #[cfg(unix)]
+        {
+            use rustix::fs::FileType;
+            let out = std::io::stdout();
+            let Ok(stat) = rustix::fs::fstat(&out) else {
+                return Room::Unknown;
+            };
+            match FileType::from_raw_mode(stat.st_mode) {
+                FileType::RegularFile => Room::Always,
+                FileType::CharacterDevice if !std::io::IsTerminal::is_terminal(&out) => {
+                    Room::Always
+                }
+                #[cfg(target_os = "linux")]
+                FileType::Fifo => match rustix::pipe::fcntl_getpipe_size(&out) {
+                    Ok(capacity) => Room::Pipe(out, capacity),
+                    Err(_) => Room::Unknown,
+                },
+                _ => Room::Unknown,
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            Room::Unknown
+        }
+    }
+
+    fn fits(&self, len: usize) -> bool {
+        match self {
+            Room::Always => true,
+            Room::Unknown => false,
+            #[cfg(target_os = "linux")]
+            Room::Pipe(out, capacity) => rustix::io::ioctl_fionread(out)
+                .is_ok_and(|unread| (unread as usize).saturating_add(len) + 8192 <= *capacity),
+        }
+    }
+}
+
 /// The stdout thread: write what the owner queued, every chunk waiting at
-/// once (one `write` and flush for a flood, one per frame when calls come
-/// one at a time). After a failed write the rest is dropped and the first
-/// error returned at the end.
+/// once (one `write` and flush for a flood).
 fn write_out<W: Write>(
-    mut output: W,
+    out: &Out<W>,
     mut chunks: mpsc::UnboundedReceiver<Chunk>,
     backlog: &Backlog,
-) -> io::Result<()> {
-    let mut failed = None;
+) {
     while let Some((mut buffer, mut count)) = chunks.blocking_recv() {
         while buffer.len() < 1 << 16 {
             match chunks.try_recv() {
@@ -374,12 +492,7 @@ fn write_out<W: Write>(
                 Err(_) => break,
             }
         }
-        if failed.is_none() {
-            if let Err(err) = output.write_all(&buffer).and_then(|()| output.flush()) {
-                failed = Some(err);
-            }
-        }
+        out.write(&buffer);
         backlog.written(count);
     }
-    failed.map_or(Ok(()), Err)
 }
