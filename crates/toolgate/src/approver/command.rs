@@ -16,16 +16,18 @@
 //! a non-zero exit, a signal, a program that cannot be started. When the
 //! question ends otherwise (another approver answered, the ask timed out,
 //! the call was cancelled, the broker stops), the program is killed.
-//! Questions run side by side: one program per question, each on its own
-//! thread, so a slow program never holds up the broker or another question.
+//! Questions run side by side: one program per question, each a task of the
+//! transport's runtime, so a slow program never holds up the broker or
+//! another question.
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
-use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_util::sync::CancellationToken;
 
 use serde_json::Value;
 use toolgate_protocol::{PermissionRequest, PermissionResponse, Reply, ServerFrame};
@@ -129,10 +131,10 @@ fn shorten(text: &str) -> String {
     }
 }
 
-/// The most bytes read from a program's stdout between two looks at
-/// whether it has exited (a program that writes without end must not keep
-/// us from seeing it exit).
-const DRAIN_PER_TICK: usize = 1 << 20;
+/// The most bytes read from a program's stdout once it has exited (a
+/// child left in the background that writes without end must not hold up
+/// the answer).
+const DRAIN_AFTER_EXIT: usize = 1 << 20;
 
 /// The first line a program writes (at most [`MAX_ANSWER`] bytes, with its
 /// newline); what follows is read and dropped.
@@ -159,26 +161,6 @@ impl FirstLine {
             self.complete = true;
         }
     }
-
-    /// Read what `pipe` (non-blocking) holds now, at most about `budget`
-    /// bytes; `false` once it has ended (or failed).
-    fn read(&mut self, pipe: &mut impl Read, budget: usize) -> bool {
-        let mut buffer = [0u8; 8192];
-        let mut read = 0;
-        while read < budget {
-            match pipe.read(&mut buffer) {
-                Ok(0) => return false,
-                Ok(n) => {
-                    self.take(&buffer[..n]);
-                    read += n;
-                }
-                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => return true,
-                Err(_) => return false,
-            }
-        }
-        true
-    }
 }
 
 /// A reject saying why the program's answer does not count.
@@ -196,10 +178,12 @@ fn rejected(request: &PermissionRequest, program: &str, why: &str) -> Permission
     response
 }
 
-/// The programs running, by permission id.
-type Running = Arc<Mutex<HashMap<String, Arc<Mutex<Child>>>>>;
+/// The questions whose program runs, by permission id: cancelling one
+/// kills its program.
+type Running = Arc<Mutex<HashMap<String, CancellationToken>>>;
 
-/// Runs one program per question; answers come back on a channel.
+/// Runs one program per question, each a task of the runtime `ask` is
+/// called on; answers come back on a channel.
 pub struct CommandApprover {
     program: String,
     running: Running,
@@ -218,21 +202,35 @@ impl CommandApprover {
         }
     }
 
-    /// Ask the program about `request` (returns at once).
+    /// Ask the program about `request` (returns at once). Called on a
+    /// tokio runtime, whose task runs the program; without one the
+    /// question is rejected.
     pub fn ask(&self, request: PermissionRequest) {
-        let program = self.program.clone();
-        let answers = self.answers.clone();
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            let response = rejected(&request, &self.program, "no runtime to run it on");
+            let _ = self.answers.send(response);
+            return;
+        };
+        let id = request.permission_id.clone();
+        let asked = CancellationToken::new();
+        if let Ok(mut map) = self.running.lock() {
+            map.insert(id.clone(), asked.clone());
+        }
+        let (program, answers) = (self.program.clone(), self.answers.clone());
         let running = Arc::clone(&self.running);
-        std::thread::spawn(move || {
-            let id = request.permission_id.clone();
-            let response = run_one(&program, &request, &running);
-            let asked = running
+        runtime.spawn(async move {
+            // A question resolved meanwhile is cancelled: its program is
+            // killed (dropping `run_one` kills it) and nothing is sent, since
+            // its answer would only earn an `already_resolved` error.
+            let response = tokio::select! {
+                response = run_one(&program, &request) => response,
+                () = asked.cancelled() => return,
+            };
+            let still_asked = running
                 .lock()
                 .map(|mut map| map.remove(&id).is_some())
                 .unwrap_or(false);
-            // A question resolved meanwhile was removed from `running`: its
-            // answer would only earn an `already_resolved` error.
-            if asked {
+            if still_asked {
                 let _ = answers.send(response);
             }
         });
@@ -240,57 +238,55 @@ impl CommandApprover {
 
     /// The question ended otherwise: stop its program.
     pub fn resolved(&self, permission_id: &str) {
-        let child = self
+        let asked = self
             .running
             .lock()
             .ok()
             .and_then(|mut map| map.remove(permission_id));
-        if let Some(child) = child {
-            kill(&child);
+        if let Some(asked) = asked {
+            asked.cancel();
         }
     }
 
     /// Stop every program (the broker stops).
     pub fn stop_all(&self) {
-        let children: Vec<_> = self
-            .running
-            .lock()
-            .map(|mut map| map.drain().map(|(_, child)| child).collect())
-            .unwrap_or_default();
-        for child in children {
-            kill(&child);
+        if let Ok(mut map) = self.running.lock() {
+            for (_, asked) in map.drain() {
+                asked.cancel();
+            }
         }
     }
 }
 
-/// Kill a program and everything it started (its process group: `sh -c`
-/// runs the program's commands as its children).
-fn kill(child: &Mutex<Child>) {
-    if let Ok(mut child) = child.lock() {
-        if let Ok(Some(_)) = child.try_wait() {
-            return;
-        }
-        if let Some(pid) = rustix::process::Pid::from_raw(child.id() as i32) {
+/// A running program's process group, killed when this is dropped before
+/// the program exited: `sh -c` runs the program's commands as its
+/// children, and a question that ends otherwise stops them all.
+struct Group(Option<u32>);
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        let pid = self.0.and_then(|pid| i32::try_from(pid).ok());
+        if let Some(pid) = pid.and_then(rustix::process::Pid::from_raw) {
             let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
         }
-        let _ = child.kill();
     }
 }
 
-fn run_one(program: &str, request: &PermissionRequest, running: &Running) -> PermissionResponse {
+async fn run_one(program: &str, request: &PermissionRequest) -> PermissionResponse {
     let frame = ServerFrame::PermissionRequest(Box::new(request.clone()));
     let mut line = match serde_json::to_vec(&frame) {
         Ok(line) => line,
         Err(error) => return rejected(request, program, &error.to_string()),
     };
     line.push(b'\n');
-    let spawned = Command::new("sh")
+    let spawned = tokio::process::Command::new("sh")
         .arg("-c")
         .arg(program)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .process_group(0)
+        .kill_on_drop(true)
         .spawn();
     let mut child = match spawned {
         Ok(child) => child,
@@ -302,58 +298,48 @@ fn run_one(program: &str, request: &PermissionRequest, running: &Running) -> Per
             )
         }
     };
-    let stdin = child.stdin.take();
-    let stdout = child.stdout.take();
-    let child = Arc::new(Mutex::new(child));
-    if let Ok(mut map) = running.lock() {
-        map.insert(request.permission_id.clone(), Arc::clone(&child));
-    }
-    // The request goes in on its own thread: a program that never reads
+    let mut group = Group(child.id());
+    // The request goes in on a task of its own: a program that never reads
     // must not keep us from reading its answer.
-    if let Some(mut stdin) = stdin {
-        std::thread::spawn(move || {
-            let _ = stdin.write_all(&line);
+    if let Some(mut stdin) = child.stdin.take() {
+        tokio::spawn(async move {
+            let _ = stdin.write_all(&line).await;
         });
     }
     // The program is waited on, not the end of its stdout: a child it left
     // running in the background may hold the pipe open for long after.
-    // Meanwhile the pipe is read without blocking, so the program never
-    // blocks on a full pipe; once it has exited, everything it wrote is in
-    // the pipe and the rest of it is read.
-    let mut pipe = match stdout {
-        Some(stdout) => match rustix::io::ioctl_fionbio(&stdout, true) {
-            Ok(()) => Some(stdout),
-            Err(error) => {
-                return rejected(
-                    request,
-                    program,
-                    &format!("its output cannot be read: {error}"),
-                )
-            }
-        },
-        None => None,
-    };
+    // Meanwhile the pipe is read, so the program never blocks on a full
+    // pipe; once it has exited, what it wrote is in the pipe and is read.
+    let mut stdout = child.stdout.take();
     let mut answer = FirstLine::default();
+    let mut buffer = vec![0u8; 8192];
     let status = loop {
-        if let Some(stdout) = &mut pipe {
-            if !answer.read(stdout, DRAIN_PER_TICK) {
-                pipe = None;
-            }
-        }
-        let polled = match child.lock() {
-            Ok(mut child) => child.try_wait(),
-            Err(_) => return rejected(request, program, "internal error"),
-        };
-        match polled {
-            Ok(Some(status)) => break status,
-            Ok(None) => std::thread::sleep(Duration::from_millis(10)),
-            Err(error) => return rejected(request, program, &error.to_string()),
+        tokio::select! {
+            status = child.wait() => break status,
+            read = read_some(&mut stdout, &mut buffer) => match read {
+                Some(count) => answer.take(&buffer[..count]),
+                None => stdout = None,
+            },
         }
     };
-    if let Some(stdout) = &mut pipe {
-        answer.read(stdout, DRAIN_PER_TICK);
+    group.0 = None;
+    if let Some(out) = &mut stdout {
+        let mut drained = 0;
+        while drained < DRAIN_AFTER_EXIT {
+            // Only what is there now: a background child may hold it open.
+            match tokio::time::timeout(Duration::ZERO, out.read(&mut buffer)).await {
+                Ok(Ok(count)) if count > 0 => {
+                    answer.take(&buffer[..count]);
+                    drained += count;
+                }
+                _ => break,
+            }
+        }
     }
-    drop(pipe);
+    let status = match status {
+        Ok(status) => status,
+        Err(error) => return rejected(request, program, &error.to_string()),
+    };
     let answer = String::from_utf8_lossy(&answer.line);
     if !status.success() {
         let why = match status.code() {
@@ -368,6 +354,21 @@ fn run_one(program: &str, request: &PermissionRequest, running: &Running) -> Per
     match parse_answer(&answer, request) {
         Ok(response) => response,
         Err(why) => rejected(request, program, &why),
+    }
+}
+
+/// The next bytes of the program's stdout; `None` once it ended (or
+/// failed); never ready when there is no stdout left to read.
+async fn read_some(
+    stdout: &mut Option<tokio::process::ChildStdout>,
+    buffer: &mut [u8],
+) -> Option<usize> {
+    match stdout {
+        Some(out) => match out.read(buffer).await {
+            Ok(0) | Err(_) => None,
+            Ok(count) => Some(count),
+        },
+        None => std::future::pending().await,
     }
 }
 
@@ -478,9 +479,19 @@ mod tests {
         }
     }
 
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
     fn ask(program: &str) -> Value {
         let (sender, answers) = channel();
         let approver = CommandApprover::new(program.to_string(), sender);
+        let runtime = runtime();
+        let _entered = runtime.enter();
         approver.ask(request());
         serde_json::to_value(answers.recv_timeout(Duration::from_secs(20)).unwrap()).unwrap()
     }
@@ -540,6 +551,8 @@ mod tests {
     fn resolved_kills_the_program_and_sends_nothing() {
         let (sender, answers) = channel();
         let approver = CommandApprover::new("sleep 600; echo once".to_string(), sender);
+        let runtime = runtime();
+        let _entered = runtime.enter();
         approver.ask(request());
         // Wait until it runs, then end the question.
         for _ in 0..2000 {
