@@ -10,8 +10,7 @@
 //! and modes), `questions` (calls, pending questions, answers, deadlines),
 //! `grants` (`always` grants) and `persistence` (the state directory).
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use toolgate_policy::{Grants, Policy};
@@ -20,7 +19,7 @@ use toolgate_protocol::{ClientFrame, DecodeError, ErrorCode, ServerFrame};
 
 use crate::clock::{Clock, IdSource};
 use crate::state::Store;
-use questions::{call_hash, Pending, Queue};
+use questions::{call_hash, Questions};
 use sessions::{ClosedSet, RepeatMemory, Session};
 
 pub use persistence::Lost;
@@ -60,15 +59,8 @@ pub struct Broker {
     ids: Box<dyn IdSource>,
     /// Looked up several times per call: a fast hasher (foldhash, seeded per process).
     sessions: HashMap<String, Session, foldhash::fast::RandomState>,
-    /// Open questions by permission id.
-    pending: HashMap<String, Pending>,
-    /// Each session's open questions (only sessions that have some).
-    queues: HashMap<String, Queue>,
-    /// Deadlines: (monotonic ms, permission id), earliest first. Stale entries are skipped.
-    deadlines: BinaryHeap<Reverse<(u64, String)>>,
-    resolved: HashSet<String>,
-    resolved_order: VecDeque<String>,
-    next_seq: u64,
+    /// The open questions.
+    questions: Questions,
     stopped: bool,
     /// Grants kept for every session of the project.
     project_grants: Grants,
@@ -131,12 +123,7 @@ impl Broker {
             clock,
             ids,
             sessions: HashMap::default(),
-            pending: HashMap::new(),
-            queues: HashMap::new(),
-            deadlines: BinaryHeap::new(),
-            resolved: HashSet::new(),
-            resolved_order: VecDeque::new(),
-            next_seq: 0,
+            questions: Questions::default(),
             stopped: false,
             project_grants: Grants::default(),
             project_grant_owners: HashMap::new(),
@@ -170,7 +157,7 @@ impl Broker {
 
     /// How many calls wait for an answer.
     pub fn pending_count(&self) -> usize {
-        self.pending.len()
+        self.questions.len()
     }
 
     /// The current monotonic time.
@@ -251,10 +238,7 @@ impl Broker {
                 self.tool_call(call, hash, ahead.prepared, number, out)
             }
             ClientFrame::PermissionResponse(response) => {
-                let session = self
-                    .pending
-                    .get(&response.permission_id)
-                    .map(|pending| pending.session_id.clone());
+                let session = self.questions.session_of(&response.permission_id);
                 self.response(response, number, out);
                 if let Some(session) = session {
                     self.forget_idle(&session);
@@ -298,13 +282,7 @@ impl Broker {
 
     /// Deny every open call, oldest first, with `source` and `reason`.
     fn deny_open(&mut self, source: wire::Source, reason: &str, out: &mut Vec<ServerFrame>) {
-        let mut ids: Vec<(u64, String)> = self
-            .pending
-            .iter()
-            .map(|(id, pending)| (pending.seq, id.clone()))
-            .collect();
-        ids.sort();
-        for (_, id) in ids {
+        for id in self.questions.all() {
             self.end_ask(&id, source, reason.to_string(), out);
         }
     }
@@ -324,19 +302,7 @@ impl Broker {
         self.reminders = Default::default();
         self.config.ask_timeout_ms = ask_timeout_ms;
         // Sessions in the order of their oldest pending call.
-        let mut oldest: HashMap<&str, u64> = HashMap::new();
-        for pending in self.pending.values() {
-            let seq = oldest
-                .entry(pending.session_id.as_str())
-                .or_insert(u64::MAX);
-            *seq = (*seq).min(pending.seq);
-        }
-        let mut sessions: Vec<(u64, String)> = oldest
-            .into_iter()
-            .map(|(id, seq)| (seq, id.to_string()))
-            .collect();
-        sessions.sort();
-        for (_, session_id) in sessions {
+        for session_id in self.questions.sessions_by_age() {
             self.revisit_session(&session_id, "the policy was reloaded", None, out);
         }
     }

@@ -1,11 +1,12 @@
 //! Calls and the questions they raise: judging a `tool_call`, settling an
 //! evaluation (decide, or ask and keep the call [`Pending`]), answers,
 //! cancels, deadlines, and judging pending calls again after a change.
-//! Invariant: a pending call is in `pending`, its session's [`Queue`] and
-//! its session's `live` map at once; `take_pending` removes it from all.
+//! The open questions themselves are a part of their own, [`Questions`].
+//! Invariant: a pending call is in [`Questions`] and its session's `live`
+//! map at once; `take_pending` removes it from both.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, HashSet, VecDeque};
 
 use serde_json::{Map, Value};
 use toolgate_policy::{
@@ -114,20 +115,164 @@ impl Queue {
     }
 }
 
-impl Broker {
-    /// The earliest deadline on the monotonic clock: an ask that can time
-    /// out, or writing the state again after a write failed (a tick then
-    /// retries it, see [`Broker::commit`]).
-    pub fn next_deadline(&mut self) -> Option<u64> {
-        let question = self.next_question_deadline();
-        match (question, self.retry_deadline()) {
-            (Some(question), Some(retry)) => Some(question.min(retry)),
-            (question, retry) => question.or(retry),
+/// The open questions (lsp-server's `ReqQueue` shape): asked, taken when
+/// answered or ended, listed per session, and their deadlines. A pending
+/// call is also in its session's `live` map ([`super::sessions::Session`]),
+/// which the broker keeps in step ([`Broker::take_pending`]).
+#[derive(Default)]
+pub(super) struct Questions {
+    /// Open questions by permission id.
+    pending: HashMap<String, Pending>,
+    /// Each session's open questions (only sessions that have some).
+    queues: HashMap<String, Queue>,
+    /// Deadlines: (monotonic ms, permission id), earliest first. Stale
+    /// entries are skipped.
+    deadlines: BinaryHeap<Reverse<(u64, String)>>,
+    /// Permission ids answered or ended (the latest [`RESOLVED_MEMORY`]),
+    /// to tell `already_resolved` from `unknown_permission`.
+    resolved: HashSet<String>,
+    resolved_order: VecDeque<String>,
+    /// The creation order of the last question asked.
+    next_seq: u64,
+}
+
+impl Questions {
+    /// Register `pending` as asked under `permission_id`: a call asked for
+    /// the first time gets the next creation number; a call asked again
+    /// keeps its own.
+    pub(super) fn ask(&mut self, permission_id: String, mut pending: Pending) {
+        if pending.seq == 0 {
+            self.next_seq += 1;
+            pending.seq = self.next_seq;
+        }
+        if let Some(deadline) = pending.deadline {
+            self.deadlines
+                .push(Reverse((deadline, permission_id.clone())));
+        }
+        self.queues
+            .entry(pending.session_id.clone())
+            .or_default()
+            .add(pending.seq, permission_id.clone(), &pending.asking);
+        self.pending.insert(permission_id, pending);
+    }
+
+    /// Remove an open question (answered or ended) from every index and
+    /// remember its id as resolved.
+    pub(super) fn take(&mut self, id: &str) -> Option<Pending> {
+        let pending = self.pending.remove(id)?;
+        if let Some(queue) = self.queues.get_mut(&pending.session_id) {
+            queue.order.remove(&pending.seq);
+            queue.unindex(pending.seq, &pending.asking);
+            if queue.order.is_empty() {
+                self.queues.remove(&pending.session_id);
+            }
+        }
+        if self.resolved.insert(id.to_string()) {
+            self.resolved_order.push_back(id.to_string());
+            if self.resolved_order.len() > RESOLVED_MEMORY {
+                if let Some(old) = self.resolved_order.pop_front() {
+                    self.resolved.remove(&old);
+                }
+            }
+        }
+        Some(pending)
+    }
+
+    /// An open question.
+    pub(super) fn get(&self, id: &str) -> Option<&Pending> {
+        self.pending.get(id)
+    }
+
+    /// Whether `id` was answered or ended (and is still remembered).
+    pub(super) fn was_resolved(&self, id: &str) -> bool {
+        self.resolved.contains(id)
+    }
+
+    /// How many questions are open.
+    pub(super) fn len(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// The creation number of an open question (`u64::MAX` for none), to
+    /// list questions oldest first.
+    pub(super) fn seq(&self, id: &str) -> u64 {
+        self.pending.get(id).map_or(u64::MAX, |pending| pending.seq)
+    }
+
+    /// The session of an open question.
+    pub(super) fn session_of(&self, id: &str) -> Option<String> {
+        self.pending
+            .get(id)
+            .map(|pending| pending.session_id.clone())
+    }
+
+    /// The permission ids of a session's open questions, oldest first.
+    pub(super) fn of_session(&self, session_id: &str) -> Vec<String> {
+        self.queues
+            .get(session_id)
+            .map(|queue| queue.order.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Every open question, oldest first.
+    pub(super) fn all(&self) -> Vec<String> {
+        let mut ids: Vec<(u64, String)> = self
+            .pending
+            .iter()
+            .map(|(id, pending)| (pending.seq, id.clone()))
+            .collect();
+        ids.sort();
+        ids.into_iter().map(|(_, id)| id).collect()
+    }
+
+    /// The sessions with open questions, in the order of their oldest one.
+    pub(super) fn sessions_by_age(&self) -> Vec<String> {
+        let mut oldest: HashMap<&str, u64> = HashMap::new();
+        for pending in self.pending.values() {
+            let seq = oldest
+                .entry(pending.session_id.as_str())
+                .or_insert(u64::MAX);
+            *seq = (*seq).min(pending.seq);
+        }
+        let mut sessions: Vec<(u64, String)> = oldest
+            .into_iter()
+            .map(|(id, seq)| (seq, id.to_string()))
+            .collect();
+        sessions.sort();
+        sessions.into_iter().map(|(_, id)| id).collect()
+    }
+
+    /// The sessions with open questions, in id order.
+    pub(super) fn sessions(&self) -> Vec<String> {
+        let mut ids: Vec<String> = self.queues.keys().cloned().collect();
+        ids.sort();
+        ids
+    }
+
+    /// A session's open questions a new grant may decide, oldest first
+    /// ([`Queue::covered_by`]).
+    pub(super) fn covered_by(&self, session_id: &str, granted: &[GrantSpec]) -> Vec<String> {
+        self.queues
+            .get(session_id)
+            .map(|queue| queue.covered_by(granted))
+            .unwrap_or_default()
+    }
+
+    /// What an open question still asks about, after a new evaluation.
+    pub(super) fn set_asking(&mut self, id: &str, asking: Vec<(String, String)>) {
+        if let Some(pending) = self.pending.get_mut(id) {
+            if pending.asking != asking {
+                if let Some(queue) = self.queues.get_mut(&pending.session_id) {
+                    queue.unindex(pending.seq, &pending.asking);
+                    queue.index(pending.seq, &asking);
+                }
+                pending.asking = asking;
+            }
         }
     }
 
-    /// The earliest deadline of an ask that can time out.
-    fn next_question_deadline(&mut self) -> Option<u64> {
+    /// The earliest deadline of an open question that can time out.
+    pub(super) fn next_deadline(&mut self) -> Option<u64> {
         while let Some(Reverse((deadline, permission_id))) = self.deadlines.peek() {
             match self.pending.get(permission_id) {
                 Some(pending) if pending.deadline == Some(*deadline) => return Some(*deadline),
@@ -139,24 +284,38 @@ impl Broker {
         None
     }
 
+    /// The next open question whose deadline is `now` or earlier, taken off
+    /// the deadlines (still open: the caller ends it).
+    pub(super) fn expired(&mut self, now: u64) -> Option<String> {
+        let deadline = self.next_deadline()?;
+        if deadline > now {
+            return None;
+        }
+        self.deadlines.pop().map(|Reverse((_, id))| id)
+    }
+}
+
+impl Broker {
+    /// The earliest deadline on the monotonic clock: an ask that can time
+    /// out, or writing the state again after a write failed (a tick then
+    /// retries it, see [`Broker::commit`]).
+    pub fn next_deadline(&mut self) -> Option<u64> {
+        let question = self.questions.next_deadline();
+        match (question, self.retry_deadline()) {
+            (Some(question), Some(retry)) => Some(question.min(retry)),
+            (question, retry) => question.or(retry),
+        }
+    }
+
     /// Deny every ask whose deadline has passed.
     pub(super) fn expire(&mut self, out: &mut Vec<ServerFrame>) {
         let now = self.clock.monotonic_ms();
-        while let Some(deadline) = self.next_question_deadline() {
-            if deadline > now {
-                break;
-            }
-            let Some(Reverse((_, id))) = self.deadlines.pop() else {
-                break;
-            };
+        while let Some(id) = self.questions.expired(now) {
             let reason = format!(
                 "nobody answered the question within {}",
                 duration_text(self.config.ask_timeout_ms)
             );
-            let session = self
-                .pending
-                .get(&id)
-                .map(|pending| pending.session_id.clone());
+            let session = self.questions.session_of(&id);
             self.end_ask(&id, wire::Source::Timeout, reason, out);
             if let Some(session) = session {
                 self.forget_idle(&session);
@@ -278,18 +437,10 @@ impl Broker {
         match (evaluation.action, evaluation.question) {
             (Action::Ask, Some(question)) if self.config.on_ask == OnAsk::Wait => {
                 let permission_id = self.ids.permission_id();
-                if pending.seq == 0 {
-                    self.next_seq += 1;
-                    pending.seq = self.next_seq;
-                }
                 pending.deadline = match self.config.ask_timeout_ms {
                     0 => None,
                     timeout => Some(self.clock.monotonic_ms().saturating_add(timeout)),
                 };
-                if let Some(deadline) = pending.deadline {
-                    self.deadlines
-                        .push(Reverse((deadline, permission_id.clone())));
-                }
                 let mut request = convert::request(
                     &permission_id,
                     self.clock.wall_ms(),
@@ -315,14 +466,10 @@ impl Broker {
                 out.push(ServerFrame::PermissionRequest(Box::new(request)));
                 pending.asking = question.approve.clone();
                 pending.question = *question;
-                self.queues
-                    .entry(pending.session_id.clone())
-                    .or_default()
-                    .add(pending.seq, permission_id.clone(), &pending.asking);
                 self.session_entry(&pending.session_id)
                     .live
                     .insert(pending.call_id.clone(), permission_id.clone());
-                self.pending.insert(permission_id, pending);
+                self.questions.ask(permission_id, pending);
             }
             (Action::Ask, _) => {
                 let reason = format!(
@@ -403,7 +550,7 @@ impl Broker {
         // `patterns` must name one of the lists the request offered; anything
         // else grants nothing and leaves the question open.
         let mut option: Option<toolgate_policy::AlwaysOption> = None;
-        if let (Some(patterns), Some(pending)) = (&response.patterns, self.pending.get(&id)) {
+        if let (Some(patterns), Some(pending)) = (&response.patterns, self.questions.get(&id)) {
             let offered = pending.question.options();
             let same = |listed: &[String]| {
                 listed.iter().all(|p| patterns.contains(p))
@@ -440,7 +587,7 @@ impl Broker {
             }
         }
         let Some(mut pending) = self.take_pending(&id) else {
-            let (code, message) = if self.resolved.contains(&id) {
+            let (code, message) = if self.questions.was_resolved(&id) {
                 (
                     ErrorCode::AlreadyResolved,
                     format!("the request `{id}` was already answered or ended"),
@@ -547,9 +694,7 @@ impl Broker {
                     match response.scope {
                         Some(wire::GrantScope::Project) => {
                             // Only sessions with open questions can have a call decided.
-                            let mut ids: Vec<String> = self.queues.keys().cloned().collect();
-                            ids.sort();
-                            for session in ids {
+                            for session in self.questions.sessions() {
                                 self.revisit_session(&session, &why, only, out);
                             }
                         }
@@ -609,14 +754,10 @@ impl Broker {
     ) {
         let ids = match granted {
             None => self.pending_of(session_id),
-            Some(granted) => self
-                .queues
-                .get(session_id)
-                .map(|queue| queue.covered_by(granted))
-                .unwrap_or_default(),
+            Some(granted) => self.questions.covered_by(session_id, granted),
         };
         for id in ids {
-            let Some(pending) = self.pending.get(&id) else {
+            let Some(pending) = self.questions.get(&id) else {
                 continue;
             };
             let (evaluation, mode) = self.evaluate_pending(pending);
@@ -626,15 +767,7 @@ impl Broker {
                     .question
                     .map(|question| question.approve)
                     .unwrap_or_default();
-                if let Some(pending) = self.pending.get_mut(&id) {
-                    if pending.asking != asking {
-                        if let Some(queue) = self.queues.get_mut(&pending.session_id) {
-                            queue.unindex(pending.seq, &pending.asking);
-                            queue.index(pending.seq, &asking);
-                        }
-                        pending.asking = asking;
-                    }
-                }
+                self.questions.set_asking(&id, asking);
                 continue;
             }
             if let Some(pending) = self.take_pending(&id) {
@@ -702,26 +835,12 @@ impl Broker {
         }));
     }
 
-    /// Remove a pending call from every index and remember its id as answered.
-    fn take_pending(&mut self, id: &str) -> Option<Pending> {
-        let pending = self.pending.remove(id)?;
-        if let Some(queue) = self.queues.get_mut(&pending.session_id) {
-            queue.order.remove(&pending.seq);
-            queue.unindex(pending.seq, &pending.asking);
-            if queue.order.is_empty() {
-                self.queues.remove(&pending.session_id);
-            }
-        }
+    /// Take an open question (answered or ended) from the questions and
+    /// from its session's live calls.
+    pub(super) fn take_pending(&mut self, id: &str) -> Option<Pending> {
+        let pending = self.questions.take(id)?;
         if let Some(session) = self.sessions.get_mut(&pending.session_id) {
             session.live.remove(&pending.call_id);
-        }
-        if self.resolved.insert(id.to_string()) {
-            self.resolved_order.push_back(id.to_string());
-            if self.resolved_order.len() > RESOLVED_MEMORY {
-                if let Some(old) = self.resolved_order.pop_front() {
-                    self.resolved.remove(&old);
-                }
-            }
         }
         Some(pending)
     }
@@ -737,10 +856,7 @@ impl Broker {
 
     /// The permission ids of a session's pending calls, oldest first.
     pub(super) fn pending_of(&self, session_id: &str) -> Vec<String> {
-        self.queues
-            .get(session_id)
-            .map(|queue| queue.order.values().cloned().collect())
-            .unwrap_or_default()
+        self.questions.of_session(session_id)
     }
 }
 

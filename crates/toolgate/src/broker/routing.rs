@@ -513,7 +513,7 @@ impl Broker {
                     .conns
                     .asked
                     .keys()
-                    .map(|id| (self.pending.get(id).map_or(u64::MAX, |p| p.seq), id))
+                    .map(|id| (self.questions.seq(id), id))
                     .collect();
                 open.sort();
                 let ids: Vec<String> = open.into_iter().map(|(_, id)| id.clone()).collect();
@@ -549,7 +549,7 @@ impl Broker {
                 && owner_answers
                 && self.conns.open.contains_key(&asked.owner)
             {
-                let seq = self.pending.get(id).map_or(u64::MAX, |p| p.seq);
+                let seq = self.questions.seq(id);
                 orphans.push((seq, id.clone()));
             }
         }
@@ -579,11 +579,11 @@ impl Broker {
             .asked
             .iter()
             .filter(|(_, asked)| asked.owner == conn)
-            .map(|(id, _)| (self.pending.get(id).map_or(u64::MAX, |p| p.seq), id.clone()))
+            .map(|(id, _)| (self.questions.seq(id), id.clone()))
             .collect();
         own.sort();
         for (_, id) in own {
-            let session = self.pending.get(&id).map(|p| p.session_id.clone());
+            let session = self.questions.session_of(&id);
             self.end_ask(
                 &id,
                 wire::Source::Cancel,
@@ -830,7 +830,7 @@ impl Broker {
     fn audit_answer(&mut self, conn: ConnId, response: &wire::PermissionResponse) {
         let by = self.client_of(Some(conn)).unwrap_or_default();
         let call = self
-            .pending
+            .questions
             .get(&response.permission_id)
             .map(|pending| (pending.session_id.clone(), pending.call_id.clone()));
         // An answer to no open question is refused (an error frame), not
