@@ -13,10 +13,11 @@ use toolgate_policy::{
     Action, Call, Context, Evaluation, GrantSpec, Grants, Mode, Question, Scope,
 };
 use toolgate_protocol as wire;
-use toolgate_protocol::{ErrorCode, ServerFrame};
+use toolgate_protocol::ErrorCode;
 
+use super::outbox::Outbox;
 use super::sessions::stricter;
-use super::{duplicate, error, Broker, OnAsk};
+use super::{duplicate, Broker, OnAsk};
 use crate::convert;
 
 /// How many answered permission ids are remembered to tell `already_resolved`
@@ -301,14 +302,14 @@ impl Broker {
     /// retries it, see [`Broker::commit`]).
     pub fn next_deadline(&mut self) -> Option<u64> {
         let question = self.questions.next_deadline();
-        match (question, self.retry_deadline()) {
+        match (question, self.store.retry_deadline()) {
             (Some(question), Some(retry)) => Some(question.min(retry)),
             (question, retry) => question.or(retry),
         }
     }
 
     /// Deny every ask whose deadline has passed.
-    pub(super) fn expire(&mut self, out: &mut Vec<ServerFrame>) {
+    pub(super) fn expire(&mut self, ob: &mut Outbox<'_>) {
         let now = self.clock.monotonic_ms();
         while let Some(id) = self.questions.expired(now) {
             let reason = format!(
@@ -316,9 +317,9 @@ impl Broker {
                 duration_text(self.config.ask_timeout_ms)
             );
             let session = self.questions.session_of(&id);
-            self.end_ask(&id, wire::Source::Timeout, reason, out);
+            self.end_ask(&id, wire::Source::Timeout, reason, ob);
             if let Some(session) = session {
-                self.forget_idle(&session);
+                self.sessions.forget_idle(&session);
             }
         }
     }
@@ -329,24 +330,20 @@ impl Broker {
         call: wire::ToolCall,
         hash: u64,
         prepared: Option<toolgate_policy::Prepared>,
-        number: u64,
-        out: &mut Vec<ServerFrame>,
+        ob: &mut Outbox<'_>,
     ) {
         if self
+            .sessions
             .live_permission(&call.session_id, &call.call_id)
             .is_some()
         {
-            let mut frame = duplicate(&call.call_id, &call.session_id, number);
-            if let ServerFrame::Error(error) = &mut frame {
-                error.session_id = Some(call.session_id);
-            }
-            out.push(frame);
+            duplicate(ob, &call.call_id, &call.session_id, true);
             return;
         }
         if !self.sessions.contains_key(&call.session_id) {
-            if let Some(why) = self.closed_why(&call.session_id) {
+            if let Some(why) = self.sessions.closed_why(&call.session_id) {
                 let why = why.text(&call.session_id);
-                out.push(ServerFrame::Decision(wire::Decision {
+                let decision = wire::Decision {
                     session_id: call.session_id.clone(),
                     call_id: call.call_id,
                     decision: wire::Verdict::Deny,
@@ -357,14 +354,16 @@ impl Broker {
                     rule: None,
                     message: None,
                     reminder: None,
-                }));
+                };
+                self.decide(decision, ob);
                 return;
             }
-            self.session_entry(&call.session_id);
+            self.sessions
+                .entry(&call.session_id, self.policy.default_mode);
         }
         let mode = self.effective_mode(&call.session_id);
         if self.audit.is_some() {
-            let client = self.client_of(self.current);
+            let client = self.client_of(ob.caller());
             if let Some(audit) = &mut self.audit {
                 audit.notes.insert(
                     (call.session_id.clone(), call.call_id.clone()),
@@ -394,7 +393,7 @@ impl Broker {
         let context = Context {
             mode,
             grants: &session.grants,
-            project_grants: &self.project_grants,
+            project_grants: self.grants.all(),
             scope: &session.scope,
             approvals: &[],
             repeats,
@@ -420,7 +419,7 @@ impl Broker {
             deadline: None,
             asking: Vec::new(),
         };
-        self.settle(pending, evaluation, mode, true, out);
+        self.settle(pending, evaluation, mode, true, ob);
     }
 
     /// Act on an evaluation: decide the call, or ask (registering it as pending).
@@ -432,7 +431,7 @@ impl Broker {
         evaluation: Evaluation,
         mode: Mode,
         forget: bool,
-        out: &mut Vec<ServerFrame>,
+        ob: &mut Outbox<'_>,
     ) {
         match (evaluation.action, evaluation.question) {
             (Action::Ask, Some(question)) if self.config.on_ask == OnAsk::Wait => {
@@ -463,10 +462,11 @@ impl Broker {
                     &pending.input,
                     &question,
                 );
-                out.push(ServerFrame::PermissionRequest(Box::new(request)));
+                self.conns.ask(Box::new(request), ob);
                 pending.asking = question.approve.clone();
                 pending.question = *question;
-                self.session_entry(&pending.session_id)
+                self.sessions
+                    .entry(&pending.session_id, self.policy.default_mode)
                     .live
                     .insert(pending.call_id.clone(), permission_id.clone());
                 self.questions.ask(permission_id, pending);
@@ -479,9 +479,9 @@ impl Broker {
                 let reminder =
                     (mode == Mode::Plan).then(|| self.reminder(&pending.session_id, mode));
                 if forget {
-                    self.forget_idle(&pending.session_id);
+                    self.sessions.forget_idle(&pending.session_id);
                 }
-                out.push(convert::decision(
+                let decision = convert::decision(
                     std::mem::take(&mut pending.session_id),
                     std::mem::take(&mut pending.call_id),
                     Action::Deny,
@@ -490,7 +490,8 @@ impl Broker {
                     evaluation.rule,
                     None,
                     reminder,
-                ));
+                );
+                self.decide(decision, ob);
             }
             (action, _) => {
                 let reminder = (action == Action::Deny && mode == Mode::Plan)
@@ -524,9 +525,9 @@ impl Broker {
                     _ => evaluation.reason,
                 };
                 if forget {
-                    self.forget_idle(&pending.session_id);
+                    self.sessions.forget_idle(&pending.session_id);
                 }
-                out.push(convert::decision(
+                let decision = convert::decision(
                     std::mem::take(&mut pending.session_id),
                     std::mem::take(&mut pending.call_id),
                     action,
@@ -535,17 +536,13 @@ impl Broker {
                     evaluation.rule,
                     None,
                     reminder,
-                ));
+                );
+                self.decide(decision, ob);
             }
         }
     }
 
-    pub(super) fn response(
-        &mut self,
-        response: wire::PermissionResponse,
-        number: u64,
-        out: &mut Vec<ServerFrame>,
-    ) {
+    pub(super) fn response(&mut self, response: wire::PermissionResponse, ob: &mut Outbox<'_>) {
         let id = response.permission_id;
         // `patterns` must name one of the lists the request offered; anything
         // else grants nothing and leaves the question open.
@@ -573,15 +570,13 @@ impl Broker {
                             if patterns.len() > 8 { ", ..." } else { "" }
                         )
                     };
-                    out.push(ServerFrame::Error(wire::ErrorFrame {
-                        code: ErrorCode::InvalidFrame,
+                    ob.error_naming(
+                        ErrorCode::InvalidFrame,
                         message,
-                        call_id: Some(pending.call_id.clone()),
-                        session_id: Some(pending.session_id.clone()),
-                        permission_id: Some(id),
-                        line: Some(number),
-                        not_saved: None,
-                    }));
+                        Some(pending.call_id.clone()),
+                        Some(pending.session_id.clone()),
+                        Some(id),
+                    );
                     return;
                 }
             }
@@ -598,15 +593,7 @@ impl Broker {
                     format!("no request has the id `{id}`"),
                 )
             };
-            out.push(ServerFrame::Error(wire::ErrorFrame {
-                code,
-                message,
-                call_id: None,
-                session_id: None,
-                permission_id: Some(id),
-                line: Some(number),
-                not_saved: None,
-            }));
+            ob.error_naming(code, message, None, None, Some(id));
             return;
         };
         let plan = pending.question.plan.is_some();
@@ -617,7 +604,7 @@ impl Broker {
                 } else {
                     "the user rejected this call".to_string()
                 };
-                out.push(ServerFrame::Decision(wire::Decision {
+                let decision = wire::Decision {
                     session_id: pending.session_id.clone(),
                     call_id: pending.call_id.clone(),
                     decision: wire::Verdict::Deny,
@@ -627,14 +614,15 @@ impl Broker {
                     message: response.message,
                     // The agent stays in plan mode: remind it what that means.
                     reminder: plan.then(|| self.reminder(&pending.session_id, Mode::Plan)),
-                }));
+                };
+                self.decide(decision, ob);
                 // OpenCode semantics: a rejection ends the session's other questions.
                 for other in self.pending_of(&pending.session_id) {
                     self.end_ask(
                         &other,
                         wire::Source::User,
                         format!("the user rejected another call of this session ({id})"),
-                        out,
+                        ob,
                     );
                 }
             }
@@ -644,8 +632,12 @@ impl Broker {
                 } else {
                     (Mode::AutoEdit, "always")
                 };
-                let effective = stricter(mode, self.parent_mode(&pending.session_id));
-                out.push(ServerFrame::Decision(wire::Decision {
+                let effective = stricter(
+                    mode,
+                    self.sessions
+                        .parent_mode(&pending.session_id, self.policy.default_mode),
+                );
+                let decision = wire::Decision {
                     session_id: pending.session_id.clone(),
                     call_id: pending.call_id.clone(),
                     decision: wire::Verdict::Allow,
@@ -658,8 +650,9 @@ impl Broker {
                     rule: None,
                     message: response.message,
                     reminder: None,
-                }));
-                self.change_mode(&pending.session_id, mode, out);
+                };
+                self.decide(decision, ob);
+                self.change_mode(&pending.session_id, mode, ob);
             }
             wire::Reply::Once | wire::Reply::Always => {
                 // What the question asked about, per permission (a batch asks
@@ -687,7 +680,7 @@ impl Broker {
                     pending.granted = Some((scope, saved.err()));
                 }
                 let session_id = pending.session_id.clone();
-                self.reevaluate(pending, out);
+                self.reevaluate(pending, ob);
                 if always {
                     let why = format!("an `always` answer to {id} covers it");
                     let only = Some(granted.as_slice());
@@ -695,10 +688,10 @@ impl Broker {
                         Some(wire::GrantScope::Project) => {
                             // Only sessions with open questions can have a call decided.
                             for session in self.questions.sessions() {
-                                self.revisit_session(&session, &why, only, out);
+                                self.revisit_session(&session, &why, only, ob);
                             }
                         }
-                        _ => self.revisit_session(&session_id, &why, only, out),
+                        _ => self.revisit_session(&session_id, &why, only, ob),
                     }
                 }
             }
@@ -707,9 +700,9 @@ impl Broker {
 
     /// Evaluate a pending call again (after `once`/`always`, a mode change or new
     /// grants) and settle it: decided, or asked about what still needs an answer.
-    fn reevaluate(&mut self, pending: Pending, out: &mut Vec<ServerFrame>) {
+    fn reevaluate(&mut self, pending: Pending, ob: &mut Outbox<'_>) {
         let (evaluation, mode) = self.evaluate_pending(&pending);
-        self.settle(pending, evaluation, mode, false, out);
+        self.settle(pending, evaluation, mode, false, ob);
     }
 
     fn evaluate_pending(&self, pending: &Pending) -> (Evaluation, Mode) {
@@ -729,7 +722,7 @@ impl Broker {
             &Context {
                 mode,
                 grants,
-                project_grants: &self.project_grants,
+                project_grants: self.grants.all(),
                 scope,
                 approvals: &pending.approvals,
                 repeats: pending.repeats,
@@ -750,7 +743,7 @@ impl Broker {
         session_id: &str,
         why: &str,
         granted: Option<&[GrantSpec]>,
-        out: &mut Vec<ServerFrame>,
+        ob: &mut Outbox<'_>,
     ) {
         let ids = match granted {
             None => self.pending_of(session_id),
@@ -771,19 +764,21 @@ impl Broker {
                 continue;
             }
             if let Some(pending) = self.take_pending(&id) {
-                out.push(ServerFrame::PermissionResolved(wire::PermissionResolved {
+                let resolved = wire::PermissionResolved {
                     permission_id: id.clone(),
                     session_id: pending.session_id.clone(),
                     call_id: pending.call_id.clone(),
                     reason: why.to_string(),
-                }));
-                self.settle(pending, evaluation, mode, false, out);
+                };
+                self.conns.resolved(resolved, ob);
+                self.settle(pending, evaluation, mode, false, ob);
             }
         }
     }
 
-    pub(super) fn cancel(&mut self, cancel: wire::Cancel, number: u64, out: &mut Vec<ServerFrame>) {
+    pub(super) fn cancel(&mut self, cancel: wire::Cancel, ob: &mut Outbox<'_>) {
         match self
+            .sessions
             .live_permission(&cancel.session_id, &cancel.call_id)
             .map(str::to_string)
         {
@@ -791,17 +786,18 @@ impl Broker {
                 &id,
                 wire::Source::Cancel,
                 "the client cancelled the call".to_string(),
-                out,
+                ob,
             ),
-            None => out.push(error(
+            None => ob.error_naming(
                 ErrorCode::UnknownCall,
                 format!(
                     "no call `{}` is pending in session `{}` (already decided, or never sent)",
                     cancel.call_id, cancel.session_id
                 ),
                 Some(cancel.call_id),
-                Some(number),
-            )),
+                None,
+                None,
+            ),
         }
     }
 
@@ -812,18 +808,19 @@ impl Broker {
         id: &str,
         source: wire::Source,
         reason: String,
-        out: &mut Vec<ServerFrame>,
+        ob: &mut Outbox<'_>,
     ) {
         let Some(pending) = self.take_pending(id) else {
             return;
         };
-        out.push(ServerFrame::PermissionResolved(wire::PermissionResolved {
+        let resolved = wire::PermissionResolved {
             permission_id: id.to_string(),
             session_id: pending.session_id.clone(),
             call_id: pending.call_id.clone(),
             reason: reason.clone(),
-        }));
-        out.push(ServerFrame::Decision(wire::Decision {
+        };
+        self.conns.resolved(resolved, ob);
+        let decision = wire::Decision {
             session_id: pending.session_id,
             call_id: pending.call_id,
             decision: wire::Verdict::Deny,
@@ -832,7 +829,8 @@ impl Broker {
             rule: None,
             message: None,
             reminder: None,
-        }));
+        };
+        self.decide(decision, ob);
     }
 
     /// Take an open question (answered or ended) from the questions and
@@ -843,15 +841,6 @@ impl Broker {
             session.live.remove(&pending.call_id);
         }
         Some(pending)
-    }
-
-    /// The permission id of a pending call.
-    pub(super) fn live_permission(&self, session_id: &str, call_id: &str) -> Option<&str> {
-        self.sessions
-            .get(session_id)?
-            .live
-            .get(call_id)
-            .map(String::as_str)
     }
 
     /// The permission ids of a session's pending calls, oldest first.
