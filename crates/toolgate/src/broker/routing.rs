@@ -72,6 +72,18 @@ pub enum Input<'a> {
         /// Its number on that connection, for error frames.
         number: u64,
     },
+    /// A frame the transport decoded itself or built (a hook call, a
+    /// replay): handled as the line that says it would be, with no text in
+    /// between.
+    Frame {
+        /// Where it came from.
+        conn: ConnId,
+        /// The frame.
+        frame: ClientFrame,
+        /// Its line number on that connection, when it has one, for error
+        /// frames.
+        number: Option<u64>,
+    },
     /// A line the transport could not read whole (longer than the frame
     /// limit): what its first bytes said, as a decoding error. A `tool_call`
     /// whose `callID` was read is denied; anything else gets an `error`.
@@ -133,26 +145,30 @@ impl Decoded {
         if line.iter().all(u8::is_ascii_whitespace) {
             return Decoded(Parsed::Blank);
         }
-        Decoded(match toolgate_protocol::decode_line(line, number) {
-            Ok(frame) => {
-                let hash = match &frame {
-                    ClientFrame::ToolCall(call) => Some(super::call_hash(&call.tool, &call.input)),
-                    _ => None,
-                };
-                Parsed::Frame(
-                    frame,
-                    Ahead {
-                        hash,
-                        prepared: None,
-                        epoch: 0,
-                    },
-                )
-            }
-            Err(error) => Parsed::Invalid {
+        match toolgate_protocol::decode_line(line, number) {
+            Ok(frame) => Decoded::frame(frame),
+            Err(error) => Decoded(Parsed::Invalid {
                 error,
                 session_start: session_start_id(line),
+            }),
+        }
+    }
+
+    /// A frame already decoded (or built by the transport): what
+    /// [`Decoded::line`] gives for a line that says it.
+    pub fn frame(frame: ClientFrame) -> Decoded {
+        let hash = match &frame {
+            ClientFrame::ToolCall(call) => Some(super::call_hash(&call.tool, &call.input)),
+            _ => None,
+        };
+        Decoded(Parsed::Frame(
+            frame,
+            Ahead {
+                hash,
+                prepared: None,
+                epoch: 0,
             },
-        })
+        ))
     }
 
     /// A blank line (ignored), to leave where a decoded line was taken.
@@ -481,6 +497,11 @@ impl Broker {
                 decoded,
                 number,
             } => self.decoded(conn, decoded, Some(number), out),
+            Input::Frame {
+                conn,
+                frame,
+                number,
+            } => self.decoded(conn, Decoded::frame(frame), number, out),
             Input::Unreadable {
                 conn,
                 error,
