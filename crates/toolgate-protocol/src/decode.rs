@@ -292,6 +292,61 @@ pub fn decode_line(line: &[u8], number: u64) -> Result<ClientFrame, DecodeError>
     envelope.into_frame()
 }
 
+/// Decode a frame already read as JSON (a frame a program built, a value of
+/// a recording): the frame [`decode`] gives for the value's text, without
+/// writing the text. `Err` when the value is not a frame as it is, or is
+/// nested deeper than 100 levels (serde_json reads text only to a depth of
+/// 128); [`decode`] of its text then says precisely why, or reads it.
+pub fn decode_value(value: &Value) -> Result<ClientFrame, DecodeError> {
+    let refused = |message: String| DecodeError {
+        code: ErrorCode::InvalidFrame,
+        message,
+        call_id: None,
+        session_id: None,
+        permission_id: None,
+        tool_call: false,
+        others: Box::default(),
+    };
+    if !value.is_object() {
+        return Err(refused(format!(
+            "a frame must be a JSON object, not {}",
+            type_name(value)
+        )));
+    }
+    if nested_deeper(value, 100) {
+        return Err(refused("the frame is nested too deeply".into()));
+    }
+    let mut envelope = Envelope::default();
+    if let Err(err) = EnvelopeVisitor(&mut envelope).deserialize(value) {
+        return Err(refused(format!("the frame is not readable: {err}")));
+    }
+    envelope.into_frame()
+}
+
+/// Whether `value` holds arrays or objects more than `limit` levels deep
+/// (itself being the first).
+fn nested_deeper(value: &Value, limit: usize) -> bool {
+    let mut level: Vec<&Value> = vec![value];
+    for _ in 1..=limit {
+        let below: Vec<&Value> = level
+            .iter()
+            .flat_map(|value| -> Box<dyn Iterator<Item = &Value>> {
+                match value {
+                    Value::Array(items) => Box::new(items.iter()),
+                    Value::Object(map) => Box::new(map.values()),
+                    _ => Box::new(std::iter::empty()),
+                }
+            })
+            .filter(|value| value.is_array() || value.is_object())
+            .collect();
+        if below.is_empty() {
+            return false;
+        }
+        level = below;
+    }
+    true
+}
+
 /// The envelope did not deserialize: find out whether the line is JSON at all,
 /// and recover the `callID` when it is.
 fn explain_unreadable(text: &str, err: &serde_json::Error, number: u64) -> DecodeError {
@@ -950,6 +1005,51 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may panic
 
     use super::*;
+
+    #[test]
+    fn a_value_decodes_as_its_text_does() {
+        for line in [
+            r#"{"type":"tool_call","callID":"c1","tool":"bash","input":{"command":"ls","n":[1,-2,3.5,null,true]},"cwd":"/p"}"#,
+            r#"{"type":"tool_call","sessionID":"s","callID":"c2","tool":"read","input":{},"readOnlyHint":true}"#,
+            r#"{"type":"permission_response","permission_id":"per_1","response":"always","scope":"project","patterns":["a*"]}"#,
+            r#"{"type":"set_mode","sessionID":"s","mode":"plan"}"#,
+            r#"{"type":"session_start","sessionID":"c","parentID":"s","mode":"ask","permissions":{"tools":["read"]},"join":true}"#,
+            r#"{"type":"session_end","sessionID":"s"}"#,
+            r#"{"type":"cancel","sessionID":"s","callID":"c1"}"#,
+            r#"{"type":"hello","role":"approver","client":"tty"}"#,
+            r#"{"type":"list_grants"}"#,
+            r#"{"type":"shutdown","extra":1}"#,
+        ] {
+            let value: Value = serde_json::from_str(line).unwrap();
+            assert_eq!(decode_value(&value), decode(line.as_bytes()), "{line}");
+        }
+        // Not frames as they are: refused, to be decoded from their text.
+        for line in [
+            r#"{"type":"tool_call","callID":"c1","tool":"","input":{}}"#,
+            r#"{"type":"set_mode","sessionID":"s"}"#,
+            r#"{"type":"nothing"}"#,
+            r#"[1]"#,
+        ] {
+            let value: Value = serde_json::from_str(line).unwrap();
+            assert!(decode_value(&value).is_err(), "{line}");
+        }
+        let mut deep = json_object("input", Value::Null);
+        for _ in 0..120 {
+            deep = json_object("x", deep);
+        }
+        let mut frame = Map::new();
+        frame.insert("type".into(), Value::String("tool_call".into()));
+        frame.insert("callID".into(), Value::String("c".into()));
+        frame.insert("tool".into(), Value::String("t".into()));
+        frame.insert("input".into(), deep);
+        assert!(decode_value(&Value::Object(frame)).is_err());
+    }
+
+    fn json_object(key: &str, value: Value) -> Value {
+        let mut map = Map::new();
+        map.insert(key.to_string(), value);
+        Value::Object(map)
+    }
 
     /// Decode `input` and compare a compact rendering of the result with `expected`.
     fn check(input: &str, expected: &str) {

@@ -29,7 +29,7 @@ pub mod scan;
 
 pub use encode::write_line;
 
-pub use decode::{decode, decode_line, DecodeError};
+pub use decode::{decode, decode_line, decode_value, DecodeError};
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};

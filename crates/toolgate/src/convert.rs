@@ -3,7 +3,6 @@
 use serde_json::{Map, Value};
 use toolgate_policy::{Action, Kind, Question, Registry, RuleRef, ShellInput, Source, Subject};
 use toolgate_protocol as wire;
-use toolgate_protocol::ServerFrame;
 
 /// The wire name of a policy source.
 pub fn source(source: Source) -> wire::Source {
@@ -27,7 +26,7 @@ pub fn rule(rule: RuleRef) -> wire::RuleRef {
     }
 }
 
-/// A `decision` frame. `Ask` never reaches here; it is treated as `deny`.
+/// A `decision`. `Ask` never reaches here; it is treated as `deny`.
 #[allow(clippy::too_many_arguments)] // a frame has this many fields
 pub fn decision(
     session_id: String,
@@ -38,8 +37,8 @@ pub fn decision(
     decided_by: Option<RuleRef>,
     message: Option<String>,
     reminder: Option<String>,
-) -> ServerFrame {
-    ServerFrame::Decision(wire::Decision {
+) -> wire::Decision {
+    wire::Decision {
         session_id,
         call_id,
         decision: match action {
@@ -51,7 +50,7 @@ pub fn decision(
         rule: decided_by.map(rule),
         message,
         reminder,
-    })
+    }
 }
 
 /// A `permission_request` frame for a question about one call.

@@ -18,7 +18,7 @@
 
 use serde_json::{json, Map, Value};
 use toolgate_policy::Mode;
-use toolgate_protocol::{ServerFrame, Verdict};
+use toolgate_protocol::{ClientFrame, ServerFrame, Verdict};
 
 use crate::broker::{Broker, Input};
 
@@ -115,8 +115,39 @@ struct Parsed<'a> {
     sub_agent: Option<String>,
     mode: Mode,
     never_ask: bool,
-    /// The `tool_call` frame, its `sessionID` still to be set.
-    frame: Value,
+    tool: &'a str,
+    input: Map<String, Value>,
+    cwd: Option<&'a str>,
+}
+
+impl Parsed<'_> {
+    /// The `tool_call` in `session`, for a broker in this process (its
+    /// input taken).
+    fn tool_call(&mut self, session: &str) -> ClientFrame {
+        ClientFrame::ToolCall(toolgate_protocol::ToolCall {
+            session_id: session.to_string(),
+            call_id: self.call.to_string(),
+            tool: self.tool.to_string(),
+            input: std::mem::take(&mut self.input),
+            read_only_hint: None,
+            cwd: self.cwd.map(str::to_string),
+        })
+    }
+
+    /// The `tool_call` in `session`, as the broker's socket reads it.
+    fn tool_call_json(&self, session: &str) -> Value {
+        let mut frame = json!({
+            "type": "tool_call",
+            "callID": self.call,
+            "tool": self.tool,
+            "input": self.input,
+        });
+        if let Some(cwd) = self.cwd {
+            frame["cwd"] = json!(cwd);
+        }
+        frame["sessionID"] = json!(session);
+        frame
+    }
 }
 
 /// Read the hook input. `flag` is `--mode` (or `TOOLGATE_MODE`): with the
@@ -167,15 +198,6 @@ fn parse<'a>(
         (None, Some(own)) => own,
         (None, None) => default,
     };
-    let mut frame = json!({
-        "type": "tool_call",
-        "callID": call,
-        "tool": tool,
-        "input": tool_input,
-    });
-    if let Some(cwd) = text("cwd") {
-        frame["cwd"] = json!(cwd);
-    }
     Ok(Parsed {
         session,
         call,
@@ -183,7 +205,9 @@ fn parse<'a>(
         mode,
         // Gemini CLI cannot ask, and its hook does not say whether it would.
         never_ask: never_ask || agent == Agent::Gemini,
-        frame,
+        tool,
+        input: tool_input,
+        cwd: text("cwd"),
     })
 }
 
@@ -197,15 +221,21 @@ pub fn decide(
     default: Mode,
     broker: &mut Broker,
 ) -> Answer {
-    let parsed = match parse(agent, input, flag, default) {
+    let mut parsed = match parse(agent, input, flag, default) {
         Ok(parsed) => parsed,
         Err(answer) => return answer,
     };
     let (session, mode) = (parsed.session, parsed.mode);
+    let set_mode = |session: &str| {
+        ClientFrame::SetMode(toolgate_protocol::SetMode {
+            session_id: session.to_string(),
+            mode: mode.as_str().to_string(),
+        })
+    };
     let mut frames = Vec::new();
     let caller = match &parsed.sub_agent {
         None => {
-            frames.push(json!({"type": "set_mode", "sessionID": session, "mode": mode.as_str()}));
+            frames.push(set_mode(session));
             session.to_string()
         }
         Some(agent) => {
@@ -215,30 +245,33 @@ pub fn decide(
             // `permissionMode`); only a session the broker has not seen
             // takes the mode this call reports.
             if !broker.has_own_mode(session) {
-                frames
-                    .push(json!({"type": "set_mode", "sessionID": session, "mode": mode.as_str()}));
+                frames.push(set_mode(session));
             }
             // The child inherits the parent's scope when it starts, and its
             // effective mode is never looser than the parent's.
             frames.push(if broker.is_started(&child) {
-                json!({"type": "set_mode", "sessionID": child, "mode": mode.as_str()})
+                set_mode(&child)
             } else {
-                json!({"type": "session_start", "sessionID": child, "parentID": session, "mode": mode.as_str()})
+                ClientFrame::SessionStart(toolgate_protocol::SessionStart {
+                    session_id: child.clone(),
+                    parent_id: Some(session.to_string()),
+                    mode: Some(mode.as_str().to_string()),
+                    permissions: None,
+                    join: false,
+                })
             });
             child
         }
     };
-    let mut frame = parsed.frame;
-    frame["sessionID"] = json!(caller);
-    frames.push(frame);
+    frames.push(parsed.tool_call(&caller));
     let mut outputs = Vec::new();
     broker.step(Input::Opened { conn: 0 }, &mut outputs);
-    for (number, line) in frames.iter().enumerate() {
+    for (number, frame) in (1..).zip(frames) {
         broker.step(
-            Input::Line {
+            Input::Frame {
                 conn: 0,
-                line: line.to_string().as_bytes(),
-                number: number as u64 + 1,
+                frame,
+                number: Some(number),
             },
             &mut outputs,
         );
@@ -297,9 +330,7 @@ pub fn decide_remote(
             child
         }
     };
-    let mut frame = parsed.frame;
-    frame["sessionID"] = json!(caller);
-    frames.push(frame);
+    frames.push(parsed.tool_call_json(&caller));
     let name = match agent {
         Agent::Claude => "claude-hook",
         Agent::Qwen => "qwen-hook",

@@ -1,28 +1,66 @@
-//! Grants made by `always` answers: recorded in the session or for the
-//! whole project (and saved before the decision that reports them),
-//! listed, revoked, and the plan-only kind grants dropped when a session
-//! leaves plan mode. Invariant: a grant only ever turns an ask into an allow.
+//! Grants made by `always` answers: the project's (a part of the broker,
+//! [`ProjectGrants`], with the session that made each) and the sessions'
+//! own, recorded (and saved before the decision that reports them), listed,
+//! revoked, and the plan-only kind grants dropped when a session leaves
+//! plan mode. Invariant: a grant only ever turns an ask into an allow.
 
-use toolgate_policy::{GrantSpec, Grants, Mode};
+use std::collections::HashMap;
+
+use toolgate_policy::{GrantPattern, GrantSpec, Grants, Mode};
 use toolgate_protocol as wire;
 use toolgate_protocol::{ErrorCode, ServerFrame};
 
-use super::persistence::{is_stored, spec_grant};
-use super::sessions::{not_saved, Session};
-use super::{error, Broker};
-use crate::state::Change;
+use super::outbox::Outbox;
+use super::Broker;
+use crate::state::{Change, StoredGrant};
 
-impl Broker {
-    /// The permissions a session's and the project's grants cover whole
-    /// (`*`) in `mode`, each once, with whether that grant lasts only while in
-    /// plan mode (a grant for every mode wins).
-    pub(super) fn kind_grants(&self, session_id: &str, mode: Mode) -> Vec<(String, bool)> {
-        let own = self.sessions.get(session_id).map(|session| &session.grants);
+/// The grants kept for every session of the project, and the session that
+/// made each.
+#[derive(Default)]
+pub(super) struct ProjectGrants {
+    grants: Grants,
+    /// The session that made each project grant, by grant id.
+    owners: HashMap<String, String>,
+}
+
+impl ProjectGrants {
+    /// The project's grants, as the policy judges them.
+    pub(super) fn all(&self) -> &Grants {
+        &self.grants
+    }
+
+    /// Add a grant made by `owner`; false when an equal one was there.
+    fn add(&mut self, id: String, spec: &GrantSpec, owner: &str) -> bool {
+        if !self.grants.add(id.clone(), spec) {
+            return false;
+        }
+        self.owners.insert(id, owner.to_string());
+        true
+    }
+
+    /// Remove a grant by id; false when there is none.
+    fn remove(&mut self, id: &str) -> bool {
+        if self.grants.remove(id).is_none() {
+            return false;
+        }
+        self.owners.remove(id);
+        true
+    }
+
+    /// The session that made a grant ("" when unknown).
+    fn owner(&self, id: &str) -> &str {
+        self.owners.get(id).map(String::as_str).unwrap_or_default()
+    }
+
+    /// The permissions `own` (a session's grants) and the project's grants
+    /// cover whole (`*`) in `mode`, each once, with whether that grant lasts
+    /// only while in plan mode (a grant for every mode wins).
+    pub(super) fn kind_grants(&self, own: Option<&Grants>, mode: Mode) -> Vec<(String, bool)> {
         let mut granted: Vec<(String, bool)> = Vec::new();
         for grant in own
             .into_iter()
             .flat_map(Grants::iter)
-            .chain(self.project_grants.iter())
+            .chain(self.grants.iter())
         {
             let whole = grant.pattern.literal_len() == 0 && grant.pattern.as_str() == "*";
             if !whole || (grant.plan_only && mode != Mode::Plan) {
@@ -36,6 +74,34 @@ impl Broker {
         granted
     }
 
+    /// The project's grants as the state directory keeps them.
+    pub(super) fn stored(&self) -> Vec<StoredGrant> {
+        self.grants
+            .iter()
+            .map(|grant| stored_grant(grant, self.owner(&grant.id)))
+            .collect()
+    }
+
+    /// Take the project grants of a snapshot; an unusable one is dropped
+    /// with a warning.
+    pub(super) fn restore(&mut self, stored: &[StoredGrant], warnings: &mut Vec<String>) {
+        for stored in stored {
+            match stored_spec(stored) {
+                Some(spec) => {
+                    self.grants.add(stored.grant_id.clone(), &spec);
+                    self.owners
+                        .insert(stored.grant_id.clone(), stored.session_id.clone());
+                }
+                None => warnings.push(format!(
+                    "the stored project grant `{}` is unusable and was dropped",
+                    stored.grant_id
+                )),
+            }
+        }
+    }
+}
+
+impl Broker {
     /// Record an `always` answer's grants in the session or the project, and
     /// save them when there is a state directory.
     pub(super) fn record_grants(
@@ -50,27 +116,27 @@ impl Broker {
         match scope {
             wire::GrantScope::Project => {
                 for (id, spec) in ids.into_iter().zip(granted) {
-                    if self.project_grants.add(id.clone(), spec) {
+                    if self.grants.add(id.clone(), spec, session_id) {
                         changes.push(Change::ProjectGrant(spec_grant(&id, spec, session_id)));
-                        self.project_grant_owners.insert(id, session_id.to_string());
                     }
                 }
             }
             wire::GrantScope::Session => {
-                let session = self.session_entry(session_id);
                 // A session already stored gets just its new grants.
-                let stored = is_stored(session);
+                let stored = self.sessions.is_stored(session_id);
+                let session = self.sessions.entry(session_id, self.policy.default_mode);
                 for (id, spec) in ids.into_iter().zip(granted) {
                     if session.grants.add(id.clone(), spec) && stored {
                         changes.push(Change::SessionGrant(spec_grant(&id, spec, session_id)));
                     }
                 }
                 if !stored {
-                    changes.push(self.stored_change(session_id));
+                    changes.push(self.sessions.stored_change(session_id));
                 }
             }
         }
-        self.persist_now(&changes, || what)
+        self.store
+            .persist_now(self.clock.as_ref(), &changes, || what)
     }
 
     /// A kind grant made in plan mode ends when its session leaves plan mode:
@@ -93,55 +159,46 @@ impl Broker {
 
     /// Remove a session or project grant by id (and from the state
     /// directory); the answer is the `grants` frame, or `unknown_grant`.
-    pub(super) fn revoke_grant(
-        &mut self,
-        revoke: wire::RevokeGrant,
-        number: u64,
-        out: &mut Vec<ServerFrame>,
-    ) {
+    pub(super) fn revoke_grant(&mut self, revoke: wire::RevokeGrant, ob: &mut Outbox<'_>) {
         let id = &revoke.grant_id;
-        let removed = if self.project_grants.remove(id).is_some() {
-            self.project_grant_owners.remove(id);
+        let removed = if self.grants.remove(id) {
             Some(Change::RemoveProjectGrant(id.clone()))
         } else {
-            self.sessions
+            let holder = self
+                .sessions
                 .iter_mut()
-                .find_map(|(holder, session)| session.grants.remove(id).map(|_| holder.clone()))
-                .map(|holder| self.stored_change(&holder))
+                .find_map(|(holder, session)| session.grants.remove(id).map(|_| holder.clone()));
+            holder.map(|holder| self.sessions.stored_change(&holder))
         };
         if let Some(change) = removed {
             // On disk before it is reported; should that fail, the grant is
             // gone from memory all the same and the frame says so.
-            let saved = self.persist_now(&[change], || format!("the revocation of grant `{id}`"));
-            let mut frame = self.grants_frame(None);
+            let saved = self.store.persist_now(self.clock.as_ref(), &[change], || {
+                format!("the revocation of grant `{id}`")
+            });
+            let from = ob.len();
+            ob.reply(self.grants_frame(None));
             if let Err(err) = saved {
-                not_saved(std::slice::from_mut(&mut frame), &err);
+                ob.not_saved(from, &err);
             }
-            out.push(frame);
         } else {
-            out.push(error(
+            ob.error(
                 ErrorCode::UnknownGrant,
                 format!("no grant has the id `{}`", revoke.grant_id),
-                None,
-                Some(number),
-            ));
+            );
         }
     }
 
     pub(super) fn grants_frame(&self, session_filter: Option<&str>) -> ServerFrame {
-        let mut sessions: Vec<(&String, &Session)> = self
+        let mut sessions: Vec<_> = self
             .sessions
             .iter()
             .filter(|(id, _)| session_filter.is_none_or(|filter| filter == id.as_str()))
             .collect();
         sessions.sort_by(|a, b| a.0.cmp(b.0));
-        let project = self.project_grants.iter().map(|grant| wire::GrantInfo {
+        let project = self.grants.all().iter().map(|grant| wire::GrantInfo {
             grant_id: grant.id.clone(),
-            session_id: self
-                .project_grant_owners
-                .get(&grant.id)
-                .cloned()
-                .unwrap_or_default(),
+            session_id: self.grants.owner(&grant.id).to_string(),
             scope: wire::GrantScope::Project,
             permission: grant.permission.clone(),
             pattern: grant.pattern.as_str().to_string(),
@@ -164,4 +221,41 @@ impl Broker {
             not_saved: None,
         })
     }
+}
+
+/// A grant as the state directory keeps it, made by `session_id`.
+pub(super) fn stored_grant(grant: &toolgate_policy::Grant, session_id: &str) -> StoredGrant {
+    StoredGrant {
+        grant_id: grant.id.clone(),
+        permission: grant.permission.clone(),
+        pattern: grant.pattern.as_str().to_string(),
+        literal: grant.pattern.literal_len(),
+        session_id: session_id.to_string(),
+        mode: grant.plan_only.then(|| "plan".to_string()),
+    }
+}
+
+/// A grant just made from `spec`, as stored.
+fn spec_grant(id: &str, spec: &GrantSpec, session_id: &str) -> StoredGrant {
+    StoredGrant {
+        grant_id: id.to_string(),
+        permission: spec.permission.clone(),
+        pattern: spec.pattern.as_str().to_string(),
+        literal: spec.pattern.literal_len(),
+        session_id: session_id.to_string(),
+        mode: spec.plan_only.then(|| "plan".to_string()),
+    }
+}
+
+/// A stored grant as the policy holds it, when its parts fit together.
+pub(super) fn stored_spec(stored: &StoredGrant) -> Option<GrantSpec> {
+    Some(GrantSpec {
+        permission: stored.permission.clone(),
+        pattern: GrantPattern::from_parts(&stored.pattern, stored.literal)?,
+        plan_only: match stored.mode.as_deref() {
+            None => false,
+            Some("plan") => true,
+            Some(_) => return None,
+        },
+    })
 }

@@ -4,24 +4,30 @@
 //! each addressed to one connection. One broker can therefore serve stdio,
 //! a socket, a hook or a replay alike.
 //!
-//! This module holds the [`Broker`], its settings and the dispatch of each
-//! decoded frame; the parts live in `routing` (the step function, the
-//! connections and who hears and answers what), `sessions` (the session tree
-//! and modes), `questions` (calls, pending questions, answers, deadlines),
-//! `grants` (`always` grants) and `persistence` (the state directory).
+//! The [`Broker`] is a few parts, each a type of its own: `Sessions` (the
+//! session tree, closed ids, idle repeat counts; `sessions`), `Questions`
+//! (the open questions and their deadlines; `questions`), `ProjectGrants`
+//! (`grants`), `StateStore` (the state directory; `persistence`) and
+//! `Connections` (who is connected, who owns each open call, who was asked
+//! what; `routing`), with the policy, the settings, the clock, the ids and
+//! the audit log. What needs several parts (a call, an answer, a start, a
+//! mode change) is a method of the broker that uses them explicitly. Each
+//! output is addressed where it is made, through the step's `Outbox`
+//! (`outbox`). This module holds the broker, its settings and the dispatch
+//! of each decoded frame.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
-use toolgate_policy::{Grants, Policy};
+use toolgate_policy::Policy;
 use toolgate_protocol as wire;
 use toolgate_protocol::{ClientFrame, DecodeError, ErrorCode, ServerFrame};
 
 use crate::clock::{Clock, IdSource};
-use crate::state::Store;
-use questions::{call_hash, Pending, Queue};
-use sessions::{ClosedSet, RepeatMemory, Session};
+use grants::ProjectGrants;
+use outbox::Outbox;
+use persistence::StateStore;
+use questions::{call_hash, Questions};
+use sessions::Sessions;
 
 pub use persistence::Lost;
 pub use routing::{ConnId, Decoded, Input, Output, To};
@@ -29,6 +35,7 @@ pub use sessions::MAX_DEPTH;
 
 pub mod audit;
 mod grants;
+mod outbox;
 mod persistence;
 mod questions;
 mod routing;
@@ -58,43 +65,21 @@ pub struct Broker {
     config: BrokerConfig,
     clock: Box<dyn Clock>,
     ids: Box<dyn IdSource>,
-    /// Looked up several times per call: a fast hasher (foldhash, seeded per process).
-    sessions: HashMap<String, Session, foldhash::fast::RandomState>,
-    /// Open questions by permission id.
-    pending: HashMap<String, Pending>,
-    /// Each session's open questions (only sessions that have some).
-    queues: HashMap<String, Queue>,
-    /// Deadlines: (monotonic ms, permission id), earliest first. Stale entries are skipped.
-    deadlines: BinaryHeap<Reverse<(u64, String)>>,
-    resolved: HashSet<String>,
-    resolved_order: VecDeque<String>,
-    next_seq: u64,
+    /// The session tree, closed sessions, idle repeat counts.
+    sessions: Sessions,
+    /// The open questions.
+    questions: Questions,
+    /// The project's grants.
+    grants: ProjectGrants,
+    /// The state directory, when state is kept.
+    store: StateStore,
     stopped: bool,
-    /// Grants kept for every session of the project.
-    project_grants: Grants,
-    /// The session that made each project grant.
-    project_grant_owners: HashMap<String, String>,
-    /// Where the state survives restarts, when it does.
-    store: Option<Box<dyn Store>>,
-    /// What is in force but not on disk because a write failed.
-    unsaved: persistence::Unsaved,
-    /// Sessions that ended or whose `session_start` was refused, and why, by
-    /// the fingerprint of their id (never forgotten): their calls are denied
-    /// rather than run in a fresh unscoped session.
-    closed: ClosedSet,
-    /// The repeat counts of forgotten idle sessions.
-    idle_repeats: RepeatMemory,
-    /// The idle session forgotten last: its id and repeat count, not yet
-    /// in `idle_repeats`.
-    parked: Option<(String, Option<(u64, u32)>)>,
     /// What `ready` says about where the policy and the state come from.
     origin: Origin,
     /// The connections, and who hears and answers which question.
     conns: routing::Connections,
     /// The audit log, when one is kept.
     audit: Option<audit::Audit>,
-    /// The connection whose input is being handled.
-    current: Option<ConnId>,
     /// The reminder of each mode for a session with no scope and no
     /// whole-permission grant (most sessions): pure in the policy and the
     /// settings, so built once per policy rather than once per decision.
@@ -130,25 +115,14 @@ impl Broker {
             config,
             clock,
             ids,
-            sessions: HashMap::default(),
-            pending: HashMap::new(),
-            queues: HashMap::new(),
-            deadlines: BinaryHeap::new(),
-            resolved: HashSet::new(),
-            resolved_order: VecDeque::new(),
-            next_seq: 0,
+            sessions: Sessions::default(),
+            questions: Questions::default(),
+            grants: ProjectGrants::default(),
+            store: StateStore::default(),
             stopped: false,
-            project_grants: Grants::default(),
-            project_grant_owners: HashMap::new(),
-            store: None,
-            unsaved: persistence::Unsaved::default(),
-            closed: ClosedSet::default(),
-            idle_repeats: RepeatMemory::default(),
-            parked: None,
             origin: Origin::default(),
             conns: routing::Connections::default(),
             audit: None,
-            current: None,
             reminders: Default::default(),
         }
     }
@@ -170,7 +144,7 @@ impl Broker {
 
     /// How many calls wait for an answer.
     pub fn pending_count(&self) -> usize {
-        self.pending.len()
+        self.questions.len()
     }
 
     /// The current monotonic time.
@@ -181,17 +155,21 @@ impl Broker {
     /// A line that did not decode: a `deny` (source `invalid`) for each
     /// `tool_call` on it whose `callID` could be read, an `error` frame for
     /// the rest (with the `callID` and `permissionID` that could be read).
-    fn reject_line(&mut self, mut err: DecodeError, number: u64, out: &mut Vec<ServerFrame>) {
+    fn reject_line(&mut self, mut err: DecodeError, ob: &mut Outbox<'_>) {
         let others = std::mem::take(&mut err.others);
         match (&err.call_id, err.tool_call) {
             (Some(call_id), true) => {
                 let session_id = err
                     .session_id
                     .unwrap_or_else(|| toolgate_protocol::DEFAULT_SESSION.to_string());
-                if self.live_permission(&session_id, call_id).is_some() {
-                    out.push(duplicate(call_id, &session_id, number));
+                if self
+                    .sessions
+                    .live_permission(&session_id, call_id)
+                    .is_some()
+                {
+                    duplicate(ob, call_id, &session_id, false);
                 } else {
-                    out.push(ServerFrame::Decision(wire::Decision {
+                    let decision = wire::Decision {
                         session_id,
                         call_id: call_id.clone(),
                         decision: wire::Verdict::Deny,
@@ -200,37 +178,30 @@ impl Broker {
                         rule: None,
                         message: None,
                         reminder: None,
-                    }))
+                    };
+                    self.decide(decision, ob);
                 }
             }
-            _ => out.push(ServerFrame::Error(wire::ErrorFrame {
-                code: err.code,
-                message: err.message,
-                call_id: err.call_id,
-                session_id: err.session_id,
-                permission_id: err.permission_id,
-                line: Some(number),
-                not_saved: None,
-            })),
+            _ => ob.error_naming(
+                err.code,
+                err.message,
+                err.call_id,
+                err.session_id,
+                err.permission_id,
+            ),
         }
         for other in others.into_vec() {
-            self.reject_line(other, number, out);
+            self.reject_line(other, ob);
         }
     }
 
     /// Handle one decoded frame.
-    fn handle(
-        &mut self,
-        frame: ClientFrame,
-        ahead: routing::Ahead,
-        number: u64,
-        out: &mut Vec<ServerFrame>,
-    ) {
+    fn handle(&mut self, frame: ClientFrame, ahead: routing::Ahead, ob: &mut Outbox<'_>) {
         if self.stopped {
             // Lines already read when the broker stopped (a `shutdown` frame
             // or a signal): their calls are denied, nothing else is done.
             if let ClientFrame::ToolCall(call) = frame {
-                out.push(ServerFrame::Decision(wire::Decision {
+                let decision = wire::Decision {
                     session_id: call.session_id,
                     call_id: call.call_id,
                     decision: wire::Verdict::Deny,
@@ -239,7 +210,8 @@ impl Broker {
                     rule: None,
                     message: None,
                     reminder: None,
-                }));
+                };
+                self.decide(decision, ob);
             }
             return;
         }
@@ -248,64 +220,55 @@ impl Broker {
                 let hash = ahead
                     .hash
                     .unwrap_or_else(|| call_hash(&call.tool, &call.input));
-                self.tool_call(call, hash, ahead.prepared, number, out)
+                self.tool_call(call, hash, ahead.prepared, ob)
             }
             ClientFrame::PermissionResponse(response) => {
-                let session = self
-                    .pending
-                    .get(&response.permission_id)
-                    .map(|pending| pending.session_id.clone());
-                self.response(response, number, out);
+                let session = self.questions.session_of(&response.permission_id);
+                self.response(response, ob);
                 if let Some(session) = session {
-                    self.forget_idle(&session);
+                    self.sessions.forget_idle(&session);
                 }
             }
-            ClientFrame::SetMode(set) => self.set_mode(set, number, out),
-            ClientFrame::SessionStart(start) => self.session_start(start, number, out),
-            ClientFrame::SessionEnd(end) => self.session_end(&end.session_id, number, out),
+            ClientFrame::SetMode(set) => self.set_mode(set, ob),
+            ClientFrame::SessionStart(start) => self.session_start(start, ob),
+            ClientFrame::SessionEnd(end) => self.session_end(&end.session_id, ob),
             ClientFrame::Cancel(cancel) => {
                 let session = cancel.session_id.clone();
-                self.cancel(cancel, number, out);
-                self.forget_idle(&session);
+                self.cancel(cancel, ob);
+                self.sessions.forget_idle(&session);
             }
             ClientFrame::GetReminder(session) => {
                 let mode = self.effective_mode(&session.session_id);
-                out.push(ServerFrame::Reminder(wire::Reminder {
+                ob.reply(ServerFrame::Reminder(wire::Reminder {
                     text: self.reminder(&session.session_id, mode),
                     session_id: session.session_id,
                     mode: mode.as_str().to_string(),
                 }));
             }
             ClientFrame::ListGrants(list) => {
-                out.push(self.grants_frame(list.session_id.as_deref()))
+                ob.reply(self.grants_frame(list.session_id.as_deref()))
             }
-            ClientFrame::RevokeGrant(revoke) => self.revoke_grant(revoke, number, out),
-            ClientFrame::Shutdown(_) => self.shutdown(out),
+            ClientFrame::RevokeGrant(revoke) => self.revoke_grant(revoke, ob),
+            ClientFrame::Shutdown(_) => self.shutdown(ob),
             // Answered by the routing, which knows the connection.
             ClientFrame::Hello(_) => {}
         }
     }
 
     /// Deny every pending call (source `shutdown`) and stop.
-    fn shutdown(&mut self, out: &mut Vec<ServerFrame>) {
+    fn shutdown(&mut self, ob: &mut Outbox<'_>) {
         self.deny_open(
             wire::Source::Shutdown,
             "the broker shut down before the question was answered",
-            out,
+            ob,
         );
         self.stopped = true;
     }
 
     /// Deny every open call, oldest first, with `source` and `reason`.
-    fn deny_open(&mut self, source: wire::Source, reason: &str, out: &mut Vec<ServerFrame>) {
-        let mut ids: Vec<(u64, String)> = self
-            .pending
-            .iter()
-            .map(|(id, pending)| (pending.seq, id.clone()))
-            .collect();
-        ids.sort();
-        for (_, id) in ids {
-            self.end_ask(&id, source, reason.to_string(), out);
+    fn deny_open(&mut self, source: wire::Source, reason: &str, ob: &mut Outbox<'_>) {
+        for id in self.questions.all() {
+            self.end_ask(&id, source, reason.to_string(), ob);
         }
     }
 
@@ -314,108 +277,27 @@ impl Broker {
     /// change does (`permission_resolved`, then the decision); the others
     /// keep their question. Sessions keep the mode they are in; a new
     /// default mode applies to sessions that appear after the reload.
-    fn replace_policy(
-        &mut self,
-        policy: Arc<Policy>,
-        ask_timeout_ms: u64,
-        out: &mut Vec<ServerFrame>,
-    ) {
+    fn replace_policy(&mut self, policy: Arc<Policy>, ask_timeout_ms: u64, ob: &mut Outbox<'_>) {
         self.policy = policy;
         self.reminders = Default::default();
         self.config.ask_timeout_ms = ask_timeout_ms;
         // Sessions in the order of their oldest pending call.
-        let mut oldest: HashMap<&str, u64> = HashMap::new();
-        for pending in self.pending.values() {
-            let seq = oldest
-                .entry(pending.session_id.as_str())
-                .or_insert(u64::MAX);
-            *seq = (*seq).min(pending.seq);
-        }
-        let mut sessions: Vec<(u64, String)> = oldest
-            .into_iter()
-            .map(|(id, seq)| (seq, id.to_string()))
-            .collect();
-        sessions.sort();
-        for (_, session_id) in sessions {
-            self.revisit_session(&session_id, "the policy was reloaded", None, out);
+        for session_id in self.questions.sessions_by_age() {
+            self.revisit_session(&session_id, "the policy was reloaded", None, ob);
         }
     }
 }
 
-fn error(
-    code: ErrorCode,
-    message: String,
-    call_id: Option<String>,
-    line: Option<u64>,
-) -> ServerFrame {
-    ServerFrame::Error(wire::ErrorFrame {
-        code,
-        message,
-        call_id,
-        session_id: None,
-        permission_id: None,
-        line,
-        not_saved: None,
-    })
-}
-
-/// The ids a decoded frame names: every `error` frame it gets carries them
-/// (unless the error names its own).
-struct FrameIds {
-    call_id: Option<String>,
-    session_id: Option<String>,
-    permission_id: Option<String>,
-}
-
-impl FrameIds {
-    fn of(frame: &ClientFrame) -> FrameIds {
-        let (call_id, session_id, permission_id) = match frame {
-            ClientFrame::ToolCall(call) => (Some(&call.call_id), Some(&call.session_id), None),
-            ClientFrame::PermissionResponse(response) => {
-                (None, None, Some(&response.permission_id))
-            }
-            ClientFrame::SetMode(set) => (None, Some(&set.session_id), None),
-            ClientFrame::SessionStart(start) => (None, Some(&start.session_id), None),
-            ClientFrame::SessionEnd(end) | ClientFrame::GetReminder(end) => {
-                (None, Some(&end.session_id), None)
-            }
-            ClientFrame::Cancel(cancel) => (Some(&cancel.call_id), Some(&cancel.session_id), None),
-            ClientFrame::ListGrants(list) => (None, list.session_id.as_ref(), None),
-            ClientFrame::RevokeGrant(_) | ClientFrame::Shutdown(_) | ClientFrame::Hello(_) => {
-                (None, None, None)
-            }
-        };
-        FrameIds {
-            call_id: call_id.cloned(),
-            session_id: session_id.cloned(),
-            permission_id: permission_id.cloned(),
-        }
-    }
-
-    fn fill(&self, frames: &mut [ServerFrame]) {
-        for frame in frames {
-            if let ServerFrame::Error(error) = frame {
-                if error.call_id.is_none() {
-                    error.call_id.clone_from(&self.call_id);
-                }
-                if error.session_id.is_none() {
-                    error.session_id.clone_from(&self.session_id);
-                }
-                if error.permission_id.is_none() {
-                    error.permission_id.clone_from(&self.permission_id);
-                }
-            }
-        }
-    }
-}
-
-fn duplicate(call_id: &str, session_id: &str, number: u64) -> ServerFrame {
-    error(
+/// The `error` a second live call with the same id in `session_id` gets
+/// (naming the session when `named`).
+fn duplicate(ob: &mut Outbox<'_>, call_id: &str, session_id: &str, named: bool) {
+    ob.error_naming(
         ErrorCode::DuplicateCall,
         format!(
             "a call `{call_id}` is already pending in session `{session_id}`; this one is ignored"
         ),
         Some(call_id.to_string()),
-        Some(number),
-    )
+        named.then(|| session_id.to_string()),
+        None,
+    );
 }

@@ -1,21 +1,23 @@
 //! Calls and the questions they raise: judging a `tool_call`, settling an
 //! evaluation (decide, or ask and keep the call [`Pending`]), answers,
 //! cancels, deadlines, and judging pending calls again after a change.
-//! Invariant: a pending call is in `pending`, its session's [`Queue`] and
-//! its session's `live` map at once; `take_pending` removes it from all.
+//! The open questions themselves are a part of their own, [`Questions`].
+//! Invariant: a pending call is in [`Questions`] and its session's `live`
+//! map at once; `take_pending` removes it from both.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, HashSet, VecDeque};
 
 use serde_json::{Map, Value};
 use toolgate_policy::{
     Action, Call, Context, Evaluation, GrantSpec, Grants, Mode, Question, Scope,
 };
 use toolgate_protocol as wire;
-use toolgate_protocol::{ErrorCode, ServerFrame};
+use toolgate_protocol::ErrorCode;
 
+use super::outbox::Outbox;
 use super::sessions::stricter;
-use super::{duplicate, error, Broker, OnAsk};
+use super::{duplicate, Broker, OnAsk};
 use crate::convert;
 
 /// How many answered permission ids are remembered to tell `already_resolved`
@@ -114,20 +116,164 @@ impl Queue {
     }
 }
 
-impl Broker {
-    /// The earliest deadline on the monotonic clock: an ask that can time
-    /// out, or writing the state again after a write failed (a tick then
-    /// retries it, see [`Broker::commit`]).
-    pub fn next_deadline(&mut self) -> Option<u64> {
-        let question = self.next_question_deadline();
-        match (question, self.retry_deadline()) {
-            (Some(question), Some(retry)) => Some(question.min(retry)),
-            (question, retry) => question.or(retry),
+/// The open questions (lsp-server's `ReqQueue` shape): asked, taken when
+/// answered or ended, listed per session, and their deadlines. A pending
+/// call is also in its session's `live` map ([`super::sessions::Session`]),
+/// which the broker keeps in step ([`Broker::take_pending`]).
+#[derive(Default)]
+pub(super) struct Questions {
+    /// Open questions by permission id.
+    pending: HashMap<String, Pending>,
+    /// Each session's open questions (only sessions that have some).
+    queues: HashMap<String, Queue>,
+    /// Deadlines: (monotonic ms, permission id), earliest first. Stale
+    /// entries are skipped.
+    deadlines: BinaryHeap<Reverse<(u64, String)>>,
+    /// Permission ids answered or ended (the latest [`RESOLVED_MEMORY`]),
+    /// to tell `already_resolved` from `unknown_permission`.
+    resolved: HashSet<String>,
+    resolved_order: VecDeque<String>,
+    /// The creation order of the last question asked.
+    next_seq: u64,
+}
+
+impl Questions {
+    /// Register `pending` as asked under `permission_id`: a call asked for
+    /// the first time gets the next creation number; a call asked again
+    /// keeps its own.
+    pub(super) fn ask(&mut self, permission_id: String, mut pending: Pending) {
+        if pending.seq == 0 {
+            self.next_seq += 1;
+            pending.seq = self.next_seq;
+        }
+        if let Some(deadline) = pending.deadline {
+            self.deadlines
+                .push(Reverse((deadline, permission_id.clone())));
+        }
+        self.queues
+            .entry(pending.session_id.clone())
+            .or_default()
+            .add(pending.seq, permission_id.clone(), &pending.asking);
+        self.pending.insert(permission_id, pending);
+    }
+
+    /// Remove an open question (answered or ended) from every index and
+    /// remember its id as resolved.
+    pub(super) fn take(&mut self, id: &str) -> Option<Pending> {
+        let pending = self.pending.remove(id)?;
+        if let Some(queue) = self.queues.get_mut(&pending.session_id) {
+            queue.order.remove(&pending.seq);
+            queue.unindex(pending.seq, &pending.asking);
+            if queue.order.is_empty() {
+                self.queues.remove(&pending.session_id);
+            }
+        }
+        if self.resolved.insert(id.to_string()) {
+            self.resolved_order.push_back(id.to_string());
+            if self.resolved_order.len() > RESOLVED_MEMORY {
+                if let Some(old) = self.resolved_order.pop_front() {
+                    self.resolved.remove(&old);
+                }
+            }
+        }
+        Some(pending)
+    }
+
+    /// An open question.
+    pub(super) fn get(&self, id: &str) -> Option<&Pending> {
+        self.pending.get(id)
+    }
+
+    /// Whether `id` was answered or ended (and is still remembered).
+    pub(super) fn was_resolved(&self, id: &str) -> bool {
+        self.resolved.contains(id)
+    }
+
+    /// How many questions are open.
+    pub(super) fn len(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// The creation number of an open question (`u64::MAX` for none), to
+    /// list questions oldest first.
+    pub(super) fn seq(&self, id: &str) -> u64 {
+        self.pending.get(id).map_or(u64::MAX, |pending| pending.seq)
+    }
+
+    /// The session of an open question.
+    pub(super) fn session_of(&self, id: &str) -> Option<String> {
+        self.pending
+            .get(id)
+            .map(|pending| pending.session_id.clone())
+    }
+
+    /// The permission ids of a session's open questions, oldest first.
+    pub(super) fn of_session(&self, session_id: &str) -> Vec<String> {
+        self.queues
+            .get(session_id)
+            .map(|queue| queue.order.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Every open question, oldest first.
+    pub(super) fn all(&self) -> Vec<String> {
+        let mut ids: Vec<(u64, String)> = self
+            .pending
+            .iter()
+            .map(|(id, pending)| (pending.seq, id.clone()))
+            .collect();
+        ids.sort();
+        ids.into_iter().map(|(_, id)| id).collect()
+    }
+
+    /// The sessions with open questions, in the order of their oldest one.
+    pub(super) fn sessions_by_age(&self) -> Vec<String> {
+        let mut oldest: HashMap<&str, u64> = HashMap::new();
+        for pending in self.pending.values() {
+            let seq = oldest
+                .entry(pending.session_id.as_str())
+                .or_insert(u64::MAX);
+            *seq = (*seq).min(pending.seq);
+        }
+        let mut sessions: Vec<(u64, String)> = oldest
+            .into_iter()
+            .map(|(id, seq)| (seq, id.to_string()))
+            .collect();
+        sessions.sort();
+        sessions.into_iter().map(|(_, id)| id).collect()
+    }
+
+    /// The sessions with open questions, in id order.
+    pub(super) fn sessions(&self) -> Vec<String> {
+        let mut ids: Vec<String> = self.queues.keys().cloned().collect();
+        ids.sort();
+        ids
+    }
+
+    /// A session's open questions a new grant may decide, oldest first
+    /// ([`Queue::covered_by`]).
+    pub(super) fn covered_by(&self, session_id: &str, granted: &[GrantSpec]) -> Vec<String> {
+        self.queues
+            .get(session_id)
+            .map(|queue| queue.covered_by(granted))
+            .unwrap_or_default()
+    }
+
+    /// What an open question still asks about, after a new evaluation.
+    pub(super) fn set_asking(&mut self, id: &str, asking: Vec<(String, String)>) {
+        if let Some(pending) = self.pending.get_mut(id) {
+            if pending.asking != asking {
+                if let Some(queue) = self.queues.get_mut(&pending.session_id) {
+                    queue.unindex(pending.seq, &pending.asking);
+                    queue.index(pending.seq, &asking);
+                }
+                pending.asking = asking;
+            }
         }
     }
 
-    /// The earliest deadline of an ask that can time out.
-    fn next_question_deadline(&mut self) -> Option<u64> {
+    /// The earliest deadline of an open question that can time out.
+    pub(super) fn next_deadline(&mut self) -> Option<u64> {
         while let Some(Reverse((deadline, permission_id))) = self.deadlines.peek() {
             match self.pending.get(permission_id) {
                 Some(pending) if pending.deadline == Some(*deadline) => return Some(*deadline),
@@ -139,27 +285,41 @@ impl Broker {
         None
     }
 
+    /// The next open question whose deadline is `now` or earlier, taken off
+    /// the deadlines (still open: the caller ends it).
+    pub(super) fn expired(&mut self, now: u64) -> Option<String> {
+        let deadline = self.next_deadline()?;
+        if deadline > now {
+            return None;
+        }
+        self.deadlines.pop().map(|Reverse((_, id))| id)
+    }
+}
+
+impl Broker {
+    /// The earliest deadline on the monotonic clock: an ask that can time
+    /// out, or writing the state again after a write failed (a tick then
+    /// retries it, see [`Broker::commit`]).
+    pub fn next_deadline(&mut self) -> Option<u64> {
+        let question = self.questions.next_deadline();
+        match (question, self.store.retry_deadline()) {
+            (Some(question), Some(retry)) => Some(question.min(retry)),
+            (question, retry) => question.or(retry),
+        }
+    }
+
     /// Deny every ask whose deadline has passed.
-    pub(super) fn expire(&mut self, out: &mut Vec<ServerFrame>) {
+    pub(super) fn expire(&mut self, ob: &mut Outbox<'_>) {
         let now = self.clock.monotonic_ms();
-        while let Some(deadline) = self.next_question_deadline() {
-            if deadline > now {
-                break;
-            }
-            let Some(Reverse((_, id))) = self.deadlines.pop() else {
-                break;
-            };
+        while let Some(id) = self.questions.expired(now) {
             let reason = format!(
                 "nobody answered the question within {}",
                 duration_text(self.config.ask_timeout_ms)
             );
-            let session = self
-                .pending
-                .get(&id)
-                .map(|pending| pending.session_id.clone());
-            self.end_ask(&id, wire::Source::Timeout, reason, out);
+            let session = self.questions.session_of(&id);
+            self.end_ask(&id, wire::Source::Timeout, reason, ob);
             if let Some(session) = session {
-                self.forget_idle(&session);
+                self.sessions.forget_idle(&session);
             }
         }
     }
@@ -170,24 +330,20 @@ impl Broker {
         call: wire::ToolCall,
         hash: u64,
         prepared: Option<toolgate_policy::Prepared>,
-        number: u64,
-        out: &mut Vec<ServerFrame>,
+        ob: &mut Outbox<'_>,
     ) {
         if self
+            .sessions
             .live_permission(&call.session_id, &call.call_id)
             .is_some()
         {
-            let mut frame = duplicate(&call.call_id, &call.session_id, number);
-            if let ServerFrame::Error(error) = &mut frame {
-                error.session_id = Some(call.session_id);
-            }
-            out.push(frame);
+            duplicate(ob, &call.call_id, &call.session_id, true);
             return;
         }
         if !self.sessions.contains_key(&call.session_id) {
-            if let Some(why) = self.closed_why(&call.session_id) {
+            if let Some(why) = self.sessions.closed_why(&call.session_id) {
                 let why = why.text(&call.session_id);
-                out.push(ServerFrame::Decision(wire::Decision {
+                let decision = wire::Decision {
                     session_id: call.session_id.clone(),
                     call_id: call.call_id,
                     decision: wire::Verdict::Deny,
@@ -198,14 +354,16 @@ impl Broker {
                     rule: None,
                     message: None,
                     reminder: None,
-                }));
+                };
+                self.decide(decision, ob);
                 return;
             }
-            self.session_entry(&call.session_id);
+            self.sessions
+                .entry(&call.session_id, self.policy.default_mode);
         }
         let mode = self.effective_mode(&call.session_id);
         if self.audit.is_some() {
-            let client = self.client_of(self.current);
+            let client = self.client_of(ob.caller());
             if let Some(audit) = &mut self.audit {
                 audit.notes.insert(
                     (call.session_id.clone(), call.call_id.clone()),
@@ -235,7 +393,7 @@ impl Broker {
         let context = Context {
             mode,
             grants: &session.grants,
-            project_grants: &self.project_grants,
+            project_grants: self.grants.all(),
             scope: &session.scope,
             approvals: &[],
             repeats,
@@ -261,7 +419,7 @@ impl Broker {
             deadline: None,
             asking: Vec::new(),
         };
-        self.settle(pending, evaluation, mode, true, out);
+        self.settle(pending, evaluation, mode, true, ob);
     }
 
     /// Act on an evaluation: decide the call, or ask (registering it as pending).
@@ -273,23 +431,15 @@ impl Broker {
         evaluation: Evaluation,
         mode: Mode,
         forget: bool,
-        out: &mut Vec<ServerFrame>,
+        ob: &mut Outbox<'_>,
     ) {
         match (evaluation.action, evaluation.question) {
             (Action::Ask, Some(question)) if self.config.on_ask == OnAsk::Wait => {
                 let permission_id = self.ids.permission_id();
-                if pending.seq == 0 {
-                    self.next_seq += 1;
-                    pending.seq = self.next_seq;
-                }
                 pending.deadline = match self.config.ask_timeout_ms {
                     0 => None,
                     timeout => Some(self.clock.monotonic_ms().saturating_add(timeout)),
                 };
-                if let Some(deadline) = pending.deadline {
-                    self.deadlines
-                        .push(Reverse((deadline, permission_id.clone())));
-                }
                 let mut request = convert::request(
                     &permission_id,
                     self.clock.wall_ms(),
@@ -312,17 +462,14 @@ impl Broker {
                     &pending.input,
                     &question,
                 );
-                out.push(ServerFrame::PermissionRequest(Box::new(request)));
+                self.conns.ask(Box::new(request), ob);
                 pending.asking = question.approve.clone();
                 pending.question = *question;
-                self.queues
-                    .entry(pending.session_id.clone())
-                    .or_default()
-                    .add(pending.seq, permission_id.clone(), &pending.asking);
-                self.session_entry(&pending.session_id)
+                self.sessions
+                    .entry(&pending.session_id, self.policy.default_mode)
                     .live
                     .insert(pending.call_id.clone(), permission_id.clone());
-                self.pending.insert(permission_id, pending);
+                self.questions.ask(permission_id, pending);
             }
             (Action::Ask, _) => {
                 let reason = format!(
@@ -332,9 +479,9 @@ impl Broker {
                 let reminder =
                     (mode == Mode::Plan).then(|| self.reminder(&pending.session_id, mode));
                 if forget {
-                    self.forget_idle(&pending.session_id);
+                    self.sessions.forget_idle(&pending.session_id);
                 }
-                out.push(convert::decision(
+                let decision = convert::decision(
                     std::mem::take(&mut pending.session_id),
                     std::mem::take(&mut pending.call_id),
                     Action::Deny,
@@ -343,7 +490,8 @@ impl Broker {
                     evaluation.rule,
                     None,
                     reminder,
-                ));
+                );
+                self.decide(decision, ob);
             }
             (action, _) => {
                 let reminder = (action == Action::Deny && mode == Mode::Plan)
@@ -377,9 +525,9 @@ impl Broker {
                     _ => evaluation.reason,
                 };
                 if forget {
-                    self.forget_idle(&pending.session_id);
+                    self.sessions.forget_idle(&pending.session_id);
                 }
-                out.push(convert::decision(
+                let decision = convert::decision(
                     std::mem::take(&mut pending.session_id),
                     std::mem::take(&mut pending.call_id),
                     action,
@@ -388,22 +536,18 @@ impl Broker {
                     evaluation.rule,
                     None,
                     reminder,
-                ));
+                );
+                self.decide(decision, ob);
             }
         }
     }
 
-    pub(super) fn response(
-        &mut self,
-        response: wire::PermissionResponse,
-        number: u64,
-        out: &mut Vec<ServerFrame>,
-    ) {
+    pub(super) fn response(&mut self, response: wire::PermissionResponse, ob: &mut Outbox<'_>) {
         let id = response.permission_id;
         // `patterns` must name one of the lists the request offered; anything
         // else grants nothing and leaves the question open.
         let mut option: Option<toolgate_policy::AlwaysOption> = None;
-        if let (Some(patterns), Some(pending)) = (&response.patterns, self.pending.get(&id)) {
+        if let (Some(patterns), Some(pending)) = (&response.patterns, self.questions.get(&id)) {
             let offered = pending.question.options();
             let same = |listed: &[String]| {
                 listed.iter().all(|p| patterns.contains(p))
@@ -426,21 +570,19 @@ impl Broker {
                             if patterns.len() > 8 { ", ..." } else { "" }
                         )
                     };
-                    out.push(ServerFrame::Error(wire::ErrorFrame {
-                        code: ErrorCode::InvalidFrame,
+                    ob.error_naming(
+                        ErrorCode::InvalidFrame,
                         message,
-                        call_id: Some(pending.call_id.clone()),
-                        session_id: Some(pending.session_id.clone()),
-                        permission_id: Some(id),
-                        line: Some(number),
-                        not_saved: None,
-                    }));
+                        Some(pending.call_id.clone()),
+                        Some(pending.session_id.clone()),
+                        Some(id),
+                    );
                     return;
                 }
             }
         }
         let Some(mut pending) = self.take_pending(&id) else {
-            let (code, message) = if self.resolved.contains(&id) {
+            let (code, message) = if self.questions.was_resolved(&id) {
                 (
                     ErrorCode::AlreadyResolved,
                     format!("the request `{id}` was already answered or ended"),
@@ -451,15 +593,7 @@ impl Broker {
                     format!("no request has the id `{id}`"),
                 )
             };
-            out.push(ServerFrame::Error(wire::ErrorFrame {
-                code,
-                message,
-                call_id: None,
-                session_id: None,
-                permission_id: Some(id),
-                line: Some(number),
-                not_saved: None,
-            }));
+            ob.error_naming(code, message, None, None, Some(id));
             return;
         };
         let plan = pending.question.plan.is_some();
@@ -470,7 +604,7 @@ impl Broker {
                 } else {
                     "the user rejected this call".to_string()
                 };
-                out.push(ServerFrame::Decision(wire::Decision {
+                let decision = wire::Decision {
                     session_id: pending.session_id.clone(),
                     call_id: pending.call_id.clone(),
                     decision: wire::Verdict::Deny,
@@ -480,14 +614,15 @@ impl Broker {
                     message: response.message,
                     // The agent stays in plan mode: remind it what that means.
                     reminder: plan.then(|| self.reminder(&pending.session_id, Mode::Plan)),
-                }));
+                };
+                self.decide(decision, ob);
                 // OpenCode semantics: a rejection ends the session's other questions.
                 for other in self.pending_of(&pending.session_id) {
                     self.end_ask(
                         &other,
                         wire::Source::User,
                         format!("the user rejected another call of this session ({id})"),
-                        out,
+                        ob,
                     );
                 }
             }
@@ -497,8 +632,12 @@ impl Broker {
                 } else {
                     (Mode::AutoEdit, "always")
                 };
-                let effective = stricter(mode, self.parent_mode(&pending.session_id));
-                out.push(ServerFrame::Decision(wire::Decision {
+                let effective = stricter(
+                    mode,
+                    self.sessions
+                        .parent_mode(&pending.session_id, self.policy.default_mode),
+                );
+                let decision = wire::Decision {
                     session_id: pending.session_id.clone(),
                     call_id: pending.call_id.clone(),
                     decision: wire::Verdict::Allow,
@@ -511,8 +650,9 @@ impl Broker {
                     rule: None,
                     message: response.message,
                     reminder: None,
-                }));
-                self.change_mode(&pending.session_id, mode, out);
+                };
+                self.decide(decision, ob);
+                self.change_mode(&pending.session_id, mode, ob);
             }
             wire::Reply::Once | wire::Reply::Always => {
                 // What the question asked about, per permission (a batch asks
@@ -540,20 +680,18 @@ impl Broker {
                     pending.granted = Some((scope, saved.err()));
                 }
                 let session_id = pending.session_id.clone();
-                self.reevaluate(pending, out);
+                self.reevaluate(pending, ob);
                 if always {
                     let why = format!("an `always` answer to {id} covers it");
                     let only = Some(granted.as_slice());
                     match response.scope {
                         Some(wire::GrantScope::Project) => {
                             // Only sessions with open questions can have a call decided.
-                            let mut ids: Vec<String> = self.queues.keys().cloned().collect();
-                            ids.sort();
-                            for session in ids {
-                                self.revisit_session(&session, &why, only, out);
+                            for session in self.questions.sessions() {
+                                self.revisit_session(&session, &why, only, ob);
                             }
                         }
-                        _ => self.revisit_session(&session_id, &why, only, out),
+                        _ => self.revisit_session(&session_id, &why, only, ob),
                     }
                 }
             }
@@ -562,9 +700,9 @@ impl Broker {
 
     /// Evaluate a pending call again (after `once`/`always`, a mode change or new
     /// grants) and settle it: decided, or asked about what still needs an answer.
-    fn reevaluate(&mut self, pending: Pending, out: &mut Vec<ServerFrame>) {
+    fn reevaluate(&mut self, pending: Pending, ob: &mut Outbox<'_>) {
         let (evaluation, mode) = self.evaluate_pending(&pending);
-        self.settle(pending, evaluation, mode, false, out);
+        self.settle(pending, evaluation, mode, false, ob);
     }
 
     fn evaluate_pending(&self, pending: &Pending) -> (Evaluation, Mode) {
@@ -584,7 +722,7 @@ impl Broker {
             &Context {
                 mode,
                 grants,
-                project_grants: &self.project_grants,
+                project_grants: self.grants.all(),
                 scope,
                 approvals: &pending.approvals,
                 repeats: pending.repeats,
@@ -605,18 +743,14 @@ impl Broker {
         session_id: &str,
         why: &str,
         granted: Option<&[GrantSpec]>,
-        out: &mut Vec<ServerFrame>,
+        ob: &mut Outbox<'_>,
     ) {
         let ids = match granted {
             None => self.pending_of(session_id),
-            Some(granted) => self
-                .queues
-                .get(session_id)
-                .map(|queue| queue.covered_by(granted))
-                .unwrap_or_default(),
+            Some(granted) => self.questions.covered_by(session_id, granted),
         };
         for id in ids {
-            let Some(pending) = self.pending.get(&id) else {
+            let Some(pending) = self.questions.get(&id) else {
                 continue;
             };
             let (evaluation, mode) = self.evaluate_pending(pending);
@@ -626,31 +760,25 @@ impl Broker {
                     .question
                     .map(|question| question.approve)
                     .unwrap_or_default();
-                if let Some(pending) = self.pending.get_mut(&id) {
-                    if pending.asking != asking {
-                        if let Some(queue) = self.queues.get_mut(&pending.session_id) {
-                            queue.unindex(pending.seq, &pending.asking);
-                            queue.index(pending.seq, &asking);
-                        }
-                        pending.asking = asking;
-                    }
-                }
+                self.questions.set_asking(&id, asking);
                 continue;
             }
             if let Some(pending) = self.take_pending(&id) {
-                out.push(ServerFrame::PermissionResolved(wire::PermissionResolved {
+                let resolved = wire::PermissionResolved {
                     permission_id: id.clone(),
                     session_id: pending.session_id.clone(),
                     call_id: pending.call_id.clone(),
                     reason: why.to_string(),
-                }));
-                self.settle(pending, evaluation, mode, false, out);
+                };
+                self.conns.resolved(resolved, ob);
+                self.settle(pending, evaluation, mode, false, ob);
             }
         }
     }
 
-    pub(super) fn cancel(&mut self, cancel: wire::Cancel, number: u64, out: &mut Vec<ServerFrame>) {
+    pub(super) fn cancel(&mut self, cancel: wire::Cancel, ob: &mut Outbox<'_>) {
         match self
+            .sessions
             .live_permission(&cancel.session_id, &cancel.call_id)
             .map(str::to_string)
         {
@@ -658,17 +786,18 @@ impl Broker {
                 &id,
                 wire::Source::Cancel,
                 "the client cancelled the call".to_string(),
-                out,
+                ob,
             ),
-            None => out.push(error(
+            None => ob.error_naming(
                 ErrorCode::UnknownCall,
                 format!(
                     "no call `{}` is pending in session `{}` (already decided, or never sent)",
                     cancel.call_id, cancel.session_id
                 ),
                 Some(cancel.call_id),
-                Some(number),
-            )),
+                None,
+                None,
+            ),
         }
     }
 
@@ -679,18 +808,19 @@ impl Broker {
         id: &str,
         source: wire::Source,
         reason: String,
-        out: &mut Vec<ServerFrame>,
+        ob: &mut Outbox<'_>,
     ) {
         let Some(pending) = self.take_pending(id) else {
             return;
         };
-        out.push(ServerFrame::PermissionResolved(wire::PermissionResolved {
+        let resolved = wire::PermissionResolved {
             permission_id: id.to_string(),
             session_id: pending.session_id.clone(),
             call_id: pending.call_id.clone(),
             reason: reason.clone(),
-        }));
-        out.push(ServerFrame::Decision(wire::Decision {
+        };
+        self.conns.resolved(resolved, ob);
+        let decision = wire::Decision {
             session_id: pending.session_id,
             call_id: pending.call_id,
             decision: wire::Verdict::Deny,
@@ -699,48 +829,23 @@ impl Broker {
             rule: None,
             message: None,
             reminder: None,
-        }));
+        };
+        self.decide(decision, ob);
     }
 
-    /// Remove a pending call from every index and remember its id as answered.
-    fn take_pending(&mut self, id: &str) -> Option<Pending> {
-        let pending = self.pending.remove(id)?;
-        if let Some(queue) = self.queues.get_mut(&pending.session_id) {
-            queue.order.remove(&pending.seq);
-            queue.unindex(pending.seq, &pending.asking);
-            if queue.order.is_empty() {
-                self.queues.remove(&pending.session_id);
-            }
-        }
+    /// Take an open question (answered or ended) from the questions and
+    /// from its session's live calls.
+    pub(super) fn take_pending(&mut self, id: &str) -> Option<Pending> {
+        let pending = self.questions.take(id)?;
         if let Some(session) = self.sessions.get_mut(&pending.session_id) {
             session.live.remove(&pending.call_id);
-        }
-        if self.resolved.insert(id.to_string()) {
-            self.resolved_order.push_back(id.to_string());
-            if self.resolved_order.len() > RESOLVED_MEMORY {
-                if let Some(old) = self.resolved_order.pop_front() {
-                    self.resolved.remove(&old);
-                }
-            }
         }
         Some(pending)
     }
 
-    /// The permission id of a pending call.
-    pub(super) fn live_permission(&self, session_id: &str, call_id: &str) -> Option<&str> {
-        self.sessions
-            .get(session_id)?
-            .live
-            .get(call_id)
-            .map(String::as_str)
-    }
-
     /// The permission ids of a session's pending calls, oldest first.
     pub(super) fn pending_of(&self, session_id: &str) -> Vec<String> {
-        self.queues
-            .get(session_id)
-            .map(|queue| queue.order.values().cloned().collect())
-            .unwrap_or_default()
+        self.questions.of_session(session_id)
     }
 }
 

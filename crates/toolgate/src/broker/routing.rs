@@ -23,10 +23,10 @@
 //! sent it; when that connection closes, its open calls are denied (source
 //! `cancel`) and everything else (sessions, grants, scopes) stays.
 //!
-//! The routing happens after the fact: the parts of the broker produce
-//! frames as they always did, and [`Broker::step`] addresses each by its
-//! kind and the ids it carries. With one connection and no approver (stdio),
-//! every frame goes to that connection unchanged.
+//! Each frame is addressed where it is made, through the step's `Outbox`
+//! (which knows the caller) and the connection table ([`Connections`]:
+//! roles, who owns each open call, who was asked each question). With one
+//! connection and no approver (stdio), every frame goes to that connection.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -36,7 +36,8 @@ use toolgate_policy::Policy;
 use toolgate_protocol as wire;
 use toolgate_protocol::{ClientFrame, DecodeError, ErrorCode, Role, ServerFrame};
 
-use super::{Broker, FrameIds};
+use super::outbox::{FrameIds, Outbox};
+use super::Broker;
 
 /// A connection, as the transport numbers it (stdio is 0).
 pub type ConnId = u64;
@@ -70,6 +71,18 @@ pub enum Input<'a> {
         decoded: Decoded,
         /// Its number on that connection, for error frames.
         number: u64,
+    },
+    /// A frame the transport decoded itself or built (a hook call, a
+    /// replay): handled as the line that says it would be, with no text in
+    /// between.
+    Frame {
+        /// Where it came from.
+        conn: ConnId,
+        /// The frame.
+        frame: ClientFrame,
+        /// Its line number on that connection, when it has one, for error
+        /// frames.
+        number: Option<u64>,
     },
     /// A line the transport could not read whole (longer than the frame
     /// limit): what its first bytes said, as a decoding error. A `tool_call`
@@ -132,26 +145,30 @@ impl Decoded {
         if line.iter().all(u8::is_ascii_whitespace) {
             return Decoded(Parsed::Blank);
         }
-        Decoded(match toolgate_protocol::decode_line(line, number) {
-            Ok(frame) => {
-                let hash = match &frame {
-                    ClientFrame::ToolCall(call) => Some(super::call_hash(&call.tool, &call.input)),
-                    _ => None,
-                };
-                Parsed::Frame(
-                    frame,
-                    Ahead {
-                        hash,
-                        prepared: None,
-                        epoch: 0,
-                    },
-                )
-            }
-            Err(error) => Parsed::Invalid {
+        match toolgate_protocol::decode_line(line, number) {
+            Ok(frame) => Decoded::frame(frame),
+            Err(error) => Decoded(Parsed::Invalid {
                 error,
                 session_start: session_start_id(line),
+            }),
+        }
+    }
+
+    /// A frame already decoded (or built by the transport): what
+    /// [`Decoded::line`] gives for a line that says it.
+    pub fn frame(frame: ClientFrame) -> Decoded {
+        let hash = match &frame {
+            ClientFrame::ToolCall(call) => Some(super::call_hash(&call.tool, &call.input)),
+            _ => None,
+        };
+        Decoded(Parsed::Frame(
+            frame,
+            Ahead {
+                hash,
+                prepared: None,
+                epoch: 0,
             },
-        })
+        ))
     }
 
     /// A blank line (ignored), to leave where a decoded line was taken.
@@ -281,8 +298,6 @@ pub(super) struct Connections {
     owners: HashMap<String, HashMap<String, (ConnId, String)>>,
     /// Open questions by permission id.
     asked: HashMap<String, Asked>,
-    /// The frames of the step under way (kept to reuse its allocation).
-    scratch: Vec<ServerFrame>,
 }
 
 #[derive(Default, Clone)]
@@ -301,73 +316,214 @@ struct Asked {
     resolved: bool,
 }
 
+impl Connections {
+    /// A new question: to every approver, or to the call's connection.
+    pub(super) fn ask(&mut self, mut request: Box<wire::PermissionRequest>, ob: &mut Outbox<'_>) {
+        let caller = ob.caller();
+        let calls = self.owners.entry(request.session_id.clone()).or_default();
+        // A call asked again (its question changed) keeps its connection.
+        let previous = calls.get(request.call_id.as_str()).cloned();
+        let Some(owner) = previous.as_ref().map(|(owner, _)| *owner).or(caller) else {
+            tracing::warn!(call = %request.call_id, "a question with no connection to go to");
+            return;
+        };
+        calls.insert(
+            request.call_id.clone(),
+            (owner, request.permission_id.clone()),
+        );
+        if let Some((_, old)) = previous {
+            self.asked.remove(&old);
+        }
+        if let Some(client) = self.open.get(&owner).and_then(|p| p.client.clone()) {
+            request
+                .metadata
+                .insert("client".to_string(), Value::String(client));
+        }
+        // Every approver but the connection that made the call (it never
+        // answers its own call while another can); with none, that
+        // connection itself (its client asks its user, as on stdio), unless
+        // only the broker's own approver may answer: then the question
+        // waits for it (and its timeout).
+        let others: Vec<ConnId> = self
+            .approvers
+            .iter()
+            .copied()
+            .filter(|&c| c != owner)
+            .collect();
+        let addressees = if !others.is_empty() || self.sole_approver.is_some() {
+            others
+        } else {
+            vec![owner]
+        };
+        for &conn in &addressees {
+            let to = if conn != owner {
+                To::Approver(conn)
+            } else if Some(owner) == caller {
+                To::Caller(conn)
+            } else {
+                To::Owner(conn)
+            };
+            ob.push(to, ServerFrame::PermissionRequest(request.clone()));
+        }
+        self.asked.insert(
+            request.permission_id.clone(),
+            Asked {
+                owner,
+                addressees,
+                request,
+                resolved: false,
+            },
+        );
+    }
+
+    /// A question ended without its own answer: the news goes to the
+    /// connections it was put to.
+    pub(super) fn resolved(&mut self, resolved: wire::PermissionResolved, ob: &mut Outbox<'_>) {
+        let Some(asked) = self.asked.get_mut(&resolved.permission_id) else {
+            if let Some(conn) = ob.caller() {
+                ob.push(To::Caller(conn), ServerFrame::PermissionResolved(resolved));
+            }
+            return;
+        };
+        asked.resolved = true;
+        let owner = asked.owner;
+        for &conn in &asked.addressees {
+            let to = if conn == owner {
+                To::Owner(conn)
+            } else {
+                To::Approver(conn)
+            };
+            ob.push(to, ServerFrame::PermissionResolved(resolved.clone()));
+        }
+    }
+
+    /// A call's decision: to the connection that sent the call. When it
+    /// had an open question, the other connections asked it hear that it
+    /// was resolved (unless they already did).
+    pub(super) fn decision(&mut self, decision: wire::Decision, ob: &mut Outbox<'_>) {
+        let caller = ob.caller();
+        let owned = self
+            .owners
+            .get_mut(decision.session_id.as_str())
+            .and_then(|calls| calls.remove(decision.call_id.as_str()));
+        let Some((owner, permission_id)) = owned else {
+            match caller {
+                Some(conn) => ob.push(To::Caller(conn), ServerFrame::Decision(decision)),
+                None => tracing::warn!(
+                    call = %decision.call_id,
+                    "a decision with no connection to go to"
+                ),
+            }
+            return;
+        };
+        if self
+            .owners
+            .get(decision.session_id.as_str())
+            .is_some_and(HashMap::is_empty)
+        {
+            self.owners.remove(decision.session_id.as_str());
+        }
+        if Some(owner) != caller {
+            ob.decided(owner, &decision.session_id);
+        }
+        if let Some(asked) = self.asked.remove(&permission_id) {
+            if !asked.resolved {
+                let reason = self.answered_by(caller);
+                for &conn in &asked.addressees {
+                    if Some(conn) != caller && conn != owner {
+                        ob.push(
+                            To::Approver(conn),
+                            ServerFrame::PermissionResolved(wire::PermissionResolved {
+                                permission_id: permission_id.clone(),
+                                session_id: decision.session_id.clone(),
+                                call_id: decision.call_id.clone(),
+                                reason: reason.clone(),
+                            }),
+                        );
+                    }
+                }
+            }
+        }
+        let to = if Some(owner) == caller {
+            To::Caller(owner)
+        } else {
+            To::Owner(owner)
+        };
+        ob.push(to, ServerFrame::Decision(decision));
+    }
+
+    /// Why the other addressees' question closed when `caller` answered it.
+    fn answered_by(&self, caller: Option<ConnId>) -> String {
+        match caller.and_then(|conn| self.open.get(&conn)) {
+            Some(Peer {
+                role: Role::Approver,
+                client: Some(name),
+            }) => format!("answered by the approver `{name}`"),
+            Some(Peer {
+                role: Role::Approver,
+                client: None,
+            }) => "answered by another approver".to_string(),
+            _ => "answered on another connection".to_string(),
+        }
+    }
+
+    /// The name a connection goes by: its client name, else its role.
+    fn client_of(&self, conn: Option<ConnId>) -> Option<String> {
+        let peer = self.open.get(&conn?)?;
+        Some(match (&peer.client, peer.role) {
+            (Some(name), _) => name.clone(),
+            (None, Role::Approver) => format!("approver connection {}", conn?),
+            (None, Role::Agent) => format!("connection {}", conn?),
+        })
+    }
+}
+
 impl Broker {
     /// Handle one input; append what to write, addressed, to `out`.
     pub fn step(&mut self, input: Input<'_>, out: &mut Vec<Output>) {
-        // One buffer for every step: a line costs no allocation of its own.
-        let mut frames = std::mem::take(&mut self.conns.scratch);
-        self.current = None;
-        let caller = match input {
+        match input {
             Input::Opened { conn } => {
                 self.conns.open.entry(conn).or_default();
                 out.push(Output {
                     to: To::Caller(conn),
                     frame: self.ready(),
                 });
-                return;
             }
             Input::Line { conn, line, number } => {
-                self.decoded(conn, Decoded::line(line, number), number, &mut frames, out);
-                Some(conn)
+                self.decoded(conn, Decoded::line(line, number), Some(number), out)
             }
             Input::Decoded {
                 conn,
                 decoded,
                 number,
-            } => {
-                self.decoded(conn, decoded, number, &mut frames, out);
-                Some(conn)
-            }
+            } => self.decoded(conn, decoded, Some(number), out),
+            Input::Frame {
+                conn,
+                frame,
+                number,
+            } => self.decoded(conn, Decoded::frame(frame), number, out),
             Input::Unreadable {
                 conn,
                 error,
                 number,
-            } => {
-                self.reject_line(error, number, &mut frames);
-                Some(conn)
-            }
-            Input::Tick => {
-                self.expire(&mut frames);
-                None
-            }
-            Input::Closed { conn } => {
-                self.closed(conn, &mut frames, out);
-                None
-            }
+            } => self.reject_line(error, &mut Outbox::new(out, Some(conn), Some(number))),
+            Input::Tick => self.expire(&mut Outbox::new(out, None, None)),
+            Input::Closed { conn } => self.closed(conn, &mut Outbox::new(out, None, None)),
             Input::Stop => {
                 if !self.stopped {
-                    self.shutdown(&mut frames);
+                    self.shutdown(&mut Outbox::new(out, None, None));
                 }
-                None
             }
-            Input::Unanswered => {
-                self.deny_open(
-                    wire::Source::Replay,
-                    "the recording holds no answer to this question",
-                    &mut frames,
-                );
-                None
-            }
+            Input::Unanswered => self.deny_open(
+                wire::Source::Replay,
+                "the recording holds no answer to this question",
+                &mut Outbox::new(out, None, None),
+            ),
             Input::Reload {
                 policy,
                 ask_timeout_ms,
-            } => {
-                self.replace_policy(policy, ask_timeout_ms, &mut frames);
-                None
-            }
-        };
-        self.route(caller, &mut frames, out);
-        self.conns.scratch = frames;
+            } => self.replace_policy(policy, ask_timeout_ms, &mut Outbox::new(out, None, None)),
+        }
     }
 
     /// The `ready` frame a connection gets when it opens.
@@ -389,44 +545,61 @@ impl Broker {
         self.conns.approvers.len()
     }
 
-    /// One decoded line from `conn`: `hello` and answers are checked here
-    /// (who may answer what); everything else goes to the broker's parts.
+    /// A call's decision, recorded in the audit log when one is kept, to
+    /// the connection that sent the call.
+    pub(super) fn decide(&mut self, decision: wire::Decision, ob: &mut Outbox<'_>) {
+        let decision = if self.audit.is_some() {
+            self.audited(decision, ob.caller())
+        } else {
+            decision
+        };
+        self.conns.decision(decision, ob);
+    }
+
+    /// One decoded line from `conn` (`line`: its number, when it has one):
+    /// `hello` and answers are checked here (who may answer what);
+    /// everything else goes to the broker's parts.
     fn decoded(
         &mut self,
         conn: ConnId,
         decoded: Decoded,
-        number: u64,
-        frames: &mut Vec<ServerFrame>,
+        line: Option<u64>,
         out: &mut Vec<Output>,
     ) {
-        // A line read whole makes its connection known and current; one too
-        // long to read is only answered.
+        let ob = &mut Outbox::new(out, Some(conn), line);
+        // A line read whole makes its connection known; one too long to
+        // read is only answered.
         let parsed = match decoded.0 {
             Parsed::Unreadable(error) => {
-                self.reject_line(error, number, frames);
+                self.reject_line(error, ob);
                 return;
             }
             parsed => parsed,
         };
         self.conns.open.entry(conn).or_default();
-        self.current = Some(conn);
         let (frame, ahead) = match parsed {
             Parsed::Frame(frame, ahead) => (frame, ahead),
             Parsed::Invalid {
                 error,
                 session_start,
             } => {
-                let from = frames.len();
-                self.reject_line(error, number, frames);
+                let from = ob.len();
+                self.reject_line(error, ob);
                 if let (false, Some(id)) = (self.stopped, session_start) {
-                    self.shut_refused(&id, from, frames);
+                    self.shut_refused(&id, from, ob);
                 }
                 return;
             }
             Parsed::Blank | Parsed::Unreadable(_) => return,
         };
+        // Error frames about a frame that decoded carry the ids it names (a
+        // tool call's one error, a duplicate, names them itself: its ids
+        // are not copied for every call).
+        if !matches!(frame, ClientFrame::ToolCall(_)) {
+            ob.about(FrameIds::of(&frame));
+        }
         match frame {
-            ClientFrame::Hello(hello) => self.hello(conn, hello, out),
+            ClientFrame::Hello(hello) => self.hello(conn, hello, ob),
             ClientFrame::PermissionResponse(response)
                 if self
                     .conns
@@ -436,33 +609,20 @@ impl Broker {
             {
                 // Not asked there: as if the question did not exist.
                 let id = response.permission_id;
-                frames.push(ServerFrame::Error(wire::ErrorFrame {
-                    code: ErrorCode::UnknownPermission,
-                    message: format!("no request has the id `{id}`"),
-                    call_id: None,
-                    session_id: None,
-                    permission_id: Some(id),
-                    line: Some(number),
-                    not_saved: None,
-                }));
+                ob.error_naming(
+                    ErrorCode::UnknownPermission,
+                    format!("no request has the id `{id}`"),
+                    None,
+                    None,
+                    Some(id),
+                );
             }
             frame => {
                 if let (ClientFrame::PermissionResponse(response), Some(_)) = (&frame, &self.audit)
                 {
                     self.audit_answer(conn, response);
                 }
-                // Error frames about a frame that decoded carry the ids it names
-                // (a tool call's one error, a duplicate, names them itself: its
-                // ids are not copied for every call).
-                let ids = match &frame {
-                    ClientFrame::ToolCall(_) => None,
-                    other => Some(FrameIds::of(other)),
-                };
-                let start = frames.len();
-                self.handle(frame, ahead, number, frames);
-                if let Some(ids) = ids {
-                    ids.fill(&mut frames[start..]);
-                }
+                self.handle(frame, ahead, ob);
             }
         }
     }
@@ -477,20 +637,18 @@ impl Broker {
 
     /// `hello`: the connection's role and name; an approver gets every open
     /// question at once, except those about its own calls.
-    fn hello(&mut self, conn: ConnId, hello: wire::Hello, out: &mut Vec<Output>) {
+    fn hello(&mut self, conn: ConnId, hello: wire::Hello, ob: &mut Outbox<'_>) {
         if hello.role == Role::Approver && self.conns.sole_approver.is_some_and(|a| a != conn) {
-            out.push(Output {
-                to: To::Caller(conn),
-                frame: ServerFrame::Error(wire::ErrorFrame {
-                    code: ErrorCode::Forbidden,
-                    message: "this connection cannot be an approver: toolgate was started with its own approver (--approver), which alone answers questions".to_string(),
-                    call_id: None,
-                    session_id: None,
-                    permission_id: None,
-                    line: None,
-                    not_saved: None,
-                }),
-            });
+            // Not about a line: no line number.
+            ob.push(To::Caller(conn), ServerFrame::Error(wire::ErrorFrame {
+                code: ErrorCode::Forbidden,
+                message: "this connection cannot be an approver: toolgate was started with its own approver (--approver), which alone answers questions".to_string(),
+                call_id: None,
+                session_id: None,
+                permission_id: None,
+                line: None,
+                not_saved: None,
+            }));
             return;
         }
         let peer = self.conns.open.entry(conn).or_default();
@@ -502,10 +660,7 @@ impl Broker {
             ready.role = Some(hello.role);
             ready.client = hello.client;
         }
-        out.push(Output {
-            to: To::Caller(conn),
-            frame: ready,
-        });
+        ob.push(To::Caller(conn), ready);
         match (was, hello.role) {
             (Role::Agent, Role::Approver) => {
                 self.conns.approvers.push(conn);
@@ -513,7 +668,7 @@ impl Broker {
                     .conns
                     .asked
                     .keys()
-                    .map(|id| (self.pending.get(id).map_or(u64::MAX, |p| p.seq), id))
+                    .map(|id| (self.questions.seq(id), id))
                     .collect();
                 open.sort();
                 let ids: Vec<String> = open.into_iter().map(|(_, id)| id.clone()).collect();
@@ -522,22 +677,22 @@ impl Broker {
                         // Never a question about its own call.
                         if !asked.addressees.contains(&conn) && asked.owner != conn {
                             asked.addressees.push(conn);
-                            out.push(Output {
-                                to: To::Approver(conn),
-                                frame: ServerFrame::PermissionRequest(asked.request.clone()),
-                            });
+                            ob.push(
+                                To::Approver(conn),
+                                ServerFrame::PermissionRequest(asked.request.clone()),
+                            );
                         }
                     }
                 }
             }
-            (Role::Approver, Role::Agent) => self.leave_approvers(conn, out),
+            (Role::Approver, Role::Agent) => self.leave_approvers(conn, ob),
             _ => {}
         }
     }
 
     /// `conn` is no longer an approver: it stops being asked, and questions
     /// nobody else hears go back to the connections that made the calls.
-    fn leave_approvers(&mut self, conn: ConnId, out: &mut Vec<Output>) {
+    fn leave_approvers(&mut self, conn: ConnId, ob: &mut Outbox<'_>) {
         self.conns.approvers.retain(|&c| c != conn);
         let mut orphans: Vec<(u64, String)> = Vec::new();
         let owner_answers = self.conns.sole_approver.is_none();
@@ -549,25 +704,25 @@ impl Broker {
                 && owner_answers
                 && self.conns.open.contains_key(&asked.owner)
             {
-                let seq = self.pending.get(id).map_or(u64::MAX, |p| p.seq);
-                orphans.push((seq, id.clone()));
+                orphans.push((self.questions.seq(id), id.clone()));
             }
         }
         orphans.sort();
         for (_, id) in orphans {
             if let Some(asked) = self.conns.asked.get_mut(&id) {
                 asked.addressees.push(asked.owner);
-                out.push(Output {
-                    to: To::Owner(asked.owner),
-                    frame: ServerFrame::PermissionRequest(asked.request.clone()),
-                });
+                ob.push(
+                    To::Owner(asked.owner),
+                    ServerFrame::PermissionRequest(asked.request.clone()),
+                );
             }
         }
     }
 
-    /// A connection closed: it stops hearing questions, and its own open
-    /// calls are denied.
-    fn closed(&mut self, conn: ConnId, frames: &mut Vec<ServerFrame>, out: &mut Vec<Output>) {
+    /// A connection closed: it stops hearing questions (questions only it
+    /// heard go back to their callers first), and then its own open calls
+    /// are denied.
+    fn closed(&mut self, conn: ConnId, ob: &mut Outbox<'_>) {
         let Some(peer) = self.conns.open.remove(&conn) else {
             return;
         };
@@ -579,258 +734,37 @@ impl Broker {
             .asked
             .iter()
             .filter(|(_, asked)| asked.owner == conn)
-            .map(|(id, _)| (self.pending.get(id).map_or(u64::MAX, |p| p.seq), id.clone()))
+            .map(|(id, _)| (self.questions.seq(id), id.clone()))
             .collect();
         own.sort();
+        if peer.role == Role::Approver {
+            self.leave_approvers(conn, ob);
+        }
         for (_, id) in own {
-            let session = self.pending.get(&id).map(|p| p.session_id.clone());
+            let session = self.questions.session_of(&id);
             self.end_ask(
                 &id,
                 wire::Source::Cancel,
                 "the connection that made the call closed before the question was answered"
                     .to_string(),
-                frames,
+                ob,
             );
             if let Some(session) = session {
-                self.forget_idle(&session);
-            }
-        }
-        if peer.role == Role::Approver {
-            self.leave_approvers(conn, out);
-        }
-    }
-
-    /// Address each frame the broker's parts produced for this input.
-    fn route(
-        &mut self,
-        caller: Option<ConnId>,
-        frames: &mut Vec<ServerFrame>,
-        out: &mut Vec<Output>,
-    ) {
-        // A mode change this input caused (an approver's answer to a plan
-        // approval) is also news for the connections whose calls in that
-        // session it decided.
-        let mut told: Vec<(String, ConnId)> = Vec::new();
-        if frames
-            .iter()
-            .any(|frame| matches!(frame, ServerFrame::ModeChanged(_)))
-        {
-            for frame in frames.iter() {
-                if let ServerFrame::Decision(decision) = frame {
-                    let owner = self
-                        .conns
-                        .owners
-                        .get(decision.session_id.as_str())
-                        .and_then(|calls| calls.get(decision.call_id.as_str()))
-                        .map(|(owner, _)| *owner);
-                    if let Some(owner) = owner.filter(|owner| Some(*owner) != caller) {
-                        if !told.contains(&(decision.session_id.clone(), owner)) {
-                            told.push((decision.session_id.clone(), owner));
-                        }
-                    }
-                }
-            }
-        }
-        for frame in frames.drain(..) {
-            match frame {
-                ServerFrame::ModeChanged(changed) => {
-                    for (_, owner) in told.iter().filter(|(s, _)| *s == changed.session_id) {
-                        out.push(Output {
-                            to: To::Owner(*owner),
-                            frame: ServerFrame::ModeChanged(changed.clone()),
-                        });
-                    }
-                    if let Some(conn) = caller {
-                        out.push(Output {
-                            to: To::Caller(conn),
-                            frame: ServerFrame::ModeChanged(changed),
-                        });
-                    }
-                }
-                ServerFrame::PermissionRequest(request) => self.ask(caller, request, out),
-                ServerFrame::PermissionResolved(resolved) => {
-                    let Some(asked) = self.conns.asked.get_mut(&resolved.permission_id) else {
-                        if let Some(conn) = caller {
-                            out.push(Output {
-                                to: To::Caller(conn),
-                                frame: ServerFrame::PermissionResolved(resolved),
-                            });
-                        }
-                        continue;
-                    };
-                    asked.resolved = true;
-                    let owner = asked.owner;
-                    for &conn in &asked.addressees {
-                        out.push(Output {
-                            to: if conn == owner {
-                                To::Owner(conn)
-                            } else {
-                                To::Approver(conn)
-                            },
-                            frame: ServerFrame::PermissionResolved(resolved.clone()),
-                        });
-                    }
-                }
-                ServerFrame::Decision(decision) => {
-                    let decision = if self.audit.is_some() {
-                        self.audited(decision, caller)
-                    } else {
-                        decision
-                    };
-                    let owned = self
-                        .conns
-                        .owners
-                        .get_mut(decision.session_id.as_str())
-                        .and_then(|calls| calls.remove(decision.call_id.as_str()));
-                    let Some((owner, permission_id)) = owned else {
-                        match caller {
-                            Some(conn) => out.push(Output {
-                                to: To::Caller(conn),
-                                frame: ServerFrame::Decision(decision),
-                            }),
-                            None => tracing::warn!(
-                                call = %decision.call_id,
-                                "a decision with no connection to go to"
-                            ),
-                        }
-                        continue;
-                    };
-                    if self
-                        .conns
-                        .owners
-                        .get(decision.session_id.as_str())
-                        .is_some_and(HashMap::is_empty)
-                    {
-                        self.conns.owners.remove(decision.session_id.as_str());
-                    }
-                    if let Some(asked) = self.conns.asked.remove(&permission_id) {
-                        if !asked.resolved {
-                            let reason = self.answered_by(caller);
-                            for &conn in &asked.addressees {
-                                if Some(conn) != caller && conn != owner {
-                                    out.push(Output {
-                                        to: To::Approver(conn),
-                                        frame: ServerFrame::PermissionResolved(
-                                            wire::PermissionResolved {
-                                                permission_id: permission_id.clone(),
-                                                session_id: decision.session_id.clone(),
-                                                call_id: decision.call_id.clone(),
-                                                reason: reason.clone(),
-                                            },
-                                        ),
-                                    });
-                                }
-                            }
-                        }
-                    }
-                    out.push(Output {
-                        to: if Some(owner) == caller {
-                            To::Caller(owner)
-                        } else {
-                            To::Owner(owner)
-                        },
-                        frame: ServerFrame::Decision(decision),
-                    });
-                }
-                frame => match caller {
-                    Some(conn) => out.push(Output {
-                        to: To::Caller(conn),
-                        frame,
-                    }),
-                    None => tracing::warn!("a frame with no connection to go to: {frame:?}"),
-                },
+                self.sessions.forget_idle(&session);
             }
         }
     }
 
-    /// A new question: to every approver, or to the call's connection.
-    fn ask(
-        &mut self,
-        caller: Option<ConnId>,
-        mut request: Box<wire::PermissionRequest>,
-        out: &mut Vec<Output>,
-    ) {
-        let calls = self
-            .conns
-            .owners
-            .entry(request.session_id.clone())
-            .or_default();
-        // A call asked again (its question changed) keeps its connection.
-        let previous = calls.get(request.call_id.as_str()).cloned();
-        let Some(owner) = previous.as_ref().map(|(owner, _)| *owner).or(caller) else {
-            tracing::warn!(call = %request.call_id, "a question with no connection to go to");
-            return;
-        };
-        calls.insert(
-            request.call_id.clone(),
-            (owner, request.permission_id.clone()),
-        );
-        if let Some((_, old)) = previous {
-            self.conns.asked.remove(&old);
-        }
-        if let Some(client) = self.conns.open.get(&owner).and_then(|p| p.client.clone()) {
-            request
-                .metadata
-                .insert("client".to_string(), Value::String(client));
-        }
-        // Every approver but the connection that made the call (it never
-        // answers its own call while another can); with none, that
-        // connection itself (its client asks its user, as on stdio), unless
-        // only the broker's own approver may answer: then the question
-        // waits for it (and its timeout).
-        let others: Vec<ConnId> = self
-            .conns
-            .approvers
-            .iter()
-            .copied()
-            .filter(|&c| c != owner)
-            .collect();
-        let addressees = if !others.is_empty() || self.conns.sole_approver.is_some() {
-            others
-        } else {
-            vec![owner]
-        };
-        for &conn in &addressees {
-            out.push(Output {
-                to: if conn == owner {
-                    if Some(owner) == caller {
-                        To::Caller(conn)
-                    } else {
-                        To::Owner(conn)
-                    }
-                } else {
-                    To::Approver(conn)
-                },
-                frame: ServerFrame::PermissionRequest(request.clone()),
-            });
-        }
-        self.conns.asked.insert(
-            request.permission_id.clone(),
-            Asked {
-                owner,
-                addressees,
-                request,
-                resolved: false,
-            },
-        );
-    }
-
-    /// Why the other addressees' question closed when `caller` answered it.
     /// The name a connection goes by: its client name, else its role.
     pub(super) fn client_of(&self, conn: Option<ConnId>) -> Option<String> {
-        let peer = self.conns.open.get(&conn?)?;
-        Some(match (&peer.client, peer.role) {
-            (Some(name), _) => name.clone(),
-            (None, Role::Approver) => format!("approver connection {}", conn?),
-            (None, Role::Agent) => format!("connection {}", conn?),
-        })
+        self.conns.client_of(conn)
     }
 
     /// Record `response` in the audit log, as answered on `conn`.
     fn audit_answer(&mut self, conn: ConnId, response: &wire::PermissionResponse) {
         let by = self.client_of(Some(conn)).unwrap_or_default();
         let call = self
-            .pending
+            .questions
             .get(&response.permission_id)
             .map(|pending| (pending.session_id.clone(), pending.call_id.clone()));
         // An answer to no open question is refused (an error frame), not
@@ -892,19 +826,5 @@ impl Broker {
             }
         }
         decision
-    }
-
-    fn answered_by(&self, caller: Option<ConnId>) -> String {
-        match caller.and_then(|conn| self.conns.open.get(&conn)) {
-            Some(Peer {
-                role: Role::Approver,
-                client: Some(name),
-            }) => format!("answered by the approver `{name}`"),
-            Some(Peer {
-                role: Role::Approver,
-                client: None,
-            }) => "answered by another approver".to_string(),
-            _ => "answered on another connection".to_string(),
-        }
     }
 }

@@ -216,12 +216,27 @@ impl Driver<'_> {
         }
     }
 
-    /// Feed one frame as one input line, then answer what it asked.
+    /// Feed one frame as the next input line, then answer what it asked.
+    /// A frame is handed over as it is; one that is not a frame as it is
+    /// goes as its text, so that the broker refuses it as it would the line.
     fn feed(&mut self, frame: &Value, sink: &mut dyn FnMut(&ServerFrame)) {
-        self.line.clear();
-        // Writing a Value to a Vec cannot fail.
-        let _ = serde_json::to_writer(&mut self.line, frame);
-        self.feed_buffer(sink);
+        let Ok(frame) = toolgate_protocol::decode_value(frame) else {
+            self.line.clear();
+            // Writing a Value to a Vec cannot fail.
+            let _ = serde_json::to_writer(&mut self.line, frame);
+            self.feed_buffer(sink);
+            return;
+        };
+        self.number += 1;
+        let number = Some(self.number);
+        self.step(
+            Input::Frame {
+                conn: REPLAY,
+                frame,
+                number,
+            },
+            sink,
+        );
     }
 
     /// Feed one recorded line as it is, then answer what it asked.
