@@ -163,13 +163,16 @@ impl Decide for InProcess {
             "ask" => {
                 // The question stays pending in the broker: withdraw it, so
                 // the same call can be asked again and nothing waits on it.
-                let cancel = json!({"type": "cancel", "sessionID": self.session, "callID": call});
+                let cancel = toolgate_protocol::Cancel {
+                    session_id: self.session.clone(),
+                    call_id: call,
+                };
                 let mut out = Vec::new();
                 self.broker.step(
-                    Input::Line {
+                    Input::Frame {
                         conn: 0,
-                        line: cancel.to_string().as_bytes(),
-                        number: 1,
+                        frame: toolgate_protocol::ClientFrame::Cancel(cancel),
+                        number: None,
                     },
                     &mut out,
                 );

@@ -19,7 +19,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 use tokio_util::sync::CancellationToken;
 use toolgate_policy::Policy;
-use toolgate_protocol::PermissionResponse;
+use toolgate_protocol::{ClientFrame, PermissionResponse};
 
 use crate::approver::InProcess;
 use crate::broker::{Broker, ConnId, Decoded, Input, Output};
@@ -309,17 +309,14 @@ impl Owner {
                 return None;
             }
             Event::Answer { conn, response } => {
-                let frame = toolgate_protocol::ClientFrame::PermissionResponse(response);
-                if let Ok(line) = serde_json::to_vec(&frame) {
-                    let number = self.answers.entry(conn).or_insert(1);
-                    *number += 1;
-                    let number = *number;
-                    self.step(Input::Line {
-                        conn,
-                        line: &line,
-                        number,
-                    });
-                }
+                let number = self.answers.entry(conn).or_insert(1);
+                *number += 1;
+                let number = Some(*number);
+                self.step(Input::Frame {
+                    conn,
+                    frame: ClientFrame::PermissionResponse(response),
+                    number,
+                });
             }
             Event::Closed { conn } => {
                 if !self.broker.stopped() {

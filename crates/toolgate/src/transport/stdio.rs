@@ -149,11 +149,14 @@ where
             conn: APPROVER,
             sink: Sink::Approver(approver),
         });
-        let hello = serde_json::json!({"type":"hello","role":"approver","client":name});
-        owner.step(Input::Line {
+        let hello = toolgate_protocol::Hello {
+            role: toolgate_protocol::Role::Approver,
+            client: Some(name.to_string()),
+        };
+        owner.step(Input::Frame {
             conn: APPROVER,
-            line: hello.to_string().as_bytes(),
-            number: 1,
+            frame: toolgate_protocol::ClientFrame::Hello(hello),
+            number: Some(1),
         });
         owner.flush();
         let events = events.clone();
