@@ -298,10 +298,10 @@ impl Toolgate {
         let call_id = call["callID"].as_str().unwrap_or_default().to_string();
         match self {
             Toolgate::Socket(path) => {
-                // Only a broker of this user's is obeyed (see toolgate::client::open).
-                let stream = toolgate::client::open(
+                // Only a broker of this user's is obeyed (see toolgate::transport::client::open).
+                let stream = toolgate::transport::client::open(
                     path,
-                    std::time::Instant::now() + toolgate::client::CONNECT_WAIT,
+                    std::time::Instant::now() + toolgate::transport::client::CONNECT_WAIT,
                 )
                 .map_err(|err| format!("toolgate: {err}"))?;
                 let mut writer = stream.try_clone().map_err(|err| err.to_string())?;

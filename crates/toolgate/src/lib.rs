@@ -8,24 +8,27 @@
 // stderr is written through `display::say` only (a closed stderr must not panic).
 #![deny(clippy::print_stderr)]
 
-pub mod approver;
+// The core: the broker's state machine and the task that owns it.
 pub mod broker;
+pub mod owner;
+// How frames come and go: the line codec, stdio, the socket and its client,
+// signals.
+pub mod transport;
+// What speaks each agent's language: hooks, the MCP server, settings import.
+pub mod adapters;
+// Who answers questions: the terminal, programs, `toolgate approve`.
+pub mod approver;
+// What is kept on disk: the state directory.
+pub mod store;
+// What the policy asks the disk: repositories and globs.
+pub mod disk;
+// Recorded sessions played back.
+pub mod replay;
+// The rest: the policy file, `check`, `policy`, time and ids, conversions,
+// stderr.
 pub mod check;
-#[cfg(unix)]
-pub mod client;
 pub mod clock;
 pub mod convert;
 pub mod display;
-pub mod globs;
-pub mod hook;
-pub mod import;
-pub mod mcp;
-pub mod owner;
 pub mod policy_cli;
-pub mod replay;
-pub mod repo;
 pub mod setup;
-#[cfg(unix)]
-pub mod socket;
-pub mod state;
-pub mod transport;

@@ -364,7 +364,7 @@ impl Owner {
     /// stopped the broker: a stopped broker denies the calls.
     fn decide(&mut self, conn: ConnId, lines: &mut Lines) {
         // What the disk said about repositories holds for this batch only.
-        crate::repo::next_batch();
+        crate::disk::repo::next_batch();
         let policy = self.broker.policy().clone();
         let mut start = 0;
         while start < lines.len() {
@@ -372,7 +372,7 @@ impl Owner {
             for (_, decoded) in &mut lines[start..end] {
                 decoded.prepare(&policy);
             }
-            let epoch = crate::globs::confirm();
+            let epoch = crate::disk::globs::confirm();
             for (number, slot) in &mut lines[start..end] {
                 let mut decoded = std::mem::replace(slot, Decoded::blank());
                 decoded.confirm_prepared(epoch);

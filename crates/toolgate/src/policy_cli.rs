@@ -3,8 +3,8 @@
 use std::io::Write;
 use std::path::PathBuf;
 
+use crate::adapters::import::{self, Converted, Format};
 use crate::display::shown;
-use crate::import::{self, Converted, Format};
 use crate::setup::{self, Settings};
 
 /// `validate`: load each file as `serve` would (`base` holds the other

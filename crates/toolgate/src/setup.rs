@@ -13,7 +13,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::repo::DiskRepos;
+use crate::disk::repo::DiskRepos;
 use toolgate_policy::opencode::parse_policy_file;
 use toolgate_policy::{normalize, parse_override, Mode, Policy, PolicyError, Sources, UnknownMode};
 
@@ -344,12 +344,14 @@ pub fn load(settings: &Settings) -> Result<Loaded, ConfigError> {
     ));
     // Shell globs are judged by what they match on the disk.
     policy.glob_oracle = Some(Arc::new(if settings.remember_links {
-        crate::globs::DiskGlobs::per_call()
+        crate::disk::globs::DiskGlobs::per_call()
     } else {
-        crate::globs::DiskGlobs::new()
+        crate::disk::globs::DiskGlobs::new()
     }));
-    policy.physical_root =
-        toolgate_policy::GlobOracle::resolve(&crate::globs::DiskGlobs::new(), &policy.project_root);
+    policy.physical_root = toolgate_policy::GlobOracle::resolve(
+        &crate::disk::globs::DiskGlobs::new(),
+        &policy.project_root,
+    );
     warnings.extend(built);
     let configured_mode = settings
         .mode

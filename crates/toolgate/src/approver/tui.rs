@@ -372,9 +372,12 @@ enum FromBroker {
 /// Run `toolgate approve` on `socket`: 0 after `q`, 1 when the connection
 /// is lost or cannot be made.
 pub fn run(socket: &Path) -> i32 {
-    let stream = match crate::client::open(socket, Instant::now() + crate::client::CONNECT_WAIT) {
+    let stream = match crate::transport::client::open(
+        socket,
+        Instant::now() + crate::transport::client::CONNECT_WAIT,
+    ) {
         Ok(stream) => stream,
-        Err(crate::client::ClientError::NoBroker(_, error)) => {
+        Err(crate::transport::client::ClientError::NoBroker(_, error)) => {
             crate::say!(
                 "toolgate approve: no toolgate broker listens on {} ({error}); start it with `toolgate serve --listen unix:{}`",
                 socket.display(),

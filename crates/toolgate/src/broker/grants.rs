@@ -12,7 +12,7 @@ use toolgate_protocol::{ErrorCode, ServerFrame};
 
 use super::outbox::Outbox;
 use super::Broker;
-use crate::state::{Change, StoredGrant};
+use crate::store::{Change, StoredGrant};
 
 /// The grants kept for every session of the project, and the session that
 /// made each.

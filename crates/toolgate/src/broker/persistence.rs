@@ -9,7 +9,7 @@
 
 use super::Broker;
 use crate::clock::Clock;
-use crate::state::{Change, Snapshot, StateError, Store};
+use crate::store::{Change, Snapshot, StateError, Store};
 
 /// Where the state survives restarts, when it does, and what is in force
 /// but not on disk because a write failed.
@@ -261,7 +261,7 @@ impl Unsaved {
 
     /// Name a change that `store` could not write, unless the store writes
     /// nothing by design (another broker holds the file).
-    fn name(&mut self, store: &dyn crate::state::Store, what: impl FnOnce() -> String) {
+    fn name(&mut self, store: &dyn crate::store::Store, what: impl FnOnce() -> String) {
         if store.unsaved().is_none() {
             return;
         }

@@ -194,7 +194,7 @@ impl Decoded {
     /// judges under another policy by then (a reload): it prepares again.
     /// Whether there was a call to prepare. Its disk link answers are not
     /// checked against the inotify queue here: the caller must call
-    /// [`crate::globs::confirm`] and [`Decoded::confirm_prepared`] before the
+    /// [`crate::disk::globs::confirm`] and [`Decoded::confirm_prepared`] before the
     /// broker judges it.
     pub fn prepare(&mut self, policy: &Policy) -> bool {
         let Parsed::Frame(ClientFrame::ToolCall(call), ahead) = &mut self.0 else {
@@ -203,8 +203,8 @@ impl Decoded {
         if ahead.prepared.is_none() {
             // Its link answers are confirmed with the batch's
             // (`confirm_prepared`), not at its first question.
-            ahead.epoch = crate::globs::epoch();
-            ahead.prepared = Some(crate::globs::deferred(|| {
+            ahead.epoch = crate::disk::globs::epoch();
+            ahead.prepared = Some(crate::disk::globs::deferred(|| {
                 policy.prepare(&toolgate_policy::Call {
                     tool: &call.tool,
                     input: &call.input,
@@ -215,7 +215,7 @@ impl Decoded {
         true
     }
 
-    /// After [`crate::globs::confirm`] gave `epoch`: a call prepared before
+    /// After [`crate::disk::globs::confirm`] gave `epoch`: a call prepared before
     /// a change was seen is prepared again when the broker judges it.
     pub fn confirm_prepared(&mut self, epoch: u64) {
         if let Parsed::Frame(ClientFrame::ToolCall(_), ahead) = &mut self.0 {
@@ -235,7 +235,7 @@ pub(super) struct Ahead {
     /// For a `tool_call`: its judgement as far as the policy alone goes
     /// ([`Decoded::prepare`]).
     pub(super) prepared: Option<toolgate_policy::Prepared>,
-    /// [`crate::globs::epoch`] before it was prepared.
+    /// [`crate::disk::globs::epoch`] before it was prepared.
     pub(super) epoch: u64,
 }
 

@@ -16,7 +16,7 @@ use super::grants::{stored_grant, stored_spec};
 use super::outbox::Outbox;
 use super::{Broker, OnAsk};
 use crate::convert;
-use crate::state::{session_fingerprint, Change, StoredClosed, StoredSession};
+use crate::store::{session_fingerprint, Change, StoredClosed, StoredSession};
 
 /// How many ancestors a session may have: a `session_start` that would make
 /// a chain deeper is refused (and shuts the session, like every refused start).

@@ -9,7 +9,7 @@ use toolgate::broker::{Broker, BrokerConfig, OnAsk, Origin};
 use toolgate::clock::{Clock, SystemClock, UuidIds};
 use toolgate::say;
 use toolgate::setup::{self, Settings};
-use toolgate::state::FileStore;
+use toolgate::store::FileStore;
 use toolgate_policy::Mode;
 
 use super::flags::{AskArgs, KeepArgs, LineArgs, OnAskArg, PolicyArgs};

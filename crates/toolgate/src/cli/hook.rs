@@ -1,5 +1,5 @@
 //! `toolgate hook AGENT`: decide the one call of an agent's PreToolUse hook
-//! (see `toolgate::hook`), in-process or by asking a broker (`--socket`).
+//! (see `toolgate::adapters::hook`), in-process or by asking a broker (`--socket`).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -50,7 +50,7 @@ enum HookAgent {
 }
 
 /// `toolgate hook claude|qwen`: decide the one call on stdin, answer on
-/// stdout in the agent's format (see `toolgate::hook`). Never fails open: a
+/// stdout in the agent's format (see `toolgate::adapters::hook`). Never fails open: a
 /// broker that cannot start, input that cannot be read, or an answer that
 /// cannot be written is a denial, or exit code 2 (which the agents read as
 /// "blocked").
@@ -66,7 +66,7 @@ pub fn run(args: HookArgs, outer: ServeArgs, given: &[String]) -> ExitCode {
     } = args;
     let (policy, keep) = (policy.or(outer.policy), keep.or(outer.keep));
     use std::io::Read;
-    use toolgate::hook::{self, Answer};
+    use toolgate::adapters::hook::{self, Answer};
     let agent = match agent {
         HookAgent::Claude => hook::Agent::Claude,
         HookAgent::Qwen => hook::Agent::Qwen,
@@ -111,7 +111,7 @@ pub fn run(args: HookArgs, outer: ServeArgs, given: &[String]) -> ExitCode {
         }
     };
     #[cfg(unix)]
-    if let Some(path) = toolgate::client::chosen_socket(socket.as_deref()) {
+    if let Some(path) = toolgate::transport::client::chosen_socket(socket.as_deref()) {
         // The broker there has its own policy and state: flags that would
         // set up a policy here would be silently ignored, so they are
         // refused; the mode is passed on (the stricter applies).

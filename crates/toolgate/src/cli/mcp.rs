@@ -1,5 +1,5 @@
 //! `toolgate mcp`: Claude Code's permission-prompt tool as an MCP server on
-//! stdio (see `toolgate::mcp`), deciding in-process or asking a broker.
+//! stdio (see `toolgate::adapters::mcp`), deciding in-process or asking a broker.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -33,7 +33,7 @@ pub struct McpArgs {
 }
 
 /// `toolgate mcp`: serve MCP on stdin/stdout until end of input (see
-/// `toolgate::mcp`). A broker that cannot start stops it with exit code 2
+/// `toolgate::adapters::mcp`). A broker that cannot start stops it with exit code 2
 /// before it answers anything, so Claude Code reports the server as failed
 /// (and, without its permission-prompt tool, asks nobody and allows nothing
 /// that its own rules do not allow).
@@ -89,7 +89,7 @@ fn remote(
     given: &[String],
     limit: usize,
 ) -> Result<std::io::Result<()>, ExitCode> {
-    use toolgate::mcp::{self, Remote, Server};
+    use toolgate::adapters::mcp::{self, Remote, Server};
     // The broker there has its own policy, and sessions it may have put in a
     // stricter mode: nothing here may loosen them.
     let given = broker_flags(given, &["max_frame_bytes"]);
@@ -130,7 +130,7 @@ fn in_process(
     mut flags: BrokerFlags,
     limit: usize,
 ) -> Result<std::io::Result<()>, ExitCode> {
-    use toolgate::mcp::{self, InProcess, Server};
+    use toolgate::adapters::mcp::{self, InProcess, Server};
     flags.ask.on_ask = flags.ask.on_ask.or(Some(OnAskArg::Wait));
     let Opened {
         broker,

@@ -186,7 +186,7 @@ pub fn approve(socket: Option<PathBuf>) -> ExitCode {
                 .filter(|value| !value.is_empty())
                 .map(PathBuf::from)
         })
-        .unwrap_or_else(toolgate::socket::default_path);
+        .unwrap_or_else(toolgate::transport::socket::default_path);
     match toolgate::approver::tui::run(&socket) {
         0 => ExitCode::SUCCESS,
         _ => ExitCode::from(1),

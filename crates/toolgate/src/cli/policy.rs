@@ -73,7 +73,7 @@ pub fn run(command: PolicyCommand, outer: ServeArgs) -> ExitCode {
             ))
         }
         PolicyCommand::Import { files, from, agent } => {
-            use toolgate::import::Format;
+            use toolgate::adapters::import::Format;
             let from = from.map(|from| match from {
                 ImportFrom::Claude => Format::Claude,
                 ImportFrom::Qwen => Format::Qwen,

@@ -71,7 +71,7 @@ pub fn run(args: ServeArgs) -> ExitCode {
     });
     #[cfg(unix)]
     if let Some(path) = listen {
-        let listener = match toolgate::socket::listen(&path) {
+        let listener = match toolgate::transport::socket::listen(&path) {
             Ok(listener) => listener,
             Err(err) => {
                 say!("toolgate: {err}");
@@ -79,7 +79,7 @@ pub fn run(args: ServeArgs) -> ExitCode {
             }
         };
         say!("toolgate: listening on {}", path.display());
-        return ended(toolgate::socket::run(
+        return ended(toolgate::transport::socket::run(
             listener,
             broker,
             max_frame_bytes,
@@ -124,7 +124,7 @@ fn listen_path(value: &str) -> Result<PathBuf, String> {
     #[cfg(unix)]
     {
         match value {
-            "unix" | "unix:" => Ok(toolgate::socket::default_path()),
+            "unix" | "unix:" => Ok(toolgate::transport::socket::default_path()),
             _ => match value.strip_prefix("unix:") {
                 Some(path) => Ok(PathBuf::from(path)),
                 None => Err(format!(

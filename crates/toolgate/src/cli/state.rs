@@ -9,7 +9,7 @@ use clap::Subcommand;
 use toolgate::clock::{Clock, SystemClock};
 use toolgate::display::shown;
 use toolgate::say;
-use toolgate::state;
+use toolgate::store;
 
 use super::broker::state_dir_env;
 
@@ -86,7 +86,7 @@ pub fn grants(command: GrantsCommand, outer: Option<PathBuf>) -> ExitCode {
     let mut out = std::io::stdout().lock();
     let (written, code) = match ids {
         None => {
-            let (rows, warnings) = match state::list_grants(&dir) {
+            let (rows, warnings) = match store::list_grants(&dir) {
                 Ok(listed) => listed,
                 Err(err) => {
                     say!("toolgate: {err}");
@@ -105,12 +105,12 @@ pub fn grants(command: GrantsCommand, outer: Option<PathBuf>) -> ExitCode {
                     writeln!(out, "{line}")
                 })
             } else {
-                out.write_all(state::grants_table(&rows).as_bytes())
+                out.write_all(store::grants_table(&rows).as_bytes())
             };
             (written, ExitCode::SUCCESS)
         }
         Some(ids) => {
-            let revoked = match state::revoke_grants(&dir, &ids) {
+            let revoked = match store::revoke_grants(&dir, &ids) {
                 Ok(revoked) => revoked,
                 Err(err) => {
                     say!("toolgate: {err}");
@@ -168,7 +168,7 @@ fn repair(flag: Option<PathBuf>, project_root: Option<PathBuf>) -> ExitCode {
         &cwd,
         std::env::var_os("HOME").map(PathBuf::from).as_deref(),
     );
-    let (repaired, warnings) = match state::repair(&dir, SystemClock::new().wall_ms(), Some(&root))
+    let (repaired, warnings) = match store::repair(&dir, SystemClock::new().wall_ms(), Some(&root))
     {
         Ok(done) => done,
         Err(err) => {

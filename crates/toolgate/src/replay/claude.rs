@@ -105,7 +105,7 @@ pub fn read(text: &str, name: &str) -> Recording {
             .and_then(Value::as_str)
             .filter(|_| record.get("isSidechain").and_then(Value::as_bool) == Some(true));
         let session = match agent {
-            Some(agent) => crate::hook::child_session(main, agent),
+            Some(agent) => crate::adapters::hook::child_session(main, agent),
             None => main.to_string(),
         };
         // The session (and, for a sub-agent, its parent) is started first.

@@ -3,10 +3,15 @@
 //!
 //! - [`lines`]: the one bounded line codec every transport frames with.
 //! - [`stdio`]: `toolgate serve` on stdin and stdout.
+//! - [`socket`]: `serve --listen`, many connections to one broker.
+//! - [`client`]: the one client of a broker's socket (the hook, the MCP
+//!   server and `toolgate approve` use it).
 //! - [`signals`]: SIGTERM, SIGINT and SIGHUP as events.
-//!
-//! The socket (`serve --listen`) is [`crate::socket`].
 
+#[cfg(unix)]
+pub mod client;
 pub mod lines;
 pub mod signals;
+#[cfg(unix)]
+pub mod socket;
 pub mod stdio;

@@ -365,7 +365,7 @@ fn hand_over(events: &mpsc::Sender<Event>, mut event: Event, shared: &Shared) ->
         let policy = policy.get_or_insert_with(|| {
             // What the disk says about repositories is asked afresh for
             // these lines (see `repo::next_batch`).
-            crate::repo::next_batch();
+            crate::disk::repo::next_batch();
             shared.policy.borrow().clone()
         });
         let mut prepared = false;

@@ -13,7 +13,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use toolgate::state::{journal_file, session_fingerprint, state_file};
+use toolgate::store::{journal_file, session_fingerprint, state_file};
 
 use crate::support::{count_type, project_dir, state_dir, Broker};
 

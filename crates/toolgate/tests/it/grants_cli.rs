@@ -219,10 +219,10 @@ fn list_and_revoke_against_a_hand_written_state_dir() {
     // The files are still valid state files, changed only where grants went.
     for path in [&a, &b] {
         let text = std::fs::read_to_string(path).unwrap();
-        toolgate::state::parse_snapshot(&text).unwrap();
+        toolgate::store::parse_snapshot(&text).unwrap();
     }
-    let b_now = toolgate::state::parse_snapshot(&std::fs::read_to_string(&b).unwrap()).unwrap();
-    let b_then = toolgate::state::parse_snapshot(PROJECT_B).unwrap();
+    let b_now = toolgate::store::parse_snapshot(&std::fs::read_to_string(&b).unwrap()).unwrap();
+    let b_then = toolgate::store::parse_snapshot(PROJECT_B).unwrap();
     assert_eq!(b_now.sessions[1], b_then.sessions[1]);
     assert_eq!(b_now.sessions[0].grants, b_then.sessions[0].grants[..1]);
     // Nothing else appeared or went: no temporary files, the unusable ones

@@ -13,7 +13,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use serde_json::Value;
-use toolgate::state::{journal_file, state_file, FileStore, COMPACT_FLOOR_ENV};
+use toolgate::store::{journal_file, state_file, FileStore, COMPACT_FLOOR_ENV};
 
 use crate::support::{self, project_dir, state_dir, Broker, PATIENCE};
 
@@ -69,7 +69,7 @@ fn count_of(lines: &[String], kind: &str) -> usize {
 }
 
 /// The state as a new broker would load it (snapshot and journal).
-fn loaded(root: &Path, state: &Path) -> (toolgate::state::Snapshot, Vec<String>) {
+fn loaded(root: &Path, state: &Path) -> (toolgate::store::Snapshot, Vec<String>) {
     let (_store, snapshot, warnings) = FileStore::open(state, root, 1).unwrap();
     (snapshot, warnings)
 }
@@ -522,7 +522,7 @@ fn compaction_mid_run_keeps_everything() {
     assert_eq!(snapshot.closed.len(), 1);
     assert_eq!(
         snapshot.closed[0].fingerprint,
-        format!("{:016x}", toolgate::state::session_fingerprint("s007"))
+        format!("{:016x}", toolgate::store::session_fingerprint("s007"))
     );
 
     // The ended session stays shut after a restart.

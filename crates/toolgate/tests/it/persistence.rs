@@ -5,7 +5,7 @@
 use serde_json::Value;
 use toolgate::broker::Broker;
 use toolgate::clock::ManualClock;
-use toolgate::state::{MemoryStore, Snapshot, StoredGrant, StoredSession};
+use toolgate::store::{MemoryStore, Snapshot, StoredGrant, StoredSession};
 use toolgate_protocol::ServerFrame;
 
 use crate::support;
@@ -236,26 +236,26 @@ impl Log {
     }
 }
 
-impl toolgate::state::Store for Log {
+impl toolgate::store::Store for Log {
     fn record(
         &mut self,
-        changes: &[toolgate::state::Change],
-    ) -> Result<(), toolgate::state::StateError> {
+        changes: &[toolgate::store::Change],
+    ) -> Result<(), toolgate::store::StateError> {
         self.push(format!("record {}", changes.len()));
         Ok(())
     }
     fn stage(
         &mut self,
-        changes: &[toolgate::state::Change],
-    ) -> Result<(), toolgate::state::StateError> {
+        changes: &[toolgate::store::Change],
+    ) -> Result<(), toolgate::store::StateError> {
         self.push(format!("stage {}", changes.len()));
         Ok(())
     }
-    fn commit(&mut self) -> Result<(), toolgate::state::StateError> {
+    fn commit(&mut self) -> Result<(), toolgate::store::StateError> {
         self.push("commit".to_string());
         Ok(())
     }
-    fn save(&mut self, _: &Snapshot) -> Result<(), toolgate::state::StateError> {
+    fn save(&mut self, _: &Snapshot) -> Result<(), toolgate::store::StateError> {
         self.push("save".to_string());
         Ok(())
     }
@@ -341,7 +341,7 @@ mod journal_matches_the_broker {
 
     use proptest::prelude::*;
     use serde_json::{json, Value};
-    use toolgate::state::{MemoryStore, Snapshot, StoredGrant};
+    use toolgate::store::{MemoryStore, Snapshot, StoredGrant};
     use toolgate_protocol::ServerFrame;
 
     const SESSIONS: [&str; 5] = ["main", "research", "worker", "k", "z"];

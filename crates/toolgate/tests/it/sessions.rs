@@ -211,7 +211,7 @@ fn same_with_and_without_restarts(
     args.push("--state-dir".to_string());
     args.push(state.to_string_lossy().into_owned());
     let env: Vec<(&str, &str)> = compact
-        .map(|bytes| vec![(toolgate::state::COMPACT_FLOOR_ENV, bytes)])
+        .map(|bytes| vec![(toolgate::store::COMPACT_FLOOR_ENV, bytes)])
         .unwrap_or_default();
     let mut restarted = Vec::new();
     let mut from = 0;

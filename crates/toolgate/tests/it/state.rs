@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use toolgate::state::{
+use toolgate::store::{
     list_grants, parse_snapshot, revoke_grants, session_fingerprint, state_file, write_snapshot,
     FileStore, GrantScope, Invalid, IoOp, MemoryStore, Snapshot, StateError, Store, StoredClosed,
     StoredGrant, StoredSession, Task, Unreadable, VERSION,
@@ -464,7 +464,7 @@ fn protocol_md_state_file_example_parses() {
 
 #[test]
 fn the_table_keeps_each_grant_on_one_line() {
-    use toolgate::state::{grants_table, GrantRow};
+    use toolgate::store::{grants_table, GrantRow};
     let row = |id: &str, session: &str, pattern: &str| GrantRow {
         grant_id: id.to_string(),
         scope: GrantScope::Session,
@@ -556,7 +556,7 @@ fn journal_lines(store: &FileStore) -> Vec<String> {
 
 #[test]
 fn records_replay_and_a_stale_journal_is_never_replayed() {
-    use toolgate::state::{journal_file, Change, StoredClosed};
+    use toolgate::store::{journal_file, Change, StoredClosed};
     let dir = scratch("journal-generations");
     let root = Path::new("/work/project");
     let (mut store, _, warnings) = FileStore::open(&dir, root, 1).unwrap();
@@ -621,7 +621,7 @@ fn records_replay_and_a_stale_journal_is_never_replayed() {
 
 #[test]
 fn a_torn_batch_applies_none_of_its_changes() {
-    use toolgate::state::{Change, StoredClosed};
+    use toolgate::store::{Change, StoredClosed};
     let dir = scratch("journal-torn-batch");
     let root = Path::new("/work/project");
     let (mut store, _, _) = FileStore::open(&dir, root, 1).unwrap();
@@ -657,7 +657,7 @@ fn a_torn_batch_applies_none_of_its_changes() {
 
 #[test]
 fn a_restarted_store_appends_to_a_complete_journal() {
-    use toolgate::state::Change;
+    use toolgate::store::Change;
     let dir = scratch("journal-restart-append");
     let root = Path::new("/work/project");
     let main = sample("/work/project").sessions[1].clone();
@@ -692,7 +692,7 @@ fn a_restarted_store_appends_to_a_complete_journal() {
 /// closes a session, and says so line by line.
 #[test]
 fn a_journal_with_an_unreadable_header_is_repaired_to_its_closings() {
-    use toolgate::state::{journal_file, repair, Change};
+    use toolgate::store::{journal_file, repair, Change};
     let dir = scratch("repair-header");
     let root = Path::new("/work/project");
     let main = sample("/work/project").sessions[1].clone();

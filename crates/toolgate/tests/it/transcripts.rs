@@ -367,7 +367,7 @@ fn run_input(name: &str, input: &str) -> (String, Vec<String>) {
     flush(&mut writing);
     // The broker keys its state file by the project root as it sees it (its
     // working directory, symbolic links resolved).
-    let state_file = toolgate::state::state_file(&state, &root.canonicalize().unwrap());
+    let state_file = toolgate::store::state_file(&state, &root.canonicalize().unwrap());
 
     let mut problems = Vec::new();
     let mut earlier: Vec<String> = Vec::new();

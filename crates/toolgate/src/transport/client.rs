@@ -115,13 +115,13 @@ fn timed_out(err: &io::Error) -> bool {
 pub fn open(path: &Path, deadline: Instant) -> Result<UnixStream, ClientError> {
     let untrusted = |why| ClientError::Untrusted(path.to_path_buf(), why);
     let no_broker = |err| ClientError::NoBroker(path.to_path_buf(), err);
-    let uid = crate::socket::my_uid();
+    let uid = crate::transport::socket::my_uid();
     // Checked and connected through the real path, so that no link on the
     // way can be pointed elsewhere in between.
     let real = std::fs::canonicalize(path).map_err(no_broker)?;
     let dir = real.parent().unwrap_or(Path::new("/"));
     let meta = std::fs::metadata(dir).map_err(no_broker)?;
-    if let Some(why) = crate::socket::unsafe_directory(dir, &meta, uid) {
+    if let Some(why) = crate::transport::socket::unsafe_directory(dir, &meta, uid) {
         return Err(untrusted(why));
     }
     let meta = std::fs::metadata(&real).map_err(no_broker)?;
@@ -143,7 +143,7 @@ pub fn open(path: &Path, deadline: Instant) -> Result<UnixStream, ClientError> {
         }
     })?;
     stream.set_write_timeout(None).map_err(ClientError::Io)?;
-    match crate::socket::peer_uid(&stream) {
+    match crate::transport::socket::peer_uid(&stream) {
         Ok(None) => {}
         Ok(Some(peer)) if peer == uid => {}
         Ok(Some(peer)) => {

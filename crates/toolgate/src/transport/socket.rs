@@ -544,7 +544,7 @@ async fn read_connection(
         // Decoded and prepared here: the owner decides the other
         // connections' lines meanwhile. What the disk says about
         // repositories is asked afresh for these lines.
-        crate::repo::next_batch();
+        crate::disk::repo::next_batch();
         let policy = shared.policy.borrow().clone();
         let mut lines: Lines = Vec::new();
         loop {

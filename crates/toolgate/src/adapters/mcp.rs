@@ -33,8 +33,8 @@ use std::io::{BufRead, Read, Write};
 use serde_json::{json, Map, Value};
 use toolgate_policy::Mode;
 
+use crate::adapters::hook;
 use crate::broker::{Broker, Input};
-use crate::hook;
 
 /// The versions served through the `initialize` handshake, oldest first.
 pub const HANDSHAKE_VERSIONS: [&str; 4] = ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
@@ -318,11 +318,11 @@ fn half_close(link: &Link) {
 
 /// Why a call could not be put to the broker at `path`.
 #[cfg(unix)]
-fn refused(path: &str, err: crate::client::ClientError) -> String {
+fn refused(path: &str, err: crate::transport::client::ClientError) -> String {
     match err {
-        crate::client::ClientError::TimedOut => format!(
+        crate::transport::client::ClientError::TimedOut => format!(
             "toolgate: the broker at {path} did not take the call within {} s (it is stopped or stuck)",
-            crate::client::CONNECT_WAIT.as_secs()
+            crate::transport::client::CONNECT_WAIT.as_secs()
         ),
         err => format!("toolgate: {err}"),
     }
@@ -332,12 +332,12 @@ fn refused(path: &str, err: crate::client::ClientError) -> String {
 /// `tool_call` already sent).
 #[cfg(unix)]
 fn exchange(
-    mut client: crate::client::Client,
+    mut client: crate::transport::client::Client,
     path: &str,
     session: &str,
     call: &str,
 ) -> Result<Verdict, String> {
-    use crate::client::{ClientError, Outcome};
+    use crate::transport::client::{ClientError, Outcome};
     match client.call(&[], session, call, None) {
         Ok(Outcome::Decided(decision)) if decision.source == toolgate_protocol::Source::Cancel => {
             Ok(Verdict::Deny(WITHDRAWN.to_string()))
@@ -400,7 +400,7 @@ impl Decide for Remote {
     /// that does not answer (stopped, stuck) holds that thread, never the
     /// server, which goes on answering pings and reading its input. Taking
     /// the call (connecting, `ready`, the call written) is bounded by
-    /// [`crate::client::CONNECT_WAIT`]; the decision may take a person's
+    /// [`crate::transport::client::CONNECT_WAIT`]; the decision may take a person's
     /// time, until the call is withdrawn.
     fn start(&mut self, approval: &Approval) -> Started {
         let call = self.call_id(approval);
@@ -414,8 +414,8 @@ impl Decide for Remote {
         let run = move || -> Verdict {
             let shown = path.display().to_string();
             let refused = |err| refused(&shown, err);
-            let deadline = std::time::Instant::now() + crate::client::CONNECT_WAIT;
-            let stream = match crate::client::open(&path, deadline) {
+            let deadline = std::time::Instant::now() + crate::transport::client::CONNECT_WAIT;
+            let stream = match crate::transport::client::open(&path, deadline) {
                 Ok(stream) => stream,
                 Err(err) => return Verdict::Deny(refused(err)),
             };
@@ -426,7 +426,7 @@ impl Decide for Remote {
                 }
                 link.stream = stream.try_clone().ok();
             }
-            let mut client = match crate::client::Client::handshake(
+            let mut client = match crate::transport::client::Client::handshake(
                 stream,
                 toolgate_protocol::Role::Agent,
                 "mcp",
@@ -445,7 +445,7 @@ impl Decide for Remote {
                 }
                 if let Err(err) = client.send(&frame) {
                     return Verdict::Deny(match err {
-                        crate::client::ClientError::TimedOut => refused(err),
+                        crate::transport::client::ClientError::TimedOut => refused(err),
                         err => format!(
                             "toolgate: the connection to the broker at {shown} broke: {err}"
                         ),

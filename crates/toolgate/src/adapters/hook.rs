@@ -303,7 +303,7 @@ pub fn decide_remote(
     socket: &std::path::Path,
     wait: std::time::Duration,
 ) -> Answer {
-    use crate::client::{Client, ClientError, Outcome};
+    use crate::transport::client::{Client, ClientError, Outcome};
     let deadline = std::time::Instant::now() + wait;
     let parsed = match parse(agent, input, flag, Mode::Ask) {
         Ok(parsed) => parsed,
