@@ -21,7 +21,6 @@ use tokio_util::sync::CancellationToken;
 use toolgate_policy::Policy;
 use toolgate_protocol::{ClientFrame, PermissionResponse};
 
-use crate::approver::InProcess;
 use crate::broker::{Broker, ConnId, Decoded, Input, Output};
 
 /// Lines a reader decoded, each with its number on its connection.
@@ -85,7 +84,17 @@ pub enum Sink {
     /// JSON lines, drained by the connection's writer.
     Lines(Outbox),
     /// An approver inside this process, handed each frame.
-    Approver(InProcess),
+    Approver(Box<dyn Deliver>),
+}
+
+/// An approver inside this process (`serve --approver`): it is handed the
+/// frames the broker addresses to its connection, and its answers come
+/// back as [`Event::Answer`]s.
+pub trait Deliver: Send {
+    /// A frame for the approver: a question, one that ended, an error.
+    fn deliver(&self, frame: &toolgate_protocol::ServerFrame);
+    /// The broker stopped: end what still runs.
+    fn stop(&self);
 }
 
 /// A connection's queue of encoded frames: chunks of whole lines with how

@@ -65,10 +65,12 @@ impl InProcess {
             }
         })
     }
+}
 
+impl crate::owner::Deliver for InProcess {
     /// A frame the broker addressed to this approver: a question to ask, or
     /// one that ended (anything else is logged).
-    pub fn deliver(&self, frame: &ServerFrame) {
+    fn deliver(&self, frame: &ServerFrame) {
         match (self, frame) {
             (InProcess::Tty(tty), ServerFrame::PermissionRequest(request)) => {
                 tty.ask(toolgate_protocol::PermissionRequest::clone(request))
@@ -90,44 +92,9 @@ impl InProcess {
     }
 
     /// The broker stopped: end what still runs.
-    pub fn stop(&self) {
+    fn stop(&self) {
         if let InProcess::Command(command) = self {
             command.stop_all();
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-
-    use super::*;
-
-    #[test]
-    fn specs() {
-        let table = [
-            ("tty", Ok(Spec::Tty)),
-            ("command:./a.sh --x", Ok(Spec::Command("./a.sh --x".into()))),
-            ("command:echo a:b", Ok(Spec::Command("echo a:b".into()))),
-            (
-                "command:",
-                Err("command: needs a program, e.g. command:./approve.sh".to_string()),
-            ),
-            (
-                "command:  ",
-                Err("command: needs a program, e.g. command:./approve.sh".to_string()),
-            ),
-            (
-                "tty:",
-                Err("unknown approver `tty:` (expected tty or command:PROG)".to_string()),
-            ),
-            (
-                "gui",
-                Err("unknown approver `gui` (expected tty or command:PROG)".to_string()),
-            ),
-        ];
-        for (text, want) in table {
-            assert_eq!(parse_spec(text), want, "{text}");
         }
     }
 }

@@ -56,7 +56,11 @@ pub fn run(args: ServeArgs) -> ExitCode {
                         toolgate::approver::Spec::Tty => "tty",
                         toolgate::approver::Spec::Command(_) => "command",
                     };
-                    Some((approver, name, answered))
+                    Some((
+                        Box::new(approver) as Box<dyn toolgate::owner::Deliver>,
+                        name,
+                        answered,
+                    ))
                 }
                 Err(err) => {
                     say!("toolgate: --approver tty: cannot open /dev/tty: {err}");

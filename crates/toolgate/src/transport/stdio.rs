@@ -22,9 +22,8 @@ use std::time::Duration;
 use tokio::sync::mpsc::{self, error::TrySendError};
 use tokio::sync::oneshot;
 
-use crate::approver::InProcess;
 use crate::broker::{Broker, ConnId, Input};
-use crate::owner::{Backlog, Chunk, Direct, Event, Lines, Outbox, Owner, Shared, Sink};
+use crate::owner::{Backlog, Chunk, Deliver, Direct, Event, Lines, Outbox, Owner, Shared, Sink};
 use crate::transport::lines::{decode, Reader};
 use crate::transport::signals::{self, Reloader};
 
@@ -55,7 +54,7 @@ const STOP_PATIENCE: Duration = Duration::from_secs(5);
 /// An in-process approver for `serve --approver`: the approver, its name
 /// for `hello`, and the channel its answers come on.
 pub type Approver = (
-    InProcess,
+    Box<dyn Deliver>,
     &'static str,
     std::sync::mpsc::Receiver<toolgate_protocol::PermissionResponse>,
 );
