@@ -200,6 +200,12 @@ pub struct Shared {
 /// in this CPU's cache when they are decided.
 const CONFIRMED: usize = 32;
 
+/// The largest chunk kept for reuse.
+const SPARE_MAX: usize = 1 << 22;
+
+/// A connection's frames are handed over once they fill this many bytes.
+const CHUNK: usize = 32 * 1024;
+
 /// The broker and where its frames go.
 pub struct Owner {
     broker: Broker,
@@ -211,6 +217,10 @@ pub struct Owner {
     chunks: Vec<(ConnId, Vec<u8>, usize)>,
     /// Frames for in-process approvers, handed over after the commit.
     held: Vec<(ConnId, toolgate_protocol::ServerFrame)>,
+    /// A chunk the owner wrote itself, kept to encode the next into: a
+    /// batch of plan-mode denials is over a megabyte, not worth growing
+    /// anew each time.
+    spare: Vec<u8>,
     /// How many frames may wait for a connection; past it the connection
     /// is closed (`None`: never; its reader holds back instead).
     limit: Option<usize>,
@@ -231,6 +241,7 @@ impl Owner {
             out: Vec::new(),
             chunks: Vec::new(),
             held: Vec::new(),
+            spare: Vec::new(),
             limit,
             answers: HashMap::new(),
             policy,
@@ -400,6 +411,7 @@ impl Owner {
     /// in the cache, and handed over by [`Owner::flush`].
     pub fn step(&mut self, input: Input<'_>) {
         self.broker.step(input, &mut self.out);
+        let mut full = false;
         for Output { to, frame } in self.out.drain(..) {
             let conn = to.conn();
             match self.sinks.get(&conn) {
@@ -410,7 +422,11 @@ impl Owner {
                     let index = match self.chunks.iter().position(|(c, ..)| *c == conn) {
                         Some(index) => index,
                         None => {
-                            self.chunks.push((conn, Vec::with_capacity(512), 0));
+                            let chunk = match self.spare.capacity() {
+                                0 => Vec::with_capacity(512),
+                                _ => std::mem::take(&mut self.spare),
+                            };
+                            self.chunks.push((conn, chunk, 0));
                             self.chunks.len() - 1
                         }
                     };
@@ -421,8 +437,16 @@ impl Owner {
                         Ok(()) => *count += 1,
                         Err(err) => tracing::warn!(%err, "a frame could not be written"),
                     }
+                    full |= chunk.len() >= CHUNK;
                 }
             }
+        }
+        // A flood's frames go out in chunks of about [`CHUNK`] bytes, not a
+        // whole batch at once: the writer starts sooner and no buffer of a
+        // megabyte (a batch of plan-mode denials) is grown and freed per
+        // batch.
+        if full {
+            self.flush();
         }
     }
 
@@ -453,6 +477,11 @@ impl Owner {
             // Nothing waits ahead of these frames: the owner may write them
             // itself when that cannot block.
             if waiting == 0 && outbox.direct.as_ref().is_some_and(|d| d.write_now(&chunk)) {
+                if chunk.capacity() <= SPARE_MAX {
+                    let mut chunk = chunk;
+                    chunk.clear();
+                    self.spare = chunk;
+                }
                 continue;
             }
             outbox.backlog.frames.fetch_add(count, Ordering::AcqRel);

@@ -44,7 +44,7 @@ const QUEUED: usize = 2;
 
 /// While this many frames wait for stdout, stdin is not read (backpressure,
 /// as a pipe gives).
-const HIGH_WATER: usize = 4096;
+const HIGH_WATER: usize = BATCH;
 
 /// How long, after SIGTERM or SIGINT, the denials may take to be written
 /// (and the reader to hand over what it read) before the process ends
