@@ -199,6 +199,10 @@ pub struct Reader<R> {
     input: R,
     codec: LineCodec,
     buf: BytesMut,
+    /// What each read lands in, zeroed once: reading into `buf` directly
+    /// would zero [`READ_CHUNK`] bytes per read (safe code cannot read into
+    /// uninitialised memory), a cost a call made one at a time pays in full.
+    scratch: Box<[u8]>,
     ended: bool,
 }
 
@@ -209,6 +213,7 @@ impl<R: Read> Reader<R> {
             input,
             codec: LineCodec::new(max),
             buf: BytesMut::with_capacity(READ_CHUNK),
+            scratch: vec![0; READ_CHUNK].into_boxed_slice(),
             ended: false,
         }
     }
@@ -233,23 +238,15 @@ impl<R: Read> Reader<R> {
 
     /// Read once more from the input (end of input is remembered).
     fn fill(&mut self) -> io::Result<()> {
-        let held = self.buf.len();
-        self.buf.resize(held + READ_CHUNK, 0);
-        let read = loop {
-            match self.input.read(&mut self.buf[held..]) {
+        loop {
+            match self.input.read(&mut self.scratch) {
+                Ok(count) => {
+                    self.buf.extend_from_slice(&self.scratch[..count]);
+                    self.ended = count == 0;
+                    return Ok(());
+                }
                 Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
-                other => break other,
-            }
-        };
-        match read {
-            Ok(count) => {
-                self.buf.truncate(held + count);
-                self.ended = count == 0;
-                Ok(())
-            }
-            Err(err) => {
-                self.buf.truncate(held);
-                Err(err)
+                Err(err) => return Err(err),
             }
         }
     }
