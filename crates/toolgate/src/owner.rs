@@ -115,6 +115,23 @@ pub struct Outbox {
 /// Whole encoded frames, and how many.
 pub type Chunk = (Vec<u8>, usize);
 
+/// A writer's next write: `first` and whatever else is queued behind it,
+/// up to about 64 KB (one system call for a flood, one per chunk when calls
+/// come one at a time).
+pub fn gather(first: Chunk, chunks: &mut mpsc::UnboundedReceiver<Chunk>) -> Chunk {
+    let (mut buffer, mut count) = first;
+    while buffer.len() < 1 << 16 {
+        match chunks.try_recv() {
+            Ok((more, frames)) => {
+                buffer.extend_from_slice(&more);
+                count += frames;
+            }
+            Err(_) => break,
+        }
+    }
+    (buffer, count)
+}
+
 /// An output the owner may write to itself, saving the hand-over to the
 /// writer (a wake-up of another thread per frame, when calls come one at a
 /// time): only when the write cannot block, so the owner never waits on a

@@ -472,18 +472,10 @@ async fn write_connection(
             next = chunks.recv() => next,
             () = close.cancelled() => break,
         };
-        let Some((mut buffer, mut count)) = next else {
+        let Some(first) = next else {
             break;
         };
-        while buffer.len() < 1 << 16 {
-            match chunks.try_recv() {
-                Ok((more, frames)) => {
-                    buffer.extend_from_slice(&more);
-                    count += frames;
-                }
-                Err(_) => break,
-            }
-        }
+        let (buffer, count) = crate::owner::gather(first, &mut chunks);
         if !broken {
             let written = tokio::select! {
                 written = writing.write_all(&buffer) => written,

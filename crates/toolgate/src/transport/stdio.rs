@@ -484,16 +484,8 @@ fn write_out<W: Write>(
     mut chunks: mpsc::UnboundedReceiver<Chunk>,
     backlog: &Backlog,
 ) {
-    while let Some((mut buffer, mut count)) = chunks.blocking_recv() {
-        while buffer.len() < 1 << 16 {
-            match chunks.try_recv() {
-                Ok((more, frames)) => {
-                    buffer.extend_from_slice(&more);
-                    count += frames;
-                }
-                Err(_) => break,
-            }
-        }
+    while let Some(first) = chunks.blocking_recv() {
+        let (buffer, count) = crate::owner::gather(first, &mut chunks);
         out.write(&buffer);
         backlog.written(count);
     }
