@@ -102,13 +102,7 @@ fn remote(
         return Err(ExitCode::from(2));
     }
     let mut server = Server::new(Remote::new(path, session));
-    let stdin = std::io::stdin();
-    Ok(mcp::run(
-        stdin.lock(),
-        std::io::stdout(),
-        &mut server,
-        limit,
-    ))
+    Ok(mcp::serve(&mut server, limit))
 }
 
 /// No Unix sockets here: `--socket` cannot be served.
@@ -144,11 +138,5 @@ fn in_process(
         configured_mode,
         policy.default_mode,
     ));
-    let stdin = std::io::stdin();
-    Ok(mcp::run(
-        stdin.lock(),
-        std::io::stdout(),
-        &mut server,
-        limit,
-    ))
+    Ok(mcp::serve(&mut server, limit))
 }

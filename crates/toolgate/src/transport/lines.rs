@@ -252,6 +252,43 @@ impl<R: Read> Reader<R> {
     }
 }
 
+/// [`LineCodec`] over a tokio reader (the MCP server's stdin, a client's
+/// connection to a broker).
+pub struct AsyncReader<R> {
+    input: R,
+    codec: LineCodec,
+    buf: BytesMut,
+    ended: bool,
+}
+
+impl<R: tokio::io::AsyncRead + Unpin> AsyncReader<R> {
+    /// Lines of at most `max` bytes from `input`.
+    pub fn new(input: R, max: usize) -> AsyncReader<R> {
+        AsyncReader {
+            input,
+            codec: LineCodec::new(max),
+            buf: BytesMut::with_capacity(READ_CHUNK),
+            ended: false,
+        }
+    }
+
+    /// The next line, reading as much as it takes; `None` at end of input.
+    /// Cancel-safe: a line partly read stays buffered for the next call.
+    pub async fn next_line(&mut self) -> io::Result<Option<Line<Bytes>>> {
+        use tokio::io::AsyncReadExt;
+        loop {
+            if self.ended {
+                return self.codec.decode_eof(&mut self.buf);
+            }
+            if let Some(line) = self.codec.decode(&mut self.buf)? {
+                return Ok(Some(line));
+            }
+            self.buf.reserve(READ_CHUNK);
+            self.ended = self.input.read_buf(&mut self.buf).await? == 0;
+        }
+    }
+}
+
 /// The UTF-8 byte order mark, skipped at the very start of the input only.
 const BOM: &[u8] = b"\xEF\xBB\xBF";
 

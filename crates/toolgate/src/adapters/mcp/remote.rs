@@ -1,0 +1,213 @@
+//! Deciding with the broker listening on a Unix socket (`toolgate serve
+//! --listen unix:PATH`): each call is a future on the server's runtime, on
+//! a connection of its own, so a call a person takes long over, or a broker
+//! that is stopped, holds nothing but that future.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+use toolgate_protocol::{Role, Source};
+
+use super::decide::{Approval, Decide, Started, Verdict};
+use crate::transport::client::{self, ClientError, Connection, Outcome, CONNECT_WAIT};
+
+/// Decides with the broker listening on a Unix socket, as a client of it
+/// (role `agent`, client `mcp`): the broker's policy, sessions and grants
+/// apply, and its approvers answer what asks. Fail closed: no broker there,
+/// a connection that breaks, an error from the broker, or a question no
+/// approver can see is a denial.
+pub struct Remote {
+    path: PathBuf,
+    session: String,
+    calls: u64,
+}
+
+impl Remote {
+    /// Ask the broker at `path`, in `session` (whose mode is the broker's).
+    pub fn new(path: PathBuf, session: String) -> Remote {
+        Remote {
+            path,
+            session,
+            calls: 0,
+        }
+    }
+}
+
+impl Decide for Remote {
+    /// The call is put to the broker by a future of its own. Taking the
+    /// call (connecting, `ready`, the call written) is bounded by
+    /// [`CONNECT_WAIT`]; the decision may take a person's time, until the
+    /// call is withdrawn.
+    fn start(&mut self, approval: &Approval, withdrawn: CancellationToken) -> Started {
+        self.calls += 1;
+        let call = approval
+            .tool_use_id
+            .clone()
+            .filter(|id| !id.is_empty())
+            .unwrap_or_else(|| format!("mcp-{}-{}", std::process::id(), self.calls));
+        let asking = Asking {
+            frame: call_frame(&self.session, &call, approval),
+            path: self.path.clone(),
+            session: self.session.clone(),
+            call,
+        };
+        Started::Later(Box::pin(async move {
+            asking.ask(withdrawn).await.unwrap_or_else(Verdict::Deny)
+        }))
+    }
+}
+
+/// The `tool_call` frame asking about `approval` as call `call` of `session`.
+fn call_frame(session: &str, call: &str, approval: &Approval) -> Value {
+    let mut frame = json!({
+        "type": "tool_call",
+        "sessionID": session,
+        "callID": call,
+        "tool": approval.tool_name,
+        "input": approval.input,
+    });
+    if let Ok(cwd) = std::env::current_dir() {
+        frame["cwd"] = json!(cwd.to_string_lossy());
+    }
+    frame
+}
+
+/// How long a withdrawn call waits for the broker to say how it ended
+/// before it stops waiting (and denies).
+const WITHDRAW_GRACE: Duration = Duration::from_secs(5);
+
+/// How long a call withdrawn before it was sent waits for the broker to
+/// take it (connected, `ready`): a broker that does is sent the call and
+/// then the withdrawal; one that does not is cut off, the call never sent.
+const TAKE_GRACE: Duration = Duration::from_secs(1);
+
+/// The denial of a call withdrawn before the broker decided it.
+const WITHDRAWN: &str = "toolgate: the call was withdrawn before the broker decided (the client cancelled it or closed its input)";
+
+/// One call put to the broker.
+struct Asking {
+    path: PathBuf,
+    session: String,
+    call: String,
+    frame: Value,
+}
+
+impl Asking {
+    /// Put the call to the broker and wait for its decision; `Err` is the
+    /// denial's message. A withdrawal always reaches the broker after the
+    /// call, so whatever the broker decided before it stands and what it
+    /// had not decided it denies (and says so): a sent call's connection is
+    /// half-closed at once; a call not sent yet is sent if the broker takes
+    /// it within [`TAKE_GRACE`], and then withdrawn, else its connection is
+    /// dropped and the call never sent.
+    async fn ask(&self, withdrawn: CancellationToken) -> Result<Verdict, String> {
+        let taking = self.take();
+        tokio::pin!(taking);
+        let (mut connection, early) = tokio::select! {
+            taken = &mut taking => (taken?, false),
+            () = withdrawn.cancelled() => match tokio::time::timeout(TAKE_GRACE, &mut taking).await {
+                Ok(taken) => (taken?, true),
+                Err(_) => return Ok(Verdict::Deny(WITHDRAWN.to_string())),
+            },
+        };
+        let deciding = connection.incoming.outcome(&self.session, &self.call);
+        tokio::pin!(deciding);
+        let decided = if early {
+            None
+        } else {
+            tokio::select! {
+                decided = &mut deciding => Some(decided),
+                () = withdrawn.cancelled() => None,
+            }
+        };
+        let decided = match decided {
+            Some(decided) => decided,
+            None => {
+                connection.outgoing.close().await;
+                match tokio::time::timeout(WITHDRAW_GRACE, &mut deciding).await {
+                    Ok(decided) => decided,
+                    Err(_) => return Ok(Verdict::Deny(WITHDRAWN.to_string())),
+                }
+            }
+        };
+        let shown = self.path.display();
+        match decided {
+            Ok(Outcome::Decided(decision)) if decision.source == Source::Cancel => {
+                Ok(Verdict::Deny(WITHDRAWN.to_string()))
+            }
+            Ok(Outcome::Decided(decision)) => Ok(verdict(
+                &serde_json::to_value(&decision).unwrap_or(Value::Null),
+            )),
+            Ok(Outcome::Asked(request)) => {
+                // No approver is connected: the question came back to us,
+                // and nobody here can answer it.
+                let why = request
+                    .metadata
+                    .get("reason")
+                    .and_then(Value::as_str)
+                    .unwrap_or("the policy asks a person first")
+                    .to_string();
+                connection
+                    .outgoing
+                    .withdraw(&self.session, &self.call)
+                    .await;
+                Err(format!(
+                    "toolgate: {why}; no approver is connected to the broker at {shown} (start one with `toolgate approve --socket {shown}`)"
+                ))
+            }
+            Err(ClientError::Protocol(message)) => {
+                Err(format!("toolgate: the broker refused the call: {message}"))
+            }
+            Err(ClientError::Closed) => Err(format!(
+                "toolgate: the connection to the broker at {shown} ended before a decision (the call was withdrawn, or the broker stopped)"
+            )),
+            Err(err) => Err(format!("toolgate: {err}")),
+        }
+    }
+
+    /// Connect, be greeted and send the call, within [`CONNECT_WAIT`].
+    async fn take(&self) -> Result<Connection, String> {
+        let deadline = Instant::now() + CONNECT_WAIT;
+        let shown = self.path.display();
+        let mut connection = Connection::open(&self.path, Role::Agent, "mcp", deadline)
+            .await
+            .map_err(|err| refused(&shown, err))?;
+        match client::within(deadline, connection.outgoing.send(&self.frame)).await {
+            Ok(()) => Ok(connection),
+            Err(err @ ClientError::TimedOut) => Err(refused(&shown, err)),
+            Err(err) => Err(format!(
+                "toolgate: the connection to the broker at {shown} broke: {err}"
+            )),
+        }
+    }
+}
+
+/// Why a call could not be put to the broker at `path`.
+fn refused(path: &impl std::fmt::Display, err: ClientError) -> String {
+    match err {
+        ClientError::TimedOut => format!(
+            "toolgate: the broker at {path} did not take the call within {} s (it is stopped or stuck)",
+            CONNECT_WAIT.as_secs()
+        ),
+        err => format!("toolgate: {err}"),
+    }
+}
+
+/// The verdict a broker's `decision` frame carries: its reason, the
+/// approver's message and the mode's reminder make the denial's message.
+fn verdict(decision: &Value) -> Verdict {
+    let text = |key: &str| decision.get(key).and_then(Value::as_str);
+    if text("decision") == Some("allow") {
+        return Verdict::Allow;
+    }
+    let mut message = format!("toolgate: {}", text("reason").unwrap_or("denied"));
+    if let Some(said) = text("message") {
+        message = format!("{message}: {said}");
+    }
+    if let Some(reminder) = text("reminder") {
+        message = format!("{message}\n\n{reminder}");
+    }
+    Verdict::Deny(message)
+}
