@@ -14,12 +14,14 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{
-    check_change, fingerprint_value, journal_file, load, lock, parse_state, project_paths, record,
-    session_fingerprint, split_torn, state_file, sync_dir, write_snapshot, Change, IoOp,
-    JournalHeader, Loaded, Materialised, Snapshot, StateError, StoredClosed, StoredSession, Task,
-    VERSION,
+use super::error::{IoOp, StateError, Task};
+use super::files::{journal_file, lock, project_paths, state_file, sync_dir, write_snapshot};
+use super::format::{
+    check_change, fingerprint_value, parse_state, record, root_string, session_fingerprint, Change,
+    JournalHeader, Snapshot, StoredClosed, StoredSession, VERSION,
 };
+use super::load::{load, split_torn, Loaded};
+use super::materialised::Materialised;
 
 /// What repairing one project's state did.
 #[derive(Debug, Clone, PartialEq)]
@@ -363,7 +365,7 @@ fn repair_unreadable(
     let journal = journal_file(path);
     let journal_bytes = std::fs::read(&journal).ok();
     let named: Option<String> = value_after(&text, "projectRoot");
-    let given = project_root.map(super::root_string);
+    let given = project_root.map(root_string);
     let Some(root) = [named, given]
         .into_iter()
         .flatten()
