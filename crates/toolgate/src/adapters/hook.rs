@@ -20,6 +20,7 @@ use serde_json::{json, Map, Value};
 use toolgate_policy::Mode;
 use toolgate_protocol::{ClientFrame, ServerFrame, Verdict};
 
+use super::bind::Binding;
 use crate::broker::{Broker, Input};
 
 /// The agents whose hook protocol this module speaks.
@@ -219,6 +220,7 @@ pub fn decide(
     input: &Value,
     flag: Option<Mode>,
     default: Mode,
+    binding: &Binding,
     broker: &mut Broker,
 ) -> Answer {
     let mut parsed = match parse(agent, input, flag, default) {
@@ -226,13 +228,18 @@ pub fn decide(
         Err(answer) => return answer,
     };
     let (session, mode) = (parsed.session, parsed.mode);
+    // The orchestrator's parent and scope bind the agent's session first.
+    let bind = match binding.start(session, flag.map(Mode::as_str)) {
+        Ok(bind) => bind,
+        Err(err) => return Answer::deny(format!("toolgate hook: {err}")),
+    };
     let set_mode = |session: &str| {
         ClientFrame::SetMode(toolgate_protocol::SetMode {
             session_id: session.to_string(),
             mode: mode.as_str().to_string(),
         })
     };
-    let mut frames = Vec::new();
+    let mut frames: Vec<ClientFrame> = bind.into_iter().collect();
     let caller = match &parsed.sub_agent {
         None => {
             frames.push(set_mode(session));
@@ -300,6 +307,7 @@ pub fn decide_remote(
     agent: Agent,
     input: &Value,
     flag: Option<Mode>,
+    binding: &Binding,
     socket: &std::path::Path,
     wait: std::time::Duration,
 ) -> Answer {
@@ -311,6 +319,9 @@ pub fn decide_remote(
     };
     let (session, mode) = (parsed.session, parsed.mode);
     let mut frames = Vec::new();
+    if !binding.is_empty() {
+        frames.push(binding.start_json(session, flag.map(Mode::as_str)));
+    }
     let caller = match &parsed.sub_agent {
         None => {
             // Without a mode of its own or --mode, the broker's mode holds.

@@ -1,11 +1,14 @@
 //! What speaks each agent's language and turns it into the broker's.
 //!
+//! - [`bind`]: an agent put under a parent session, within a scope, by
+//!   the orchestrator that starts it.
 //! - [`hook`]: one tool call from an agent's hook (Claude Code, Codex,
 //!   Gemini CLI, qwen-code), decided in-process or by a running broker.
 //! - [`mcp`]: `toolgate mcp`, Claude Code's permission-prompt tool.
 //! - [`import`]: `toolgate import`, other agents' permission settings as
 //!   a policy.
 
+pub mod bind;
 pub mod hook;
 pub mod import;
 pub mod mcp;

@@ -10,6 +10,7 @@
 //! | [`KeepArgs`] | `--state-dir --audit` | serve, hook, mcp |
 //! | [`LineArgs`] | `--max-frame-bytes` | serve, mcp |
 //! | [`ServeArgs`] | the four above, `--approver --listen` | serve |
+//! | [`BindArgs`] | `--parent --scope --scope-file` | hook, mcp |
 //!
 //! A client of a broker (`hook --socket`, `mcp --socket`) decides nothing
 //! itself: every flag of these groups then belongs to the broker and is
@@ -20,6 +21,34 @@ use std::path::PathBuf;
 use clap::{Args, ValueEnum};
 use toolgate::setup::{parse_mode, ConfigError};
 use toolgate_policy::Mode;
+
+/// Where an orchestrator puts the agent it starts (see
+/// `toolgate::adapters::bind`). Not a broker flag: a client of a broker
+/// passes it on, as a `session_start`.
+#[derive(Debug, Clone, Default, Args)]
+pub struct BindArgs {
+    /// Start the agent's session under this session the first time it is
+    /// seen (its calls are then never allowed more than the parent's).
+    /// Also TOOLGATE_PARENT.
+    #[arg(long, value_name = "ID")]
+    pub parent: Option<String>,
+    /// The agent's session scope, as session_start's `permissions` JSON,
+    /// e.g. '{"allowedTools":["Read","Grep"]}' (added to the parent's, so
+    /// never wider). Also TOOLGATE_SCOPE.
+    #[arg(long, value_name = "JSON", conflicts_with = "scope_file")]
+    pub scope: Option<String>,
+    /// The same scope read from a file. Also TOOLGATE_SCOPE_FILE.
+    #[arg(long, value_name = "FILE")]
+    pub scope_file: Option<PathBuf>,
+}
+
+impl BindArgs {
+    /// The binding these flags (or the environment) give; `Err` says what
+    /// cannot be used.
+    pub fn resolve(self) -> Result<toolgate::adapters::bind::Binding, String> {
+        toolgate::adapters::bind::Binding::resolve(self.parent, self.scope, self.scope_file)
+    }
+}
 
 /// How the policy is found and built.
 #[derive(Debug, Clone, Default, Args)]

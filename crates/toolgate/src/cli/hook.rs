@@ -9,7 +9,9 @@ use clap::{Args, ValueEnum};
 use toolgate::say;
 
 use super::broker::{open, BrokerFlags, Opened};
-use super::flags::{broker_flags, AskArgs, KeepArgs, OnAskArg, PolicyArgs, ServeArgs};
+use super::flags::{
+    broker_flags, AskArgs, BindArgs, KeepArgs, OnAskArg, PolicyArgs, ServeArgs,
+};
 
 /// The flags of `toolgate hook`.
 #[derive(Debug, Args)]
@@ -31,6 +33,8 @@ pub struct HookArgs {
     /// when it runs out. [default: 50]
     #[arg(long, value_name = "SECS")]
     wait: Option<u64>,
+    #[command(flatten)]
+    bind: BindArgs,
     #[command(flatten)]
     policy: PolicyArgs,
     #[command(flatten)]
@@ -61,6 +65,7 @@ pub fn run(args: HookArgs, outer: ServeArgs, given: &[String]) -> ExitCode {
         target: agent,
         socket,
         wait,
+        bind,
         policy,
         keep,
     } = args;
@@ -110,6 +115,10 @@ pub fn run(args: HookArgs, outer: ServeArgs, given: &[String]) -> ExitCode {
             )))
         }
     };
+    let binding = match bind.resolve() {
+        Ok(binding) => binding,
+        Err(err) => return write(&deny(format!("toolgate hook: {err}"))),
+    };
     #[cfg(unix)]
     if let Some(path) = toolgate::transport::client::chosen_socket(socket.as_deref()) {
         // The broker there has its own policy and state: flags that would
@@ -128,7 +137,9 @@ pub fn run(args: HookArgs, outer: ServeArgs, given: &[String]) -> ExitCode {
             Err(err) => return write(&deny(format!("toolgate hook: {err}"))),
         };
         let wait = std::time::Duration::from_secs(wait.unwrap_or(50));
-        return write(&hook::decide_remote(agent, &input, flag, &path, wait));
+        return write(&hook::decide_remote(
+            agent, &input, flag, &binding, &path, wait,
+        ));
     }
     #[cfg(not(unix))]
     let _ = (socket, wait);
@@ -161,6 +172,7 @@ pub fn run(args: HookArgs, outer: ServeArgs, given: &[String]) -> ExitCode {
         &input,
         configured_mode,
         policy.default_mode,
+        &binding,
         &mut broker,
     );
     write(&answer)

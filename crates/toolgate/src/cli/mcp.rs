@@ -8,7 +8,9 @@ use clap::Args;
 use toolgate::say;
 
 use super::broker::{open, BrokerFlags, Opened};
-use super::flags::{broker_flags, AskArgs, KeepArgs, LineArgs, OnAskArg, PolicyArgs, ServeArgs};
+use super::flags::{
+    broker_flags, AskArgs, BindArgs, KeepArgs, LineArgs, OnAskArg, PolicyArgs, ServeArgs,
+};
 
 /// The flags of `toolgate mcp`.
 #[derive(Debug, Args)]
@@ -22,6 +24,8 @@ pub struct McpArgs {
     /// TOOLGATE_SOCKET.
     #[arg(long, value_name = "PATH")]
     socket: Option<PathBuf>,
+    #[command(flatten)]
+    bind: BindArgs,
     #[command(flatten)]
     policy: PolicyArgs,
     #[command(flatten)]
@@ -43,11 +47,19 @@ pub fn run(args: McpArgs, outer: ServeArgs, given: &[String]) -> ExitCode {
     let McpArgs {
         session,
         socket,
+        bind,
         policy,
         ask,
         keep,
         line,
     } = args;
+    let binding = match bind.resolve() {
+        Ok(binding) => binding,
+        Err(err) => {
+            say!("toolgate mcp: {err}");
+            return ExitCode::from(2);
+        }
+    };
     let (policy, ask, keep, line) = (
         policy.or(outer.policy),
         ask.or(outer.ask),
@@ -66,8 +78,8 @@ pub fn run(args: McpArgs, outer: ServeArgs, given: &[String]) -> ExitCode {
         .unwrap_or_else(|| format!("mcp-{}", uuid::Uuid::new_v4().simple()));
     let socket = socket.or_else(|| std::env::var_os("TOOLGATE_SOCKET").map(PathBuf::from));
     let served = match socket.filter(|path| !path.as_os_str().is_empty()) {
-        Some(path) => remote(session, path, given, limit),
-        None => in_process(session, flags, limit),
+        Some(path) => remote(session, path, binding, given, limit),
+        None => in_process(session, flags, binding, limit),
     };
     match served {
         Ok(Ok(())) => ExitCode::SUCCESS,
@@ -86,6 +98,7 @@ pub fn run(args: McpArgs, outer: ServeArgs, given: &[String]) -> ExitCode {
 fn remote(
     session: String,
     path: PathBuf,
+    binding: toolgate::adapters::bind::Binding,
     given: &[String],
     limit: usize,
 ) -> Result<std::io::Result<()>, ExitCode> {
@@ -101,7 +114,7 @@ fn remote(
         );
         return Err(ExitCode::from(2));
     }
-    let mut server = Server::new(Remote::new(path, session));
+    let mut server = Server::new(Remote::new(path, session, binding));
     Ok(mcp::serve(&mut server, limit))
 }
 
@@ -110,6 +123,7 @@ fn remote(
 fn remote(
     _session: String,
     _path: PathBuf,
+    _binding: toolgate::adapters::bind::Binding,
     _given: &[String],
     _limit: usize,
 ) -> Result<std::io::Result<()>, ExitCode> {
@@ -122,6 +136,7 @@ fn remote(
 fn in_process(
     session: String,
     mut flags: BrokerFlags,
+    binding: toolgate::adapters::bind::Binding,
     limit: usize,
 ) -> Result<std::io::Result<()>, ExitCode> {
     use toolgate::adapters::mcp::{self, InProcess, Server};
@@ -137,6 +152,7 @@ fn in_process(
         session,
         configured_mode,
         policy.default_mode,
+        binding,
     ));
     Ok(mcp::serve(&mut server, limit))
 }

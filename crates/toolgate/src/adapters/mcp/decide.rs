@@ -9,6 +9,7 @@ use serde_json::{json, Map, Value};
 use tokio_util::sync::CancellationToken;
 use toolgate_policy::Mode;
 
+use crate::adapters::bind::Binding;
 use crate::adapters::hook;
 use crate::broker::{Broker, Input};
 
@@ -60,18 +61,27 @@ pub struct InProcess {
     session: String,
     flag: Option<Mode>,
     default: Mode,
+    binding: Binding,
     calls: u64,
 }
 
 impl InProcess {
     /// Decide in `session`, in mode `flag` (`--mode`, `TOOLGATE_MODE` or the
-    /// policy file's `mode`) or else `default`.
-    pub fn new(broker: Broker, session: String, flag: Option<Mode>, default: Mode) -> InProcess {
+    /// policy file's `mode`) or else `default`, the session bound as
+    /// `binding` says.
+    pub fn new(
+        broker: Broker,
+        session: String,
+        flag: Option<Mode>,
+        default: Mode,
+        binding: Binding,
+    ) -> InProcess {
         InProcess {
             broker,
             session,
             flag,
             default,
+            binding,
             calls: 0,
         }
     }
@@ -109,6 +119,7 @@ impl InProcess {
             &input,
             self.flag,
             self.default,
+            &self.binding,
             &mut self.broker,
         );
         let mut reason = match answer.reason.strip_prefix("toolgate hook: ") {

@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 use toolgate_protocol::{Role, Source};
 
 use super::decide::{Approval, Decide, Started, Verdict};
+use crate::adapters::bind::Binding;
 use crate::transport::client::{self, ClientError, Connection, Outcome, CONNECT_WAIT};
 
 /// Decides with the broker listening on a Unix socket, as a client of it
@@ -21,15 +22,18 @@ use crate::transport::client::{self, ClientError, Connection, Outcome, CONNECT_W
 pub struct Remote {
     path: PathBuf,
     session: String,
+    binding: Binding,
     calls: u64,
 }
 
 impl Remote {
-    /// Ask the broker at `path`, in `session` (whose mode is the broker's).
-    pub fn new(path: PathBuf, session: String) -> Remote {
+    /// Ask the broker at `path`, in `session` (whose mode is the broker's),
+    /// bound as `binding` says before each call.
+    pub fn new(path: PathBuf, session: String, binding: Binding) -> Remote {
         Remote {
             path,
             session,
+            binding,
             calls: 0,
         }
     }
@@ -47,8 +51,13 @@ impl Decide for Remote {
             .clone()
             .filter(|id| !id.is_empty())
             .unwrap_or_else(|| format!("mcp-{}-{}", std::process::id(), self.calls));
+        let mut frames = Vec::new();
+        if !self.binding.is_empty() {
+            frames.push(self.binding.start_json(&self.session, None));
+        }
+        frames.push(call_frame(&self.session, &call, approval));
         let asking = Asking {
-            frame: call_frame(&self.session, &call, approval),
+            frames,
             path: self.path.clone(),
             session: self.session.clone(),
             call,
@@ -91,7 +100,8 @@ struct Asking {
     path: PathBuf,
     session: String,
     call: String,
-    frame: Value,
+    /// The binding's `session_start`, if any, and the `tool_call`.
+    frames: Vec<Value>,
 }
 
 impl Asking {
@@ -174,7 +184,13 @@ impl Asking {
         let mut connection = Connection::open(&self.path, Role::Agent, "mcp", deadline)
             .await
             .map_err(|err| refused(&shown, err))?;
-        match client::within(deadline, connection.outgoing.send(&self.frame)).await {
+        let sending = async {
+            for frame in &self.frames {
+                connection.outgoing.send(frame).await?;
+            }
+            Ok(())
+        };
+        match client::within(deadline, sending).await {
             Ok(()) => Ok(connection),
             Err(err @ ClientError::TimedOut) => Err(refused(&shown, err)),
             Err(err) => Err(format!(
