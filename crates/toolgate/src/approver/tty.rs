@@ -20,65 +20,75 @@
 use std::collections::VecDeque;
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
-use std::sync::mpsc::{self, Receiver, Sender};
 
-use toolgate_protocol::{PermissionRequest, PermissionResponse};
+use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
+use toolgate_protocol::{PermissionRequest, ServerFrame};
 
 use super::view::{self, Choice, Tone};
+use super::{Answers, Told};
 use crate::display::shown;
 
-/// What the approver's thread is told.
+/// What the prompt's task is told, in order.
 enum Event {
-    Ask(Box<PermissionRequest>),
-    Resolved {
-        permission_id: String,
-        reason: String,
-    },
+    /// From the broker.
+    Told(Told),
+    /// A line typed.
     Line(String),
+    /// The terminal's input ended.
     Closed,
 }
 
-/// A line-based approver on a terminal; cheap to clone into drivers.
-#[derive(Clone)]
-pub struct TtyApprover {
-    events: Sender<Event>,
-}
+/// The controlling terminal, opened before the broker starts.
+pub struct Terminal(std::fs::File);
 
-impl TtyApprover {
-    /// Open `/dev/tty` and start the approver. Every answer is sent on `answers`.
-    pub fn open(
-        project_root: Option<PathBuf>,
-        answers: Sender<PermissionResponse>,
-    ) -> std::io::Result<TtyApprover> {
+impl Terminal {
+    /// Open `/dev/tty`.
+    pub fn open() -> std::io::Result<Terminal> {
         let tty = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .open("/dev/tty")?;
-        let input = std::io::BufReader::new(tty.try_clone()?);
-        let approver = TtyApprover::start(Box::new(tty), project_root, answers);
+        Ok(Terminal(tty))
+    }
+}
+
+/// A line-based approver on a terminal: the prompt is a task of the
+/// runtime it started on, told what happens in order.
+#[derive(Clone)]
+pub struct TtyApprover {
+    events: UnboundedSender<Event>,
+}
+
+impl TtyApprover {
+    /// Start the approver on `terminal`. Every answer goes to `answers`.
+    pub fn on(
+        terminal: Terminal,
+        project_root: Option<PathBuf>,
+        answers: Answers,
+    ) -> std::io::Result<TtyApprover> {
+        let input = std::io::BufReader::new(terminal.0.try_clone()?);
+        let approver = TtyApprover::start(Box::new(terminal.0), project_root, answers);
         approver.read_from(input);
         Ok(approver)
     }
 
-    /// Start the approver writing to `out`; lines come from [`Self::line`] or
-    /// [`Self::read_from`].
+    /// Start the approver writing to `out`, as a task of the current
+    /// runtime; lines come from [`Self::line`] or [`Self::read_from`].
     pub fn start(
         out: Box<dyn Write + Send>,
         project_root: Option<PathBuf>,
-        answers: Sender<PermissionResponse>,
+        answers: Answers,
     ) -> TtyApprover {
-        let (events, receive) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut prompt = Prompt {
-                out,
-                pending: VecDeque::new(),
-                shown: None,
-                typing_message: false,
-                project_root,
-                answers,
-            };
-            prompt.run(receive);
-        });
+        let (events, receive) = mpsc::unbounded_channel();
+        let prompt = Prompt {
+            out,
+            pending: VecDeque::new(),
+            shown: None,
+            typing_message: false,
+            project_root,
+            answers,
+        };
+        tokio::spawn(prompt.run(receive));
         TtyApprover { events }
     }
 
@@ -100,23 +110,21 @@ impl TtyApprover {
         });
     }
 
-    /// A question to ask.
-    pub fn ask(&self, request: PermissionRequest) {
-        let _ = self.events.send(Event::Ask(Box::new(request)));
-    }
-
-    /// A question ended otherwise.
-    pub fn resolved(&self, permission_id: &str, reason: &str) {
-        let _ = self.events.send(Event::Resolved {
-            permission_id: permission_id.to_string(),
-            reason: reason.to_string(),
-        });
-    }
-
     /// One line typed (tests; [`Self::read_from`] uses the same path).
     pub fn line(&self, text: &str) {
         let _ = self.events.send(Event::Line(text.to_string()));
     }
+}
+
+impl crate::owner::Deliver for TtyApprover {
+    fn deliver(&self, frame: &ServerFrame) {
+        if let Some(told) = Told::of(frame) {
+            let _ = self.events.send(Event::Told(told));
+        }
+    }
+
+    /// Nothing to end: the prompt ends with the runtime.
+    fn stop(&self) {}
 }
 
 /// The answer to every question once the terminal's input has ended.
@@ -134,15 +142,15 @@ struct Prompt {
     /// `r` was typed: the next line is the message.
     typing_message: bool,
     project_root: Option<PathBuf>,
-    answers: Sender<PermissionResponse>,
+    answers: Answers,
 }
 
 impl Prompt {
-    fn run(&mut self, events: Receiver<Event>) {
+    async fn run(mut self, mut events: UnboundedReceiver<Event>) {
         let mut open = true;
-        while let Ok(event) = events.recv() {
+        while let Some(event) = events.recv().await {
             match event {
-                Event::Ask(request) => {
+                Event::Told(Told::Ask(request)) => {
                     if self
                         .pending
                         .iter()
@@ -153,7 +161,7 @@ impl Prompt {
                     if !open {
                         // Nobody can answer on a closed terminal: fail closed.
                         let response = view::answer(&request, &closed_terminal());
-                        let _ = self.answers.send(response);
+                        self.answers.send(response).await;
                         continue;
                     }
                     self.pending.push_back(*request);
@@ -169,10 +177,10 @@ impl Prompt {
                         );
                     }
                 }
-                Event::Resolved {
+                Event::Told(Told::Resolved {
                     permission_id,
                     reason,
-                } => {
+                }) => {
                     let Some(index) = self
                         .pending
                         .iter()
@@ -193,14 +201,15 @@ impl Prompt {
                         self.show();
                     }
                 }
-                Event::Line(line) if open => self.typed(line.trim()),
+                Event::Told(Told::Stop) => return,
+                Event::Line(line) if open => self.typed(line.trim()).await,
                 Event::Line(_) => {}
                 Event::Closed => {
                     open = false;
                     self.shown = None;
                     for request in std::mem::take(&mut self.pending) {
                         let response = view::answer(&request, &closed_terminal());
-                        let _ = self.answers.send(response);
+                        self.answers.send(response).await;
                     }
                 }
             }
@@ -253,7 +262,7 @@ impl Prompt {
         let _ = self.out.flush();
     }
 
-    fn typed(&mut self, line: &str) {
+    async fn typed(&mut self, line: &str) {
         let Some(request) = self.pending.front().cloned() else {
             return;
         };
@@ -263,7 +272,7 @@ impl Prompt {
         if self.typing_message {
             self.typing_message = false;
             let message = Some(line.to_string());
-            self.answer(&request, Choice::Reject { message });
+            self.answer(&request, Choice::Reject { message }).await;
             return;
         }
         let (word, rest) = match line.split_once(char::is_whitespace) {
@@ -272,8 +281,8 @@ impl Prompt {
         };
         let last = view::default_level(&request);
         match word {
-            "o" | "once" => self.answer(&request, Choice::Once),
-            "a" | "always" => self.answer(&request, Choice::Always { level: last }),
+            "o" | "once" => self.answer(&request, Choice::Once).await,
+            "a" | "always" => self.answer(&request, Choice::Always { level: last }).await,
             "r" | "reject" if rest.is_empty() => {
                 self.typing_message = true;
                 let _ = write!(self.out, "message for the agent (Enter for none) > ");
@@ -281,7 +290,7 @@ impl Prompt {
             }
             "r" | "reject" => {
                 let message = Some(rest.to_string());
-                self.answer(&request, Choice::Reject { message });
+                self.answer(&request, Choice::Reject { message }).await;
             }
             "s" | "skip" | "n" | "next" => {
                 self.pending.rotate_left(1);
@@ -293,7 +302,7 @@ impl Prompt {
                     .and_then(|n| n.parse::<usize>().ok())
                     .filter(|n| (1..=request.always_options.len()).contains(n));
                 match level {
-                    Some(n) => self.answer(&request, Choice::Always { level: n - 1 }),
+                    Some(n) => self.answer(&request, Choice::Always { level: n - 1 }).await,
                     None => {
                         self.say(Tone::Warn, &format!("not an answer: {}", shown(line)));
                         self.hint(&request);
@@ -303,12 +312,12 @@ impl Prompt {
         }
     }
 
-    fn answer(&mut self, request: &PermissionRequest, choice: Choice) {
+    async fn answer(&mut self, request: &PermissionRequest, choice: Choice) {
         let response = view::answer(request, &choice);
         self.pending
             .retain(|q| q.permission_id != request.permission_id);
         self.shown = None;
-        let _ = self.answers.send(response);
+        self.answers.send(response).await;
         self.say(Tone::Dim, "answered.");
         self.show();
     }
@@ -319,9 +328,37 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
     use super::*;
+    use crate::approver::{answered, channel};
+    use crate::owner::Deliver;
     use serde_json::{json, Value};
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
+
+    const WAIT: Duration = Duration::from_secs(10);
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    /// The broker asks `request`, as the owner hands it over.
+    fn ask(approver: &TtyApprover, request: PermissionRequest) {
+        approver.deliver(&ServerFrame::PermissionRequest(Box::new(request)));
+    }
+
+    /// The broker says the question `id` ended for `reason`.
+    fn resolved(approver: &TtyApprover, id: &str, reason: &str) {
+        approver.deliver(&ServerFrame::PermissionResolved(
+            toolgate_protocol::PermissionResolved {
+                permission_id: id.to_string(),
+                session_id: "s".to_string(),
+                call_id: "c".to_string(),
+                reason: reason.to_string(),
+            },
+        ));
+    }
 
     #[derive(Clone, Default)]
     struct Screen(Arc<Mutex<Vec<u8>>>);
@@ -384,53 +421,56 @@ mod tests {
             ),
         ];
         for (lines, want) in table {
-            let (sender, answers) = mpsc::channel();
-            let screen = Screen::default();
-            let approver = TtyApprover::start(Box::new(screen.clone()), None, sender);
-            approver.ask(request("p1", "rm a"));
-            approver.ask(request("p2", "rm b"));
-            for line in lines {
-                approver.line(line);
-            }
-            let got: Vec<Value> = (0..want.len())
-                .map(|_| {
-                    serde_json::to_value(answers.recv_timeout(Duration::from_secs(10)).unwrap())
-                        .unwrap()
-                })
-                .collect();
-            assert_eq!(got, want, "{lines:?}");
+            runtime().block_on(async {
+                let (answers, mut received) = channel();
+                let approver = TtyApprover::start(Box::new(Screen::default()), None, answers);
+                ask(&approver, request("p1", "rm a"));
+                ask(&approver, request("p2", "rm b"));
+                for line in lines {
+                    approver.line(line);
+                }
+                let mut got = Vec::new();
+                for _ in 0..want.len() {
+                    let answer = answered(&mut received, WAIT).await.unwrap();
+                    got.push(serde_json::to_value(answer).unwrap());
+                }
+                assert_eq!(got, want, "{lines:?}");
+            });
         }
     }
 
     #[test]
     fn a_closed_terminal_rejects() {
-        let (sender, answers) = mpsc::channel();
-        let approver = TtyApprover::start(Box::new(Screen::default()), None, sender);
-        approver.ask(request("p1", "rm a"));
-        approver.read_from(std::io::Cursor::new(Vec::new()));
-        approver.ask(request("p2", "rm b"));
-        for id in ["p1", "p2"] {
-            let got = serde_json::to_value(answers.recv_timeout(Duration::from_secs(10)).unwrap())
-                .unwrap();
-            assert_eq!(
-                got,
-                json!({"permissionID":id,"response":"reject","message":"the approver's terminal closed: nobody can answer"})
-            );
-        }
+        runtime().block_on(async {
+            let (answers, mut received) = channel();
+            let approver = TtyApprover::start(Box::new(Screen::default()), None, answers);
+            ask(&approver, request("p1", "rm a"));
+            approver.read_from(std::io::Cursor::new(Vec::new()));
+            ask(&approver, request("p2", "rm b"));
+            for id in ["p1", "p2"] {
+                let answer = answered(&mut received, WAIT).await.unwrap();
+                assert_eq!(
+                    serde_json::to_value(answer).unwrap(),
+                    json!({"permissionID":id,"response":"reject","message":"the approver's terminal closed: nobody can answer"})
+                );
+            }
+        });
     }
 
     #[test]
     fn resolved_question_closes_and_the_next_shows() {
-        let (sender, answers) = mpsc::channel();
         let screen = Screen::default();
-        let approver = TtyApprover::start(Box::new(screen.clone()), None, sender);
-        approver.ask(request("p1", "rm a"));
-        approver.ask(request("p2", "rm b"));
-        approver.line("r");
-        approver.resolved("p1", "the call was cancelled");
-        approver.line("o");
-        let got = answers.recv_timeout(Duration::from_secs(10)).unwrap();
-        assert_eq!(got.permission_id, "p2");
+        runtime().block_on(async {
+            let (answers, mut received) = channel();
+            let approver = TtyApprover::start(Box::new(screen.clone()), None, answers);
+            ask(&approver, request("p1", "rm a"));
+            ask(&approver, request("p2", "rm b"));
+            approver.line("r");
+            resolved(&approver, "p1", "the call was cancelled");
+            approver.line("o");
+            let got = answered(&mut received, WAIT).await.unwrap();
+            assert_eq!(got.permission_id, "p2");
+        });
         let text = String::from_utf8(screen.0.lock().unwrap().clone()).unwrap();
         assert!(
             text.contains("closed: rm a (the call was cancelled)"),
