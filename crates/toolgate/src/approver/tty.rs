@@ -14,13 +14,19 @@
 //! closed with its reason and the next one is shown. When the terminal's
 //! input ends (it was closed), every pending and later question is rejected
 //! ("the approver's terminal closed: nobody can answer"). Several questions can be
-//! pending: the terminal is read on its own thread, so the broker never waits
-//! for it.
+//! pending: the prompt is a task of the transport's runtime and the terminal
+//! is read through the runtime's reactor (a non-blocking description of
+//! `/dev/tty` of its own), so the broker never waits for it.
 
 use std::collections::VecDeque;
-use std::io::{BufRead, Write};
+use std::io::{Read, Write};
 use std::path::PathBuf;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
 
+use rustix::fs::{Mode, OFlags};
+use tokio::io::unix::AsyncFd;
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, ReadBuf};
 use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 use toolgate_protocol::{PermissionRequest, ServerFrame};
 
@@ -38,17 +44,41 @@ enum Event {
     Closed,
 }
 
-/// The controlling terminal, opened before the broker starts.
-pub struct Terminal(std::fs::File);
+/// The controlling terminal, opened before the broker starts: written with
+/// plain writes (tiny ones), read on a description of its own that never
+/// blocks, so the flag touches nobody else's (the agent's stdin may be the
+/// same terminal).
+pub struct Terminal {
+    out: std::fs::File,
+    input: std::fs::File,
+}
 
 impl Terminal {
-    /// Open `/dev/tty`.
+    /// Open `/dev/tty`, once for writing and once for reading.
     pub fn open() -> std::io::Result<Terminal> {
-        let tty = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open("/dev/tty")?;
-        Ok(Terminal(tty))
+        let out = std::fs::OpenOptions::new().write(true).open("/dev/tty")?;
+        let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC;
+        let input = rustix::fs::open("/dev/tty", flags, Mode::empty())?.into();
+        Ok(Terminal { out, input })
+    }
+}
+
+/// The terminal's input, read when the runtime's reactor says it is ready.
+struct Input(AsyncFd<std::fs::File>);
+
+impl AsyncRead for Input {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        loop {
+            let mut readable = ready!(self.0.poll_read_ready(cx))?;
+            let unfilled = buf.initialize_unfilled();
+            if let Ok(read) = readable.try_io(|tty| tty.get_ref().read(unfilled)) {
+                return Poll::Ready(read.map(|count| buf.advance(count)));
+            }
+        }
     }
 }
 
@@ -66,9 +96,14 @@ impl TtyApprover {
         project_root: Option<PathBuf>,
         answers: Answers,
     ) -> std::io::Result<TtyApprover> {
-        let input = std::io::BufReader::new(terminal.0.try_clone()?);
-        let approver = TtyApprover::start(Box::new(terminal.0), project_root, answers);
-        approver.read_from(input);
+        // `new` is deprecated for a `T` whose descriptor might change or
+        // close while registered; a `File` owns its one descriptor, and it
+        // is never handed out mutably here (`register`, its replacement, is
+        // `unsafe`, which this crate forbids).
+        #[allow(deprecated)]
+        let input = Input(AsyncFd::new(terminal.input)?);
+        let approver = TtyApprover::start(Box::new(terminal.out), project_root, answers);
+        approver.read_from(tokio::io::BufReader::new(input));
         Ok(approver)
     }
 
@@ -92,18 +127,15 @@ impl TtyApprover {
         TtyApprover { events }
     }
 
-    /// Read lines from `input` on a thread of its own.
-    pub fn read_from(&self, input: impl BufRead + Send + 'static) {
+    /// Read lines from `input`, as a task of the current runtime.
+    pub fn read_from(&self, input: impl AsyncBufRead + Unpin + Send + 'static) {
         let events = self.events.clone();
-        std::thread::spawn(move || {
-            for line in input.lines() {
-                match line {
-                    Ok(line) => {
-                        if events.send(Event::Line(line)).is_err() {
-                            return;
-                        }
-                    }
-                    Err(_) => break,
+        tokio::spawn(async move {
+            let mut lines = input.lines();
+            // A read error (the terminal hung up) ends the input too.
+            while let Ok(Some(line)) = lines.next_line().await {
+                if events.send(Event::Line(line)).is_err() {
+                    return;
                 }
             }
             let _ = events.send(Event::Closed);
