@@ -25,7 +25,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
+use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::task::JoinSet;
 
 use serde_json::Value;
@@ -178,42 +178,14 @@ fn rejected(request: &PermissionRequest, program: &str, why: &str) -> Permission
     response
 }
 
-/// Runs one program per question; the approver is a task of the runtime
-/// it started on, told what happens in order.
-pub struct CommandApprover {
-    told: UnboundedSender<Told>,
-}
-
-impl CommandApprover {
-    /// Start an approver running `program` through `sh -c`, as a task of
-    /// the current runtime. Each answer goes to `answers`: exactly one per
-    /// question asked, unless the question was resolved first.
-    pub fn start(program: String, answers: Answers) -> CommandApprover {
-        let (told, receive) = mpsc::unbounded_channel();
-        tokio::spawn(run(program, receive, answers));
-        CommandApprover { told }
-    }
-}
-
-impl crate::owner::Deliver for CommandApprover {
-    fn deliver(&self, frame: &ServerFrame) {
-        if let Some(told) = Told::of(frame) {
-            let _ = self.told.send(told);
-        }
-    }
-
-    /// Stop every program.
-    fn stop(&self) {
-        let _ = self.told.send(Told::Stop);
-    }
-}
-
-/// The approver: each question's program runs as a task of its own. A
-/// question that ends otherwise has its task aborted, which kills its
+/// The approver running `program` through `sh -c`, told on `told`: exactly
+/// one answer per question asked goes to `answers`, unless the question
+/// was resolved first. Each question's program runs as a task of its own;
+/// a question that ends otherwise has its task aborted, which kills its
 /// program (dropping `run_one` does), and nothing is sent, since its answer
 /// would only earn an `already_resolved` error. When the approver stops,
 /// dropping the tasks kills every program.
-async fn run(program: String, mut told: UnboundedReceiver<Told>, answers: Answers) {
+pub async fn run(program: String, mut told: UnboundedReceiver<Told>, answers: Answers) {
     let mut running = HashMap::new();
     let mut programs = JoinSet::new();
     loop {
@@ -233,6 +205,7 @@ async fn run(program: String, mut told: UnboundedReceiver<Told>, answers: Answer
                         task.abort();
                     }
                 }
+                Some(Told::Line(_) | Told::Closed) => {}
                 Some(Told::Stop) | None => return,
             },
             Some(done) = programs.join_next() => {
@@ -365,7 +338,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
     use super::*;
-    use crate::approver::{answered, channel};
+    use crate::approver::{answered, channel, resolved, runtime, InProcess};
     use crate::owner::Deliver;
     use serde_json::json;
 
@@ -461,21 +434,16 @@ mod tests {
         }
     }
 
-    fn runtime() -> tokio::runtime::Runtime {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
-    }
-
     fn ask_frame() -> ServerFrame {
         ServerFrame::PermissionRequest(Box::new(request()))
     }
 
     fn ask(program: &str) -> Value {
-        runtime().block_on(async {
+        runtime().unwrap().block_on(async {
             let (answers, mut received) = channel();
-            let approver = CommandApprover::start(program.to_string(), answers);
+            let approver = InProcess::Command(program.to_string())
+                .start(answers)
+                .unwrap();
             approver.deliver(&ask_frame());
             let answer = answered(&mut received, Duration::from_secs(20)).await;
             serde_json::to_value(answer.unwrap()).unwrap()
@@ -542,9 +510,9 @@ mod tests {
             "sleep 600 & echo $! > {}; wait; echo once",
             pid_file.display()
         );
-        runtime().block_on(async {
+        runtime().unwrap().block_on(async {
             let (answers, mut received) = channel();
-            let approver = CommandApprover::start(program, answers);
+            let approver = InProcess::Command(program).start(answers).unwrap();
             approver.deliver(&ask_frame());
             // Wait until it runs, then end the question.
             let mut pid = String::new();
@@ -555,14 +523,7 @@ mod tests {
                 }
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
-            approver.deliver(&ServerFrame::PermissionResolved(
-                toolgate_protocol::PermissionResolved {
-                    permission_id: "per_1".to_string(),
-                    session_id: "s".to_string(),
-                    call_id: "c1".to_string(),
-                    reason: "cancelled".to_string(),
-                },
-            ));
+            approver.deliver(&resolved("per_1", "cancelled"));
             assert!(answered(&mut received, Duration::from_secs(2))
                 .await
                 .is_none());

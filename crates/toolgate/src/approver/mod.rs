@@ -71,17 +71,19 @@ impl InProcess {
         }
     }
 
-    /// Start it on the current runtime; its answers go to `answers`. What
-    /// it returns is handed the frames addressed to it.
-    pub fn start(self, answers: Answers) -> std::io::Result<Box<dyn Deliver>> {
-        Ok(match self {
+    /// Start it as tasks of the current runtime; its answers go to
+    /// `answers`.
+    pub fn start(self, answers: Answers) -> std::io::Result<Started> {
+        let (told, receive) = mpsc::unbounded_channel();
+        match self {
             InProcess::Tty(terminal, project_root) => {
-                Box::new(tty::TtyApprover::on(terminal, project_root, answers)?)
+                tty::start(terminal, project_root, answers, &told, receive)?
             }
             InProcess::Command(program) => {
-                Box::new(command::CommandApprover::start(program, answers))
+                tokio::spawn(command::run(program, receive, answers));
             }
-        })
+        }
+        Ok(Started(told))
     }
 }
 
@@ -108,7 +110,7 @@ impl Answers {
     }
 }
 
-/// What the broker tells an approver's task.
+/// What an approver's task is told, in order.
 pub enum Told {
     /// A question to ask.
     Ask(Box<PermissionRequest>),
@@ -121,26 +123,57 @@ pub enum Told {
     },
     /// The broker stopped.
     Stop,
+    /// A line typed on the terminal (`tty`).
+    Line(String),
+    /// The terminal's input ended (`tty`).
+    Closed,
 }
 
-impl Told {
-    /// What a frame addressed to an approver tells it: a question or the
-    /// end of one. An error (a refused answer) is logged; nothing else is
-    /// for an approver.
-    pub fn of(frame: &ServerFrame) -> Option<Told> {
-        match frame {
-            ServerFrame::PermissionRequest(request) => Some(Told::Ask(request.clone())),
-            ServerFrame::PermissionResolved(resolved) => Some(Told::Resolved {
+/// A started approver: its task is told the frames addressed to it.
+pub struct Started(mpsc::UnboundedSender<Told>);
+
+impl Deliver for Started {
+    /// A question, or the end of one; an error (a refused answer) is
+    /// logged, and nothing else is for an approver.
+    fn deliver(&self, frame: &ServerFrame) {
+        let told = match frame {
+            ServerFrame::PermissionRequest(request) => Told::Ask(request.clone()),
+            ServerFrame::PermissionResolved(resolved) => Told::Resolved {
                 permission_id: resolved.permission_id.clone(),
                 reason: resolved.reason.clone(),
-            }),
+            },
             ServerFrame::Error(error) => {
                 tracing::warn!(message = %error.message, "the broker refused the approver's answer");
-                None
+                return;
             }
-            _ => None,
-        }
+            _ => return,
+        };
+        let _ = self.0.send(told);
     }
+
+    fn stop(&self) {
+        let _ = self.0.send(Told::Stop);
+    }
+}
+
+/// A runtime for tests.
+#[cfg(test)]
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+}
+
+/// The frame saying that the question `id` ended for `reason`, for tests.
+#[cfg(test)]
+fn resolved(id: &str, reason: &str) -> ServerFrame {
+    let (session_id, call_id) = ("s".to_string(), "c".to_string());
+    ServerFrame::PermissionResolved(toolgate_protocol::PermissionResolved {
+        permission_id: id.to_string(),
+        session_id,
+        call_id,
+        reason: reason.to_string(),
+    })
 }
 
 /// An answer channel for tests: the answers and the owner's end.

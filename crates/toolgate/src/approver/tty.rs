@@ -27,22 +27,12 @@ use std::task::{ready, Context, Poll};
 use rustix::fs::{Mode, OFlags};
 use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, ReadBuf};
-use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
-use toolgate_protocol::{PermissionRequest, ServerFrame};
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
+use toolgate_protocol::PermissionRequest;
 
 use super::view::{self, Choice, Tone};
 use super::{Answers, Told};
 use crate::display::shown;
-
-/// What the prompt's task is told, in order.
-enum Event {
-    /// From the broker.
-    Told(Told),
-    /// A line typed.
-    Line(String),
-    /// The terminal's input ended.
-    Closed,
-}
 
 /// The controlling terminal, opened before the broker starts: written with
 /// plain writes (tiny ones), read on a description of its own that never
@@ -82,81 +72,59 @@ impl AsyncRead for Input {
     }
 }
 
-/// A line-based approver on a terminal: the prompt is a task of the
-/// runtime it started on, told what happens in order.
-#[derive(Clone)]
-pub struct TtyApprover {
-    events: UnboundedSender<Event>,
+/// Start the approver on `terminal`, as tasks of the current runtime: the
+/// prompt, told on `receive`, and the terminal's reader, which tells `told`
+/// the lines typed. Every answer goes to `answers`.
+pub fn start(
+    terminal: Terminal,
+    project_root: Option<PathBuf>,
+    answers: Answers,
+    told: &UnboundedSender<Told>,
+    receive: UnboundedReceiver<Told>,
+) -> std::io::Result<()> {
+    // `new` is deprecated for a `T` whose descriptor might change or close
+    // while registered; a `File` owns its one descriptor, and it is never
+    // lent mutably here (`register`, its replacement, is `unsafe`, which
+    // this crate forbids).
+    #[allow(deprecated)]
+    let input = Input(AsyncFd::new(terminal.input)?);
+    prompt(Box::new(terminal.out), project_root, answers, receive);
+    read_from(tokio::io::BufReader::new(input), told.clone());
+    Ok(())
 }
 
-impl TtyApprover {
-    /// Start the approver on `terminal`. Every answer goes to `answers`.
-    pub fn on(
-        terminal: Terminal,
-        project_root: Option<PathBuf>,
-        answers: Answers,
-    ) -> std::io::Result<TtyApprover> {
-        // `new` is deprecated for a `T` whose descriptor might change or
-        // close while registered; a `File` owns its one descriptor, and it
-        // is never handed out mutably here (`register`, its replacement, is
-        // `unsafe`, which this crate forbids).
-        #[allow(deprecated)]
-        let input = Input(AsyncFd::new(terminal.input)?);
-        let approver = TtyApprover::start(Box::new(terminal.out), project_root, answers);
-        approver.read_from(tokio::io::BufReader::new(input));
-        Ok(approver)
-    }
+/// Start the prompt writing to `out`, as a task of the current runtime,
+/// told on `told`.
+pub fn prompt(
+    out: Box<dyn Write + Send>,
+    project_root: Option<PathBuf>,
+    answers: Answers,
+    told: UnboundedReceiver<Told>,
+) {
+    let prompt = Prompt {
+        out,
+        pending: VecDeque::new(),
+        shown: None,
+        typing_message: false,
+        project_root,
+        answers,
+    };
+    tokio::spawn(prompt.run(told));
+}
 
-    /// Start the approver writing to `out`, as a task of the current
-    /// runtime; lines come from [`Self::line`] or [`Self::read_from`].
-    pub fn start(
-        out: Box<dyn Write + Send>,
-        project_root: Option<PathBuf>,
-        answers: Answers,
-    ) -> TtyApprover {
-        let (events, receive) = mpsc::unbounded_channel();
-        let prompt = Prompt {
-            out,
-            pending: VecDeque::new(),
-            shown: None,
-            typing_message: false,
-            project_root,
-            answers,
-        };
-        tokio::spawn(prompt.run(receive));
-        TtyApprover { events }
-    }
-
-    /// Read lines from `input`, as a task of the current runtime.
-    pub fn read_from(&self, input: impl AsyncBufRead + Unpin + Send + 'static) {
-        let events = self.events.clone();
-        tokio::spawn(async move {
-            let mut lines = input.lines();
-            // A read error (the terminal hung up) ends the input too.
-            while let Ok(Some(line)) = lines.next_line().await {
-                if events.send(Event::Line(line)).is_err() {
-                    return;
-                }
+/// Read lines from `input`, as a task of the current runtime: each is told
+/// on `told`, then that the input ended (also on a read error: the
+/// terminal hung up).
+pub fn read_from(input: impl AsyncBufRead + Unpin + Send + 'static, told: UnboundedSender<Told>) {
+    tokio::spawn(async move {
+        let mut lines = input.lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            if told.send(Told::Line(line)).is_err() {
+                return;
             }
-            let _ = events.send(Event::Closed);
-        });
-    }
-
-    /// One line typed (tests; [`Self::read_from`] uses the same path).
-    pub fn line(&self, text: &str) {
-        let _ = self.events.send(Event::Line(text.to_string()));
-    }
-}
-
-impl crate::owner::Deliver for TtyApprover {
-    fn deliver(&self, frame: &ServerFrame) {
-        if let Some(told) = Told::of(frame) {
-            let _ = self.events.send(Event::Told(told));
         }
-    }
-
-    /// Nothing to end: the prompt ends with the runtime.
-    fn stop(&self) {}
+        let _ = told.send(Told::Closed);
+    });
 }
 
 /// The answer to every question once the terminal's input has ended.
@@ -178,11 +146,11 @@ struct Prompt {
 }
 
 impl Prompt {
-    async fn run(mut self, mut events: UnboundedReceiver<Event>) {
+    async fn run(mut self, mut told: UnboundedReceiver<Told>) {
         let mut open = true;
-        while let Some(event) = events.recv().await {
-            match event {
-                Event::Told(Told::Ask(request)) => {
+        while let Some(told) = told.recv().await {
+            match told {
+                Told::Ask(request) => {
                     if self
                         .pending
                         .iter()
@@ -209,10 +177,10 @@ impl Prompt {
                         );
                     }
                 }
-                Event::Told(Told::Resolved {
+                Told::Resolved {
                     permission_id,
                     reason,
-                }) => {
+                } => {
                     let Some(index) = self
                         .pending
                         .iter()
@@ -233,10 +201,10 @@ impl Prompt {
                         self.show();
                     }
                 }
-                Event::Told(Told::Stop) => return,
-                Event::Line(line) if open => self.typed(line.trim()).await,
-                Event::Line(_) => {}
-                Event::Closed => {
+                Told::Stop => return,
+                Told::Line(line) if open => self.typed(line.trim()).await,
+                Told::Line(_) => {}
+                Told::Closed => {
                     open = false;
                     self.shown = None;
                     for request in std::mem::take(&mut self.pending) {
@@ -360,36 +328,31 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
     use super::*;
-    use crate::approver::{answered, channel};
+    use crate::approver::{answered, channel, resolved, runtime, Started};
     use crate::owner::Deliver;
     use serde_json::{json, Value};
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
+    use toolgate_protocol::ServerFrame;
 
     const WAIT: Duration = Duration::from_secs(10);
 
-    fn runtime() -> tokio::runtime::Runtime {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
+    /// The prompt writing to `out`: where the owner hands it frames, and
+    /// where its terminal's lines go.
+    fn start(out: Screen, answers: Answers) -> (Started, UnboundedSender<Told>) {
+        let (told, receive) = tokio::sync::mpsc::unbounded_channel();
+        prompt(Box::new(out), None, answers, receive);
+        (Started(told.clone()), told)
+    }
+
+    /// A line typed.
+    fn line(terminal: &UnboundedSender<Told>, text: &str) {
+        terminal.send(Told::Line(text.to_string())).unwrap();
     }
 
     /// The broker asks `request`, as the owner hands it over.
-    fn ask(approver: &TtyApprover, request: PermissionRequest) {
+    fn ask(approver: &Started, request: PermissionRequest) {
         approver.deliver(&ServerFrame::PermissionRequest(Box::new(request)));
-    }
-
-    /// The broker says the question `id` ended for `reason`.
-    fn resolved(approver: &TtyApprover, id: &str, reason: &str) {
-        approver.deliver(&ServerFrame::PermissionResolved(
-            toolgate_protocol::PermissionResolved {
-                permission_id: id.to_string(),
-                session_id: "s".to_string(),
-                call_id: "c".to_string(),
-                reason: reason.to_string(),
-            },
-        ));
     }
 
     #[derive(Clone, Default)]
@@ -453,13 +416,13 @@ mod tests {
             ),
         ];
         for (lines, want) in table {
-            runtime().block_on(async {
+            runtime().unwrap().block_on(async {
                 let (answers, mut received) = channel();
-                let approver = TtyApprover::start(Box::new(Screen::default()), None, answers);
+                let (approver, terminal) = start(Screen::default(), answers);
                 ask(&approver, request("p1", "rm a"));
                 ask(&approver, request("p2", "rm b"));
-                for line in lines {
-                    approver.line(line);
+                for text in lines {
+                    line(&terminal, text);
                 }
                 let mut got = Vec::new();
                 for _ in 0..want.len() {
@@ -473,11 +436,11 @@ mod tests {
 
     #[test]
     fn a_closed_terminal_rejects() {
-        runtime().block_on(async {
+        runtime().unwrap().block_on(async {
             let (answers, mut received) = channel();
-            let approver = TtyApprover::start(Box::new(Screen::default()), None, answers);
+            let (approver, terminal) = start(Screen::default(), answers);
             ask(&approver, request("p1", "rm a"));
-            approver.read_from(std::io::Cursor::new(Vec::new()));
+            read_from(std::io::Cursor::new(Vec::new()), terminal);
             ask(&approver, request("p2", "rm b"));
             for id in ["p1", "p2"] {
                 let answer = answered(&mut received, WAIT).await.unwrap();
@@ -492,14 +455,14 @@ mod tests {
     #[test]
     fn resolved_question_closes_and_the_next_shows() {
         let screen = Screen::default();
-        runtime().block_on(async {
+        runtime().unwrap().block_on(async {
             let (answers, mut received) = channel();
-            let approver = TtyApprover::start(Box::new(screen.clone()), None, answers);
+            let (approver, terminal) = start(screen.clone(), answers);
             ask(&approver, request("p1", "rm a"));
             ask(&approver, request("p2", "rm b"));
-            approver.line("r");
-            resolved(&approver, "p1", "the call was cancelled");
-            approver.line("o");
+            line(&terminal, "r");
+            approver.deliver(&resolved("p1", "the call was cancelled"));
+            line(&terminal, "o");
             let got = answered(&mut received, WAIT).await.unwrap();
             assert_eq!(got.permission_id, "p2");
         });

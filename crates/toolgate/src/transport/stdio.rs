@@ -142,7 +142,7 @@ where
         owner.broker().reserve_approver(APPROVER);
         owner.handle(Event::Opened {
             conn: APPROVER,
-            sink: Sink::Approver(approver),
+            sink: Sink::Approver(Box::new(approver)),
         });
         let hello = toolgate_protocol::Hello {
             role: toolgate_protocol::Role::Approver,
