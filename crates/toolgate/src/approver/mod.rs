@@ -7,6 +7,11 @@
 //! - [`tui`]: `toolgate approve`, the terminal approver on a broker's socket.
 //! - [`tty`]: `--approver tty`, a line-based prompt on /dev/tty.
 //! - [`command`]: `--approver command:PROG`, one program per question.
+//!
+//! The two in-process approvers ([`InProcess`]) are tasks of the transport's
+//! runtime: each is told in order what the broker says to it ([`Told`],
+//! through [`Started`]) and puts its answers straight on the owner's
+//! channel ([`Answers`]).
 
 pub mod command;
 pub mod tty;
