@@ -22,17 +22,17 @@
 
 use std::collections::HashMap;
 use std::process::Stdio;
-use std::sync::mpsc::{self, Sender};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio_util::sync::CancellationToken;
+use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::task::JoinSet;
 
 use serde_json::Value;
 use toolgate_protocol::{PermissionRequest, PermissionResponse, Reply, ServerFrame};
 
 use super::view::{self, Choice};
+use super::{Answers, Told};
 use crate::display::shown;
 
 /// The most bytes read for the answer line.
@@ -178,81 +178,42 @@ fn rejected(request: &PermissionRequest, program: &str, why: &str) -> Permission
     response
 }
 
-/// The questions whose program runs, by permission id: cancelling one
-/// kills its program.
-type Running = Arc<Mutex<HashMap<String, CancellationToken>>>;
-
-/// Runs one program per question, each a task of the runtime `ask` is
-/// called on; answers come back on a channel.
-pub struct CommandApprover {
-    program: String,
-    running: Running,
-    answers: Sender<PermissionResponse>,
-}
-
-impl CommandApprover {
-    /// An approver running `program` through `sh -c`; each answer is sent on
-    /// `answers` (exactly one per question asked, unless the question was
-    /// [`resolved`](Self::resolved) first).
-    pub fn new(program: String, answers: Sender<PermissionResponse>) -> CommandApprover {
-        CommandApprover {
-            program,
-            running: Arc::new(Mutex::new(HashMap::new())),
-            answers,
-        }
-    }
-
-    /// Ask the program about `request` (returns at once). Called on a
-    /// tokio runtime, whose task runs the program; without one the
-    /// question is rejected.
-    pub fn ask(&self, request: PermissionRequest) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            let response = rejected(&request, &self.program, "no runtime to run it on");
-            let _ = self.answers.send(response);
-            return;
-        };
-        let id = request.permission_id.clone();
-        let asked = CancellationToken::new();
-        if let Ok(mut map) = self.running.lock() {
-            map.insert(id.clone(), asked.clone());
-        }
-        let (program, answers) = (self.program.clone(), self.answers.clone());
-        let running = Arc::clone(&self.running);
-        runtime.spawn(async move {
-            // A question resolved meanwhile is cancelled: its program is
-            // killed (dropping `run_one` kills it) and nothing is sent, since
-            // its answer would only earn an `already_resolved` error.
-            let response = tokio::select! {
-                response = run_one(&program, &request) => response,
-                () = asked.cancelled() => return,
-            };
-            let still_asked = running
-                .lock()
-                .map(|mut map| map.remove(&id).is_some())
-                .unwrap_or(false);
-            if still_asked {
-                let _ = answers.send(response);
-            }
-        });
-    }
-
-    /// The question ended otherwise: stop its program.
-    pub fn resolved(&self, permission_id: &str) {
-        let asked = self
-            .running
-            .lock()
-            .ok()
-            .and_then(|mut map| map.remove(permission_id));
-        if let Some(asked) = asked {
-            asked.cancel();
-        }
-    }
-
-    /// Stop every program (the broker stops).
-    pub fn stop_all(&self) {
-        if let Ok(mut map) = self.running.lock() {
-            for (_, asked) in map.drain() {
-                asked.cancel();
+/// The approver running `program` through `sh -c`, told on `told`: exactly
+/// one answer per question asked goes to `answers`, unless the question
+/// was resolved first. Each question's program runs as a task of its own;
+/// a question that ends otherwise has its task aborted, which kills its
+/// program (dropping `run_one` does), and nothing is sent, since its answer
+/// would only earn an `already_resolved` error. When the approver stops,
+/// dropping the tasks kills every program.
+pub async fn run(program: String, mut told: UnboundedReceiver<Told>, answers: Answers) {
+    let mut running = HashMap::new();
+    let mut programs = JoinSet::new();
+    loop {
+        tokio::select! {
+            told = told.recv() => match told {
+                Some(Told::Ask(request)) => {
+                    let program = program.clone();
+                    let id = request.permission_id.clone();
+                    let task = programs.spawn(async move {
+                        let response = run_one(&program, &request).await;
+                        (request.permission_id, response)
+                    });
+                    running.insert(id, task);
+                }
+                Some(Told::Resolved { permission_id, .. }) => {
+                    if let Some(task) = running.remove(&permission_id) {
+                        task.abort();
+                    }
+                }
+                Some(Told::Line(_) | Told::Closed) => {}
+                Some(Told::Stop) | None => return,
+            },
+            Some(done) = programs.join_next() => {
+                if let Ok((id, response)) = done {
+                    if running.remove(&id).is_some() {
+                        answers.send(response).await;
+                    }
+                }
             }
         }
     }
@@ -372,19 +333,13 @@ async fn read_some(
     }
 }
 
-/// A channel for answers, for tests and drivers.
-pub fn channel() -> (
-    Sender<PermissionResponse>,
-    mpsc::Receiver<PermissionResponse>,
-) {
-    mpsc::channel()
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
     use super::*;
+    use crate::approver::{answered, channel, resolved, runtime, InProcess};
+    use crate::owner::Deliver;
     use serde_json::json;
 
     fn request() -> PermissionRequest {
@@ -479,21 +434,20 @@ mod tests {
         }
     }
 
-    fn runtime() -> tokio::runtime::Runtime {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap()
+    fn ask_frame() -> ServerFrame {
+        ServerFrame::PermissionRequest(Box::new(request()))
     }
 
     fn ask(program: &str) -> Value {
-        let (sender, answers) = channel();
-        let approver = CommandApprover::new(program.to_string(), sender);
-        let runtime = runtime();
-        let _entered = runtime.enter();
-        approver.ask(request());
-        serde_json::to_value(answers.recv_timeout(Duration::from_secs(20)).unwrap()).unwrap()
+        runtime().unwrap().block_on(async {
+            let (answers, mut received) = channel();
+            let approver = InProcess::Command(program.to_string())
+                .start(answers)
+                .unwrap();
+            approver.deliver(&ask_frame());
+            let answer = answered(&mut received, Duration::from_secs(20)).await;
+            serde_json::to_value(answer.unwrap()).unwrap()
+        })
     }
 
     #[test]
@@ -549,19 +503,38 @@ mod tests {
 
     #[test]
     fn resolved_kills_the_program_and_sends_nothing() {
-        let (sender, answers) = channel();
-        let approver = CommandApprover::new("sleep 600; echo once".to_string(), sender);
-        let runtime = runtime();
-        let _entered = runtime.enter();
-        approver.ask(request());
-        // Wait until it runs, then end the question.
-        for _ in 0..2000 {
-            if approver.running.lock().unwrap().contains_key("per_1") {
-                break;
+        let dir = std::env::temp_dir().join(format!("toolgate-command-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let pid_file = dir.join("pid");
+        let program = format!(
+            "sleep 600 & echo $! > {}; wait; echo once",
+            pid_file.display()
+        );
+        runtime().unwrap().block_on(async {
+            let (answers, mut received) = channel();
+            let approver = InProcess::Command(program).start(answers).unwrap();
+            approver.deliver(&ask_frame());
+            // Wait until it runs, then end the question.
+            let mut pid = String::new();
+            for _ in 0..2000 {
+                pid = std::fs::read_to_string(&pid_file).unwrap_or_default();
+                if pid.ends_with('\n') {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
             }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        approver.resolved("per_1");
-        assert!(answers.recv_timeout(Duration::from_secs(2)).is_err());
+            approver.deliver(&resolved("per_1", "cancelled"));
+            assert!(answered(&mut received, Duration::from_secs(2))
+                .await
+                .is_none());
+            // The program's process group was killed: its background
+            // `sleep` is gone (or a zombie nobody reaped yet).
+            let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid.trim()));
+            assert!(
+                stat.as_ref().map_or(true, |stat| stat.contains(") Z ")),
+                "{pid:?} still runs: {stat:?}"
+            );
+        });
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -7,6 +7,11 @@
 //! - [`tui`]: `toolgate approve`, the terminal approver on a broker's socket.
 //! - [`tty`]: `--approver tty`, a line-based prompt on /dev/tty.
 //! - [`command`]: `--approver command:PROG`, one program per question.
+//!
+//! The two in-process approvers ([`InProcess`]) are tasks of the transport's
+//! runtime: each is told in order what the broker says to it ([`Told`],
+//! through [`Started`]) and puts its answers straight on the owner's
+//! channel ([`Answers`]).
 
 pub mod command;
 pub mod tty;
@@ -14,9 +19,12 @@ pub mod tui;
 pub mod view;
 
 use std::path::PathBuf;
-use std::sync::mpsc::Sender;
 
-use toolgate_protocol::{PermissionResponse, ServerFrame};
+use tokio::sync::mpsc;
+use toolgate_protocol::{PermissionRequest, PermissionResponse, ServerFrame};
+
+use crate::broker::ConnId;
+use crate::owner::{Deliver, Event};
 
 /// Which in-process approver `serve --approver` runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,60 +49,153 @@ pub fn parse_spec(text: &str) -> Result<Spec, String> {
     }
 }
 
-/// An approver running inside the broker's process: it is handed the frames
-/// the broker addresses to its connection and sends its answers on a channel,
-/// which the transport feeds back to the broker as lines of that connection.
+/// An approver `serve --approver` runs inside the broker's process, made
+/// ready before the broker starts (the terminal is open) and started as
+/// tasks of the transport's runtime.
 pub enum InProcess {
-    /// `--approver tty`.
-    Tty(tty::TtyApprover),
+    /// `--approver tty`: the terminal, and the project root edits are shown against.
+    Tty(tty::Terminal, Option<PathBuf>),
     /// `--approver command:PROG`.
-    Command(command::CommandApprover),
+    Command(String),
 }
 
 impl InProcess {
-    /// Start the approver `spec`; its answers go to `answers`.
-    pub fn start(
-        spec: &Spec,
-        project_root: Option<PathBuf>,
-        answers: Sender<PermissionResponse>,
-    ) -> std::io::Result<InProcess> {
+    /// Make the approver `spec` ready: open the terminal for `tty`.
+    pub fn open(spec: &Spec, project_root: Option<PathBuf>) -> std::io::Result<InProcess> {
         Ok(match spec {
-            Spec::Tty => InProcess::Tty(tty::TtyApprover::open(project_root, answers)?),
-            Spec::Command(program) => {
-                InProcess::Command(command::CommandApprover::new(program.clone(), answers))
-            }
+            Spec::Tty => InProcess::Tty(tty::Terminal::open()?, project_root),
+            Spec::Command(program) => InProcess::Command(program.clone()),
         })
+    }
+
+    /// Its name in its `hello`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            InProcess::Tty(..) => "tty",
+            InProcess::Command(_) => "command",
+        }
+    }
+
+    /// Start it as tasks of the current runtime; its answers go to
+    /// `answers`.
+    pub fn start(self, answers: Answers) -> std::io::Result<Started> {
+        let (told, receive) = mpsc::unbounded_channel();
+        match self {
+            InProcess::Tty(terminal, project_root) => {
+                tty::start(terminal, project_root, answers, &told, receive)?
+            }
+            InProcess::Command(program) => {
+                tokio::spawn(command::run(program, receive, answers));
+            }
+        }
+        Ok(Started(told))
     }
 }
 
-impl crate::owner::Deliver for InProcess {
-    /// A frame the broker addressed to this approver: a question to ask, or
-    /// one that ended (anything else is logged).
-    fn deliver(&self, frame: &ServerFrame) {
-        match (self, frame) {
-            (InProcess::Tty(tty), ServerFrame::PermissionRequest(request)) => {
-                tty.ask(toolgate_protocol::PermissionRequest::clone(request))
-            }
-            (InProcess::Command(command), ServerFrame::PermissionRequest(request)) => {
-                command.ask(toolgate_protocol::PermissionRequest::clone(request))
-            }
-            (InProcess::Tty(tty), ServerFrame::PermissionResolved(resolved)) => {
-                tty.resolved(&resolved.permission_id, &resolved.reason)
-            }
-            (InProcess::Command(command), ServerFrame::PermissionResolved(resolved)) => {
-                command.resolved(&resolved.permission_id)
-            }
-            (_, ServerFrame::Error(error)) => {
-                tracing::warn!(message = %error.message, "the broker refused the approver's answer")
-            }
-            _ => {}
-        }
+/// Where an in-process approver's answers go: straight onto the owner's
+/// channel, as [`Event::Answer`]s of the approver's connection.
+#[derive(Clone)]
+pub struct Answers {
+    conn: ConnId,
+    events: mpsc::Sender<Event>,
+}
+
+impl Answers {
+    /// The answers of connection `conn`, sent on the owner's `events`.
+    pub fn new(conn: ConnId, events: mpsc::Sender<Event>) -> Answers {
+        Answers { conn, events }
     }
 
-    /// The broker stopped: end what still runs.
+    /// Hand `response` to the owner. While its channel is full this waits
+    /// (the owner never waits for an approver, so room comes); once the
+    /// owner is gone the answer is dropped.
+    pub async fn send(&self, response: PermissionResponse) {
+        let conn = self.conn;
+        let _ = self.events.send(Event::Answer { conn, response }).await;
+    }
+}
+
+/// What an approver's task is told, in order.
+pub enum Told {
+    /// A question to ask.
+    Ask(Box<PermissionRequest>),
+    /// A question ended otherwise (timeout, cancel, another approver).
+    Resolved {
+        /// The question.
+        permission_id: String,
+        /// Why it ended.
+        reason: String,
+    },
+    /// The broker stopped.
+    Stop,
+    /// A line typed on the terminal (`tty`).
+    Line(String),
+    /// The terminal's input ended (`tty`).
+    Closed,
+}
+
+/// A started approver: its task is told the frames addressed to it.
+pub struct Started(mpsc::UnboundedSender<Told>);
+
+impl Deliver for Started {
+    /// A question, or the end of one; an error (a refused answer) is
+    /// logged, and nothing else is for an approver.
+    fn deliver(&self, frame: &ServerFrame) {
+        let told = match frame {
+            ServerFrame::PermissionRequest(request) => Told::Ask(request.clone()),
+            ServerFrame::PermissionResolved(resolved) => Told::Resolved {
+                permission_id: resolved.permission_id.clone(),
+                reason: resolved.reason.clone(),
+            },
+            ServerFrame::Error(error) => {
+                tracing::warn!(message = %error.message, "the broker refused the approver's answer");
+                return;
+            }
+            _ => return,
+        };
+        let _ = self.0.send(told);
+    }
+
     fn stop(&self) {
-        if let InProcess::Command(command) = self {
-            command.stop_all();
-        }
+        let _ = self.0.send(Told::Stop);
+    }
+}
+
+/// A runtime for tests.
+#[cfg(test)]
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+}
+
+/// The frame saying that the question `id` ended for `reason`, for tests.
+#[cfg(test)]
+fn resolved(id: &str, reason: &str) -> ServerFrame {
+    let (session_id, call_id) = ("s".to_string(), "c".to_string());
+    ServerFrame::PermissionResolved(toolgate_protocol::PermissionResolved {
+        permission_id: id.to_string(),
+        session_id,
+        call_id,
+        reason: reason.to_string(),
+    })
+}
+
+/// An answer channel for tests: the answers and the owner's end.
+#[cfg(test)]
+fn channel() -> (Answers, mpsc::Receiver<Event>) {
+    let (events, received) = mpsc::channel(16);
+    (Answers::new(1, events), received)
+}
+
+/// The next answer sent on a test's [`channel`], if one comes within `wait`.
+#[cfg(test)]
+async fn answered(
+    received: &mut mpsc::Receiver<Event>,
+    wait: std::time::Duration,
+) -> Option<PermissionResponse> {
+    match tokio::time::timeout(wait, received.recv()).await {
+        Ok(Some(Event::Answer { response, .. })) => Some(response),
+        _ => None,
     }
 }

@@ -14,109 +14,117 @@
 //! closed with its reason and the next one is shown. When the terminal's
 //! input ends (it was closed), every pending and later question is rejected
 //! ("the approver's terminal closed: nobody can answer"). Several questions can be
-//! pending: the terminal is read on its own thread, so the broker never waits
-//! for it.
+//! pending: the prompt is a task of the transport's runtime and the terminal
+//! is read through the runtime's reactor (a non-blocking description of
+//! `/dev/tty` of its own), so the broker never waits for it.
 
 use std::collections::VecDeque;
-use std::io::{BufRead, Write};
+use std::io::{Read, Write};
 use std::path::PathBuf;
-use std::sync::mpsc::{self, Receiver, Sender};
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
 
-use toolgate_protocol::{PermissionRequest, PermissionResponse};
+use rustix::fs::{Mode, OFlags};
+use tokio::io::unix::AsyncFd;
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, ReadBuf};
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
+use toolgate_protocol::PermissionRequest;
 
 use super::view::{self, Choice, Tone};
+use super::{Answers, Told};
 use crate::display::shown;
 
-/// What the approver's thread is told.
-enum Event {
-    Ask(Box<PermissionRequest>),
-    Resolved {
-        permission_id: String,
-        reason: String,
-    },
-    Line(String),
-    Closed,
+/// The controlling terminal, opened before the broker starts: written with
+/// plain writes (tiny ones), read on a description of its own that never
+/// blocks, so the flag touches nobody else's (the agent's stdin may be the
+/// same terminal).
+pub struct Terminal {
+    out: std::fs::File,
+    input: std::fs::File,
 }
 
-/// A line-based approver on a terminal; cheap to clone into drivers.
-#[derive(Clone)]
-pub struct TtyApprover {
-    events: Sender<Event>,
+impl Terminal {
+    /// Open `/dev/tty`, once for writing and once for reading.
+    pub fn open() -> std::io::Result<Terminal> {
+        let out = std::fs::OpenOptions::new().write(true).open("/dev/tty")?;
+        let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC;
+        let input = rustix::fs::open("/dev/tty", flags, Mode::empty())?.into();
+        Ok(Terminal { out, input })
+    }
 }
 
-impl TtyApprover {
-    /// Open `/dev/tty` and start the approver. Every answer is sent on `answers`.
-    pub fn open(
-        project_root: Option<PathBuf>,
-        answers: Sender<PermissionResponse>,
-    ) -> std::io::Result<TtyApprover> {
-        let tty = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open("/dev/tty")?;
-        let input = std::io::BufReader::new(tty.try_clone()?);
-        let approver = TtyApprover::start(Box::new(tty), project_root, answers);
-        approver.read_from(input);
-        Ok(approver)
-    }
+/// The terminal's input, read when the runtime's reactor says it is ready.
+struct Input(AsyncFd<std::fs::File>);
 
-    /// Start the approver writing to `out`; lines come from [`Self::line`] or
-    /// [`Self::read_from`].
-    pub fn start(
-        out: Box<dyn Write + Send>,
-        project_root: Option<PathBuf>,
-        answers: Sender<PermissionResponse>,
-    ) -> TtyApprover {
-        let (events, receive) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut prompt = Prompt {
-                out,
-                pending: VecDeque::new(),
-                shown: None,
-                typing_message: false,
-                project_root,
-                answers,
-            };
-            prompt.run(receive);
-        });
-        TtyApprover { events }
-    }
-
-    /// Read lines from `input` on a thread of its own.
-    pub fn read_from(&self, input: impl BufRead + Send + 'static) {
-        let events = self.events.clone();
-        std::thread::spawn(move || {
-            for line in input.lines() {
-                match line {
-                    Ok(line) => {
-                        if events.send(Event::Line(line)).is_err() {
-                            return;
-                        }
-                    }
-                    Err(_) => break,
-                }
+impl AsyncRead for Input {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        loop {
+            let mut readable = ready!(self.0.poll_read_ready(cx))?;
+            let unfilled = buf.initialize_unfilled();
+            if let Ok(read) = readable.try_io(|tty| tty.get_ref().read(unfilled)) {
+                return Poll::Ready(read.map(|count| buf.advance(count)));
             }
-            let _ = events.send(Event::Closed);
-        });
+        }
     }
+}
 
-    /// A question to ask.
-    pub fn ask(&self, request: PermissionRequest) {
-        let _ = self.events.send(Event::Ask(Box::new(request)));
-    }
+/// Start the approver on `terminal`, as tasks of the current runtime: the
+/// prompt, told on `receive`, and the terminal's reader, which tells `told`
+/// the lines typed. Every answer goes to `answers`.
+pub fn start(
+    terminal: Terminal,
+    project_root: Option<PathBuf>,
+    answers: Answers,
+    told: &UnboundedSender<Told>,
+    receive: UnboundedReceiver<Told>,
+) -> std::io::Result<()> {
+    // `new` is deprecated for a `T` whose descriptor might change or close
+    // while registered; a `File` owns its one descriptor, and it is never
+    // lent mutably here (`register`, its replacement, is `unsafe`, which
+    // this crate forbids).
+    #[allow(deprecated)]
+    let input = Input(AsyncFd::new(terminal.input)?);
+    prompt(Box::new(terminal.out), project_root, answers, receive);
+    read_from(tokio::io::BufReader::new(input), told.clone());
+    Ok(())
+}
 
-    /// A question ended otherwise.
-    pub fn resolved(&self, permission_id: &str, reason: &str) {
-        let _ = self.events.send(Event::Resolved {
-            permission_id: permission_id.to_string(),
-            reason: reason.to_string(),
-        });
-    }
+/// Start the prompt writing to `out`, as a task of the current runtime,
+/// told on `told`.
+pub fn prompt(
+    out: Box<dyn Write + Send>,
+    project_root: Option<PathBuf>,
+    answers: Answers,
+    told: UnboundedReceiver<Told>,
+) {
+    let prompt = Prompt {
+        out,
+        pending: VecDeque::new(),
+        shown: None,
+        typing_message: false,
+        project_root,
+        answers,
+    };
+    tokio::spawn(prompt.run(told));
+}
 
-    /// One line typed (tests; [`Self::read_from`] uses the same path).
-    pub fn line(&self, text: &str) {
-        let _ = self.events.send(Event::Line(text.to_string()));
-    }
+/// Read lines from `input`, as a task of the current runtime: each is told
+/// on `told`, then that the input ended (also on a read error: the
+/// terminal hung up).
+pub fn read_from(input: impl AsyncBufRead + Unpin + Send + 'static, told: UnboundedSender<Told>) {
+    tokio::spawn(async move {
+        let mut lines = input.lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            if told.send(Told::Line(line)).is_err() {
+                return;
+            }
+        }
+        let _ = told.send(Told::Closed);
+    });
 }
 
 /// The answer to every question once the terminal's input has ended.
@@ -134,15 +142,15 @@ struct Prompt {
     /// `r` was typed: the next line is the message.
     typing_message: bool,
     project_root: Option<PathBuf>,
-    answers: Sender<PermissionResponse>,
+    answers: Answers,
 }
 
 impl Prompt {
-    fn run(&mut self, events: Receiver<Event>) {
+    async fn run(mut self, mut told: UnboundedReceiver<Told>) {
         let mut open = true;
-        while let Ok(event) = events.recv() {
-            match event {
-                Event::Ask(request) => {
+        while let Some(told) = told.recv().await {
+            match told {
+                Told::Ask(request) => {
                     if self
                         .pending
                         .iter()
@@ -153,7 +161,7 @@ impl Prompt {
                     if !open {
                         // Nobody can answer on a closed terminal: fail closed.
                         let response = view::answer(&request, &closed_terminal());
-                        let _ = self.answers.send(response);
+                        self.answers.send(response).await;
                         continue;
                     }
                     self.pending.push_back(*request);
@@ -169,7 +177,7 @@ impl Prompt {
                         );
                     }
                 }
-                Event::Resolved {
+                Told::Resolved {
                     permission_id,
                     reason,
                 } => {
@@ -193,14 +201,15 @@ impl Prompt {
                         self.show();
                     }
                 }
-                Event::Line(line) if open => self.typed(line.trim()),
-                Event::Line(_) => {}
-                Event::Closed => {
+                Told::Stop => return,
+                Told::Line(line) if open => self.typed(line.trim()).await,
+                Told::Line(_) => {}
+                Told::Closed => {
                     open = false;
                     self.shown = None;
                     for request in std::mem::take(&mut self.pending) {
                         let response = view::answer(&request, &closed_terminal());
-                        let _ = self.answers.send(response);
+                        self.answers.send(response).await;
                     }
                 }
             }
@@ -253,7 +262,7 @@ impl Prompt {
         let _ = self.out.flush();
     }
 
-    fn typed(&mut self, line: &str) {
+    async fn typed(&mut self, line: &str) {
         let Some(request) = self.pending.front().cloned() else {
             return;
         };
@@ -263,7 +272,7 @@ impl Prompt {
         if self.typing_message {
             self.typing_message = false;
             let message = Some(line.to_string());
-            self.answer(&request, Choice::Reject { message });
+            self.answer(&request, Choice::Reject { message }).await;
             return;
         }
         let (word, rest) = match line.split_once(char::is_whitespace) {
@@ -272,8 +281,8 @@ impl Prompt {
         };
         let last = view::default_level(&request);
         match word {
-            "o" | "once" => self.answer(&request, Choice::Once),
-            "a" | "always" => self.answer(&request, Choice::Always { level: last }),
+            "o" | "once" => self.answer(&request, Choice::Once).await,
+            "a" | "always" => self.answer(&request, Choice::Always { level: last }).await,
             "r" | "reject" if rest.is_empty() => {
                 self.typing_message = true;
                 let _ = write!(self.out, "message for the agent (Enter for none) > ");
@@ -281,7 +290,7 @@ impl Prompt {
             }
             "r" | "reject" => {
                 let message = Some(rest.to_string());
-                self.answer(&request, Choice::Reject { message });
+                self.answer(&request, Choice::Reject { message }).await;
             }
             "s" | "skip" | "n" | "next" => {
                 self.pending.rotate_left(1);
@@ -293,7 +302,7 @@ impl Prompt {
                     .and_then(|n| n.parse::<usize>().ok())
                     .filter(|n| (1..=request.always_options.len()).contains(n));
                 match level {
-                    Some(n) => self.answer(&request, Choice::Always { level: n - 1 }),
+                    Some(n) => self.answer(&request, Choice::Always { level: n - 1 }).await,
                     None => {
                         self.say(Tone::Warn, &format!("not an answer: {}", shown(line)));
                         self.hint(&request);
@@ -303,12 +312,12 @@ impl Prompt {
         }
     }
 
-    fn answer(&mut self, request: &PermissionRequest, choice: Choice) {
+    async fn answer(&mut self, request: &PermissionRequest, choice: Choice) {
         let response = view::answer(request, &choice);
         self.pending
             .retain(|q| q.permission_id != request.permission_id);
         self.shown = None;
-        let _ = self.answers.send(response);
+        self.answers.send(response).await;
         self.say(Tone::Dim, "answered.");
         self.show();
     }
@@ -319,9 +328,32 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
     use super::*;
+    use crate::approver::{answered, channel, resolved, runtime, Started};
+    use crate::owner::Deliver;
     use serde_json::{json, Value};
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
+    use toolgate_protocol::ServerFrame;
+
+    const WAIT: Duration = Duration::from_secs(10);
+
+    /// The prompt writing to `out`: where the owner hands it frames, and
+    /// where its terminal's lines go.
+    fn start(out: Screen, answers: Answers) -> (Started, UnboundedSender<Told>) {
+        let (told, receive) = tokio::sync::mpsc::unbounded_channel();
+        prompt(Box::new(out), None, answers, receive);
+        (Started(told.clone()), told)
+    }
+
+    /// A line typed.
+    fn line(terminal: &UnboundedSender<Told>, text: &str) {
+        terminal.send(Told::Line(text.to_string())).unwrap();
+    }
+
+    /// The broker asks `request`, as the owner hands it over.
+    fn ask(approver: &Started, request: PermissionRequest) {
+        approver.deliver(&ServerFrame::PermissionRequest(Box::new(request)));
+    }
 
     #[derive(Clone, Default)]
     struct Screen(Arc<Mutex<Vec<u8>>>);
@@ -384,53 +416,56 @@ mod tests {
             ),
         ];
         for (lines, want) in table {
-            let (sender, answers) = mpsc::channel();
-            let screen = Screen::default();
-            let approver = TtyApprover::start(Box::new(screen.clone()), None, sender);
-            approver.ask(request("p1", "rm a"));
-            approver.ask(request("p2", "rm b"));
-            for line in lines {
-                approver.line(line);
-            }
-            let got: Vec<Value> = (0..want.len())
-                .map(|_| {
-                    serde_json::to_value(answers.recv_timeout(Duration::from_secs(10)).unwrap())
-                        .unwrap()
-                })
-                .collect();
-            assert_eq!(got, want, "{lines:?}");
+            runtime().unwrap().block_on(async {
+                let (answers, mut received) = channel();
+                let (approver, terminal) = start(Screen::default(), answers);
+                ask(&approver, request("p1", "rm a"));
+                ask(&approver, request("p2", "rm b"));
+                for text in lines {
+                    line(&terminal, text);
+                }
+                let mut got = Vec::new();
+                for _ in 0..want.len() {
+                    let answer = answered(&mut received, WAIT).await.unwrap();
+                    got.push(serde_json::to_value(answer).unwrap());
+                }
+                assert_eq!(got, want, "{lines:?}");
+            });
         }
     }
 
     #[test]
     fn a_closed_terminal_rejects() {
-        let (sender, answers) = mpsc::channel();
-        let approver = TtyApprover::start(Box::new(Screen::default()), None, sender);
-        approver.ask(request("p1", "rm a"));
-        approver.read_from(std::io::Cursor::new(Vec::new()));
-        approver.ask(request("p2", "rm b"));
-        for id in ["p1", "p2"] {
-            let got = serde_json::to_value(answers.recv_timeout(Duration::from_secs(10)).unwrap())
-                .unwrap();
-            assert_eq!(
-                got,
-                json!({"permissionID":id,"response":"reject","message":"the approver's terminal closed: nobody can answer"})
-            );
-        }
+        runtime().unwrap().block_on(async {
+            let (answers, mut received) = channel();
+            let (approver, terminal) = start(Screen::default(), answers);
+            ask(&approver, request("p1", "rm a"));
+            read_from(std::io::Cursor::new(Vec::new()), terminal);
+            ask(&approver, request("p2", "rm b"));
+            for id in ["p1", "p2"] {
+                let answer = answered(&mut received, WAIT).await.unwrap();
+                assert_eq!(
+                    serde_json::to_value(answer).unwrap(),
+                    json!({"permissionID":id,"response":"reject","message":"the approver's terminal closed: nobody can answer"})
+                );
+            }
+        });
     }
 
     #[test]
     fn resolved_question_closes_and_the_next_shows() {
-        let (sender, answers) = mpsc::channel();
         let screen = Screen::default();
-        let approver = TtyApprover::start(Box::new(screen.clone()), None, sender);
-        approver.ask(request("p1", "rm a"));
-        approver.ask(request("p2", "rm b"));
-        approver.line("r");
-        approver.resolved("p1", "the call was cancelled");
-        approver.line("o");
-        let got = answers.recv_timeout(Duration::from_secs(10)).unwrap();
-        assert_eq!(got.permission_id, "p2");
+        runtime().unwrap().block_on(async {
+            let (answers, mut received) = channel();
+            let (approver, terminal) = start(screen.clone(), answers);
+            ask(&approver, request("p1", "rm a"));
+            ask(&approver, request("p2", "rm b"));
+            line(&terminal, "r");
+            approver.deliver(&resolved("p1", "the call was cancelled"));
+            line(&terminal, "o");
+            let got = answered(&mut received, WAIT).await.unwrap();
+            assert_eq!(got.permission_id, "p2");
+        });
         let text = String::from_utf8(screen.0.lock().unwrap().clone()).unwrap();
         assert!(
             text.contains("closed: rm a (the call was cancelled)"),

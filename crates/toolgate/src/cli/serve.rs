@@ -45,23 +45,9 @@ pub fn run(args: ServeArgs) -> ExitCode {
     let approver = match spec {
         None => None,
         Some(spec) => {
-            let (answers, answered) = std::sync::mpsc::channel();
-            match toolgate::approver::InProcess::start(
-                &spec,
-                Some(policy.project_root.clone()),
-                answers,
-            ) {
-                Ok(approver) => {
-                    let name = match spec {
-                        toolgate::approver::Spec::Tty => "tty",
-                        toolgate::approver::Spec::Command(_) => "command",
-                    };
-                    Some((
-                        Box::new(approver) as Box<dyn toolgate::owner::Deliver>,
-                        name,
-                        answered,
-                    ))
-                }
+            let root = Some(policy.project_root.clone());
+            match toolgate::approver::InProcess::open(&spec, root) {
+                Ok(approver) => Some(approver),
                 Err(err) => {
                     say!("toolgate: --approver tty: cannot open /dev/tty: {err}");
                     return ExitCode::from(2);

@@ -1,6 +1,6 @@
 //! `toolgate serve` on stdin and stdout: one client, connection 0. The
 //! owner ([`crate::owner`]) runs on a single-threaded tokio runtime with the
-//! signals, the deadline timer and an in-process approver's answers; stdin is
+//! signals, the deadline timer and an in-process approver; stdin is
 //! read by a thread of its own (a blocking read works on a pipe, a file or a
 //! terminal alike) that frames, decodes and hands over a batch of the
 //! complete lines it holds (at most [`BATCH`]). While the owner is too busy
@@ -22,8 +22,9 @@ use std::time::Duration;
 use tokio::sync::mpsc::{self, error::TrySendError};
 use tokio::sync::oneshot;
 
+use crate::approver::{Answers, InProcess};
 use crate::broker::{Broker, ConnId, Input};
-use crate::owner::{Backlog, Chunk, Deliver, Direct, Event, Lines, Outbox, Owner, Shared, Sink};
+use crate::owner::{Backlog, Chunk, Direct, Event, Lines, Outbox, Owner, Shared, Sink};
 use crate::transport::lines::{decode, Reader};
 use crate::transport::signals::{self, Reloader};
 
@@ -50,14 +51,6 @@ const HIGH_WATER: usize = BATCH;
 /// (and the reader to hand over what it read) before the process ends
 /// without them.
 const STOP_PATIENCE: Duration = Duration::from_secs(5);
-
-/// An in-process approver for `serve --approver`: the approver, its name
-/// for `hello`, and the channel its answers come on.
-pub type Approver = (
-    Box<dyn Deliver>,
-    &'static str,
-    std::sync::mpsc::Receiver<toolgate_protocol::PermissionResponse>,
-);
 
 /// The transport stopped after a signal without writing its last frames:
 /// the reason was said on stderr; the exit status is 1.
@@ -102,7 +95,7 @@ pub fn serve<R, W>(
     broker: Broker,
     max_frame_bytes: usize,
     reloader: Option<Reloader>,
-    approver: Option<Approver>,
+    approver: Option<InProcess>,
 ) -> io::Result<()>
 where
     R: Read + Send + 'static,
@@ -141,12 +134,15 @@ where
         conn: STDIO,
         sink: Sink::Lines(outbox),
     });
-    if let Some((approver, name, answers)) = approver {
-        // The agent's pipe never answers: only this approver does.
+    if let Some(approver) = approver {
+        // The agent's pipe never answers: only this approver does. Its
+        // tasks put its answers straight on the owner's channel.
+        let name = approver.name();
+        let approver = approver.start(Answers::new(APPROVER, events.clone()))?;
         owner.broker().reserve_approver(APPROVER);
         owner.handle(Event::Opened {
             conn: APPROVER,
-            sink: Sink::Approver(approver),
+            sink: Sink::Approver(Box::new(approver)),
         });
         let hello = toolgate_protocol::Hello {
             role: toolgate_protocol::Role::Approver,
@@ -158,20 +154,6 @@ where
             number: Some(1),
         });
         owner.flush();
-        let events = events.clone();
-        std::thread::Builder::new()
-            .name("toolgate-answers".into())
-            .spawn(move || {
-                for response in answers {
-                    let answer = Event::Answer {
-                        conn: APPROVER,
-                        response,
-                    };
-                    if events.blocking_send(answer).is_err() {
-                        return;
-                    }
-                }
-            })?;
     }
     let holding = Arc::new(AtomicBool::new(false));
     let handle = runtime.handle().clone();
