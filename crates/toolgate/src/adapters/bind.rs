@@ -46,22 +46,35 @@ impl Binding {
         let env = |name: &str| std::env::var(name).ok().filter(|value| !value.is_empty());
         let parent = parent.or_else(|| env(PARENT_ENV));
         let (text, from) = match (scope, scope_file) {
-            (Some(_), Some(_)) => return Err("--scope and --scope-file name two scopes: give one".into()),
+            (Some(_), Some(_)) => {
+                return Err("--scope and --scope-file name two scopes: give one".into())
+            }
             (Some(text), None) => (Some(text), "--scope".to_string()),
-            (None, Some(file)) => (Some(read(&file)?), format!("--scope-file {}", file.display())),
+            (None, Some(file)) => (
+                Some(read(&file)?),
+                format!("--scope-file {}", file.display()),
+            ),
             (None, None) => match (env(SCOPE_ENV), env(SCOPE_FILE_ENV)) {
                 (Some(_), Some(_)) => {
-                    return Err(format!("{SCOPE_ENV} and {SCOPE_FILE_ENV} name two scopes: set one"))
+                    return Err(format!(
+                        "{SCOPE_ENV} and {SCOPE_FILE_ENV} name two scopes: set one"
+                    ))
                 }
                 (Some(text), None) => (Some(text), SCOPE_ENV.to_string()),
                 (None, Some(file)) => {
                     let file = std::path::PathBuf::from(file);
-                    (Some(read(&file)?), format!("{SCOPE_FILE_ENV} {}", file.display()))
+                    (
+                        Some(read(&file)?),
+                        format!("{SCOPE_FILE_ENV} {}", file.display()),
+                    )
                 }
                 (None, None) => (None, String::new()),
             },
         };
-        if parent.as_deref().is_some_and(|parent| parent.trim().is_empty()) {
+        if parent
+            .as_deref()
+            .is_some_and(|parent| parent.trim().is_empty())
+        {
             return Err("--parent names no session".into());
         }
         let scope = match text {

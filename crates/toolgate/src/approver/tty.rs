@@ -26,7 +26,7 @@ use std::task::{ready, Context, Poll};
 
 use rustix::fs::{Mode, OFlags};
 use tokio::io::unix::AsyncFd;
-use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, ReadBuf};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use toolgate_protocol::PermissionRequest;
 
@@ -34,10 +34,11 @@ use super::view::{self, Choice, Tone};
 use super::{Answers, Told};
 use crate::display::shown;
 
-/// The controlling terminal, opened before the broker starts: written with
-/// plain writes (tiny ones), read on a description of its own that never
-/// blocks, so the flag touches nobody else's (the agent's stdin may be the
-/// same terminal).
+/// The controlling terminal, opened before the broker starts, twice: one
+/// description to read and one to write, each non-blocking and the
+/// approver's own (the flag touches nobody else's: the agent's stdin may be
+/// the same terminal). A terminal whose output is paused (`Ctrl-S`) holds
+/// up only the prompt, never the broker beside it on the runtime.
 pub struct Terminal {
     out: std::fs::File,
     input: std::fs::File,
@@ -46,17 +47,34 @@ pub struct Terminal {
 impl Terminal {
     /// Open `/dev/tty`, once for writing and once for reading.
     pub fn open() -> std::io::Result<Terminal> {
-        let out = std::fs::OpenOptions::new().write(true).open("/dev/tty")?;
-        let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC;
-        let input = rustix::fs::open("/dev/tty", flags, Mode::empty())?.into();
-        Ok(Terminal { out, input })
+        let open = |flags: OFlags| -> std::io::Result<std::fs::File> {
+            let flags = flags | OFlags::NONBLOCK | OFlags::CLOEXEC;
+            Ok(rustix::fs::open("/dev/tty", flags, Mode::empty())?.into())
+        };
+        Ok(Terminal {
+            out: open(OFlags::WRONLY)?,
+            input: open(OFlags::RDONLY)?,
+        })
     }
 }
 
-/// The terminal's input, read when the runtime's reactor says it is ready.
-struct Input(AsyncFd<std::fs::File>);
+/// The terminal, read or written when the runtime's reactor says it is
+/// ready.
+struct Tty(AsyncFd<std::fs::File>);
 
-impl AsyncRead for Input {
+impl Tty {
+    /// Watch `file` with the runtime's reactor.
+    fn new(file: std::fs::File) -> std::io::Result<Tty> {
+        // `new` is deprecated for a `T` whose descriptor might change or
+        // close while registered; a `File` owns its one descriptor, and it
+        // is never lent mutably here (`register`, its replacement, is
+        // `unsafe`, which this crate forbids).
+        #[allow(deprecated)]
+        AsyncFd::new(file).map(Tty)
+    }
+}
+
+impl AsyncRead for Tty {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -72,6 +90,29 @@ impl AsyncRead for Input {
     }
 }
 
+impl AsyncWrite for Tty {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bytes: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        loop {
+            let mut writable = ready!(self.0.poll_write_ready(cx))?;
+            if let Ok(written) = writable.try_io(|tty| tty.get_ref().write(bytes)) {
+                return Poll::Ready(written);
+            }
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
 /// Start the approver on `terminal`, as tasks of the current runtime: the
 /// prompt, told on `receive`, and the terminal's reader, which tells `told`
 /// the lines typed. Every answer goes to `answers`.
@@ -82,13 +123,13 @@ pub fn start(
     told: &UnboundedSender<Told>,
     receive: UnboundedReceiver<Told>,
 ) -> std::io::Result<()> {
-    // `new` is deprecated for a `T` whose descriptor might change or close
-    // while registered; a `File` owns its one descriptor, and it is never
-    // lent mutably here (`register`, its replacement, is `unsafe`, which
-    // this crate forbids).
-    #[allow(deprecated)]
-    let input = Input(AsyncFd::new(terminal.input)?);
-    prompt(Box::new(terminal.out), project_root, answers, receive);
+    let input = Tty::new(terminal.input)?;
+    prompt(
+        Box::pin(Tty::new(terminal.out)?),
+        project_root,
+        answers,
+        receive,
+    );
     read_from(tokio::io::BufReader::new(input), told.clone());
     Ok(())
 }
@@ -96,13 +137,14 @@ pub fn start(
 /// Start the prompt writing to `out`, as a task of the current runtime,
 /// told on `told`.
 pub fn prompt(
-    out: Box<dyn Write + Send>,
+    out: Pin<Box<dyn AsyncWrite + Send>>,
     project_root: Option<PathBuf>,
     answers: Answers,
     told: UnboundedReceiver<Told>,
 ) {
     let prompt = Prompt {
         out,
+        screen: Vec::new(),
         pending: VecDeque::new(),
         shown: None,
         typing_message: false,
@@ -135,7 +177,9 @@ fn closed_terminal() -> Choice {
 }
 
 struct Prompt {
-    out: Box<dyn Write + Send>,
+    out: Pin<Box<dyn AsyncWrite + Send>>,
+    /// What to write to the terminal once the event at hand is handled.
+    screen: Vec<u8>,
     pending: VecDeque<PermissionRequest>,
     /// The permission id of the question on screen.
     shown: Option<String>,
@@ -149,71 +193,87 @@ impl Prompt {
     async fn run(mut self, mut told: UnboundedReceiver<Told>) {
         let mut open = true;
         while let Some(told) = told.recv().await {
-            match told {
-                Told::Ask(request) => {
-                    if self
-                        .pending
-                        .iter()
-                        .any(|q| q.permission_id == request.permission_id)
-                    {
-                        continue;
-                    }
-                    if !open {
-                        // Nobody can answer on a closed terminal: fail closed.
-                        let response = view::answer(&request, &closed_terminal());
-                        self.answers.send(response).await;
-                        continue;
-                    }
-                    self.pending.push_back(*request);
-                    if self.shown.is_none() {
-                        self.show();
-                    } else {
-                        self.say(
-                            Tone::Dim,
-                            &format!(
-                                "(another question arrived: {} pending; `s` shows the next)",
-                                self.pending.len()
-                            ),
-                        );
-                    }
+            let going_on = self.handle(told, &mut open).await;
+            if !self.screen.is_empty() {
+                let screen = std::mem::take(&mut self.screen);
+                // A terminal that cannot be written (hung up) still reads
+                // answers, or ends, which rejects what is pending.
+                let _ = self.out.write_all(&screen).await;
+            }
+            if !going_on {
+                return;
+            }
+        }
+    }
+
+    /// Handle one event (`open`: the terminal's input has not ended);
+    /// `false` once the approver is told to stop.
+    async fn handle(&mut self, told: Told, open: &mut bool) -> bool {
+        match told {
+            Told::Ask(request) => {
+                if self
+                    .pending
+                    .iter()
+                    .any(|q| q.permission_id == request.permission_id)
+                {
+                    return true;
                 }
-                Told::Resolved {
-                    permission_id,
-                    reason,
-                } => {
-                    let Some(index) = self
-                        .pending
-                        .iter()
-                        .position(|q| q.permission_id == permission_id)
-                    else {
-                        continue;
-                    };
-                    let Some(request) = self.pending.remove(index) else {
-                        continue;
-                    };
+                if !*open {
+                    // Nobody can answer on a closed terminal: fail closed.
+                    let response = view::answer(&request, &closed_terminal());
+                    self.answers.send(response).await;
+                    return true;
+                }
+                self.pending.push_back(*request);
+                if self.shown.is_none() {
+                    self.show();
+                } else {
                     self.say(
-                        Tone::Warn,
-                        &format!("closed: {} ({})", shown(&request.title), shown(&reason)),
+                        Tone::Dim,
+                        &format!(
+                            "(another question arrived: {} pending; `s` shows the next)",
+                            self.pending.len()
+                        ),
                     );
-                    if self.shown.as_deref() == Some(permission_id.as_str()) {
-                        self.shown = None;
-                        self.typing_message = false;
-                        self.show();
-                    }
                 }
-                Told::Stop => return,
-                Told::Line(line) if open => self.typed(line.trim()).await,
-                Told::Line(_) => {}
-                Told::Closed => {
-                    open = false;
+            }
+            Told::Resolved {
+                permission_id,
+                reason,
+            } => {
+                let Some(index) = self
+                    .pending
+                    .iter()
+                    .position(|q| q.permission_id == permission_id)
+                else {
+                    return true;
+                };
+                let Some(request) = self.pending.remove(index) else {
+                    return true;
+                };
+                self.say(
+                    Tone::Warn,
+                    &format!("closed: {} ({})", shown(&request.title), shown(&reason)),
+                );
+                if self.shown.as_deref() == Some(permission_id.as_str()) {
                     self.shown = None;
-                    for request in std::mem::take(&mut self.pending) {
-                        let response = view::answer(&request, &closed_terminal());
-                        self.answers.send(response).await;
-                    }
+                    self.typing_message = false;
+                    self.show();
+                }
+            }
+            Told::Stop => return false,
+            Told::Line(line) if *open => self.typed(line.trim()).await,
+            Told::Line(_) => {}
+            Told::Closed => {
+                *open = false;
+                self.shown = None;
+                for request in std::mem::take(&mut self.pending) {
+                    let response = view::answer(&request, &closed_terminal());
+                    self.answers.send(response).await;
                 }
             }
         }
+        true
     }
 
     fn say(&mut self, tone: Tone, text: &str) {
@@ -225,8 +285,7 @@ impl Prompt {
             Tone::Dim => ("\x1b[2m", "\x1b[0m"),
             Tone::Warn => ("\x1b[33m", "\x1b[0m"),
         };
-        let _ = write!(self.out, "{start}{text}{end}\r\n");
-        let _ = self.out.flush();
+        let _ = write!(self.screen, "{start}{text}{end}\r\n");
     }
 
     fn show(&mut self) {
@@ -258,8 +317,7 @@ impl Prompt {
             n => format!("a always (a1…a{n}: that entry)"),
         };
         let text = format!("[o once · {always} · r reject [message] · s next] > ");
-        let _ = write!(self.out, "\x1b[1m{text}\x1b[0m");
-        let _ = self.out.flush();
+        let _ = write!(self.screen, "\x1b[1m{text}\x1b[0m");
     }
 
     async fn typed(&mut self, line: &str) {
@@ -285,8 +343,7 @@ impl Prompt {
             "a" | "always" => self.answer(&request, Choice::Always { level: last }).await,
             "r" | "reject" if rest.is_empty() => {
                 self.typing_message = true;
-                let _ = write!(self.out, "message for the agent (Enter for none) > ");
-                let _ = self.out.flush();
+                let _ = write!(self.screen, "message for the agent (Enter for none) > ");
             }
             "r" | "reject" => {
                 let message = Some(rest.to_string());
@@ -341,7 +398,7 @@ mod tests {
     /// where its terminal's lines go.
     fn start(out: Screen, answers: Answers) -> (Started, UnboundedSender<Told>) {
         let (told, receive) = tokio::sync::mpsc::unbounded_channel();
-        prompt(Box::new(out), None, answers, receive);
+        prompt(Box::pin(out), None, answers, receive);
         (Started(told.clone()), told)
     }
 
@@ -358,13 +415,20 @@ mod tests {
     #[derive(Clone, Default)]
     struct Screen(Arc<Mutex<Vec<u8>>>);
 
-    impl Write for Screen {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+    impl AsyncWrite for Screen {
+        fn poll_write(
+            self: Pin<&mut Self>,
+            _cx: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<std::io::Result<usize>> {
             self.0.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
+            Poll::Ready(Ok(buf.len()))
         }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
+        fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
         }
     }
 

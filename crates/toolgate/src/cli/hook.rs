@@ -9,9 +9,7 @@ use clap::{Args, ValueEnum};
 use toolgate::say;
 
 use super::broker::{open, BrokerFlags, Opened};
-use super::flags::{
-    broker_flags, AskArgs, BindArgs, KeepArgs, OnAskArg, PolicyArgs, ServeArgs,
-};
+use super::flags::{broker_flags, AskArgs, BindArgs, KeepArgs, OnAskArg, PolicyArgs, ServeArgs};
 
 /// The flags of `toolgate hook`.
 #[derive(Debug, Args)]
