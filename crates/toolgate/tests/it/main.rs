@@ -8,6 +8,7 @@ mod support;
 mod approver_command;
 mod approver_tty;
 mod audit;
+mod binding;
 mod bridges;
 mod check_cli;
 mod clients;
