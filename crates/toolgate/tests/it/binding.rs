@@ -17,6 +17,9 @@ use serde_json::{json, Value};
 
 use crate::support;
 
+/// Environment variables for a hook.
+type Env = Vec<(&'static str, String)>;
+
 /// A scratch directory with a project in it.
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("toolgate-bind-{}-{name}", std::process::id()));
@@ -158,7 +161,7 @@ fn codex_gemini_and_qwen_hooks_are_bound_under_the_parent_from_their_first_call(
     let scope_file = scope_file.to_string_lossy().to_string();
     // Codex by environment, Gemini by flags, qwen by environment with a
     // scope file: each chooses its own session id.
-    let agents: Vec<(&str, Vec<String>, Vec<(&str, String)>)> = vec![
+    let agents: Vec<(&str, Vec<String>, Env)> = vec![
         (
             "codex",
             vec![],
