@@ -11,9 +11,9 @@ use serde_json::{Map, Value};
 
 use crate::scan::{self, truncate};
 use crate::{
-    Cancel, ClientFrame, ErrorCode, GrantScope, Hello, ListGrants, PermissionResponse, Reply,
-    RevokeGrant, Role, ScopeSpec, SessionRef, SessionStart, SetMode, Shutdown, ToolCall,
-    DEFAULT_SESSION,
+    Cancel, ClientFrame, ErrorCode, GrantScope, Hello, ListGrants, ListSessions,
+    PermissionResponse, Reply, RevokeGrant, Role, ScopeSpec, SessionRef, SessionStart, SetMode,
+    Shutdown, ToolCall, DEFAULT_SESSION,
 };
 
 /// Why a line is not a usable frame.
@@ -529,6 +529,12 @@ impl Envelope {
             })),
             "shutdown" => Ok(ClientFrame::Shutdown(Shutdown {})),
             "hello" => self.hello(),
+            "list_sessions" => Ok(ClientFrame::ListSessions(ListSessions {
+                session_id: self.optional_str(&self.session_id, "sessionID", "list_sessions")?,
+            })),
+            "list_pending" => Ok(ClientFrame::ListPending(ListSessions {
+                session_id: self.optional_str(&self.session_id, "sessionID", "list_pending")?,
+            })),
             other => Err(self.error(
                 ErrorCode::UnknownType,
                 format!("unknown frame type `{}`", truncate(other, 64)),
@@ -540,11 +546,12 @@ impl Envelope {
         let role = match self.optional_str(&self.role, "role", "hello")?.as_deref() {
             None | Some("agent") => Role::Agent,
             Some("approver") => Role::Approver,
+            Some("observer") => Role::Observer,
             Some(other) => {
                 return Err(self.error(
                     ErrorCode::InvalidFrame,
                     format!(
-                        "`role` of hello must be `agent` or `approver`, not `{}`",
+                        "`role` of hello must be `agent`, `approver` or `observer`, not `{}`",
                         truncate(other, 64)
                     ),
                 ))
@@ -560,7 +567,18 @@ impl Envelope {
                 "`client` of hello is longer than 128 characters".into(),
             ));
         }
-        Ok(ClientFrame::Hello(Hello { role, client }))
+        let session_id = self.optional_str(&self.session_id, "sessionID", "hello")?;
+        if session_id.is_some() && role != Role::Observer {
+            return Err(self.error(
+                ErrorCode::InvalidFrame,
+                "`sessionID` of hello names the subtree an observer watches: only `role` observer takes it".into(),
+            ));
+        }
+        Ok(ClientFrame::Hello(Hello {
+            role,
+            client,
+            session_id,
+        }))
     }
 
     fn tool_call(mut self) -> Result<ClientFrame, DecodeError> {

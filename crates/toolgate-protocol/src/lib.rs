@@ -69,8 +69,13 @@ pub enum ClientFrame {
     RevokeGrant(RevokeGrant),
     /// Deny every pending call, flush, exit 0.
     Shutdown(Shutdown),
-    /// Say who is connecting (an agent or an approver); answered by [`Ready`].
+    /// Say who is connecting (an agent, an approver or an observer);
+    /// answered by [`Ready`].
     Hello(Hello),
+    /// List the sessions (a subtree, or all); answered by [`Sessions`].
+    ListSessions(ListSessions),
+    /// List the open questions (of a subtree, or all); answered by [`Pending`].
+    ListPending(ListSessions),
 }
 
 /// `tool_call`: a tool call the agent wants to make.
@@ -284,6 +289,16 @@ pub struct ListGrants {
     pub session_id: Option<String>,
 }
 
+/// `list_sessions` and `list_pending`: what the broker holds, for the
+/// asking connection.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ListSessions {
+    /// Only this session and the sessions under it; every session when
+    /// absent.
+    #[serde(rename = "sessionID", default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+}
+
 /// `revoke_grant`: remove one grant.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct RevokeGrant {
@@ -309,6 +324,10 @@ pub struct Hello {
     /// echoed in `ready`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client: Option<String>,
+    /// For an `observer`: the session whose subtree it watches (every
+    /// session when absent).
+    #[serde(rename = "sessionID", default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
 }
 
 /// What a connection is, as said by `hello`.
@@ -320,6 +339,10 @@ pub enum Role {
     Agent,
     /// Receives every question and may answer it.
     Approver,
+    /// Receives every decision, question, answer, resolution, session start
+    /// and end and mode change (of a subtree, or of every session), and
+    /// cannot act: it may only list.
+    Observer,
 }
 
 impl Role {
@@ -328,6 +351,7 @@ impl Role {
         match self {
             Role::Agent => "agent",
             Role::Approver => "approver",
+            Role::Observer => "observer",
         }
     }
 }
@@ -362,6 +386,12 @@ pub enum ServerFrame {
     Reminder(Reminder),
     /// The grants in force.
     Grants(Grants),
+    /// To observers: a question was answered, by whom and how.
+    PermissionAnswered(PermissionAnswered),
+    /// The answer to `list_sessions`.
+    Sessions(Sessions),
+    /// The answer to `list_pending`: the open questions.
+    Pending(Pending),
     /// A frame could not be handled.
     Error(ErrorFrame),
 }
@@ -531,6 +561,68 @@ pub struct PermissionResolved {
     pub call_id: String,
     /// Why it ended.
     pub reason: String,
+}
+
+/// `permission_answered` (to observers): an approver's (or the calling
+/// connection's) answer to a question was taken; the decision follows.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PermissionAnswered {
+    /// The question.
+    #[serde(rename = "permissionID")]
+    pub permission_id: String,
+    /// The call's session.
+    #[serde(rename = "sessionID")]
+    pub session_id: String,
+    /// The call asked about.
+    #[serde(rename = "callID")]
+    pub call_id: String,
+    /// `once`, `always` or `reject`.
+    pub response: Reply,
+    /// The answer's message, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The `always` patterns chosen, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub patterns: Option<Vec<String>>,
+    /// Who answered: the connection's client name, or its role.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
+}
+
+/// `sessions`: the answer to `list_sessions`, parents before children.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Sessions {
+    /// The sessions.
+    pub sessions: Vec<SessionInfo>,
+}
+
+/// One session, as `sessions` lists it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SessionInfo {
+    /// The session.
+    #[serde(rename = "sessionID")]
+    pub session_id: String,
+    /// Its parent, if any.
+    #[serde(rename = "parentID", default, skip_serializing_if = "Option::is_none")]
+    pub parent_id: Option<String>,
+    /// Its effective mode (never looser than its parent's).
+    pub mode: String,
+    /// Whether it was started (`session_start`), not only seen in calls.
+    pub started: bool,
+    /// The effective scope.
+    pub scope: EffectiveScope,
+    /// The clients (names, else roles) of the open connections that sent
+    /// calls in it.
+    pub clients: Vec<String>,
+    /// How many of its calls wait for an answer.
+    pub pending: usize,
+}
+
+/// `pending`: the answer to `list_pending`, oldest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Pending {
+    /// The open questions, as they were put.
+    pub questions: Vec<PermissionRequest>,
 }
 
 /// `mode_changed`: a session's mode changed.

@@ -35,6 +35,7 @@ pub use sessions::MAX_DEPTH;
 
 pub mod audit;
 mod grants;
+mod observe;
 mod outbox;
 mod persistence;
 mod questions;
@@ -80,6 +81,8 @@ pub struct Broker {
     conns: routing::Connections,
     /// The audit log, when one is kept.
     audit: Option<audit::Audit>,
+    /// The observer connections.
+    observers: observe::Observers,
     /// The reminder of each mode for a session with no scope and no
     /// whole-permission grant (most sessions): pure in the policy and the
     /// settings, so built once per policy rather than once per decision.
@@ -122,6 +125,7 @@ impl Broker {
             stopped: false,
             origin: Origin::default(),
             conns: routing::Connections::default(),
+            observers: observe::Observers::default(),
             audit: None,
             reminders: Default::default(),
         }
@@ -250,6 +254,12 @@ impl Broker {
             }
             ClientFrame::RevokeGrant(revoke) => self.revoke_grant(revoke, ob),
             ClientFrame::Shutdown(_) => self.shutdown(ob),
+            ClientFrame::ListSessions(list) => {
+                ob.reply(self.sessions_frame(list.session_id.as_deref()))
+            }
+            ClientFrame::ListPending(list) => {
+                ob.reply(self.pending_frame(list.session_id.as_deref()))
+            }
             // Answered by the routing, which knows the connection.
             ClientFrame::Hello(_) => {}
         }

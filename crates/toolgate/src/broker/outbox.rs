@@ -70,6 +70,9 @@ impl FrameIds {
             }
             ClientFrame::Cancel(cancel) => (Some(&cancel.call_id), Some(&cancel.session_id), None),
             ClientFrame::ListGrants(list) => (None, list.session_id.as_ref(), None),
+            ClientFrame::ListSessions(list) | ClientFrame::ListPending(list) => {
+                (None, list.session_id.as_ref(), None)
+            }
         };
         FrameIds {
             call_id: call_id.cloned(),

@@ -263,13 +263,15 @@ pub enum To {
     Owner(ConnId),
     /// An approver connection (a question, or the news that it was resolved).
     Approver(ConnId),
+    /// An observer connection (a copy of news about a session it watches).
+    Observer(ConnId),
 }
 
 impl To {
     /// The connection to write to.
     pub fn conn(self) -> ConnId {
         match self {
-            To::Caller(conn) | To::Owner(conn) | To::Approver(conn) => conn,
+            To::Caller(conn) | To::Owner(conn) | To::Approver(conn) | To::Observer(conn) => conn,
         }
     }
 }
@@ -304,6 +306,10 @@ pub(super) struct Connections {
 struct Peer {
     role: Role,
     client: Option<String>,
+    /// The sessions it sent calls in (for `list_sessions`).
+    sessions: std::collections::HashSet<String>,
+    /// The last of them: a flood in one session costs one comparison.
+    last_session: Option<String>,
 }
 
 /// An open question: who made the call, who was asked, and the request as
@@ -458,10 +464,12 @@ impl Connections {
             Some(Peer {
                 role: Role::Approver,
                 client: Some(name),
+                ..
             }) => format!("answered by the approver `{name}`"),
             Some(Peer {
                 role: Role::Approver,
                 client: None,
+                ..
             }) => "answered by another approver".to_string(),
             _ => "answered on another connection".to_string(),
         }
@@ -474,13 +482,55 @@ impl Connections {
             (Some(name), _) => name.clone(),
             (None, Role::Approver) => format!("approver connection {}", conn?),
             (None, Role::Agent) => format!("connection {}", conn?),
+            (None, Role::Observer) => format!("observer connection {}", conn?),
         })
+    }
+
+    /// The names of the open connections that sent calls in `session`.
+    pub(super) fn clients_in(&self, session: &str) -> Vec<String> {
+        let mut conns: Vec<ConnId> = self
+            .open
+            .iter()
+            .filter(|(_, peer)| peer.sessions.contains(session))
+            .map(|(conn, _)| *conn)
+            .collect();
+        conns.sort_unstable();
+        conns
+            .into_iter()
+            .filter_map(|conn| self.client_of(Some(conn)))
+            .collect()
+    }
+
+    /// The open question `permission_id`, as it was put.
+    pub(super) fn request(&self, permission_id: &str) -> Option<&wire::PermissionRequest> {
+        self.asked
+            .get(permission_id)
+            .map(|asked| asked.request.as_ref())
+    }
+
+    /// `conn` sent a call in `session`.
+    fn used(&mut self, conn: ConnId, session: &str) {
+        let Some(peer) = self.open.get_mut(&conn) else {
+            return;
+        };
+        if peer.last_session.as_deref() != Some(session) {
+            peer.sessions.insert(session.to_string());
+            peer.last_session = Some(session.to_string());
+        }
     }
 }
 
 impl Broker {
     /// Handle one input; append what to write, addressed, to `out`.
     pub fn step(&mut self, input: Input<'_>, out: &mut Vec<Output>) {
+        let from = out.len();
+        self.handle_input(input, out);
+        if !self.observers.is_empty() {
+            self.observe(from, out);
+        }
+    }
+
+    fn handle_input(&mut self, input: Input<'_>, out: &mut Vec<Output>) {
         match input {
             Input::Opened { conn } => {
                 self.conns.open.entry(conn).or_default();
@@ -598,6 +648,43 @@ impl Broker {
         if !matches!(frame, ClientFrame::ToolCall(_)) {
             ob.about(FrameIds::of(&frame));
         }
+        if self
+            .conns
+            .open
+            .get(&conn)
+            .is_some_and(|peer| peer.role == Role::Observer)
+            && !matches!(
+                frame,
+                ClientFrame::Hello(_)
+                    | ClientFrame::ListSessions(_)
+                    | ClientFrame::ListPending(_)
+                    | ClientFrame::ListGrants(_)
+                    | ClientFrame::GetReminder(_)
+            )
+        {
+            let why = "an observer only watches and lists: it may send hello, list_sessions, list_pending, list_grants and get_reminder";
+            match frame {
+                // Every call with a readable id gets its one decision.
+                ClientFrame::ToolCall(call) => {
+                    let decision = wire::Decision {
+                        session_id: call.session_id,
+                        call_id: call.call_id,
+                        decision: wire::Verdict::Deny,
+                        source: wire::Source::Invalid,
+                        reason: format!("{why}; it cannot make calls"),
+                        rule: None,
+                        message: None,
+                        reminder: None,
+                    };
+                    self.decide(decision, ob);
+                }
+                _ => ob.error(ErrorCode::Forbidden, why.to_string()),
+            }
+            return;
+        }
+        if let ClientFrame::ToolCall(call) = &frame {
+            self.conns.used(conn, &call.session_id);
+        }
         match frame {
             ClientFrame::Hello(hello) => self.hello(conn, hello, ob),
             ClientFrame::PermissionResponse(response)
@@ -622,9 +709,40 @@ impl Broker {
                 {
                     self.audit_answer(conn, response);
                 }
+                let answer = match &frame {
+                    ClientFrame::PermissionResponse(response) if !self.observers.is_empty() => {
+                        self.answer_note(conn, response)
+                    }
+                    _ => None,
+                };
+                let at = ob.len();
                 self.handle(frame, ahead, ob);
+                if let Some(answer) = answer {
+                    // Taken: the question is closed.
+                    if self.conns.request(&answer.permission_id).is_none() {
+                        self.observers.answered(at, answer);
+                    }
+                }
             }
         }
+    }
+
+    /// What observers are told if `response` from `conn` is taken.
+    fn answer_note(
+        &self,
+        conn: ConnId,
+        response: &wire::PermissionResponse,
+    ) -> Option<wire::PermissionAnswered> {
+        let request = self.conns.request(&response.permission_id)?;
+        Some(wire::PermissionAnswered {
+            permission_id: response.permission_id.clone(),
+            session_id: request.session_id.clone(),
+            call_id: request.call_id.clone(),
+            response: response.response,
+            message: response.message.clone(),
+            patterns: response.patterns.clone(),
+            by: self.client_of(Some(conn)),
+        })
     }
 
     /// Only `conn` may be an approver from now on (`serve --approver`: the
@@ -655,6 +773,10 @@ impl Broker {
         let was = peer.role;
         peer.role = hello.role;
         peer.client.clone_from(&hello.client);
+        match hello.role {
+            Role::Observer => self.observers.watch(conn, hello.session_id.clone()),
+            _ => self.observers.unwatch(conn),
+        }
         let mut ready = self.ready();
         if let ServerFrame::Ready(ready) = &mut ready {
             ready.role = Some(hello.role);
@@ -685,7 +807,7 @@ impl Broker {
                     }
                 }
             }
-            (Role::Approver, Role::Agent) => self.leave_approvers(conn, ob),
+            (Role::Approver, Role::Agent | Role::Observer) => self.leave_approvers(conn, ob),
             _ => {}
         }
     }
@@ -726,6 +848,7 @@ impl Broker {
         let Some(peer) = self.conns.open.remove(&conn) else {
             return;
         };
+        self.observers.unwatch(conn);
         for asked in self.conns.asked.values_mut() {
             asked.addressees.retain(|&c| c != conn);
         }

@@ -147,6 +147,7 @@ where
         let hello = toolgate_protocol::Hello {
             role: toolgate_protocol::Role::Approver,
             client: Some(name.to_string()),
+            session_id: None,
         };
         owner.step(Input::Frame {
             conn: APPROVER,

@@ -26,6 +26,7 @@ mod hook_socket;
 mod journal;
 mod link_assistant;
 mod mcp;
+mod observers;
 mod oracle;
 mod persistence;
 mod pipeline;
