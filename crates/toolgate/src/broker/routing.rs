@@ -310,6 +310,8 @@ struct Peer {
     sessions: std::collections::HashSet<String>,
     /// The last of them: a flood in one session costs one comparison.
     last_session: Option<String>,
+    /// When `sessions` is pruned of the sessions the broker forgot.
+    prune_at: usize,
 }
 
 /// An open question: who made the call, who was asked, and the request as
@@ -507,15 +509,21 @@ impl Connections {
             .get(permission_id)
             .map(|asked| asked.request.as_ref())
     }
+}
 
-    /// `conn` sent a call in `session`.
-    fn used(&mut self, conn: ConnId, session: &str) {
-        let Some(peer) = self.open.get_mut(&conn) else {
+impl Peer {
+    /// It sent a call in `session`; `held`: whether the broker still holds
+    /// a session (those it forgot are pruned now and then, so a connection
+    /// that runs through many sessions does not grow without end).
+    fn used(&mut self, session: &str, held: impl Fn(&str) -> bool) {
+        if self.last_session.as_deref() == Some(session) {
             return;
-        };
-        if peer.last_session.as_deref() != Some(session) {
-            peer.sessions.insert(session.to_string());
-            peer.last_session = Some(session.to_string());
+        }
+        self.sessions.insert(session.to_string());
+        self.last_session = Some(session.to_string());
+        if self.sessions.len() > self.prune_at.max(256) {
+            self.sessions.retain(|id| held(id));
+            self.prune_at = 2 * self.sessions.len();
         }
     }
 }
@@ -626,7 +634,7 @@ impl Broker {
             }
             parsed => parsed,
         };
-        self.conns.open.entry(conn).or_default();
+        let peer = self.conns.open.entry(conn).or_default();
         let (frame, ahead) = match parsed {
             Parsed::Frame(frame, ahead) => (frame, ahead),
             Parsed::Invalid {
@@ -642,17 +650,18 @@ impl Broker {
             }
             Parsed::Blank | Parsed::Unreadable(_) => return,
         };
+        let observer = peer.role == Role::Observer;
+        if let ClientFrame::ToolCall(call) = &frame {
+            let sessions = &self.sessions;
+            peer.used(&call.session_id, |id| sessions.contains_key(id));
+        }
         // Error frames about a frame that decoded carry the ids it names (a
         // tool call's one error, a duplicate, names them itself: its ids
         // are not copied for every call).
         if !matches!(frame, ClientFrame::ToolCall(_)) {
             ob.about(FrameIds::of(&frame));
         }
-        if self
-            .conns
-            .open
-            .get(&conn)
-            .is_some_and(|peer| peer.role == Role::Observer)
+        if observer
             && !matches!(
                 frame,
                 ClientFrame::Hello(_)
@@ -681,9 +690,6 @@ impl Broker {
                 _ => ob.error(ErrorCode::Forbidden, why.to_string()),
             }
             return;
-        }
-        if let ClientFrame::ToolCall(call) = &frame {
-            self.conns.used(conn, &call.session_id);
         }
         match frame {
             ClientFrame::Hello(hello) => self.hello(conn, hello, ob),
