@@ -40,6 +40,42 @@ pub enum Agent {
     Codex,
 }
 
+/// The hook event a call comes from: each is answered in its own format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// `PreToolUse` (Gemini CLI: `BeforeTool`): before the tool runs.
+    PreToolUse,
+    /// `PermissionRequest` (Claude Code, qwen-code, Codex): the agent is
+    /// about to show its permission dialog; the hook may allow or deny in
+    /// its place, or leave it to the dialog.
+    PermissionRequest,
+}
+
+/// The event of a hook input (`hook_event_name`; absent: the agent's
+/// pre-tool event). `Err` names an event toolgate does not answer, which is
+/// refused rather than answered as another one.
+pub fn event(agent: Agent, input: &Value) -> Result<Event, String> {
+    let name = input.get("hook_event_name").and_then(Value::as_str);
+    match (agent, name) {
+        (_, None) => Ok(Event::PreToolUse),
+        (Agent::Gemini, Some("BeforeTool")) => Ok(Event::PreToolUse),
+        (Agent::Claude | Agent::Qwen | Agent::Codex, Some("PreToolUse")) => Ok(Event::PreToolUse),
+        (Agent::Claude | Agent::Qwen | Agent::Codex, Some("PermissionRequest")) => {
+            Ok(Event::PermissionRequest)
+        }
+        (agent, Some(other)) => {
+            let handled = match agent {
+                Agent::Gemini => "BeforeTool",
+                _ => "PreToolUse and PermissionRequest",
+            };
+            Err(format!(
+                "the hook event `{}` is not one toolgate answers (it answers {handled}): remove `toolgate hook` from that event's hooks",
+                crate::display::shown(other)
+            ))
+        }
+    }
+}
+
 /// What the hook answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Answer {
@@ -68,7 +104,10 @@ impl Answer {
     /// and Gemini CLI 0.61.0 has none for BeforeTool, so there it follows
     /// the reason. Only fields each agent validates are written: Claude Code
     /// ignores an answer it cannot validate, and then runs the tool.
-    pub fn to_json(&self, agent: Agent) -> Value {
+    pub fn to_json(&self, agent: Agent, event: Event) -> Value {
+        if event == Event::PermissionRequest {
+            return self.permission_request_json();
+        }
         let mut reason = self.reason.clone();
         let mut context = None;
         if let Some(reminder) = &self.reminder {
@@ -91,6 +130,26 @@ impl Answer {
             }
             Agent::Gemini => json!({"decision": self.decision, "reason": reason}),
         }
+    }
+
+    /// The answer to a `PermissionRequest` hook: `decision.behavior` allow,
+    /// or deny with the reason (and the reminder) as its `message`; an
+    /// `ask` decides nothing (`{}`), so the agent shows its own dialog. An
+    /// allow carries no `updatedInput`: the input runs as it was asked
+    /// (Codex refuses the field; Claude Code keeps the input without it).
+    fn permission_request_json(&self) -> Value {
+        let decision = match self.decision {
+            "allow" => json!({"behavior": "allow"}),
+            "deny" => {
+                let message = match &self.reminder {
+                    Some(reminder) => format!("{}\n\n{reminder}", self.reason),
+                    None => self.reason.clone(),
+                };
+                json!({"behavior": "deny", "message": message})
+            }
+            _ => return json!({}),
+        };
+        json!({"hookSpecificOutput": {"hookEventName": "PermissionRequest", "decision": decision}})
     }
 }
 

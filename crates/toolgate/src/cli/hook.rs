@@ -76,9 +76,12 @@ pub fn run(args: HookArgs, outer: ServeArgs, given: &[String]) -> ExitCode {
         HookAgent::Gemini => hook::Agent::Gemini,
         HookAgent::Codex => hook::Agent::Codex,
     };
+    // Until the input says which event it is, answers are for the
+    // agent's pre-tool event.
+    let event = std::cell::Cell::new(hook::Event::PreToolUse);
     let write = |answer: &Answer| -> ExitCode {
         let mut out = std::io::stdout().lock();
-        match writeln!(out, "{}", answer.to_json(agent)).and_then(|()| out.flush()) {
+        match writeln!(out, "{}", answer.to_json(agent, event.get())).and_then(|()| out.flush()) {
             Ok(()) => ExitCode::SUCCESS,
             Err(err) => {
                 say!(
@@ -113,6 +116,15 @@ pub fn run(args: HookArgs, outer: ServeArgs, given: &[String]) -> ExitCode {
             )))
         }
     };
+    match hook::event(agent, &input) {
+        Ok(which) => event.set(which),
+        Err(err) => {
+            // Not an answer in another event's format: an error the agent
+            // shows, and nothing on stdout.
+            say!("toolgate hook: {err}");
+            return ExitCode::from(1);
+        }
+    }
     let binding = match bind.resolve() {
         Ok(binding) => binding,
         Err(err) => return write(&deny(format!("toolgate hook: {err}"))),

@@ -97,6 +97,11 @@ fn hook(
     for (key, value) in env {
         command.env(key, value);
     }
+    // Gemini CLI names its pre-tool event BeforeTool.
+    let mut input = input.clone();
+    if agent == "gemini" {
+        input["hook_event_name"] = json!("BeforeTool");
+    }
     let mut child = command.spawn().unwrap();
     child
         .stdin

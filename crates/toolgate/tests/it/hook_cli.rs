@@ -83,6 +83,11 @@ fn call(mode: Option<&str>, tool: &str, input: Value) -> String {
     frame.to_string()
 }
 
+/// A hook input as Gemini CLI sends it: its event is `BeforeTool`.
+fn gemini(input: String) -> String {
+    input.replace("\"PreToolUse\"", "\"BeforeTool\"")
+}
+
 #[test]
 fn hook_answers_in_the_agents_format_and_fails_closed() {
     let dir = support::project_dir("hook-table");
@@ -110,9 +115,9 @@ fn hook_answers_in_the_agents_format_and_fails_closed() {
         ("qwen", vec![], call(Some("yolo"), "write_file", json!({"file_path": "a.txt", "content": "x"})), "allow: toolgate: auto mode allows file edits"),
         ("qwen", vec![], call(Some("plan"), "run_shell_command", json!({"command": "touch x"})), "deny: toolgate: plan mode allows only read-only shell commands"),
         // Gemini CLI: no permission mode, no way to ask.
-        ("gemini", vec![], call(None, "read_file", json!({"file_path": "a"})), "allow: toolgate: ask mode allows file reads"),
-        ("gemini", vec![], call(None, "write_file", json!({"file_path": "a", "content": "x"})), "deny: toolgate: ask mode asks before file edits, writes, patches, deletes and moves; nobody can be asked here"),
-        ("gemini", vec!["--mode", "auto_edit"], call(None, "write_file", json!({"file_path": "a", "content": "x"})), "allow: toolgate: auto_edit mode allows file edits"),
+        ("gemini", vec![], gemini(call(None, "read_file", json!({"file_path": "a"}))), "allow: toolgate: ask mode allows file reads"),
+        ("gemini", vec![], gemini(call(None, "write_file", json!({"file_path": "a", "content": "x"}))), "deny: toolgate: ask mode asks before file edits, writes, patches, deletes and moves; nobody can be asked here"),
+        ("gemini", vec!["--mode", "auto_edit"], gemini(call(None, "write_file", json!({"file_path": "a", "content": "x"}))), "allow: toolgate: auto_edit mode allows file edits"),
         ("gemini", vec![], "{".to_string(), "deny: toolgate hook: the hook input is not JSON"),
         // Codex: its shell as `Bash`, its patch text in `command`.
         ("codex", vec!["--mode", "plan"], call(Some("bypassPermissions"), "Bash", json!({"command": "echo hi > made.txt"})), "deny: toolgate: plan mode allows only read-only shell commands"),
@@ -434,4 +439,97 @@ fn a_sub_agent_without_a_state_directory_takes_the_mode_it_reports() {
         assert!(render(&answer).starts_with(expected), "{answer}");
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn each_hook_event_is_answered_in_its_own_format_and_others_are_refused() {
+    let dir = support::project_dir("hook-events");
+    let request = |mode: &str, tool: &str, input: Value| {
+        json!({"session_id": "s", "hook_event_name": "PermissionRequest", "permission_mode": mode,
+               "tool_name": tool, "tool_input": input, "permission_suggestions": []})
+        .to_string()
+    };
+    let write = json!({"file_path": "src/a.rs", "content": "x"});
+    // Claude Code's (and qwen-code's, Codex's) PermissionRequest: decision.behavior.
+    for agent in ["claude", "qwen", "codex"] {
+        let (code, answer) = hook(
+            &dir,
+            agent,
+            &[],
+            &[],
+            &request("acceptEdits", "Write", write.clone()),
+        );
+        assert_eq!(code, 0);
+        assert_eq!(
+            answer,
+            json!({"hookSpecificOutput": {"hookEventName": "PermissionRequest", "decision": {"behavior": "allow"}}}),
+            "{agent}"
+        );
+    }
+    let (_, answer) = hook(
+        &dir,
+        "claude",
+        &[],
+        &[],
+        &request("plan", "Write", write.clone()),
+    );
+    let decision = &answer["hookSpecificOutput"]["decision"];
+    assert_eq!(
+        answer["hookSpecificOutput"]["hookEventName"],
+        "PermissionRequest"
+    );
+    assert_eq!(decision["behavior"], "deny", "{answer}");
+    let message = decision["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("toolgate: plan mode does not allow file edits"),
+        "{message}"
+    );
+    assert!(
+        message.contains("Plan mode is active"),
+        "the reminder follows: {message}"
+    );
+    assert_eq!(answer.as_object().unwrap().len(), 1, "{answer}");
+    // An ask decides nothing: the agent shows its own dialog.
+    let (code, answer) = hook(
+        &dir,
+        "claude",
+        &[],
+        &[],
+        &request("default", "Write", write.clone()),
+    );
+    assert_eq!((code, answer), (0, json!({})));
+    // Events toolgate does not answer: an error, and nothing on stdout.
+    for (agent, event) in [
+        ("claude", "PostToolUse"),
+        ("claude", "UserPromptSubmit"),
+        ("gemini", "PreToolUse"),
+        ("codex", "Stop"),
+    ] {
+        let input = json!({"session_id": "s", "hook_event_name": event, "tool_name": "Write", "tool_input": write});
+        let mut child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+            .args(["hook", agent])
+            .current_dir(&dir)
+            .env_remove("TOOLGATE_SOCKET")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.to_string().as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(1), "{agent} {event}");
+        assert!(out.stdout.is_empty(), "{agent} {event}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(&format!(
+                "the hook event `{event}` is not one toolgate answers"
+            )),
+            "{stderr}"
+        );
+    }
 }
