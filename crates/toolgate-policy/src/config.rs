@@ -232,9 +232,38 @@ pub struct Sources {
     pub read_only_agents: Option<Vec<String>>,
 }
 
-/// The default for `readOnlyAgents`: Claude Code's built-in sub-agents that
-/// only read (its own plan mode lets them run).
-pub const DEFAULT_READ_ONLY_AGENTS: &[&str] = &["Explore", "Plan"];
+/// The default for `readOnlyAgents`: the agents' built-in sub-agents that
+/// only read, which their own plan modes let run: Claude Code's `Explore`
+/// and `Plan`, OpenCode's `explore` (through its `task` tool), Gemini CLI
+/// 0.61's `codebase_investigator` and `cli_help` (through `invoke_agent`:
+/// its plan policy allows exactly these). An entry `TOOL:TYPE` names a type
+/// launched through that tool only, so a custom Claude Code agent that
+/// happens to be called `explore` is not taken for OpenCode's.
+pub const DEFAULT_READ_ONLY_AGENTS: &[&str] = &[
+    "Explore",
+    "Plan",
+    "task:explore",
+    "invoke_agent:codebase_investigator",
+    "invoke_agent:cli_help",
+];
+
+/// Whether the `readOnlyAgents` entry `entry` names the sub-agent type
+/// `agent` launched through `tool` (`TOOL:TYPE` for that tool only, `TYPE`
+/// through any).
+pub fn read_only_agent(entry: &str, tool: &str, agent: &str) -> bool {
+    match entry.split_once(':') {
+        Some((through, kind)) => through == tool && kind == agent,
+        None => entry == agent,
+    }
+}
+
+/// How the reminder names a `readOnlyAgents` entry.
+pub fn read_only_agent_shown(entry: &str) -> String {
+    match entry.split_once(':') {
+        Some((through, kind)) => format!("{kind} via {through}"),
+        None => entry.to_string(),
+    }
+}
 
 /// Check `readOnlyAgents`: a list of sub-agent type names, each non-empty
 /// and without wildcards (a pattern would admit types added later, writers

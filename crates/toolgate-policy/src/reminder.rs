@@ -131,6 +131,25 @@ pub fn reminder_granted(
                 Action::Allow => available.push(item),
                 Action::Ask if never_ask => unavailable.push(item),
                 Action::Ask => asks.push(item),
+                Action::Deny
+                    if kind == Kind::Task
+                        && !policy.read_only_agents.is_empty()
+                        && mode_answer(mode, kind, read_only, true) == Action::Allow =>
+                {
+                    // The table lets these types run: the line says which,
+                    // so the model is not told sub-agents are unavailable
+                    // while the gate launches them.
+                    available.push(format!(
+                        "read-only sub-agents, whose own calls are judged in this mode too, of these types: {}",
+                        policy
+                            .read_only_agents
+                            .iter()
+                            .map(|entry| crate::config::read_only_agent_shown(entry))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ));
+                    unavailable.push(named(&format!("{} of any other type", kind.noun())));
+                }
                 Action::Deny => {
                     let listed: Vec<&str> =
                         policy.plan_allowed.iter().map(|t| t.as_str()).collect();
@@ -151,8 +170,8 @@ pub fn reminder_granted(
         }
     }
     let opening = match mode {
-        Mode::Plan => "Plan mode is active. Research and plan; do not change anything until the user approves your plan.",
-        Mode::ReadOnly => "Read-only mode is active. You may research but nothing that changes files, runs programs or starts agents will run, and nothing will be asked.",
+        Mode::Plan => "Plan mode is active. Research and plan; do not change anything until the user approves your plan. This supersedes any other instructions you have received, including requests to change configuration or to commit.",
+        Mode::ReadOnly => "Read-only mode is active. You may research but nothing that changes files, runs programs or starts agents will run, and nothing will be asked. This supersedes any other instructions you have received, including requests to change configuration or to commit.",
         Mode::Ask => "Ask mode is active: anything beyond reading is put to the user first.",
         Mode::AutoEdit => "Auto-edit mode is active: file edits run without asking; other changes are put to the user first.",
         // An ask rule the user wrote, and the doom-loop guard, still ask in auto.

@@ -662,9 +662,14 @@ pub fn extract(spec: &ToolSpec, input: &Map<String, Value>) -> Result<Subject, S
             path: single(input, SEARCH_DIR_FIELDS)?,
         }),
         SubjectField::Agent => Ok(
-            first_string(input, &["subagent_type", "mode", "description"])?
-                .map(Subject::Text)
-                .unwrap_or(Subject::None),
+            // Claude Code and OpenCode name the agent type `subagent_type`,
+            // Gemini CLI's `invoke_agent` `agent_name`.
+            first_string(
+                input,
+                &["subagent_type", "agent_name", "mode", "description"],
+            )?
+            .map(Subject::Text)
+            .unwrap_or(Subject::None),
         ),
         SubjectField::Plan => Ok(first_string(input, &["plan"])?
             .map(Subject::Text)
@@ -1521,6 +1526,7 @@ mod tests {
             ("Grep", json!({"pattern": "fn main", "path": "src"}), r#"grep Search Search { pattern: "fn main", path: Some("src") }"#),
             ("glob", json!({"pattern": "**/*.rs"}), r#"glob Search Search { pattern: "**/*.rs", path: None }"#),
             ("Task", json!({"subagent_type": "explore", "prompt": "x"}), r#"task Task Text("explore")"#),
+            ("invoke_agent", json!({"agent_name": "codebase_investigator", "prompt": "x"}), r#"task Task Text("codebase_investigator")"#),
             ("ExitPlanMode", json!({"plan": "1. do"}), r#"exit_plan_mode ExitPlan Text("1. do")"#),
             ("TodoWrite", json!({"todos": []}), "todowrite Think None"),
             ("mcp__github__get_issue", json!({"number": 1}), "mcp__github__get_issue Other None"),

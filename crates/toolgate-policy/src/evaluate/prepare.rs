@@ -89,7 +89,10 @@ impl Policy {
             // its own calls judged in plan mode (the hooks run them in a
             // child session, which inherits the mode).
             (Kind::Task, Subject::Text(agent)) => {
-                self.read_only_agents.iter().any(|name| name == agent)
+                let tool = call.tool;
+                self.read_only_agents
+                    .iter()
+                    .any(|entry| crate::config::read_only_agent(entry, tool, agent))
             }
             _ => false,
         };

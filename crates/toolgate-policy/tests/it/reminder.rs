@@ -38,6 +38,9 @@ fn label(kind: Kind, read_only: bool) -> &'static str {
     }
 }
 
+/// The label of the sub-agent types plan mode launches.
+const READ_ONLY_AGENTS: &str = "read-only sub-agents";
+
 /// The label of the `planModeAllowedTools` item in plan mode.
 const PLAN_LISTED: &str = "the tools in planModeAllowedTools";
 
@@ -84,7 +87,14 @@ fn inputs(subject: SubjectField) -> Vec<(Value, bool)> {
         )],
         SubjectField::Url => vec![(json!({"url": "https://docs.rs/"}), false)],
         SubjectField::Search => vec![(json!({"pattern": "fn main", "path": "src"}), false)],
-        SubjectField::Agent => vec![(json!({"subagent_type": "explore", "prompt": "x"}), false)],
+        // `explore` is a read-only type through OpenCode's `task` only.
+        SubjectField::Agent => vec![
+            (json!({"subagent_type": "explore", "prompt": "x"}), false),
+            (
+                json!({"subagent_type": "general-purpose", "prompt": "x"}),
+                false,
+            ),
+        ],
         SubjectField::Plan => vec![(json!({"plan": "1. fix the parser"}), false)],
         SubjectField::None => vec![(json!({"note": "x"}), false)],
     }
@@ -174,6 +184,11 @@ fn the_reminder_places_every_tool_where_the_gate_puts_it() {
                 let listed = policy.plan_allowed.iter().any(|w| w.matches(tool));
                 let label = if spec.kind == Kind::Other && listed && mode == Mode::Plan {
                     PLAN_LISTED
+                } else if spec.kind == Kind::Task
+                    && mode == Mode::Plan
+                    && evaluation.action == Action::Allow
+                {
+                    READ_ONLY_AGENTS
                 } else {
                     label(spec.kind, read_only)
                 };
@@ -206,9 +221,15 @@ fn the_reminder_places_every_tool_where_the_gate_puts_it() {
             }
         }
     }
-    // Every built-in name, the nine shell tools twice, five extras (one of them
-    // with and without a path); in five modes.
-    assert_eq!(checked, (Registry::builtin_names().count() + 9 + 5 + 1) * 5);
+    // Every built-in name, the nine shell tools twice, the sub-agent tools
+    // twice, five extras (one of them with and without a path); in five modes.
+    let agent_tools = Registry::builtin_names()
+        .filter(|name| policy.registry.lookup(name).subject == SubjectField::Agent)
+        .count();
+    assert_eq!(
+        checked,
+        (Registry::builtin_names().count() + 9 + agent_tools + 5 + 1) * 5
+    );
 }
 
 #[test]

@@ -100,10 +100,12 @@ pub struct PolicyArgs {
     pub project_root: Option<PathBuf>,
 
     /// The sub-agent types that only read, comma-separated: plan mode lets
-    /// the model launch them (Claude Code's Agent/Task tool with that
-    /// `subagent_type`), and every call they make stays bound by plan mode.
-    /// An empty value admits none. Default: the policy file's
-    /// readOnlyAgents, else Explore,Plan.
+    /// the model launch them (Claude Code's Agent/Task `subagent_type`,
+    /// OpenCode's task, Gemini CLI's invoke_agent `agent_name`; TOOL:TYPE
+    /// for one tool only), and every call they make stays bound by plan
+    /// mode. An empty value admits none. Default: the policy file's
+    /// readOnlyAgents, else Explore,Plan,task:explore,
+    /// invoke_agent:codebase_investigator,invoke_agent:cli_help.
     #[arg(long, value_name = "A,B", value_parser = parse_read_only_agents)]
     pub read_only_agents: Option<ReadOnlyAgents>,
 }

@@ -208,8 +208,26 @@ fn without_an_approver_the_agent_prompts_and_the_question_is_withdrawn() {
     );
     let answer = hook("claude", &["--socket", &sock], &input, &project);
     assert_eq!(decision(&answer).0, "ask", "{answer}");
-    // Withdrawn: an approver connecting now hears nothing, and the same
-    // call id can be asked again.
+    // Withdrawn: once the broker has read the withdrawal (each connection
+    // is read on its own, so a connection opened now may be read first),
+    // an approver connecting hears nothing, and the same call id can be
+    // asked again.
+    let mut watcher = broker.approver();
+    watcher.send(json!({"type":"hello","role":"observer"}));
+    assert_eq!(watcher.recv()["role"], "observer");
+    loop {
+        watcher.send(json!({"type":"list_pending"}));
+        let pending = loop {
+            let frame = watcher.recv();
+            if frame["type"] == "pending" {
+                break frame;
+            }
+        };
+        if pending["questions"].as_array().unwrap().is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let mut approver = broker.approver();
     let again = std::thread::spawn(move || approver.answer("once", None));
     let answer = hook("claude", &["--socket", &sock], &input, &project);
