@@ -58,6 +58,10 @@ fn write_decision(out: &mut Vec<u8>, decision: &Decision) {
         out.extend_from_slice(b",\"reminder\":");
         string(out, reminder);
     }
+    if let Some(child) = &decision.child_session_id {
+        out.extend_from_slice(b",\"childSessionID\":");
+        string(out, child);
+    }
     out.push(b'}');
 }
 
@@ -208,6 +212,7 @@ mod tests {
             }),
             message: extra.then(|| format!("m{text}")),
             reminder: extra.then(|| format!("<system-reminder>{text}</system-reminder>")),
+            child_session_id: extra.then(|| format!("s{text}/task/c{text}")),
         })
     }
 

@@ -450,6 +450,15 @@ pub struct Decision {
     /// Model-facing plan-mode text (on plan-mode denials).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reminder: Option<String>,
+    /// On an allowed delegation that carried `permissions` (a sub-task):
+    /// the child session it started, with that scope, for the sub-agent's
+    /// calls.
+    #[serde(
+        rename = "childSessionID",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub child_session_id: Option<String>,
 }
 
 /// The two answers a call can get.

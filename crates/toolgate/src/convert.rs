@@ -50,6 +50,7 @@ pub fn decision(
         rule: decided_by.map(rule),
         message,
         reminder,
+        child_session_id: None,
     }
 }
 

@@ -182,6 +182,7 @@ impl Broker {
                         rule: None,
                         message: None,
                         reminder: None,
+                        child_session_id: None,
                     };
                     self.decide(decision, ob);
                 }
@@ -214,6 +215,7 @@ impl Broker {
                     rule: None,
                     message: None,
                     reminder: None,
+                    child_session_id: None,
                 };
                 self.decide(decision, ob);
             }

@@ -155,6 +155,17 @@ impl<'a> Outbox<'a> {
         self.reply(frame);
     }
 
+    /// The messages of the `error` frames from `from` on.
+    pub(super) fn errors_since(&self, from: usize) -> Vec<String> {
+        self.out[from.min(self.out.len())..]
+            .iter()
+            .filter_map(|output| match &output.frame {
+                ServerFrame::Error(error) => Some(error.message.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Mark the frames from `from` on that report a change as not saved,
     /// and why.
     pub(super) fn not_saved(&mut self, from: usize, err: &str) {

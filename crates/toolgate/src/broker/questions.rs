@@ -354,6 +354,7 @@ impl Broker {
                     rule: None,
                     message: None,
                     reminder: None,
+                    child_session_id: None,
                 };
                 self.decide(decision, ob);
                 return;
@@ -524,22 +525,117 @@ impl Broker {
                     }
                     _ => evaluation.reason,
                 };
+                // An allowed delegation that carries permissions starts its
+                // sub-task's session with them; one whose permissions
+                // cannot be used is denied instead.
+                let (action, source, reason, child) = match action {
+                    Action::Allow => match self.delegate(&pending, ob) {
+                        Ok(child) => (action, evaluation.source, reason, child),
+                        Err(why) => (Action::Deny, toolgate_policy::Source::Scope, why, None),
+                    },
+                    _ => (action, evaluation.source, reason, None),
+                };
                 if forget {
                     self.sessions.forget_idle(&pending.session_id);
                 }
-                let decision = convert::decision(
+                let mut decision = convert::decision(
                     std::mem::take(&mut pending.session_id),
                     std::mem::take(&mut pending.call_id),
                     action,
-                    evaluation.source,
+                    source,
                     reason,
                     evaluation.rule,
                     None,
                     reminder,
                 );
+                decision.child_session_id = child;
                 self.decide(decision, ob);
             }
         }
+    }
+
+    /// If `pending` is a delegation (a sub-agent tool) whose input carries
+    /// `permissions`, start its child session under the call's session with
+    /// that scope (never wider than the parent's, as every scope): the id
+    /// the input names (`session_id`, `sessionID` or `task_id`), else
+    /// `SESSION/task/CALL`. `Ok(None)` for any other call; `Err` is the
+    /// reason to deny a delegation whose permissions cannot be used, or
+    /// whose child cannot be started under this session.
+    fn delegate(
+        &mut self,
+        pending: &Pending,
+        ob: &mut Outbox<'_>,
+    ) -> Result<Option<String>, String> {
+        let Some(permissions) = pending.input.get("permissions") else {
+            return Ok(None);
+        };
+        if self.policy.registry.lookup(&pending.tool).kind != toolgate_policy::Kind::Task
+            || permissions.is_null()
+        {
+            return Ok(None);
+        }
+        let named = ["session_id", "sessionID", "task_id"]
+            .iter()
+            .find_map(|key| pending.input.get(*key).and_then(serde_json::Value::as_str))
+            .filter(|id| !id.trim().is_empty());
+        let child = match named {
+            Some(id) => id.to_string(),
+            None => format!("{}/task/{}", pending.session_id, pending.call_id),
+        };
+        let refused = |why: String| {
+            format!(
+                "the delegation's `permissions` cannot be used ({why}); the sub-task was not started"
+            )
+        };
+        let frame = serde_json::json!({
+            "type": "session_start",
+            "sessionID": child,
+            "parentID": pending.session_id,
+            "permissions": permissions,
+            "join": true,
+        });
+        let start = match toolgate_protocol::decode_value(&frame) {
+            Ok(toolgate_protocol::ClientFrame::SessionStart(start)) => start,
+            Ok(_) => return Err(refused("not a session scope".to_string())),
+            Err(err) => return Err(refused(err.message)),
+        };
+        // The session itself or one above it cannot be its sub-task, and a
+        // session started elsewhere is not this delegation's to restart (a
+        // refused start would shut it).
+        if child == pending.session_id
+            || self
+                .sessions
+                .ancestors(&pending.session_id)
+                .contains(&child)
+        {
+            return Err(refused(format!(
+                "`{child}` is the delegating session or one above it"
+            )));
+        }
+        if let Some(existing) = self.sessions.get(&child).filter(|session| session.started) {
+            if existing.parent.as_deref() != Some(pending.session_id.as_str()) {
+                return Err(refused(format!(
+                    "the session `{child}` was already started under another session"
+                )));
+            }
+        }
+        let from = ob.len();
+        self.session_start(start, ob);
+        let started = self.sessions.get(&child).is_some_and(|session| {
+            session.started && session.parent.as_deref() == Some(pending.session_id.as_str())
+        });
+        if !started {
+            let said = ob.errors_since(from);
+            return Err(refused(if said.is_empty() {
+                format!(
+                    "the session `{child}` could not be started under `{}`",
+                    pending.session_id
+                )
+            } else {
+                said.join("; ")
+            }));
+        }
+        Ok(Some(child))
     }
 
     pub(super) fn response(&mut self, response: wire::PermissionResponse, ob: &mut Outbox<'_>) {
@@ -614,6 +710,7 @@ impl Broker {
                     message: response.message,
                     // The agent stays in plan mode: remind it what that means.
                     reminder: plan.then(|| self.reminder(&pending.session_id, Mode::Plan)),
+                    child_session_id: None,
                 };
                 self.decide(decision, ob);
                 // OpenCode semantics: a rejection ends the session's other questions.
@@ -650,6 +747,7 @@ impl Broker {
                     rule: None,
                     message: response.message,
                     reminder: None,
+                    child_session_id: None,
                 };
                 self.decide(decision, ob);
                 self.change_mode(&pending.session_id, mode, ob);
@@ -829,6 +927,7 @@ impl Broker {
             rule: None,
             message: None,
             reminder: None,
+            child_session_id: None,
         };
         self.decide(decision, ob);
     }

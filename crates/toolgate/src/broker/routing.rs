@@ -684,6 +684,7 @@ impl Broker {
                         rule: None,
                         message: None,
                         reminder: None,
+                        child_session_id: None,
                     };
                     self.decide(decision, ob);
                 }
