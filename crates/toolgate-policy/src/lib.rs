@@ -74,7 +74,7 @@ pub use grants::{Grant, GrantPattern, GrantSpec, Grants};
 pub use mode::{mode_answer, Action, Kind, Mode, UnknownMode};
 pub use names::OPENCODE_PERMISSIONS;
 pub use paths::{normalize, RootedPath};
-pub use reminder::{reminder, reminder_granted, reminder_in};
+pub use reminder::{reminder, reminder_granted, reminder_in, tool_access, Access};
 pub use rules::{Rule, Ruleset};
 pub use scope::{
     regex_like, EffectiveScope, PatternSyntax, Scope, ScopeError, ScopeLayer, ScopeRefusal,

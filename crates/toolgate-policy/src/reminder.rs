@@ -241,3 +241,73 @@ pub fn reminder_granted(
     text.push_str("</system-reminder>");
     text
 }
+
+/// How a tool fares in a mode and scope, for a host that hides from the
+/// model what it cannot use (see [`tool_access`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Every call is allowed by the mode and the scope (the user's rules,
+    /// the doom-loop guard and disk checks may still refuse one).
+    Available,
+    /// Some calls are allowed, depending on their input: read-only shell
+    /// commands, read-only sub-agent types, paths and commands a scope's
+    /// patterns admit.
+    Limited,
+    /// Calls are put to a person first.
+    Asks,
+    /// No call can run: the mode or the scope refuses the tool.
+    Unavailable,
+}
+
+/// Where `tool` stands in `mode` under `scope`, from the same tables that
+/// gate (`never_ask`: questions are denied, so what asks is unavailable).
+pub fn tool_access(
+    policy: &Policy,
+    tool: &str,
+    mode: Mode,
+    scope: &Scope,
+    never_ask: bool,
+) -> Access {
+    let spec = policy.registry.lookup(tool);
+    if scope
+        .tool_refusal(tool, &spec.permission, &policy.always_available)
+        .is_some()
+    {
+        return Access::Unavailable;
+    }
+    if spec.kind == Kind::Other
+        && scope
+            .unknown_tool_refusal(tool, &policy.always_available)
+            .is_some()
+    {
+        return Access::Unavailable;
+    }
+    let listed =
+        spec.kind == Kind::Other && policy.plan_allowed.iter().any(|entry| entry.matches(tool));
+    let action = mode_answer(mode, spec.kind, false, listed);
+    let some_allowed = match spec.kind {
+        Kind::Shell => mode_answer(mode, Kind::Shell, true, false) == Action::Allow,
+        Kind::Task => {
+            !policy.read_only_agents.is_empty()
+                && mode_answer(mode, Kind::Task, false, true) == Action::Allow
+        }
+        _ => false,
+    };
+    // A scope's patterns hold each call to the paths or commands it names.
+    let patterned = scope.layers().any(|layer| {
+        let rules = layer.rules();
+        match spec.kind {
+            Kind::Shell => rules.command_patterns.is_some() || rules.file_patterns.is_some(),
+            Kind::Read | Kind::Search | Kind::List | Kind::Edit => rules.file_patterns.is_some(),
+            _ => false,
+        }
+    });
+    match action {
+        Action::Allow if patterned => Access::Limited,
+        Action::Allow => Access::Available,
+        _ if some_allowed => Access::Limited,
+        Action::Ask if never_ask => Access::Unavailable,
+        Action::Ask => Access::Asks,
+        Action::Deny => Access::Unavailable,
+    }
+}

@@ -446,6 +446,18 @@ impl Registry {
         builtins().map(|(name, ..)| *name)
     }
 
+    /// Every tool this registry knows: those the policy declared first, then
+    /// the built-in ones, each once.
+    pub fn names(&self) -> Vec<String> {
+        let mut names = self.declared.clone();
+        for name in Registry::builtin_names() {
+            if !self.declared.iter().any(|declared| declared == name) {
+                names.push(name.to_string());
+            }
+        }
+        names
+    }
+
     /// A few tool names of `kind`, to show a model which of its tools a line of
     /// the reminder means, and whether more exist. Taken from this registry (so a
     /// declared tool counts, and a built-in the policy redeclared as another kind

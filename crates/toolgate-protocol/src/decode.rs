@@ -532,6 +532,9 @@ impl Envelope {
             "list_sessions" => Ok(ClientFrame::ListSessions(ListSessions {
                 session_id: self.optional_str(&self.session_id, "sessionID", "list_sessions")?,
             })),
+            "list_tools" => Ok(ClientFrame::ListTools(SessionRef {
+                session_id: self.session("list_tools")?,
+            })),
             "list_pending" => Ok(ClientFrame::ListPending(ListSessions {
                 session_id: self.optional_str(&self.session_id, "sessionID", "list_pending")?,
             })),

@@ -76,6 +76,9 @@ pub enum ClientFrame {
     ListSessions(ListSessions),
     /// List the open questions (of a subtree, or all); answered by [`Pending`].
     ListPending(ListSessions),
+    /// Which tools a session may use in its mode and scope; answered by
+    /// [`Tools`].
+    ListTools(SessionRef),
 }
 
 /// `tool_call`: a tool call the agent wants to make.
@@ -392,6 +395,8 @@ pub enum ServerFrame {
     Sessions(Sessions),
     /// The answer to `list_pending`: the open questions.
     Pending(Pending),
+    /// The answer to `list_tools`.
+    Tools(Tools),
     /// A frame could not be handled.
     Error(ErrorFrame),
 }
@@ -625,6 +630,27 @@ pub struct SessionInfo {
     pub clients: Vec<String>,
     /// How many of its calls wait for an answer.
     pub pending: usize,
+}
+
+/// `tools`: the answer to `list_tools`, by the mode and scope of the
+/// session (not by the user's rules, which judge each call's input).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Tools {
+    /// The session.
+    #[serde(rename = "sessionID")]
+    pub session_id: String,
+    /// Its effective mode.
+    pub mode: String,
+    /// Tools every call of which the mode and scope allow.
+    pub available: Vec<String>,
+    /// Tools some calls of which are allowed, depending on their input
+    /// (read-only shell commands, read-only sub-agent types, paths and
+    /// commands a scope admits).
+    pub limited: Vec<String>,
+    /// Tools whose calls are put to a person first.
+    pub asks: Vec<String>,
+    /// Tools no call of which can run: a host may hide them from the model.
+    pub unavailable: Vec<String>,
 }
 
 /// `pending`: the answer to `list_pending`, oldest first.

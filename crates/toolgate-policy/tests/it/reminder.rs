@@ -266,3 +266,56 @@ fn every_name_the_reminder_shows_is_on_its_kinds_line() {
         assert!(text.len() < 1500, "{mode}: {} bytes:\n{text}", text.len());
     }
 }
+
+/// `list_tools` comes from the same tables: a tool listed as available is
+/// allowed for every input tried, one that asks asks, one unavailable is
+/// denied, and a limited one is allowed for some input (or, for a sub-agent
+/// tool, for some agent type), in every mode, with and without a scope.
+#[test]
+fn the_tool_list_agrees_with_the_gate() {
+    use toolgate_policy::{tool_access, Access, Scope, ScopeLayer, ScopeRules};
+    let policy = policy();
+    let grants = Grants::default();
+    let rules = ScopeRules {
+        denied_tools: Some(vec!["webfetch".to_string()]),
+        command_patterns: Some(vec!["git *".to_string()]),
+        ..ScopeRules::default()
+    };
+    let scoped = Scope::from_layers([ScopeLayer::new("s", rules).unwrap()]);
+    let mut tools: Vec<String> = policy.registry.names();
+    tools.extend(["mcp__docs__search", "mcp__github__create_issue"].map(String::from));
+    let mut checked = 0;
+    for scope in [Scope::default(), scoped] {
+        for mode in Mode::ALL {
+            for tool in &tools {
+                let access = tool_access(&policy, tool, mode, &scope, false);
+                let spec = policy.registry.lookup(tool);
+                let mut actions = Vec::new();
+                for (input, _) in inputs(spec.subject) {
+                    let input = input.as_object().unwrap().clone();
+                    let call = Call {
+                        tool,
+                        input: &input,
+                        cwd: None,
+                    };
+                    let mut context = Context::new(mode, &grants);
+                    context.scope = &scope;
+                    actions.push(policy.evaluate(&call, &context).action);
+                }
+                let all = |action: Action| actions.iter().all(|a| *a == action);
+                let ok = match access {
+                    Access::Available => all(Action::Allow),
+                    Access::Asks => all(Action::Ask),
+                    Access::Unavailable => all(Action::Deny),
+                    Access::Limited => actions.contains(&Action::Allow) || spec.kind == Kind::Task,
+                };
+                assert!(
+                    ok,
+                    "{tool} in {mode}: listed {access:?}, the gate says {actions:?}"
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 1000, "{checked}");
+}

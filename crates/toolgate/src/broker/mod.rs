@@ -262,6 +262,7 @@ impl Broker {
             ClientFrame::ListPending(list) => {
                 ob.reply(self.pending_frame(list.session_id.as_deref()))
             }
+            ClientFrame::ListTools(session) => ob.reply(self.tools_frame(&session.session_id)),
             // Answered by the routing, which knows the connection.
             ClientFrame::Hello(_) => {}
         }

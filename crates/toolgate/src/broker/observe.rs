@@ -242,6 +242,34 @@ impl Broker {
         ServerFrame::Sessions(wire::Sessions { sessions })
     }
 
+    /// The answer to `list_tools`: where each tool the registry knows
+    /// stands in the session's mode and scope.
+    pub(super) fn tools_frame(&self, session_id: &str) -> ServerFrame {
+        use toolgate_policy::Access;
+        let mode = self.effective_mode(session_id);
+        let scope = self.sessions.scope_of(Some(session_id));
+        let never_ask = self.config.on_ask == super::OnAsk::Deny;
+        let mut tools = wire::Tools {
+            session_id: session_id.to_string(),
+            mode: mode.as_str().to_string(),
+            available: Vec::new(),
+            limited: Vec::new(),
+            asks: Vec::new(),
+            unavailable: Vec::new(),
+        };
+        for name in self.policy.registry.names() {
+            let list =
+                match toolgate_policy::tool_access(&self.policy, &name, mode, &scope, never_ask) {
+                    Access::Available => &mut tools.available,
+                    Access::Limited => &mut tools.limited,
+                    Access::Asks => &mut tools.asks,
+                    Access::Unavailable => &mut tools.unavailable,
+                };
+            list.push(name);
+        }
+        ServerFrame::Tools(tools)
+    }
+
     /// The answer to `list_pending`: the open questions (of `root`'s
     /// subtree, or all), oldest first.
     pub(super) fn pending_frame(&self, root: Option<&str>) -> ServerFrame {

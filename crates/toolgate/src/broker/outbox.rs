@@ -65,9 +65,9 @@ impl FrameIds {
             }
             ClientFrame::SetMode(set) => (None, Some(&set.session_id), None),
             ClientFrame::SessionStart(start) => (None, Some(&start.session_id), None),
-            ClientFrame::SessionEnd(end) | ClientFrame::GetReminder(end) => {
-                (None, Some(&end.session_id), None)
-            }
+            ClientFrame::SessionEnd(end)
+            | ClientFrame::GetReminder(end)
+            | ClientFrame::ListTools(end) => (None, Some(&end.session_id), None),
             ClientFrame::Cancel(cancel) => (Some(&cancel.call_id), Some(&cancel.session_id), None),
             ClientFrame::ListGrants(list) => (None, list.session_id.as_ref(), None),
             ClientFrame::ListSessions(list) | ClientFrame::ListPending(list) => {

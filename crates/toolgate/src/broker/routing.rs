@@ -667,11 +667,12 @@ impl Broker {
                 ClientFrame::Hello(_)
                     | ClientFrame::ListSessions(_)
                     | ClientFrame::ListPending(_)
+                    | ClientFrame::ListTools(_)
                     | ClientFrame::ListGrants(_)
                     | ClientFrame::GetReminder(_)
             )
         {
-            let why = "an observer only watches and lists: it may send hello, list_sessions, list_pending, list_grants and get_reminder";
+            let why = "an observer only watches and lists: it may send hello, list_sessions, list_pending, list_tools, list_grants and get_reminder";
             match frame {
                 // Every call with a readable id gets its one decision.
                 ClientFrame::ToolCall(call) => {
