@@ -523,3 +523,37 @@ impl Owner {
         self.broker
     }
 }
+
+/// An approver that runs in the broker's process (`serve --approver`),
+/// ready before the broker starts and started on the transport's runtime:
+/// the transport knows it by this alone.
+pub trait Approver: Send {
+    /// Its client name in its `hello`.
+    fn name(&self) -> &'static str;
+    /// Start it as tasks of the current runtime; its answers go to
+    /// `answers`, and the frames addressed to it to what is returned.
+    fn start(self: Box<Self>, answers: Answers) -> std::io::Result<Box<dyn Deliver>>;
+}
+
+/// Where an in-process approver's answers go: straight onto the owner's
+/// channel, as [`Event::Answer`]s of the approver's connection.
+#[derive(Clone)]
+pub struct Answers {
+    conn: ConnId,
+    events: mpsc::Sender<Event>,
+}
+
+impl Answers {
+    /// The answers of connection `conn`, sent on the owner's `events`.
+    pub fn new(conn: ConnId, events: mpsc::Sender<Event>) -> Answers {
+        Answers { conn, events }
+    }
+
+    /// Hand `response` to the owner. While its channel is full this waits
+    /// (the owner never waits for an approver, so room comes); once the
+    /// owner is gone the answer is dropped.
+    pub async fn send(&self, response: toolgate_protocol::PermissionResponse) {
+        let conn = self.conn;
+        let _ = self.events.send(Event::Answer { conn, response }).await;
+    }
+}

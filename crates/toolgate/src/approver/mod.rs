@@ -21,10 +21,10 @@ pub mod view;
 use std::path::PathBuf;
 
 use tokio::sync::mpsc;
-use toolgate_protocol::{PermissionRequest, PermissionResponse, ServerFrame};
+use toolgate_protocol::{PermissionRequest, ServerFrame};
 
-use crate::broker::ConnId;
-use crate::owner::{Deliver, Event};
+pub use crate::owner::Answers;
+use crate::owner::Deliver;
 
 /// Which in-process approver `serve --approver` runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,14 +68,6 @@ impl InProcess {
         })
     }
 
-    /// Its name in its `hello`.
-    pub fn name(&self) -> &'static str {
-        match self {
-            InProcess::Tty(..) => "tty",
-            InProcess::Command(_) => "command",
-        }
-    }
-
     /// Start it as tasks of the current runtime; its answers go to
     /// `answers`.
     pub fn start(self, answers: Answers) -> std::io::Result<Started> {
@@ -92,26 +84,16 @@ impl InProcess {
     }
 }
 
-/// Where an in-process approver's answers go: straight onto the owner's
-/// channel, as [`Event::Answer`]s of the approver's connection.
-#[derive(Clone)]
-pub struct Answers {
-    conn: ConnId,
-    events: mpsc::Sender<Event>,
-}
-
-impl Answers {
-    /// The answers of connection `conn`, sent on the owner's `events`.
-    pub fn new(conn: ConnId, events: mpsc::Sender<Event>) -> Answers {
-        Answers { conn, events }
+impl crate::owner::Approver for InProcess {
+    fn name(&self) -> &'static str {
+        match self {
+            InProcess::Tty(..) => "tty",
+            InProcess::Command(_) => "command",
+        }
     }
 
-    /// Hand `response` to the owner. While its channel is full this waits
-    /// (the owner never waits for an approver, so room comes); once the
-    /// owner is gone the answer is dropped.
-    pub async fn send(&self, response: PermissionResponse) {
-        let conn = self.conn;
-        let _ = self.events.send(Event::Answer { conn, response }).await;
+    fn start(self: Box<Self>, answers: Answers) -> std::io::Result<Box<dyn Deliver>> {
+        Ok(Box::new(InProcess::start(*self, answers)?))
     }
 }
 
@@ -183,7 +165,7 @@ fn resolved(id: &str, reason: &str) -> ServerFrame {
 
 /// An answer channel for tests: the answers and the owner's end.
 #[cfg(test)]
-fn channel() -> (Answers, mpsc::Receiver<Event>) {
+fn channel() -> (Answers, mpsc::Receiver<crate::owner::Event>) {
     let (events, received) = mpsc::channel(16);
     (Answers::new(1, events), received)
 }
@@ -191,11 +173,11 @@ fn channel() -> (Answers, mpsc::Receiver<Event>) {
 /// The next answer sent on a test's [`channel`], if one comes within `wait`.
 #[cfg(test)]
 async fn answered(
-    received: &mut mpsc::Receiver<Event>,
+    received: &mut mpsc::Receiver<crate::owner::Event>,
     wait: std::time::Duration,
-) -> Option<PermissionResponse> {
+) -> Option<toolgate_protocol::PermissionResponse> {
     match tokio::time::timeout(wait, received.recv()).await {
-        Ok(Some(Event::Answer { response, .. })) => Some(response),
+        Ok(Some(crate::owner::Event::Answer { response, .. })) => Some(response),
         _ => None,
     }
 }

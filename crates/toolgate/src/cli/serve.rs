@@ -47,7 +47,7 @@ pub fn run(args: ServeArgs) -> ExitCode {
         Some(spec) => {
             let root = Some(policy.project_root.clone());
             match toolgate::approver::InProcess::open(&spec, root) {
-                Ok(approver) => Some(approver),
+                Ok(approver) => Some(Box::new(approver) as Box<dyn toolgate::owner::Approver>),
                 Err(err) => {
                     say!("toolgate: --approver tty: cannot open /dev/tty: {err}");
                     return ExitCode::from(2);

@@ -22,7 +22,6 @@ use std::time::Duration;
 use tokio::sync::mpsc::{self, error::TrySendError};
 use tokio::sync::oneshot;
 
-use crate::approver::{Answers, InProcess};
 use crate::broker::{Broker, ConnId, Input};
 use crate::owner::{Backlog, Chunk, Direct, Event, Lines, Outbox, Owner, Shared, Sink};
 use crate::transport::lines::{decode, Reader};
@@ -95,7 +94,7 @@ pub fn serve<R, W>(
     broker: Broker,
     max_frame_bytes: usize,
     reloader: Option<Reloader>,
-    approver: Option<InProcess>,
+    approver: Option<Box<dyn crate::owner::Approver>>,
 ) -> io::Result<()>
 where
     R: Read + Send + 'static,
@@ -138,11 +137,11 @@ where
         // The agent's pipe never answers: only this approver does. Its
         // tasks put its answers straight on the owner's channel.
         let name = approver.name();
-        let approver = approver.start(Answers::new(APPROVER, events.clone()))?;
+        let approver = approver.start(crate::owner::Answers::new(APPROVER, events.clone()))?;
         owner.broker().reserve_approver(APPROVER);
         owner.handle(Event::Opened {
             conn: APPROVER,
-            sink: Sink::Approver(Box::new(approver)),
+            sink: Sink::Approver(approver),
         });
         let hello = toolgate_protocol::Hello {
             role: toolgate_protocol::Role::Approver,
