@@ -213,6 +213,349 @@ pub fn parse_opencode(
     Ok((policy, warning))
 }
 
+/// One piece of OpenCode's configuration, in OpenCode's merge order: a
+/// config file (`origin` is its path) or `OPENCODE_CONFIG_CONTENT`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigText {
+    /// The path of the file, or `OPENCODE_CONFIG_CONTENT`: names it in
+    /// errors, warnings and as the origin of its rules.
+    pub origin: String,
+    /// Its text (JSONC).
+    pub text: String,
+}
+
+/// OpenCode's configuration merged as OpenCode merges it (`--opencode`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Merged {
+    /// The merged rules as `permission` objects, each with the origin of the
+    /// entries it holds, in the merged order (the last matching rule wins):
+    /// the top-level `permission` first, then `agent.NAME.permission` for
+    /// `--agent NAME` (origin `PATH#agent.NAME`).
+    pub layers: Vec<(String, Value)>,
+    /// What went into the merge, lowest first: each config, then
+    /// `OPENCODE_PERMISSION`, then each `PATH#agent.NAME`.
+    pub sources: Vec<String>,
+    /// One per config with keys that are not about permissions.
+    pub warnings: Vec<String>,
+}
+
+/// A JSON value merged from several origins: each leaf remembers the origin
+/// of the config that set it, objects keep the position a key first had.
+#[derive(Debug, Clone)]
+enum Tracked {
+    Leaf(Value, String),
+    Object(Vec<(String, Tracked)>),
+}
+
+impl Tracked {
+    fn of(value: &Value, origin: &str) -> Tracked {
+        match value {
+            Value::Object(map) => Tracked::Object(
+                map.iter()
+                    .map(|(key, value)| (key.clone(), Tracked::of(value, origin)))
+                    .collect(),
+            ),
+            other => Tracked::Leaf(other.clone(), origin.to_string()),
+        }
+    }
+
+    /// remeda's `mergeDeep(self, over)`, as OpenCode merges its configs:
+    /// objects merge key by key (a key keeps its first position), anything
+    /// else is replaced by `over`.
+    fn merge(self, over: Tracked) -> Tracked {
+        match (self, over) {
+            (Tracked::Object(mut base), Tracked::Object(over)) => {
+                for (key, value) in over {
+                    match base.iter_mut().find(|(known, _)| *known == key) {
+                        Some((_, existing)) => {
+                            let old = std::mem::replace(existing, Tracked::Object(Vec::new()));
+                            *existing = old.merge(value);
+                        }
+                        None => base.push((key, value)),
+                    }
+                }
+                Tracked::Object(base)
+            }
+            (_, over) => over,
+        }
+    }
+
+    /// `Object.assign(self, over)`: key by key, each value replaced whole.
+    fn assign(self, over: Tracked) -> Tracked {
+        match (self, over) {
+            (Tracked::Object(mut base), Tracked::Object(over)) => {
+                for (key, value) in over {
+                    match base.iter_mut().find(|(known, _)| *known == key) {
+                        Some((_, existing)) => *existing = value,
+                        None => base.push((key, value)),
+                    }
+                }
+                Tracked::Object(base)
+            }
+            (_, over) => over,
+        }
+    }
+
+    /// The leaves in order, each with its path.
+    fn leaves<'a>(
+        &'a self,
+        path: &mut Vec<&'a str>,
+        out: &mut Vec<(Vec<String>, &'a Value, &'a str)>,
+    ) {
+        match self {
+            Tracked::Leaf(value, origin) => out.push((
+                path.iter().map(|key| key.to_string()).collect(),
+                value,
+                origin,
+            )),
+            Tracked::Object(entries) => {
+                for (key, value) in entries {
+                    path.push(key);
+                    value.leaves(path, out);
+                    path.pop();
+                }
+            }
+        }
+    }
+
+    /// The value as `permission` objects, one per run of entries from the
+    /// same origin: parsed in this order, they give the rules the merged
+    /// object gives, each rule named by the config that set it.
+    fn runs(&self) -> Vec<(String, Value)> {
+        let mut leaves = Vec::new();
+        self.leaves(&mut Vec::new(), &mut leaves);
+        let mut runs: Vec<(String, Value)> = Vec::new();
+        for (path, value, origin) in leaves {
+            if path.is_empty() {
+                // A whole `permission` that is one action.
+                runs.push((origin.to_string(), value.clone()));
+                continue;
+            }
+            let fresh = !matches!(runs.last(), Some((known, Value::Object(_))) if known == origin);
+            if fresh {
+                runs.push((origin.to_string(), Value::Object(Map::new())));
+            }
+            if let Some((_, Value::Object(run))) = runs.last_mut() {
+                insert_at(run, &path, value.clone());
+            }
+        }
+        runs
+    }
+}
+
+/// Put `value` at `path` in `map`, making the objects on the way.
+fn insert_at(map: &mut Map<String, Value>, path: &[String], value: Value) {
+    match path {
+        [] => {}
+        [last] => {
+            map.insert(last.clone(), value);
+        }
+        [first, rest @ ..] => {
+            let next = map
+                .entry(first.clone())
+                .or_insert_with(|| Value::Object(Map::new()));
+            if !next.is_object() {
+                *next = Value::Object(Map::new());
+            }
+            if let Value::Object(next) = next {
+                insert_at(next, rest, value);
+            }
+        }
+    }
+}
+
+/// OpenCode's legacy `tools` (merged) as `permission` entries: `false` is
+/// `deny` of the permission the tool stands for; `true` adds no rule (see
+/// the module documentation).
+fn tracked_legacy(tools: Option<&Tracked>) -> Tracked {
+    let mut perms = Tracked::Object(Vec::new());
+    if let Some(Tracked::Object(entries)) = tools {
+        for (tool, on) in entries {
+            if let Tracked::Leaf(Value::Bool(false), origin) = on {
+                let entry = Tracked::Object(vec![(
+                    legacy_permission(tool).to_string(),
+                    Tracked::Leaf(Value::String("deny".to_string()), origin.clone()),
+                )]);
+                perms = perms.assign(entry);
+            }
+        }
+    }
+    perms
+}
+
+/// OpenCode's configuration merged as OpenCode merges it, for `--opencode`:
+/// `configs` in OpenCode's order (lowest first), each merged over the ones
+/// before with `mergeDeep`; `OPENCODE_PERMISSION` (plain JSON) merged into
+/// the merged `permission`; then the merged legacy `tools` put under it
+/// (`mergeDeep(perms from tools, permission)`). With `agent`, that agent's
+/// merged `tools` and `permission` (`Object.assign`) are a second layer, as
+/// for one file. Each config is checked on its own first, so an error names
+/// the file (or `OPENCODE_CONFIG_CONTENT`, `OPENCODE_PERMISSION`) and key.
+pub fn merge_opencode(
+    configs: &[ConfigText],
+    permission_env: Option<&str>,
+    agent: Option<&str>,
+) -> Result<Merged, PolicyError> {
+    let mut merged = Merged::default();
+    let mut tools: Option<Tracked> = None;
+    let mut permission: Option<Tracked> = None;
+    let mut agent_tools: Option<Tracked> = None;
+    let mut agent_permission: Option<Tracked> = None;
+    let mut agent_disabled: Option<(bool, String)> = None;
+    let mut agent_sources = Vec::new();
+    let mut agent_names: Vec<String> = Vec::new();
+    let over = |base: Option<Tracked>, value: &Value, origin: &str| match base {
+        Some(base) => base.merge(Tracked::of(value, origin)),
+        None => Tracked::of(value, origin),
+    };
+    for config in configs {
+        let file = config.origin.as_str();
+        let value: Value = serde_json::from_str(&strip_jsonc(&config.text))
+            .map_err(|err| PolicyError::new(file, "", &format!("not valid JSON: {err}")))?;
+        let Value::Object(object) = value else {
+            return Err(PolicyError::new(
+                file,
+                "",
+                "an OpenCode config must be a JSON object",
+            ));
+        };
+        // Checked on its own, so an error names this config.
+        let (_, enabled) = legacy_tools(object.get("tools"), file, "tools")?;
+        if let Some(value) = object.get("permission") {
+            Ruleset::parse(value, file, "permission", file, None)?;
+        }
+        let mut ignored = enabled;
+        for key in object.keys() {
+            match key.as_str() {
+                "$schema" | "permission" | "tools" | "agent" => {}
+                other => ignored.push(other.to_string()),
+            }
+        }
+        if let Some(value) = object.get("tools") {
+            tools = Some(over(tools, value, file));
+        }
+        if let Some(value) = object.get("permission") {
+            permission = Some(over(permission, value, file));
+        }
+        let agents = match object.get("agent") {
+            None => Map::new(),
+            Some(Value::Object(agents)) => agents.clone(),
+            Some(_) => {
+                return Err(PolicyError::new(
+                    file,
+                    "agent",
+                    "expected an object keyed by agent name",
+                ))
+            }
+        };
+        for name in agents.keys() {
+            if !agent_names.contains(name) {
+                agent_names.push(name.clone());
+            }
+        }
+        match agent {
+            None => {
+                if !agents.is_empty() {
+                    let with_rules = agents.values().any(|entry| {
+                        entry.get("permission").is_some() || entry.get("tools").is_some()
+                    });
+                    ignored.push(if with_rules {
+                        "agent (pass --agent NAME to apply agent.NAME.permission)".to_string()
+                    } else {
+                        "agent".to_string()
+                    });
+                }
+            }
+            Some(name) => {
+                for other in agents.keys().filter(|other| *other != name) {
+                    ignored.push(format!("agent.{other}"));
+                }
+                if let Some(entry) = agents.get(name) {
+                    let here = format!("agent.{name}");
+                    let Value::Object(entry) = entry else {
+                        return Err(PolicyError::new(
+                            file,
+                            &here,
+                            "expected an object with the agent's settings",
+                        ));
+                    };
+                    let origin = format!("{file}#agent.{name}");
+                    let (_, enabled) =
+                        legacy_tools(entry.get("tools"), file, &format!("{here}.tools"))?;
+                    ignored.extend(enabled);
+                    if let Some(value) = entry.get("permission") {
+                        Ruleset::parse(value, file, &format!("{here}.permission"), file, None)?;
+                        agent_permission = Some(over(agent_permission, value, &origin));
+                    }
+                    if let Some(value) = entry.get("tools") {
+                        agent_tools = Some(over(agent_tools, value, &origin));
+                    }
+                    if let Some(Value::Bool(disable)) = entry.get("disable") {
+                        agent_disabled = Some((*disable, file.to_string()));
+                    }
+                    for field in entry.keys() {
+                        if !matches!(field.as_str(), "permission" | "tools" | "disable") {
+                            ignored.push(format!("{here}.{field}"));
+                        }
+                    }
+                    agent_sources.push(origin);
+                }
+            }
+        }
+        merged.sources.push(file.to_string());
+        if !ignored.is_empty() {
+            merged.warnings.push(format!(
+                "{file}: an OpenCode config: only its permissions are used; ignored: {}",
+                ignored.join(", ")
+            ));
+        }
+    }
+    if let Some(text) = permission_env {
+        let origin = "OPENCODE_PERMISSION";
+        let value: Value = serde_json::from_str(text)
+            .map_err(|err| PolicyError::new(origin, "", &format!("not valid JSON: {err}")))?;
+        Ruleset::parse(&value, origin, "permission", origin, None)?;
+        permission = Some(over(permission, &value, origin));
+        merged.sources.push(origin.to_string());
+    }
+    let top = tracked_legacy(tools.as_ref());
+    let top = match permission {
+        Some(permission) => top.merge(permission),
+        None => top,
+    };
+    merged.layers = top.runs();
+
+    if let Some(name) = agent {
+        if agent_sources.is_empty() {
+            let known = if agent_names.is_empty() {
+                "the configuration defines no agents".to_string()
+            } else {
+                format!("agents in the configuration: {}", agent_names.join(", "))
+            };
+            return Err(PolicyError::new(
+                "OpenCode's configuration",
+                "agent",
+                &format!("--agent {name}: no agent `{name}` ({known})"),
+            ));
+        }
+        if let Some((true, file)) = &agent_disabled {
+            return Err(PolicyError::new(
+                file,
+                &format!("agent.{name}"),
+                &format!("--agent {name}: the agent is disabled (disable: true)"),
+            ));
+        }
+        let legacy = tracked_legacy(agent_tools.as_ref());
+        let layer = match agent_permission {
+            Some(permission) => legacy.assign(permission),
+            None => legacy,
+        };
+        merged.layers.extend(layer.runs());
+        merged.sources.extend(agent_sources);
+    }
+    Ok(merged)
+}
+
 /// OpenCode's legacy `tools: {name: bool}` as a `permission` value (`false`
 /// entries only), and the `true` entries, named for the warning.
 fn legacy_tools(
@@ -508,6 +851,66 @@ mod tests {
         assert_eq!(
             check(r#"{"mode": "plan"}"#, "toolgate.json", Some("review")),
             "toolgate.json: --agent review needs an OpenCode config (opencode.json, opencode.jsonc or a file whose $schema is on opencode.ai), and this is a toolgate policy file"
+        );
+    }
+
+    #[test]
+    fn configs_merge_as_opencode_merges_them() {
+        let text = |origin: &str, text: &str| ConfigText {
+            origin: origin.to_string(),
+            text: text.to_string(),
+        };
+        let configs = [
+            text("g", r#"{"model": "m", "tools": {"write": false}, "permission": {"*": "deny", "bash": {"*": "ask", "rm *": "deny"}}}"#),
+            text("p", "{\"permission\": {\"*\": \"allow\", \"bash\": {\"*\": \"allow\", \"git *\": \"ask\"},}, // c\n \"agent\": {\"r\": {\"tools\": {\"bash\": false}, \"permission\": {\"edit\": \"ask\"}}}}"),
+        ];
+        let merged = merge_opencode(
+            &configs,
+            Some(r#"{"bash": {"rm *": "allow"}, "webfetch": "deny"}"#),
+            Some("r"),
+        )
+        .unwrap();
+        let layers: Vec<String> = merged
+            .layers
+            .iter()
+            .map(|(origin, value)| format!("{origin} {value}"))
+            .collect();
+        // A key keeps the place it first had: `*` of p stays before g's bash,
+        // which OPENCODE_PERMISSION's `rm *` changes in place.
+        assert_eq!(
+            layers,
+            [
+                r#"g {"edit":"deny"}"#,
+                r#"p {"*":"allow","bash":{"*":"allow"}}"#,
+                r#"OPENCODE_PERMISSION {"bash":{"rm *":"allow"}}"#,
+                r#"p {"bash":{"git *":"ask"}}"#,
+                r#"OPENCODE_PERMISSION {"webfetch":"deny"}"#,
+                r#"p#agent.r {"bash":"deny","edit":"ask"}"#,
+            ]
+        );
+        assert_eq!(
+            merged.sources,
+            ["g", "p", "OPENCODE_PERMISSION", "p#agent.r"]
+        );
+        assert_eq!(
+            merged.warnings,
+            ["g: an OpenCode config: only its permissions are used; ignored: model"]
+        );
+        let err = merge_opencode(&configs, Some("{bad"), None).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("OPENCODE_PERMISSION: not valid JSON"),
+            "{err}"
+        );
+        let err = merge_opencode(&configs, None, Some("nope")).unwrap_err();
+        assert_eq!(err.to_string(), "OpenCode's configuration: agent: --agent nope: no agent `nope` (agents in the configuration: r)");
+        let broken = [
+            text("g", "{}"),
+            text("p", r#"{"permission": {"bash": "never"}}"#),
+        ];
+        assert_eq!(
+            merge_opencode(&broken, None, None).unwrap_err().to_string(),
+            "p: permission.bash: unknown action `never` (expected allow, ask or deny)"
         );
     }
 }

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::disk::repo::DiskRepos;
-use toolgate_policy::opencode::parse_policy_file;
+use toolgate_policy::opencode::{merge_opencode, parse_policy_file, ConfigText};
 use toolgate_policy::{normalize, parse_override, Mode, Policy, PolicyError, Sources, UnknownMode};
 
 /// Why the configuration (the policy file, the flags, the environment)
@@ -28,6 +28,9 @@ pub enum ConfigError {
         /// The cause.
         source: std::io::Error,
     },
+    /// `--opencode` with `--policy` (one given before the subcommand, the
+    /// other after it).
+    OpenCodeWithPolicy,
     /// `--agent` names an agent, but no policy file (an OpenCode config)
     /// is in use.
     AgentWithoutConfig {
@@ -60,6 +63,10 @@ impl std::fmt::Display for ConfigError {
             ConfigError::Unreadable { file, source } => {
                 write!(f, "{file}: cannot read the policy file: {source}")
             }
+            ConfigError::OpenCodeWithPolicy => write!(
+                f,
+                "--opencode reads OpenCode's own configuration as the policy, and --policy names a policy file: give one"
+            ),
             ConfigError::AgentWithoutConfig { agent } => write!(
                 f,
                 "--agent: `{agent}` needs an OpenCode config as the policy file (--policy opencode.json), and no policy file is in use"
@@ -82,7 +89,9 @@ impl std::error::Error for ConfigError {
             ConfigError::Unreadable { source, .. } => Some(source),
             ConfigError::Policy(err) => Some(err),
             ConfigError::Environment { source, .. } => Some(source),
-            ConfigError::AgentWithoutConfig { .. } | ConfigError::ModesDiffer { .. } => None,
+            ConfigError::AgentWithoutConfig { .. }
+            | ConfigError::ModesDiffer { .. }
+            | ConfigError::OpenCodeWithPolicy => None,
         }
     }
 }
@@ -130,6 +139,9 @@ pub struct Settings {
     pub mode: Option<Mode>,
     /// `--policy FILE`.
     pub policy: Option<PathBuf>,
+    /// `--opencode`: OpenCode's own configuration is the policy, found and
+    /// merged as OpenCode does, with the environment it reads.
+    pub opencode: Option<OpenCodeEnv>,
     /// `--agent NAME`: the agent of an OpenCode config whose permission applies too.
     pub agent: Option<String>,
     /// `--permission JSON`.
@@ -154,6 +166,40 @@ pub struct Settings {
     pub remember_links: bool,
 }
 
+/// The environment OpenCode reads its configuration from (for `--opencode`);
+/// an empty variable counts as unset, as in OpenCode.
+#[derive(Debug, Clone, Default)]
+pub struct OpenCodeEnv {
+    /// `OPENCODE_CONFIG`: one more config file, after the global ones.
+    pub config: Option<PathBuf>,
+    /// `OPENCODE_CONFIG_DIR`: one more directory whose `opencode.json[c]` is read.
+    pub config_dir: Option<PathBuf>,
+    /// `OPENCODE_CONFIG_CONTENT`: a config as text, after the files.
+    pub config_content: Option<String>,
+    /// `OPENCODE_PERMISSION`: JSON merged into the merged `permission`.
+    pub permission: Option<String>,
+    /// `OPENCODE_DISABLE_PROJECT_CONFIG` (`true` or `1`): no project files.
+    pub disable_project_config: bool,
+    /// `XDG_CONFIG_HOME`: where the global config directory is (else `~/.config`).
+    pub xdg_config_home: Option<PathBuf>,
+}
+
+impl OpenCodeEnv {
+    /// Read from the process's environment.
+    pub fn from_env() -> OpenCodeEnv {
+        let var = |name: &str| std::env::var(name).ok().filter(|value| !value.is_empty());
+        OpenCodeEnv {
+            config: var("OPENCODE_CONFIG").map(PathBuf::from),
+            config_dir: var("OPENCODE_CONFIG_DIR").map(PathBuf::from),
+            config_content: var("OPENCODE_CONFIG_CONTENT"),
+            permission: var("OPENCODE_PERMISSION"),
+            disable_project_config: var("OPENCODE_DISABLE_PROJECT_CONFIG")
+                .is_some_and(|value| matches!(value.to_lowercase().as_str(), "true" | "1")),
+            xdg_config_home: var("XDG_CONFIG_HOME").map(PathBuf::from),
+        }
+    }
+}
+
 /// The policy, the warnings to log, and where the policy came from.
 #[derive(Debug)]
 pub struct Loaded {
@@ -164,7 +210,10 @@ pub struct Loaded {
     /// The layers in force, lowest first: `built-in`, the policy file's
     /// absolute path, `PATH#agent.NAME` for an OpenCode agent chosen with
     /// `--agent`, `TOOLGATE_PERMISSION`, `--permission` (what `ready`
-    /// reports as `policySources`).
+    /// reports as `policySources`). With `--opencode`, instead of the policy
+    /// file: each OpenCode config read, in OpenCode's order
+    /// (`OPENCODE_CONFIG_CONTENT` by that name), `OPENCODE_PERMISSION`, then
+    /// `PATH#agent.NAME` for each config defining the agent.
     pub sources: Vec<String>,
     /// The mode the user set: `--mode`/`--permission-mode`, else
     /// `TOOLGATE_MODE`, else the policy file's `mode`; `None` when the
@@ -205,6 +254,9 @@ fn find_policy_file_warning(
     warnings: &mut Vec<String>,
 ) -> Option<(PathBuf, bool)> {
     let home = settings.home.as_deref();
+    if settings.opencode.is_some() {
+        return None;
+    }
     if let Some(path) = &settings.policy {
         return Some((
             normalize(&path.to_string_lossy(), &settings.cwd, home),
@@ -241,6 +293,151 @@ fn find_policy_file_warning(
     None
 }
 
+/// OpenCode's config files and `OPENCODE_CONFIG_CONTENT`, in the order
+/// OpenCode merges them (lowest first), read. `start` is where OpenCode
+/// would run (`--project-root`, else the working directory). See
+/// docs/modes-and-policy.md, "OpenCode's own configuration (--opencode)":
+///
+/// 1. the global directory (`$XDG_CONFIG_HOME/opencode`, else
+///    `~/.config/opencode`): `config.json`, `opencode.json`, `opencode.jsonc`;
+/// 2. `OPENCODE_CONFIG`;
+/// 3. unless `OPENCODE_DISABLE_PROJECT_CONFIG`: `opencode.json` then
+///    `opencode.jsonc` of each directory from the worktree root (the first
+///    directory upward holding `.git`, else `/`) down to `start`;
+/// 4. `opencode.json` then `opencode.jsonc` of each `.opencode` directory
+///    from the worktree root down to `start` (unless
+///    `OPENCODE_DISABLE_PROJECT_CONFIG`), of `~/.opencode`, and of
+///    `OPENCODE_CONFIG_DIR`, each directory once;
+/// 5. `OPENCODE_CONFIG_CONTENT`;
+/// 6. the managed directory (`/etc/opencode`; on macOS
+///    `/Library/Application Support/opencode`).
+///
+/// A file found by the upward search (3 and the project's `.opencode`
+/// directories) that belongs to another user than the working directory's
+/// owner is skipped with a warning, as `toolgate.json` is. A file that
+/// does not exist is skipped, as OpenCode skips it (a named
+/// `OPENCODE_CONFIG` with a warning); one that cannot be read is an error.
+fn opencode_configs(
+    env: &OpenCodeEnv,
+    start: &Path,
+    settings: &Settings,
+    warnings: &mut Vec<String>,
+) -> Result<Vec<ConfigText>, ConfigError> {
+    let home = settings.home.as_deref();
+    let absolute = |path: &Path| normalize(&path.to_string_lossy(), &settings.cwd, home);
+    let global = match (&env.xdg_config_home, home) {
+        (Some(xdg), _) => absolute(xdg).join("opencode"),
+        (None, Some(home)) => home.join(".config").join("opencode"),
+        (None, None) => PathBuf::from("/.config/opencode"),
+    };
+    // The directories from `start` up to the worktree root, nearest first.
+    let mut upward: Vec<&Path> = Vec::new();
+    for dir in start.ancestors() {
+        upward.push(dir);
+        if dir.join(".git").symlink_metadata().is_ok() {
+            break;
+        }
+    }
+    let owner = owner_of(&settings.cwd);
+    let mut files: Vec<(PathBuf, bool)> = Vec::new();
+    let mut found = |path: PathBuf, searched: bool| files.push((path, searched));
+    for name in ["config.json", "opencode.json", "opencode.jsonc"] {
+        found(global.join(name), false);
+    }
+    if let Some(path) = &env.config {
+        let path = absolute(path);
+        if !path.exists() {
+            warnings.push(format!(
+                "{}: OPENCODE_CONFIG names no file; OpenCode skips it, and so does toolgate",
+                path.display()
+            ));
+        }
+        found(path, false);
+    }
+    if !env.disable_project_config {
+        for dir in upward.iter().rev() {
+            for name in ["opencode.json", "opencode.jsonc"] {
+                found(dir.join(name), true);
+            }
+        }
+    }
+    let mut directories: Vec<(PathBuf, bool)> = Vec::new();
+    if !env.disable_project_config {
+        for dir in upward.iter().rev() {
+            let candidate = dir.join(".opencode");
+            if candidate.is_dir() {
+                directories.push((candidate, true));
+            }
+        }
+    }
+    if let Some(home) = home {
+        let candidate = home.join(".opencode");
+        if candidate.is_dir() {
+            directories.push((candidate, false));
+        }
+    }
+    if let Some(dir) = &env.config_dir {
+        directories.push((absolute(dir), false));
+    }
+    let mut seen: Vec<PathBuf> = vec![global.clone()];
+    for (dir, searched) in directories {
+        if seen.contains(&dir) {
+            continue;
+        }
+        seen.push(dir.clone());
+        for name in ["opencode.json", "opencode.jsonc"] {
+            found(dir.join(name), searched);
+        }
+    }
+    let managed = if cfg!(target_os = "macos") {
+        PathBuf::from("/Library/Application Support/opencode")
+    } else {
+        PathBuf::from("/etc/opencode")
+    };
+    let mut configs = Vec::new();
+    let mut read = |path: &Path,
+                    searched: bool,
+                    configs: &mut Vec<ConfigText>|
+     -> Result<(), ConfigError> {
+        if !path.is_file() {
+            return Ok(());
+        }
+        let origin = path.to_string_lossy().into_owned();
+        if searched {
+            let found = owner_of(path);
+            if found != owner {
+                let show =
+                    |uid: Option<u32>| uid.map_or("unknown".to_string(), |uid| uid.to_string());
+                warnings.push(format!(
+                    "{origin} is not used: it belongs to user {}, not to the owner of the working directory (user {}); OpenCode would read it, toolgate does not pick up another user's config",
+                    show(found),
+                    show(owner)
+                ));
+                return Ok(());
+            }
+        }
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Unreadable {
+            file: origin.clone(),
+            source,
+        })?;
+        configs.push(ConfigText { origin, text });
+        Ok(())
+    };
+    for (path, searched) in &files {
+        read(path, *searched, &mut configs)?;
+    }
+    if let Some(text) = &env.config_content {
+        configs.push(ConfigText {
+            origin: "OPENCODE_CONFIG_CONTENT".to_string(),
+            text: text.clone(),
+        });
+    }
+    for name in ["opencode.json", "opencode.jsonc"] {
+        read(&managed.join(name), false, &mut configs)?;
+    }
+    Ok(configs)
+}
+
 /// The user id that owns a file (`None` where the platform has none).
 fn owner_of(path: &Path) -> Option<u32> {
     #[cfg(unix)]
@@ -264,6 +461,9 @@ pub fn load(settings: &Settings) -> Result<Loaded, ConfigError> {
         .project_root
         .as_deref()
         .map(|root| absolute(root, &settings.cwd));
+    if settings.opencode.is_some() && settings.policy.is_some() {
+        return Err(ConfigError::OpenCodeWithPolicy);
+    }
     let mut warnings = Vec::new();
     let found = find_policy_file_warning(settings, &mut warnings);
     let mut sources = vec!["built-in".to_string()];
@@ -288,7 +488,7 @@ pub fn load(settings: &Settings) -> Result<Loaded, ConfigError> {
             Some((name, policy))
         }
         None => {
-            if let Some(agent) = &settings.agent {
+            if let (Some(agent), None) = (&settings.agent, &settings.opencode) {
                 return Err(ConfigError::AgentWithoutConfig {
                     agent: agent.clone(),
                 });
@@ -311,6 +511,18 @@ pub fn load(settings: &Settings) -> Result<Loaded, ConfigError> {
     };
 
     let mut overrides = Vec::new();
+    if let Some(env) = &settings.opencode {
+        let start = explicit_root.as_deref().unwrap_or(&settings.cwd);
+        let configs = opencode_configs(env, start, settings, &mut warnings)?;
+        let merged = merge_opencode(
+            &configs,
+            env.permission.as_deref(),
+            settings.agent.as_deref(),
+        )?;
+        warnings.extend(merged.warnings);
+        sources.extend(merged.sources);
+        overrides.extend(merged.layers);
+    }
     if let Some(text) = &settings.permission_env {
         overrides.push((
             "TOOLGATE_PERMISSION".to_string(),

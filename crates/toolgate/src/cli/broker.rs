@@ -53,6 +53,7 @@ pub fn settings_of(
         remember_links,
         mode,
         policy: policy.policy.clone(),
+        opencode: policy.opencode.then(toolgate::setup::OpenCodeEnv::from_env),
         agent: policy.agent.clone(),
         permission: policy.permission.clone(),
         permission_env: std::env::var("TOOLGATE_PERMISSION")

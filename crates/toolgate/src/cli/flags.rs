@@ -5,7 +5,7 @@
 //!
 //! | group | flags | taken by |
 //! |---|---|---|
-//! | [`PolicyArgs`] | `--mode --permission-mode --policy --agent --permission --project-root --read-only-agents` | serve, hook, mcp, check, replay, policy validate |
+//! | [`PolicyArgs`] | `--mode --permission-mode --policy --opencode --agent --permission --project-root --read-only-agents` | serve, hook, mcp, check, replay, policy validate |
 //! | [`AskArgs`] | `--on-ask --ask-timeout` | serve, mcp |
 //! | [`KeepArgs`] | `--state-dir --audit` | serve, hook, mcp |
 //! | [`LineArgs`] | `--max-frame-bytes` | serve, mcp |
@@ -78,7 +78,18 @@ pub struct PolicyArgs {
     #[arg(long, value_name = "FILE")]
     pub policy: Option<PathBuf>,
 
-    /// With an OpenCode config as the policy file: also apply
+    /// Read OpenCode's own configuration as the policy: found and merged as
+    /// OpenCode does (the global config, OPENCODE_CONFIG, opencode.json[c]
+    /// from the worktree root down to the project, .opencode/ directories,
+    /// OPENCODE_CONFIG_DIR, OPENCODE_CONFIG_CONTENT), with
+    /// OPENCODE_PERMISSION applied as OpenCode applies it; only the
+    /// permissions are used. Each file is named as the origin of its rules.
+    /// A config that cannot be read or parsed stops toolgate with exit
+    /// code 2.
+    #[arg(long, conflicts_with = "policy")]
+    pub opencode: bool,
+
+    /// With an OpenCode config as the policy file, or --opencode: also apply
     /// agent.NAME.permission (and the agent's legacy tools), after the
     /// config's top-level permission, as OpenCode does for that agent. An
     /// agent the file does not define stops toolgate with exit code 2.
@@ -275,6 +286,7 @@ impl PolicyArgs {
             mode: self.mode.or(outer.mode),
             permission_mode: self.permission_mode.or(outer.permission_mode),
             policy: self.policy.or(outer.policy),
+            opencode: self.opencode || outer.opencode,
             agent: self.agent.or(outer.agent),
             permission: self.permission.or(outer.permission),
             project_root: self.project_root.or(outer.project_root),

@@ -27,6 +27,7 @@ mod journal;
 mod link_assistant;
 mod mcp;
 mod observers;
+mod opencode_cli;
 mod oracle;
 mod persistence;
 mod pipeline;
