@@ -118,17 +118,7 @@ pub fn parse_opencode(
         }
     }
 
-    let agents = match object.get("agent") {
-        None => Map::new(),
-        Some(Value::Object(agents)) => agents.clone(),
-        Some(_) => {
-            return Err(PolicyError::new(
-                file,
-                "agent",
-                "expected an object keyed by agent name",
-            ))
-        }
-    };
+    let agents = agents_of(&object, file)?;
     match agent {
         None => {
             if !agents.is_empty() {
@@ -437,17 +427,7 @@ pub fn merge_opencode(
         if let Some(value) = object.get("permission") {
             permission = Some(over(permission, value, file));
         }
-        let agents = match object.get("agent") {
-            None => Map::new(),
-            Some(Value::Object(agents)) => agents.clone(),
-            Some(_) => {
-                return Err(PolicyError::new(
-                    file,
-                    "agent",
-                    "expected an object keyed by agent name",
-                ))
-            }
-        };
+        let agents = agents_of(&object, file)?;
         for name in agents.keys() {
             if !agent_names.contains(name) {
                 agent_names.push(name.clone());
@@ -710,6 +690,19 @@ fn merge_deep(base: &Value, over: &Value) -> Value {
             Value::Object(merged)
         }
         (_, over) => over.clone(),
+    }
+}
+
+/// The `agent` object of an OpenCode config (empty when it has none).
+fn agents_of(object: &Map<String, Value>, file: &str) -> Result<Map<String, Value>, PolicyError> {
+    match object.get("agent") {
+        None => Ok(Map::new()),
+        Some(Value::Object(agents)) => Ok(agents.clone()),
+        Some(_) => Err(PolicyError::new(
+            file,
+            "agent",
+            "expected an object keyed by agent name",
+        )),
     }
 }
 

@@ -119,10 +119,16 @@ pub fn run(args: HookArgs, outer: ServeArgs, given: &[String]) -> ExitCode {
     match hook::event(agent, &input) {
         Ok(which) => event.set(which),
         Err(err) => {
-            // Not an answer in another event's format: an error the agent
-            // shows, and nothing on stdout.
+            // Not an answer in another event's format: an error, and
+            // nothing on stdout. An event about a tool call may be gating
+            // it under a name toolgate does not know: exit code 2, which
+            // every agent reads as "blocked" before a tool runs (after
+            // one, it only shows the error). Any other event gets a
+            // non-blocking error (1), so a misplaced hook cannot, say,
+            // keep the agent from ever stopping.
             say!("toolgate hook: {err}");
-            return ExitCode::from(1);
+            let about_a_call = input.get("tool_name").is_some();
+            return ExitCode::from(if about_a_call { 2 } else { 1 });
         }
     }
     let binding = match bind.resolve() {

@@ -8,8 +8,7 @@
 #![cfg(unix)]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may panic
 
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::UnixStream;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -29,47 +28,11 @@ fn scratch(name: &str) -> PathBuf {
 }
 
 /// The orchestrator's connection to the broker (role agent).
-struct Orchestrator {
-    stream: UnixStream,
-    reader: BufReader<UnixStream>,
-}
-
-impl Orchestrator {
-    fn connect(socket: &Path) -> Orchestrator {
-        let stream = UnixStream::connect(socket).unwrap();
-        stream.set_read_timeout(Some(support::PATIENCE)).unwrap();
-        let mut orchestrator = Orchestrator {
-            reader: BufReader::new(stream.try_clone().unwrap()),
-            stream,
-        };
-        assert_eq!(orchestrator.recv()["type"], "ready");
-        orchestrator.send(json!({"type":"hello","role":"agent","client":"orchestrator"}));
-        assert_eq!(orchestrator.recv()["type"], "ready");
-        orchestrator
-    }
-
-    fn send(&mut self, frame: Value) {
-        self.stream
-            .write_all(format!("{frame}\n").as_bytes())
-            .unwrap();
-    }
-
-    fn recv(&mut self) -> Value {
-        let mut line = String::new();
-        assert!(self.reader.read_line(&mut line).unwrap() > 0, "broker gone");
-        serde_json::from_str(&line).unwrap()
-    }
-
-    /// Send `frame` and read until a frame of `kind`.
-    fn ask(&mut self, frame: Value, kind: &str) -> Value {
-        self.send(frame);
-        loop {
-            let got = self.recv();
-            if got["type"] == kind {
-                return got;
-            }
-        }
-    }
+fn orchestrator(socket: &Path) -> support::Peer {
+    support::Peer::connect(
+        socket,
+        json!({"type":"hello","role":"agent","client":"orchestrator"}),
+    )
 }
 
 /// Run `toolgate hook AGENT ARGS` in `cwd` with `env` and `input`: the
@@ -81,42 +44,19 @@ fn hook(
     input: &Value,
     cwd: &Path,
 ) -> (String, String) {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_toolgate"));
-    command
-        .args(["hook", agent])
-        .args(args)
-        .current_dir(cwd)
-        .env_remove("TOOLGATE_SOCKET")
-        .env_remove("TOOLGATE_MODE")
-        .env_remove("TOOLGATE_PARENT")
-        .env_remove("TOOLGATE_SCOPE")
-        .env_remove("TOOLGATE_SCOPE_FILE")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    for (key, value) in env {
-        command.env(key, value);
-    }
     // Gemini CLI names its pre-tool event BeforeTool.
     let mut input = input.clone();
     if agent == "gemini" {
         input["hook_event_name"] = json!("BeforeTool");
     }
-    let mut child = command.spawn().unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.to_string().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = support::hook_process(cwd, agent, args, env, input.to_string().as_bytes());
     assert_eq!(
         out.status.code(),
         Some(0),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let answer = support::hook_answer(&out);
     if agent == "gemini" {
         return (
             answer["decision"].as_str().unwrap().to_string(),
@@ -155,7 +95,7 @@ fn codex_gemini_and_qwen_hooks_are_bound_under_the_parent_from_their_first_call(
     let project = dir.join("project");
     let broker = support::Listening::start(&dir, &project, &["--mode", "auto"]);
     let socket = broker.socket.to_string_lossy().to_string();
-    let mut orchestrator = Orchestrator::connect(&broker.socket);
+    let mut orchestrator = orchestrator(&broker.socket);
     let started = orchestrator.ask(
         json!({"type":"session_start","sessionID":"orch","mode":"auto"}),
         "session_started",
@@ -281,7 +221,7 @@ fn a_session_started_under_another_parent_is_not_moved_and_runs_nothing() {
     let project = dir.join("project");
     let broker = support::Listening::start(&dir, &project, &["--mode", "auto"]);
     let socket = broker.socket.to_string_lossy().to_string();
-    let mut orchestrator = Orchestrator::connect(&broker.socket);
+    let mut orchestrator = orchestrator(&broker.socket);
     orchestrator.ask(
         json!({"type":"session_start","sessionID":"a"}),
         "session_started",
@@ -383,7 +323,7 @@ fn mcp_binds_its_session_in_process_and_through_a_broker() {
     let project = dir.join("project");
     let broker = support::Listening::start(&dir, &project, &["--mode", "auto"]);
     let socket = broker.socket.to_string_lossy().to_string();
-    let mut orchestrator = Orchestrator::connect(&broker.socket);
+    let mut orchestrator = orchestrator(&broker.socket);
     orchestrator.ask(
         json!({"type":"session_start","sessionID":"orch","mode":"plan"}),
         "session_started",

@@ -5,7 +5,6 @@
 //! real agents is `scripts/e2e-hooks`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may panic
 
-use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
@@ -15,37 +14,8 @@ use crate::support;
 
 /// Run `toolgate hook AGENT ARGS` in `dir` with `input` on stdin: exit code and answer.
 fn hook(dir: &Path, agent: &str, args: &[&str], env: &[(&str, &str)], input: &str) -> (i32, Value) {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_toolgate"));
-    command
-        .arg("hook")
-        .arg(agent)
-        .args(args)
-        .current_dir(dir)
-        .env_remove("TOOLGATE_MODE")
-        .env_remove("TOOLGATE_PERMISSION")
-        .env_remove("TOOLGATE_STATE_DIR")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    for (key, value) in env {
-        command.env(key, value);
-    }
-    let mut child = command.spawn().unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let answer = serde_json::from_str(stdout.trim()).unwrap_or_else(|_| {
-        panic!(
-            "not one JSON answer: {stdout:?}; stderr: {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    (out.status.code().unwrap_or(-1), answer)
+    let out = support::hook_process(dir, agent, args, env, input.as_bytes());
+    (out.status.code().unwrap_or(-1), support::hook_answer(&out))
 }
 
 /// `decision: reason` of an answer, checked to be in the agent's format
@@ -499,30 +469,22 @@ fn each_hook_event_is_answered_in_its_own_format_and_others_are_refused() {
     );
     assert_eq!((code, answer), (0, json!({})));
     // Events toolgate does not answer: an error, and nothing on stdout.
-    for (agent, event) in [
-        ("claude", "PostToolUse"),
-        ("claude", "UserPromptSubmit"),
-        ("gemini", "PreToolUse"),
-        ("codex", "Stop"),
+    // One about a tool call may be gating it under a name toolgate does not
+    // know: exit code 2 blocks it; any other gets a non-blocking error.
+    for (agent, event, about_a_call, code) in [
+        ("claude", "PostToolUse", true, 2),
+        ("claude", "UserPromptSubmit", false, 1),
+        ("gemini", "PreToolUse", true, 2),
+        ("codex", "Stop", false, 1),
+        ("claude", "pretooluse", true, 2),
     ] {
-        let input = json!({"session_id": "s", "hook_event_name": event, "tool_name": "Write", "tool_input": write});
-        let mut child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
-            .args(["hook", agent])
-            .current_dir(&dir)
-            .env_remove("TOOLGATE_SOCKET")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(input.to_string().as_bytes())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
-        assert_eq!(out.status.code(), Some(1), "{agent} {event}");
+        let mut input = json!({"session_id": "s", "hook_event_name": event});
+        if about_a_call {
+            input["tool_name"] = json!("Write");
+            input["tool_input"] = write.clone();
+        }
+        let out = support::hook_process(&dir, agent, &[], &[], input.to_string().as_bytes());
+        assert_eq!(out.status.code(), Some(code), "{agent} {event}");
         assert!(out.stdout.is_empty(), "{agent} {event}");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(

@@ -6,8 +6,7 @@
 #![cfg(unix)]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may panic
 
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::UnixStream;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -37,37 +36,22 @@ impl Broker {
 
     /// An approver connection.
     fn approver(&self) -> Approver {
-        let stream = UnixStream::connect(&self.listening.socket).unwrap();
-        stream
-            .set_read_timeout(Some(Duration::from_secs(20)))
-            .unwrap();
-        let mut approver = Approver {
-            reader: BufReader::new(stream.try_clone().unwrap()),
-            stream,
-        };
-        assert_eq!(approver.recv()["type"], "ready");
-        approver.send(json!({"type":"hello","role":"approver","client":"test"}));
-        assert_eq!(approver.recv()["role"], "approver");
-        approver
+        Approver(support::Peer::connect(
+            &self.listening.socket,
+            json!({"type":"hello","role":"approver","client":"test"}),
+        ))
     }
 }
 
-struct Approver {
-    stream: UnixStream,
-    reader: BufReader<UnixStream>,
-}
+struct Approver(support::Peer);
 
 impl Approver {
     fn send(&mut self, frame: Value) {
-        self.stream
-            .write_all(format!("{frame}\n").as_bytes())
-            .unwrap();
+        self.0.send(frame)
     }
 
     fn recv(&mut self) -> Value {
-        let mut line = String::new();
-        assert!(self.reader.read_line(&mut line).unwrap() > 0, "broker gone");
-        serde_json::from_str(&line).unwrap()
+        self.0.recv()
     }
 
     /// The next question, answered with `response` (and `message`).
@@ -90,25 +74,7 @@ fn hook(agent: &str, args: &[&str], input: &Value, cwd: &Path) -> Value {
     if input.get("cwd").is_none() {
         input["cwd"] = json!(cwd.to_string_lossy());
     }
-    let input = &input;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
-        .args(["hook", agent])
-        .args(args)
-        .current_dir(cwd)
-        .env_remove("TOOLGATE_SOCKET")
-        .env_remove("TOOLGATE_MODE")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.to_string().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = support::hook_process(cwd, agent, args, &[], input.to_string().as_bytes());
     assert_eq!(
         out.status.code(),
         Some(0),

@@ -6,76 +6,12 @@
 #![cfg(unix)]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may panic
 
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
 use crate::support;
-
-struct Conn {
-    stream: UnixStream,
-    reader: BufReader<UnixStream>,
-}
-
-impl Conn {
-    fn open(socket: &std::path::Path, hello: Value) -> Conn {
-        let stream = UnixStream::connect(socket).unwrap();
-        stream.set_read_timeout(Some(support::PATIENCE)).unwrap();
-        let mut conn = Conn {
-            reader: BufReader::new(stream.try_clone().unwrap()),
-            stream,
-        };
-        assert_eq!(conn.recv()["type"], "ready");
-        conn.send(hello);
-        assert_eq!(conn.recv()["type"], "ready");
-        conn
-    }
-
-    fn send(&mut self, frame: Value) {
-        self.stream
-            .write_all(format!("{frame}\n").as_bytes())
-            .unwrap();
-    }
-
-    fn recv(&mut self) -> Value {
-        let mut line = String::new();
-        assert!(self.reader.read_line(&mut line).unwrap() > 0, "broker gone");
-        serde_json::from_str(&line).unwrap()
-    }
-
-    /// Frames until one of `kind`, which is returned last.
-    fn until(&mut self, kind: &str) -> Vec<Value> {
-        let mut frames = Vec::new();
-        loop {
-            let frame = self.recv();
-            let done = frame["type"] == kind;
-            frames.push(frame);
-            if done {
-                return frames;
-            }
-        }
-    }
-
-    /// What arrives within `wait` (nothing more is expected).
-    fn quiet(&mut self, wait: Duration) -> Vec<Value> {
-        self.stream.set_read_timeout(Some(wait)).unwrap();
-        let mut frames = Vec::new();
-        loop {
-            let mut line = String::new();
-            match self.reader.read_line(&mut line) {
-                Ok(n) if n > 0 => frames.push(serde_json::from_str(&line).unwrap()),
-                _ => break,
-            }
-        }
-        self.stream
-            .set_read_timeout(Some(support::PATIENCE))
-            .unwrap();
-        frames
-    }
-}
 
 /// `type sessionID [callID] [decision|response]` of each frame.
 fn summary(frames: &[Value]) -> Vec<String> {
@@ -105,18 +41,19 @@ fn an_observer_sees_two_agents_in_order_and_can_only_list() {
     let dir = scratch("two");
     let broker = support::Listening::start(&dir, &dir.join("project"), &["--mode", "ask"]);
     let socket = broker.socket.clone();
-    let mut all = Conn::open(
+    let mut all = support::Peer::connect(
         &socket,
         json!({"type":"hello","role":"observer","client":"dashboard"}),
     );
-    let mut tree = Conn::open(
+    let mut tree = support::Peer::connect(
         &socket,
         json!({"type":"hello","role":"observer","client":"orch-ui","sessionID":"orch"}),
     );
-    let mut orchestrator = Conn::open(&socket, json!({"type":"hello","client":"orchestrator"}));
-    let mut codex = Conn::open(&socket, json!({"type":"hello","client":"codex"}));
-    let mut claude = Conn::open(&socket, json!({"type":"hello","client":"claude"}));
-    let mut human = Conn::open(
+    let mut orchestrator =
+        support::Peer::connect(&socket, json!({"type":"hello","client":"orchestrator"}));
+    let mut codex = support::Peer::connect(&socket, json!({"type":"hello","client":"codex"}));
+    let mut claude = support::Peer::connect(&socket, json!({"type":"hello","client":"claude"}));
+    let mut human = support::Peer::connect(
         &socket,
         json!({"type":"hello","role":"approver","client":"human"}),
     );
@@ -209,13 +146,7 @@ fn an_observer_sees_two_agents_in_order_and_can_only_list() {
 
 /// A `hello` naming a subtree is for observers only.
 fn subtree_is_for_observers_only(socket: &std::path::Path) {
-    let stream = UnixStream::connect(socket).unwrap();
-    stream.set_read_timeout(Some(support::PATIENCE)).unwrap();
-    let mut conn = Conn {
-        reader: BufReader::new(stream.try_clone().unwrap()),
-        stream,
-    };
-    conn.recv();
+    let mut conn = support::Peer::connect(socket, json!({"type":"hello","client":"plain"}));
     conn.send(json!({"type":"hello","role":"approver","sessionID":"orch"}));
     let error = conn.recv();
     assert_eq!(error["type"], "error", "{error}");

@@ -367,3 +367,126 @@ pub fn run(cwd: &Path, args: &[&str], input: &str) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// Run `toolgate hook AGENT ARGS` in `dir` with `input` on stdin and `env`
+/// set, none of toolgate's own variables inherited: what it wrote, and how
+/// it exited.
+pub fn hook_process(
+    dir: &Path,
+    agent: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+    input: &[u8],
+) -> std::process::Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_toolgate"));
+    command.arg("hook").arg(agent).args(args).current_dir(dir);
+    for name in [
+        "TOOLGATE_MODE",
+        "TOOLGATE_PERMISSION",
+        "TOOLGATE_STATE_DIR",
+        "TOOLGATE_SOCKET",
+        "TOOLGATE_PARENT",
+        "TOOLGATE_SCOPE",
+        "TOOLGATE_SCOPE_FILE",
+    ] {
+        command.env_remove(name);
+    }
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// The one JSON answer a hook wrote (it panics with the hook's stderr
+/// when there is none).
+pub fn hook_answer(out: &std::process::Output) -> Value {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|_| {
+        panic!(
+            "not one JSON answer: {stdout:?}; stderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// A connection to a broker's socket, greeted, as a test drives it.
+#[cfg(unix)]
+pub struct Peer {
+    stream: std::os::unix::net::UnixStream,
+    reader: BufReader<std::os::unix::net::UnixStream>,
+}
+
+#[cfg(unix)]
+impl Peer {
+    /// Connect to `socket`, read `ready`, say `hello` and read its `ready`
+    /// (frames the broker sends before it, such as open questions for an
+    /// approver, stay to be read).
+    pub fn connect(socket: &Path, hello: Value) -> Peer {
+        let stream = std::os::unix::net::UnixStream::connect(socket).unwrap();
+        stream.set_read_timeout(Some(PATIENCE)).unwrap();
+        let mut peer = Peer {
+            reader: BufReader::new(stream.try_clone().unwrap()),
+            stream,
+        };
+        assert_eq!(peer.recv()["type"], "ready");
+        peer.send(hello);
+        let ready = peer.recv();
+        assert_eq!(ready["type"], "ready", "{ready}");
+        peer
+    }
+
+    /// Send one frame.
+    pub fn send(&mut self, frame: Value) {
+        self.stream
+            .write_all(format!("{frame}\n").as_bytes())
+            .unwrap();
+    }
+
+    /// The next frame.
+    pub fn recv(&mut self) -> Value {
+        let mut line = String::new();
+        assert!(self.reader.read_line(&mut line).unwrap() > 0, "broker gone");
+        serde_json::from_str(&line).unwrap()
+    }
+
+    /// Frames until one of `kind`, which is the last.
+    pub fn until(&mut self, kind: &str) -> Vec<Value> {
+        let mut frames = Vec::new();
+        loop {
+            let frame = self.recv();
+            let done = frame["type"] == kind;
+            frames.push(frame);
+            if done {
+                return frames;
+            }
+        }
+    }
+
+    /// Send `frame` and read until a frame of `kind`: that frame.
+    pub fn ask(&mut self, frame: Value, kind: &str) -> Value {
+        self.send(frame);
+        self.until(kind).pop().unwrap()
+    }
+
+    /// What arrives within `wait` (nothing more is expected).
+    pub fn quiet(&mut self, wait: Duration) -> Vec<Value> {
+        self.stream.set_read_timeout(Some(wait)).unwrap();
+        let mut frames = Vec::new();
+        loop {
+            let mut line = String::new();
+            match self.reader.read_line(&mut line) {
+                Ok(n) if n > 0 => frames.push(serde_json::from_str(&line).unwrap()),
+                _ => break,
+            }
+        }
+        self.stream.set_read_timeout(Some(PATIENCE)).unwrap();
+        frames
+    }
+}
