@@ -106,6 +106,9 @@ fn an_observer_sees_two_agents_in_order_and_can_only_list() {
     // anything else an error.
     tree.send(json!({"type":"tool_call","sessionID":"orch","callID":"x1","tool":"read","input":{"filePath":"a"}}));
     tree.send(json!({"type":"permission_response","permissionID":question["permissionID"],"response":"once"}));
+    // Connections are read side by side: the end waits until the broker
+    // has answered the observer.
+    let mut frames = tree.until("error");
     orchestrator.send(json!({"type":"session_end","sessionID":"orch"}));
     orchestrator.until("session_ended");
     let expected_tree = [
@@ -125,7 +128,7 @@ fn an_observer_sees_two_agents_in_order_and_can_only_list() {
         "session_ended claude-1",
         "session_ended orch",
     ];
-    let frames = tree.quiet(Duration::from_millis(500));
+    frames.extend(tree.quiet(Duration::from_millis(500)));
     assert_eq!(summary(&frames), expected_tree);
     let refused = &frames[10];
     assert_eq!(refused["source"], "invalid", "{refused}");
