@@ -61,6 +61,34 @@ pub enum Event {
     End,
     /// A signal, turned into an order.
     Signal(Signal),
+    /// A reader thread gives the reading of its input back to the loop's
+    /// own [`Local`] input (it found nothing more to read).
+    Resume(Box<dyn std::any::Any + Send>),
+}
+
+/// Input the loop reads on its own thread, beside its channel: stdin while
+/// calls come one at a time, so a lone call is read, decided and answered
+/// without waking another thread. It yields [`Event::Lines`] and
+/// [`Event::End`] only, and may hand its reading to a thread of its own
+/// (for a flood), which gives it back with an [`Event::Resume`] on the
+/// channel, behind the lines it sent.
+pub trait Local {
+    /// The next event this input has, or `Pending` (with a wake-up
+    /// arranged) when it has none or its reading is with its thread.
+    fn poll_event(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Event>;
+    /// The reading came back (what [`Event::Resume`] carried).
+    fn resume(&mut self, reading: Box<dyn std::any::Any + Send>);
+}
+
+/// No input of the loop's own (the socket: every connection has its task).
+pub struct NoLocal;
+
+impl Local for NoLocal {
+    fn poll_event(&mut self, _: &mut std::task::Context<'_>) -> std::task::Poll<Event> {
+        std::task::Poll::Pending
+    }
+
+    fn resume(&mut self, _: Box<dyn std::any::Any + Send>) {}
 }
 
 /// What a signal asks of the broker.
@@ -276,11 +304,13 @@ impl Owner {
         &mut self.broker
     }
 
-    /// Take events until the broker stops or every sender is gone; the
-    /// signal that stopped it, with how many calls it denied.
+    /// Take events (from the channel and from `local`) until the broker
+    /// stops or every sender is gone; the signal that stopped it, with how
+    /// many calls it denied.
     pub async fn run(
         &mut self,
         events: &mut mpsc::Receiver<Event>,
+        local: &mut dyn Local,
     ) -> Option<(&'static str, usize)> {
         let mut signal = None;
         loop {
@@ -288,20 +318,26 @@ impl Owner {
                 let wait = at.saturating_sub(self.broker.now_ms());
                 tokio::time::Instant::now() + Duration::from_millis(wait)
             });
-            let event = match deadline {
-                None => events.recv().await,
-                Some(deadline) => tokio::select! {
-                    biased;
-                    event = events.recv() => event,
-                    () = tokio::time::sleep_until(deadline) => {
-                        self.step(Input::Tick);
-                        self.flush();
-                        continue;
-                    }
-                },
+            // The channel first: what a reader thread sent before it gave
+            // its reading back is handled before `local` reads on.
+            let event = tokio::select! {
+                biased;
+                event = events.recv() => event,
+                event = std::future::poll_fn(|cx| local.poll_event(cx)) => Some(event),
+                () = tokio::time::sleep_until(deadline.unwrap_or_else(tokio::time::Instant::now)),
+                    if deadline.is_some() => {
+                    self.step(Input::Tick);
+                    self.flush();
+                    continue;
+                }
             };
-            let Some(event) = event else {
-                break;
+            let event = match event {
+                None => break,
+                Some(Event::Resume(reading)) => {
+                    local.resume(reading);
+                    continue;
+                }
+                Some(event) => event,
             };
             if let Some(stop) = self.handle(event) {
                 signal = Some(stop);
@@ -364,6 +400,8 @@ impl Owner {
                 return None;
             }
             Event::End => self.step(Input::Stop),
+            // Only the loop takes these (see [`Owner::run`]).
+            Event::Resume(_) => {}
             Event::Signal(Signal::Stop(name)) => {
                 if !self.broker.stopped() {
                     let pending = self.broker.pending_count();

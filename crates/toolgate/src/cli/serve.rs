@@ -77,7 +77,7 @@ pub fn run(args: ServeArgs) -> ExitCode {
         ));
     }
     ended(toolgate::transport::stdio::serve(
-        std::io::stdin(),
+        toolgate::transport::stdio::Source::stdin(),
         std::io::stdout(),
         toolgate::transport::stdio::Room::of_stdout(),
         broker,

@@ -192,7 +192,7 @@ impl Decoder for LineCodec {
 }
 
 /// How much a blocking [`Reader`] asks of its input at once.
-const READ_CHUNK: usize = 1 << 16;
+pub const READ_CHUNK: usize = 1 << 16;
 
 /// [`LineCodec`] over a blocking reader (stdin, a file, a test's bytes).
 pub struct Reader<R> {
@@ -204,6 +204,8 @@ pub struct Reader<R> {
     /// uninitialised memory), a cost a call made one at a time pays in full.
     scratch: Box<[u8]>,
     ended: bool,
+    /// How many bytes the last read brought.
+    last_read: usize,
 }
 
 impl<R: Read> Reader<R> {
@@ -215,6 +217,7 @@ impl<R: Read> Reader<R> {
             buf: BytesMut::with_capacity(READ_CHUNK),
             scratch: vec![0; READ_CHUNK].into_boxed_slice(),
             ended: false,
+            last_read: 0,
         }
     }
 
@@ -236,6 +239,12 @@ impl<R: Read> Reader<R> {
         self.ended || self.codec.has_line(&self.buf)
     }
 
+    /// How many bytes the last read brought ([`READ_CHUNK`] when it filled
+    /// the buffer, so more may be waiting).
+    pub fn last_read(&self) -> usize {
+        self.last_read
+    }
+
     /// Read once more from the input (end of input is remembered).
     fn fill(&mut self) -> io::Result<()> {
         loop {
@@ -243,6 +252,7 @@ impl<R: Read> Reader<R> {
                 Ok(count) => {
                     self.buf.extend_from_slice(&self.scratch[..count]);
                     self.ended = count == 0;
+                    self.last_read = count;
                     return Ok(());
                 }
                 Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,

@@ -2,7 +2,8 @@
 //! ([`crate::owner`]) and how its answers leave.
 //!
 //! - [`lines`]: the one bounded line codec every transport frames with.
-//! - [`stdio`]: `toolgate serve` on stdin and stdout.
+//! - [`stdio`]: `toolgate serve` on stdin and stdout; [`stdin`]: who reads
+//!   stdin, the owner or a thread of its own.
 //! - [`socket`]: `serve --listen`, many connections to one broker.
 //! - [`client`]: the one client of a broker's socket (the hook, the MCP
 //!   server and `toolgate approve` use it).
@@ -14,4 +15,5 @@ pub mod lines;
 pub mod signals;
 #[cfg(unix)]
 pub mod socket;
+pub mod stdin;
 pub mod stdio;

@@ -264,7 +264,7 @@ async fn serve(
     }
     let (mut owner, shared) = Owner::new(broker, Some(QUEUE));
     let acceptor = tokio::spawn(accept(accepting, events, shared, max_frame_bytes));
-    let signal = owner.run(&mut received).await;
+    let signal = owner.run(&mut received, &mut crate::owner::NoLocal).await;
     drop(received);
     // Every connection's outbox is dropped: its writer ends once it wrote
     // what is queued, and the acceptor once every connection has.

@@ -1,31 +1,30 @@
 //! `toolgate serve` on stdin and stdout: one client, connection 0. The
 //! owner ([`crate::owner`]) runs on a single-threaded tokio runtime with the
-//! signals, the deadline timer and an in-process approver; stdin is
-//! read by a thread of its own (a blocking read works on a pipe, a file or a
-//! terminal alike) that frames, decodes and hands over a batch of the
-//! complete lines it holds (at most [`BATCH`]). While the owner is too busy
-//! to take the batch, the reader prepares its calls instead of waiting, so a
-//! flood keeps two CPUs busy. stdout is written by a thread of its own, one
-//! `write` per batch, so a client that stops reading never holds up the
-//! owner: the reader stops reading instead once [`HIGH_WATER`] frames wait.
+//! signals, the deadline timer and an in-process approver. stdin is read as
+//! [`super::stdin`] says: a call that comes alone by the owner's own thread,
+//! a flood by a thread of its own that frames, decodes and prepares the next
+//! batch (at most [`stdin::BATCH`] lines) while the owner decides the last.
+//! stdout is written by the owner itself when the write cannot block, else
+//! by a thread of its own, one `write` per batch, so a client that stops
+//! reading never holds up the owner: stdin is not read while
+//! [`stdin::HIGH_WATER`] frames wait.
 //!
 //! Every complete line is decided and its frames written without waiting for
-//! more input. After a batch holding a `shutdown` frame the reader reads no
-//! more until that batch is answered, so `shutdown` ends the run even while
-//! the input stays open. At end of input what is open is denied.
+//! more input. After a batch holding a `shutdown` frame nothing more is read
+//! until that batch is answered, so `shutdown` ends the run even while the
+//! input stays open. At end of input what is open is denied.
 
 use std::io::{self, Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::mpsc::{self, error::TrySendError};
-use tokio::sync::oneshot;
+use tokio::sync::mpsc;
 
 use crate::broker::{Broker, ConnId, Input};
-use crate::owner::{Backlog, Chunk, Direct, Event, Lines, Outbox, Owner, Shared, Sink};
-use crate::transport::lines::{decode, Reader};
+use crate::owner::{Backlog, Chunk, Direct, Event, Local, NoLocal, Outbox, Owner, Sink};
 use crate::transport::signals::{self, Reloader};
+use crate::transport::stdin::{self, Reading, Thread};
 
 /// The one connection of the stdio transport.
 const STDIO: ConnId = 0;
@@ -33,18 +32,9 @@ const STDIO: ConnId = 0;
 /// The connection of the in-process approver (`serve --approver`).
 pub const APPROVER: ConnId = 1;
 
-/// The most lines the reader hands over at once: a flood comes in batches
-/// this large, and each batch costs the owner a wake-up and the writer a
-/// `write`.
-const BATCH: usize = 1024;
-
 /// How many batches may wait for the owner; then the reader prepares, then
 /// waits, so a flood holds a bounded amount of memory.
 const QUEUED: usize = 2;
-
-/// While this many frames wait for stdout, stdin is not read (backpressure,
-/// as a pipe gives).
-const HIGH_WATER: usize = BATCH;
 
 /// How long, after SIGTERM or SIGINT, the denials may take to be written
 /// (and the reader to hand over what it read) before the process ends
@@ -72,7 +62,7 @@ where
     W: Write + Send + 'static,
 {
     serve(
-        input,
+        Source::Blocking(input),
         output,
         Room::Always,
         broker,
@@ -82,13 +72,35 @@ where
     )
 }
 
+/// Where the frames come from.
+pub enum Source<R> {
+    /// Read by a thread of its own with blocking reads (a file, a
+    /// terminal, memory).
+    Blocking(R),
+    /// This process's stdin, a pipe or a socket: read by the owner while
+    /// calls come one at a time (see [`super::stdin`]).
+    #[cfg(unix)]
+    Stdin,
+}
+
+impl Source<io::Stdin> {
+    /// This process's stdin, read the best way it allows.
+    pub fn stdin() -> Source<io::Stdin> {
+        #[cfg(unix)]
+        if stdin::pollable() {
+            return Source::Stdin;
+        }
+        Source::Blocking(io::stdin())
+    }
+}
+
 /// [`run`] (`room` says whether a write to `output` can block), with
 /// signals acted on (`reloader` says how SIGHUP loads the
 /// policy) and an in-process approver: a second connection, [`APPROVER`],
 /// that says `hello` with role approver before stdin is read, so every
 /// question (and its end) is addressed to it and never to stdout.
 pub fn serve<R, W>(
-    input: R,
+    input: Source<R>,
     output: W,
     room: Room,
     broker: Broker,
@@ -157,26 +169,43 @@ where
     }
     let holding = Arc::new(AtomicBool::new(false));
     let handle = runtime.handle().clone();
-    {
-        let (events, shared, holding) = (events.clone(), shared.clone(), holding.clone());
-        std::thread::Builder::new()
-            .name("toolgate-stdin".into())
-            .spawn(move || {
-                read_input(
-                    input,
-                    max_frame_bytes,
-                    &events,
-                    &shared,
-                    &holding,
-                    &backlog,
-                    &handle,
-                )
-            })?;
-    }
+    // The owner reads stdin itself when it can wait for it; the thread
+    // reads when handed the reading (a flood), or from the start.
+    let (to_thread, local): (_, Box<dyn Local>) = match input {
+        Source::Blocking(input) => {
+            let first = Reading::new(input, max_frame_bytes);
+            let (_, handed) = std::sync::mpsc::channel();
+            let thread = (
+                events.clone(),
+                shared.clone(),
+                holding.clone(),
+                backlog.clone(),
+            );
+            spawn_reader(Some(first), handed, thread, handle, max_frame_bytes, false)?;
+            (None, Box::new(NoLocal))
+        }
+        #[cfg(unix)]
+        Source::Stdin => {
+            let (to_thread, handed) = std::sync::mpsc::channel();
+            let thread = (
+                events.clone(),
+                shared.clone(),
+                holding.clone(),
+                backlog.clone(),
+            );
+            let polled = stdin::Polled::stdin(STDIO, max_frame_bytes, backlog, to_thread.clone())?;
+            spawn_reader(None, handed, thread, handle, max_frame_bytes, true)?;
+            (Some(to_thread), Box::new(polled))
+        }
+    };
+    drop(to_thread);
     drop(entered);
     let signal = runtime.block_on(async {
         drop(events);
-        let signal = owner.run(&mut received).await;
+        let mut local = local;
+        let signal = owner.run(&mut received, &mut *local).await;
+        // The reader thread, waiting to be handed the reading, ends.
+        drop(local);
         if signal.is_some() {
             // What the reader read before the stop is denied by the stopped
             // broker; it reads nothing more, but may be blocked on its input
@@ -246,118 +275,37 @@ where
     }
 }
 
-/// The stdin thread: frame, decode and hand over batches of lines until end
-/// of input, a `shutdown` that stopped the broker, or a signal.
-fn read_input<R: Read>(
-    input: R,
+/// Start the stdin thread: it reads from the start with `first`, or each
+/// time it is handed the reading through `handed`.
+fn spawn_reader<R: Read + Send + 'static>(
+    first: Option<Reading<R>>,
+    handed: std::sync::mpsc::Receiver<Reading<R>>,
+    (events, shared, holding, backlog): (
+        mpsc::Sender<Event>,
+        crate::owner::Shared,
+        Arc<AtomicBool>,
+        Arc<Backlog>,
+    ),
+    handle: tokio::runtime::Handle,
     max_frame_bytes: usize,
-    events: &mpsc::Sender<Event>,
-    shared: &Shared,
-    holding: &AtomicBool,
-    backlog: &Backlog,
-    handle: &tokio::runtime::Handle,
-) {
-    let mut reader = Reader::new(input, max_frame_bytes);
-    let mut number: u64 = 0;
-    loop {
-        if backlog.frames() >= HIGH_WATER {
-            handle.block_on(backlog.below(HIGH_WATER, None));
-        }
-        let mut lines: Lines = Vec::new();
-        let mut ended = false;
-        loop {
-            // Stopped by a signal or `shutdown`: nothing more is read.
-            if shared.stopped.is_cancelled() {
-                ended = true;
-                break;
-            }
-            match reader.next_line() {
-                Ok(Some(line)) => {
-                    holding.store(true, Ordering::SeqCst);
-                    number += 1;
-                    lines.push((number, decode(line.as_slice(), number, max_frame_bytes)));
-                }
-                Ok(None) => ended = true,
-                Err(err) => {
-                    tracing::warn!(%err, "reading input failed; treating it as end of input");
-                    ended = true;
-                }
-            }
-            // Take the complete lines already read in one go; never wait
-            // for more while a line read is unanswered.
-            if ended || lines.len() >= BATCH || !reader.has_line() {
-                break;
-            }
-        }
-        let mut answered = None;
-        if !lines.is_empty() {
-            let shutdown = lines.iter().any(|(_, decoded)| decoded.is_shutdown());
-            let (told, told_on) = match shutdown {
-                true => {
-                    let (told, told_on) = oneshot::channel();
-                    (Some(told), Some(told_on))
-                }
-                false => (None, None),
-            };
-            answered = told_on;
-            let event = Event::Lines {
+    gives_back: bool,
+) -> io::Result<()> {
+    std::thread::Builder::new()
+        .name("toolgate-stdin".into())
+        .spawn(move || {
+            let thread = Thread {
                 conn: STDIO,
-                lines,
-                answered: told,
+                max_frame_bytes,
+                events: &events,
+                shared: &shared,
+                holding: &holding,
+                backlog: &backlog,
+                handle: &handle,
+                gives_back,
             };
-            let handed = hand_over(events, event, shared);
-            holding.store(false, Ordering::SeqCst);
-            if !handed {
-                return;
-            }
-        }
-        if let Some(answered) = answered {
-            // After a `shutdown` the broker may be done: find out before
-            // reading on, since more input may never come.
-            if answered.blocking_recv().unwrap_or(true) {
-                return;
-            }
-        }
-        if ended {
-            if !shared.stopped.is_cancelled() {
-                let _ = events.blocking_send(Event::End);
-            }
-            return;
-        }
-    }
-}
-
-/// Hand a batch to the owner. While the owner is too busy to take it, the
-/// reader prepares the batch's calls (the part of their judgement the policy
-/// decides alone, `Decoded::prepare`) instead of waiting. False when the
-/// owner is gone.
-fn hand_over(events: &mpsc::Sender<Event>, mut event: Event, shared: &Shared) -> bool {
-    let mut policy = None;
-    let mut next = 0;
-    loop {
-        match events.try_send(event) {
-            Ok(()) => return true,
-            Err(TrySendError::Closed(_)) => return false,
-            Err(TrySendError::Full(returned)) => event = returned,
-        }
-        let Event::Lines { lines, .. } = &mut event else {
-            return events.blocking_send(event).is_ok();
-        };
-        let policy = policy.get_or_insert_with(|| {
-            // What the disk says about repositories is asked afresh for
-            // these lines (see `repo::next_batch`).
-            crate::disk::repo::next_batch();
-            shared.policy.borrow().clone()
-        });
-        let mut prepared = false;
-        while next < lines.len() && !prepared {
-            prepared = lines[next].1.prepare(policy);
-            next += 1;
-        }
-        if !prepared || shared.stopped.is_cancelled() {
-            return events.blocking_send(event).is_ok();
-        }
-    }
+            stdin::run_thread(first, handed, &thread);
+        })?;
+    Ok(())
 }
 
 /// stdout, shared by its writer thread and the owner's own writes: the

@@ -1,8 +1,10 @@
-//! The stdio transport decodes a batch on its reading thread while a worker
-//! decides the batch before; a few lines with nothing ahead of them are
-//! answered on the reading thread itself. However the input arrives (whole
-//! floods, a byte at a time, anything between), the frames written must be
-//! exactly those of the broker handed the same lines one by one.
+//! The stdio transport reads a pipe on the owner's thread while lines come
+//! one at a time and hands the reading to a thread of its own in a flood,
+//! which decodes the next batch while the owner decides the last (a file or
+//! memory is read by that thread alone). However the input arrives (whole
+//! floods, a byte at a time, anything between, with pauses), the frames
+//! written must be exactly those of the broker handed the same lines one by
+//! one.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may panic
 
 use std::io::{Read, Write};
@@ -405,6 +407,116 @@ fn a_reload_in_a_flood_judges_every_later_call_under_the_new_policy() {
             "call c{} was judged `{}` after c{switch} was judged under the new policy",
             switch + stale,
             verdicts[switch + stale]
+        );
+    }
+}
+
+/// `toolgate serve` on this stdin, with the same project each time; its
+/// stdout, with each question's `permissionID` (random) replaced by its
+/// order of first appearance and its `timestamp` left out.
+fn served(
+    root: &std::path::Path,
+    stdin: std::process::Stdio,
+    feed: impl FnOnce(std::process::ChildStdin) + Send,
+) -> String {
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(["serve", "--project-root"])
+        .arg(root)
+        .current_dir(root)
+        .env_remove("TOOLGATE_PERMISSION")
+        .env_remove("TOOLGATE_MODE")
+        .env_remove("TOOLGATE_STATE_DIR")
+        .env("HOME", "/home/tester")
+        .stdin(stdin)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let input = child.stdin.take();
+    let mut out = Vec::new();
+    std::thread::scope(|scope| {
+        if let Some(input) = input {
+            scope.spawn(move || feed(input));
+        }
+        stdout.read_to_end(&mut out).unwrap();
+    });
+    assert!(child.wait().unwrap().success());
+    let text = String::from_utf8(out).unwrap();
+    let mut ids: Vec<String> = Vec::new();
+    let key = "\"permissionID\":\"";
+    let mut normal = String::new();
+    let mut rest = text.as_str();
+    while let Some(at) = rest.find(key) {
+        let start = at + key.len();
+        let end = start + rest[start..].find('"').unwrap();
+        let id = &rest[start..end];
+        let index = match ids.iter().position(|known| known == id) {
+            Some(index) => index,
+            None => {
+                ids.push(id.to_string());
+                ids.len() - 1
+            }
+        };
+        normal.push_str(&rest[..start]);
+        normal.push_str(&format!("p{index}"));
+        rest = &rest[end..];
+    }
+    normal.push_str(rest);
+    let key = "\"timestamp\":";
+    let mut plain = String::new();
+    let mut rest = normal.as_str();
+    while let Some(at) = rest.find(key) {
+        let start = at + key.len();
+        let end = start + rest[start..].find(',').unwrap();
+        plain.push_str(&rest[..at]);
+        rest = &rest[end + 1..];
+    }
+    plain.push_str(rest);
+    plain
+}
+
+#[test]
+fn a_pipe_fed_in_pieces_and_pauses_is_answered_as_a_file_is() {
+    // Through the binary: a pipe is read by the owner itself while lines
+    // come one at a time and by the reader thread in a flood, the reading
+    // handed back and forth; a file is read by the thread alone.
+    let root = support::project_dir("pipeline-pipe-vs-file");
+    let lines = mixed_lines(3000, 0x2545_f491_4f6c_dd1d);
+    let mut bytes = lines.join("\n").into_bytes();
+    bytes.push(b'\n');
+    let file = root.join("input.jsonl");
+    std::fs::write(&file, &bytes).unwrap();
+    let want = served(&root, std::fs::File::open(&file).unwrap().into(), |_| {});
+    assert!(want.lines().count() > 2000, "{want}");
+    // (largest piece, one pause in how many pieces, longest pause in µs)
+    for (most, every, pause, seed) in [
+        (1 << 16, 1, 0, 11),
+        (300, 1, 300, 12),
+        (40, 3, 100, 13),
+        (5_000, 4, 2_000, 14),
+        (70_000, 2, 5_000, 15),
+    ] {
+        let bytes = &bytes;
+        let got = served(&root, std::process::Stdio::piped(), move |mut input| {
+            let mut rng = Rng(seed);
+            let mut at = 0;
+            while at < bytes.len() {
+                let size = (1 + rng.below(most) as usize).min(bytes.len() - at);
+                if input.write_all(&bytes[at..at + size]).is_err() {
+                    return;
+                }
+                at += size;
+                if pause > 0 && rng.below(every) == 0 {
+                    std::thread::sleep(std::time::Duration::from_micros(rng.below(pause)));
+                }
+            }
+        });
+        assert!(
+            got == want,
+            "pieces of up to {most} bytes: {}",
+            first_difference(got.as_bytes(), want.as_bytes())
         );
     }
 }
