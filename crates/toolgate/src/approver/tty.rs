@@ -19,14 +19,12 @@
 //! `/dev/tty` of its own), so the broker never waits for it.
 
 use std::collections::VecDeque;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::pin::Pin;
-use std::task::{ready, Context, Poll};
 
 use rustix::fs::{Mode, OFlags};
-use tokio::io::unix::AsyncFd;
-use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use toolgate_protocol::PermissionRequest;
 
@@ -58,61 +56,6 @@ impl Terminal {
     }
 }
 
-/// The terminal, read or written when the runtime's reactor says it is
-/// ready.
-struct Tty(AsyncFd<std::fs::File>);
-
-impl Tty {
-    /// Watch `file` with the runtime's reactor.
-    fn new(file: std::fs::File) -> std::io::Result<Tty> {
-        // `new` is deprecated for a `T` whose descriptor might change or
-        // close while registered; a `File` owns its one descriptor, and it
-        // is never lent mutably here (`register`, its replacement, is
-        // `unsafe`, which this crate forbids).
-        #[allow(deprecated)]
-        AsyncFd::new(file).map(Tty)
-    }
-}
-
-impl AsyncRead for Tty {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        loop {
-            let mut readable = ready!(self.0.poll_read_ready(cx))?;
-            let unfilled = buf.initialize_unfilled();
-            if let Ok(read) = readable.try_io(|tty| tty.get_ref().read(unfilled)) {
-                return Poll::Ready(read.map(|count| buf.advance(count)));
-            }
-        }
-    }
-}
-
-impl AsyncWrite for Tty {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bytes: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        loop {
-            let mut writable = ready!(self.0.poll_write_ready(cx))?;
-            if let Ok(written) = writable.try_io(|tty| tty.get_ref().write(bytes)) {
-                return Poll::Ready(written);
-            }
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-}
-
 /// Start the approver on `terminal`, as tasks of the current runtime: the
 /// prompt, told on `receive`, and the terminal's reader, which tells `told`
 /// the lines typed. Every answer goes to `answers`.
@@ -123,13 +66,12 @@ pub fn start(
     told: &UnboundedSender<Told>,
     receive: UnboundedReceiver<Told>,
 ) -> std::io::Result<()> {
-    let input = Tty::new(terminal.input)?;
-    prompt(
-        Box::pin(Tty::new(terminal.out)?),
-        project_root,
-        answers,
-        receive,
-    );
+    // tokio's pipe ends read and write a non-blocking descriptor through
+    // the reactor; a terminal behaves as a pipe does for that.
+    use tokio::net::unix::pipe;
+    let input = pipe::Receiver::from_file_unchecked(terminal.input)?;
+    let out = pipe::Sender::from_file_unchecked(terminal.out)?;
+    prompt(Box::pin(out), project_root, answers, receive);
     read_from(tokio::io::BufReader::new(input), told.clone());
     Ok(())
 }
@@ -389,6 +331,7 @@ mod tests {
     use crate::owner::Deliver;
     use serde_json::{json, Value};
     use std::sync::{Arc, Mutex};
+    use std::task::{Context, Poll};
     use std::time::Duration;
     use toolgate_protocol::ServerFrame;
 
