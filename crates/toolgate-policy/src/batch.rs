@@ -350,7 +350,7 @@ impl Policy {
     }
 }
 
-/// `batch call `tool_calls[1]` (`bash`): REASON`; a nested batch's reason
+/// ``batch call `tool_calls[1]` (`bash`): REASON``; a nested batch's reason
 /// already names its entry.
 fn phrase(entry: &Entry, reason: &str) -> String {
     if is_batch(&entry.tool) && reason.starts_with("batch call ") {

@@ -6,7 +6,7 @@
 //! spells it (`sessionID`, `callID`, `permissionID`).
 //!
 //! This crate holds types and the checks that a line is a well-formed frame
-//! ([`decode`]); it knows nothing of modes, rules or decisions. The JSON
+//! ([`decode()`]); it knows nothing of modes, rules or decisions. The JSON
 //! schemas in `schemas/` are generated from these types.
 //!
 //! ```

@@ -276,7 +276,9 @@ pub struct Owner {
 }
 
 impl Owner {
-    /// The owner of `broker`; `limit` as in [`Owner::limit`].
+    /// The owner of `broker`; `limit` is how many frames may wait for a
+    /// connection before it is closed (`None`: never; its reader holds back
+    /// instead).
     pub fn new(broker: Broker, limit: Option<usize>) -> (Owner, Shared) {
         let (policy, watching) = watch::channel(broker.policy().clone());
         let stopped = CancellationToken::new();

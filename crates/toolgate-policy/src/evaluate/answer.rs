@@ -252,9 +252,9 @@ fn push_level(options: &mut Vec<AlwaysOption>, option: AlwaysOption) {
 }
 
 /// The options of two questions asked as one (a call whose input was split
-/// by [`variants`]): level by level, each side's list at that level (its
-/// widest once it has no more), so the last level is the union of both
-/// `always`. Empty when either side offers none.
+/// by [`variants`](crate::tools::variants)): level by level, each side's
+/// list at that level (its widest once it has no more), so the last level
+/// is the union of both `always`. Empty when either side offers none.
 pub(super) fn merge_options(first: &[AlwaysOption], second: &[AlwaysOption]) -> Vec<AlwaysOption> {
     let (Some(last_first), Some(last_second)) = (first.last(), second.last()) else {
         return Vec::new();

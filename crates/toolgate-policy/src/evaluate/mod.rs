@@ -122,7 +122,8 @@ enum Body {
         kind: Kind,
         reason: String,
     },
-    /// An input split by [`variants`]: each judged as if sent alone.
+    /// An input split by [`variants`](crate::tools::variants): each judged
+    /// as if sent alone.
     Each {
         permission: String,
         kind: Kind,

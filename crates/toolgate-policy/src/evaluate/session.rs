@@ -146,9 +146,10 @@ impl Policy {
         evaluation
     }
 
-    /// A call whose input was split by [`variants`]: each input is judged as
-    /// if sent alone, and the call gets the strictest answer. When that is
-    /// ask, one question gathers every input that asks for the same permission.
+    /// A call whose input was split by [`variants`](crate::tools::variants):
+    /// each input is judged as if sent alone, and the call gets the strictest
+    /// answer. When that is ask, one question gathers every input that asks
+    /// for the same permission.
     fn evaluate_each(
         &self,
         call: &Call<'_>,

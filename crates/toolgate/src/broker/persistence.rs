@@ -193,7 +193,7 @@ impl Broker {
     /// Call it before writing the frames `handle_line` produced: they may
     /// report those changes. A failure is logged. Then, when a write failed
     /// earlier, the whole state is written again, at most once every
-    /// [`RETRY_MS`] (the deadline thread also wakes for it, see
+    /// `RETRY_MS` (the deadline thread also wakes for it, see
     /// [`Broker::next_deadline`]).
     pub fn commit(&mut self) {
         self.store.commit_staged(self.clock.as_ref());

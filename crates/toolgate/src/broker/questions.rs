@@ -425,7 +425,8 @@ impl Broker {
 
     /// Act on an evaluation: decide the call, or ask (registering it as pending).
     /// With `forget`, a session the decision leaves idle is forgotten (see
-    /// [`Broker::forget_idle`]); a session with a question open never is.
+    /// [`Sessions::forget_idle`](super::sessions::Sessions::forget_idle)); a
+    /// session with a question open never is.
     fn settle(
         &mut self,
         mut pending: Pending,

@@ -37,7 +37,7 @@ pub(super) struct Session {
     pub(super) scope: Scope,
     /// Started by `session_start` or given a mode: kept in the state
     /// directory. A session that is not, and has no grants, pending calls or
-    /// children, is forgotten once its call is decided (see [`Broker::forget_idle`]).
+    /// children, is forgotten once its call is decided (see [`Sessions::forget_idle`]).
     pub(super) explicit: bool,
     /// Started by `session_start` (or restored with a parent or a scope):
     /// a second start is refused.

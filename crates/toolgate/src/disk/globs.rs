@@ -43,7 +43,7 @@ use toolgate_policy::{
 /// Expands globs on the real disk; see the module documentation.
 ///
 /// [`DiskGlobs::per_call`] also remembers which paths cross no symbolic link
-/// (see [`watched`]), for as long as inotify reports no change in any
+/// (see the module `watched`), for as long as inotify reports no change in any
 /// directory those answers looked in; the policy tells it when a call's
 /// judgement begins ([`GlobOracle::begin_call`]), and the first question of
 /// each call reads the changes reported since.

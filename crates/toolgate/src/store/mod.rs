@@ -36,13 +36,13 @@
 //!   header included) keeps the broker from starting (fail closed: nothing
 //!   after a bad record can be trusted to be complete, and a lost revocation
 //!   or session end must not come back as a grant or an open session) until
-//!   [`repair`]. A snapshot that names no journal generation ignores
+//!   [`repair()`]. A snapshot that names no journal generation ignores
 //!   whatever journal is beside it.
 //! - Opening fails for such a journal, and likewise for a snapshot that
 //!   cannot be read, is not JSON, has another `version` or does not fit
 //!   together, and for a journal with no snapshot beside it: starting clean
 //!   would forget which sessions ended and which grants were revoked.
-//!   Nothing is moved; [`repair`] keeps what can be read.
+//!   Nothing is moved; [`repair()`] keeps what can be read.
 //! - One broker per project root and state directory at a time: the broker
 //!   holds `<file>.lock` (an advisory lock); a second one reads the state but
 //!   keeps its changes in memory.
@@ -52,7 +52,7 @@
 //!   whose start was refused is kept, without a count bound, as the
 //!   fingerprint of its id ([`session_fingerprint`]) in `closed`.
 //!
-//! [`repair`] serves `toolgate state repair`: a journal with a bad line
+//! [`repair()`] serves `toolgate state repair`: a journal with a bad line
 //! before its last keeps the broker from starting, and the repair keeps
 //! every record that can be read.
 //!

@@ -116,7 +116,7 @@ impl std::fmt::Display for Repaired {
 ///
 /// A state file that cannot be used at all (not readable, not JSON,
 /// another version), or a journal without its state file, is repaired too
-/// ([`repair_unreadable`]), for the project whose root its text names or,
+/// (`repair_unreadable`), for the project whose root its text names or,
 /// failing that, `project_root` (the file's name must be that root's).
 pub fn repair(
     dir: &Path,

@@ -4,15 +4,15 @@
 //! grants, questions and state directory of one [`Broker`], driven through
 //! [`Broker::step`] like every other transport.
 //!
-//! On a tokio runtime of [`WORKERS`] threads, whatever the number of
+//! On a tokio runtime of `WORKERS` threads, whatever the number of
 //! connections: an acceptor task, per connection a reader task and a writer
 //! task, the signals, and the owner ([`crate::owner`]), which alone holds
 //! the broker. A reader frames, decodes and prepares its lines and hands
 //! them to the owner; what a step says to a connection goes to that
 //! connection's outbox, so a client that stops reading can never hold up
-//! the broker or the others: past [`HIGH_WATER`] unwritten frames its lines
-//! are not read, and when its queue passes [`QUEUE`] or it reads nothing
-//! for [`STALL`] it is disconnected (and its open calls are denied).
+//! the broker or the others: past `HIGH_WATER` unwritten frames its lines
+//! are not read, and when its queue passes `QUEUE` or it reads nothing
+//! for `STALL` it is disconnected (and its open calls are denied).
 //!
 //! Security: the socket file is created with mode 0600 in a directory only
 //! the user can enter (created 0700 when missing; an existing one that

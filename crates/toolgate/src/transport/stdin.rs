@@ -5,7 +5,7 @@
 //! ([`Polled`], an [`owner::Local`]): the loop waits for stdin beside its
 //! channel, reads the line, decides it and writes the answer, and no other
 //! thread wakes up. A flood is read by a thread of its own
-//! ([`read_input`]), which frames, decodes and prepares the next batch while
+//! (`read_input`), which frames, decodes and prepares the next batch while
 //! the owner decides the last one, so two CPUs work. The reading (the line
 //! reader with its buffer and the count of lines) is in one place at a
 //! time: the owner hands it to the thread when a read brought many lines,

@@ -33,8 +33,8 @@
 //! once, and awaits each call that may take a person's time beside its
 //! input ([`run`]), so that pings, other calls and cancellations are
 //! answered meanwhile. Its parts:
-//! - [`rpc`]: the protocol, without I/O;
-//! - [`decide`]: the question and its answer, and [`InProcess`];
+//! - `rpc`: the protocol, without I/O;
+//! - `decide`: the question and its answer, and [`InProcess`];
 //! - `remote`: [`Remote`], each call a future on a connection of its own.
 
 mod decide;

@@ -124,7 +124,7 @@ impl Client {
 
     /// Send `frames` (the last one the `tool_call` of `session`/`call`) and
     /// wait until `deadline` for its decision, or for a question put to this
-    /// connection (see [`of_call`] for the frames skipped meanwhile).
+    /// connection (see `client::of_call` for the frames skipped meanwhile).
     pub fn call(
         &mut self,
         frames: &[Value],

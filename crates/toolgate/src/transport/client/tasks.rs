@@ -45,7 +45,7 @@ pub struct Incoming(AsyncReader<OwnedReadHalf>);
 pub struct Outgoing(OwnedWriteHalf);
 
 impl Connection {
-    /// Connect to `path` (see [`open`]) as `role`, naming the client
+    /// Connect to `path` (see [`super::open`]) as `role`, naming the client
     /// `name`, and be greeted, all by `deadline`.
     pub async fn open(
         path: &Path,
@@ -126,7 +126,7 @@ impl Incoming {
     }
 
     /// How call `call` of `session` ends for this client: its decision, or
-    /// a question put to this connection (see [`of_call`] for the frames
+    /// a question put to this connection (see `client::of_call` for the frames
     /// skipped meanwhile). Cancel-safe.
     pub async fn outcome(&mut self, session: &str, call: &str) -> Result<Outcome, ClientError> {
         loop {
