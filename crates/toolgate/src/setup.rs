@@ -148,6 +148,13 @@ pub struct Settings {
     pub permission: Option<String>,
     /// `TOOLGATE_PERMISSION`.
     pub permission_env: Option<String>,
+    /// An agent's own override, read by a bridge from the agent's command
+    /// line or environment (its origin, its JSON): after
+    /// `TOOLGATE_PERMISSION`, before `--permission`.
+    pub agent_permission: Option<(String, String)>,
+    /// Tools an agent was told to disable, as an override that denies
+    /// them (its origin, its JSON): the very last layer.
+    pub denied_last: Option<(String, String)>,
     /// `--project-root DIR`.
     pub project_root: Option<PathBuf>,
     /// `--ask-timeout SECS`.
@@ -529,17 +536,29 @@ pub fn load(settings: &Settings) -> Result<Loaded, ConfigError> {
             parse_override(text, "TOOLGATE_PERMISSION")?,
         ));
     }
+    if let Some((from, text)) = &settings.agent_permission {
+        overrides.push((from.clone(), parse_override(text, from)?));
+    }
     if let Some(text) = &settings.permission {
         overrides.push((
             "--permission".to_string(),
             parse_override(text, "--permission")?,
         ));
     }
+    if let Some((from, text)) = &settings.denied_last {
+        overrides.push((from.clone(), parse_override(text, from)?));
+    }
     if settings.permission_env.is_some() {
         sources.push("TOOLGATE_PERMISSION".to_string());
     }
+    if let Some((from, _)) = &settings.agent_permission {
+        sources.push(from.clone());
+    }
     if settings.permission.is_some() {
         sources.push("--permission".to_string());
+    }
+    if let Some((from, _)) = &settings.denied_last {
+        sources.push(from.clone());
     }
     let (mut policy, built) = Policy::build(Sources {
         project_root,

@@ -5,10 +5,14 @@
 //! - [`hook`]: one tool call from an agent's hook (Claude Code, Codex,
 //!   Gemini CLI, qwen-code), decided in-process or by a running broker.
 //! - [`mcp`]: `toolgate mcp`, Claude Code's permission-prompt tool.
+//! - [`link`]: `toolgate link-bridge`, link-assistant/agent's
+//!   `permission_request`s answered through toolgate.
 //! - [`import`]: `toolgate import`, other agents' permission settings as
 //!   a policy.
 
 pub mod bind;
 pub mod hook;
 pub mod import;
+#[cfg(unix)]
+pub mod link;
 pub mod mcp;

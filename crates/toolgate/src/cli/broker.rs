@@ -22,6 +22,17 @@ pub struct BrokerFlags {
     pub ask: AskArgs,
     pub keep: KeepArgs,
     pub line: LineArgs,
+    /// What a bridge read from its agent's own permission settings.
+    pub agent: AgentRules,
+}
+
+/// An agent's own permission rules, read by a bridge from the agent's
+/// command line or environment (origin, JSON each): see
+/// [`Settings::agent_permission`] and [`Settings::denied_last`].
+#[derive(Debug, Clone, Default)]
+pub struct AgentRules {
+    pub permission: Option<(String, String)>,
+    pub denied_last: Option<(String, String)>,
 }
 
 /// A broker, and what it was built from.
@@ -59,6 +70,8 @@ pub fn settings_of(
         permission_env: std::env::var("TOOLGATE_PERMISSION")
             .ok()
             .filter(|v| !v.trim().is_empty()),
+        agent_permission: None,
+        denied_last: None,
         project_root: policy.project_root.clone(),
         ask_timeout,
         read_only_agents: policy.read_only_agents.clone().map(|agents| agents.0),
@@ -78,7 +91,9 @@ pub fn open(flags: BrokerFlags, long_lived: bool) -> Result<Opened, ExitCode> {
             return Err(ExitCode::from(2));
         }
     };
-    let settings = settings_of(mode, &flags.policy, flags.ask.ask_timeout, long_lived);
+    let mut settings = settings_of(mode, &flags.policy, flags.ask.ask_timeout, long_lived);
+    settings.agent_permission = flags.agent.permission.clone();
+    settings.denied_last = flags.agent.denied_last.clone();
     let setup::Loaded {
         policy,
         warnings,

@@ -72,6 +72,7 @@ pub fn run(args: McpArgs, outer: ServeArgs, given: &[String]) -> ExitCode {
         ask,
         keep,
         line,
+        agent: Default::default(),
     };
     let session = session
         .filter(|session| !session.is_empty())

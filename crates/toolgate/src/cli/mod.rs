@@ -5,6 +5,8 @@ pub mod broker;
 pub mod check;
 pub mod flags;
 pub mod hook;
+#[cfg(unix)]
+pub mod link_bridge;
 pub mod mcp;
 pub mod policy;
 pub mod replay;
@@ -68,6 +70,18 @@ pub enum Command {
     /// listening there, which may ask a human approver; with no broker
     /// listening there, every call is denied.
     Mcp(mcp::McpArgs),
+    /// Start link-assistant/agent and answer its `permission_request`s
+    /// through toolgate (`toolgate link-bridge [FLAGS] -- agent ARGS…`);
+    /// see docs/bridges.md.
+    ///
+    /// Every other line passes through unchanged both ways. The agent runs
+    /// with `--permission-mode ask`; the mode it was given (or
+    /// `--read-only`), its `--permission` and its `--disable-tools` (and
+    /// their LINK_ASSISTANT_AGENT_* variables) are toolgate's to apply. The
+    /// policy flags of `serve` apply; with --socket (or TOOLGATE_SOCKET) the
+    /// broker there decides and its approvers answer what asks.
+    #[cfg(unix)]
+    LinkBridge(link_bridge::LinkBridgeArgs),
     /// Decide one call as `serve` would in a fresh session, and show the
     /// whole way to the answer: how the tool is classified, each simple
     /// command with its read-only verdict, every rule that matched (the

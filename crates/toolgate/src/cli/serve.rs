@@ -36,6 +36,7 @@ pub fn run(args: ServeArgs) -> ExitCode {
             ask: args.ask,
             keep: args.keep,
             line: args.line,
+            agent: Default::default(),
         },
         true,
     ) {

@@ -25,6 +25,7 @@ mod hook_cli;
 mod hook_socket;
 mod journal;
 mod link_assistant;
+mod link_bridge;
 mod mcp;
 mod observers;
 mod opencode_cli;

@@ -22,6 +22,10 @@ pub struct Approval {
     pub input: Map<String, Value>,
     /// Claude Code's id of the call, when it sent one.
     pub tool_use_id: Option<String>,
+    /// The agent's own permission mode, when it has one (a bridge reads it
+    /// from the agent's command line): with `--mode`, the stricter applies,
+    /// as for a hook.
+    pub permission_mode: Option<String>,
 }
 
 /// The answer to an [`Approval`].
@@ -88,7 +92,7 @@ impl InProcess {
 }
 
 /// What to say when no human can be asked in-process.
-pub const NO_HUMAN: &str = "no human can be asked here: `toolgate mcp` decides in-process; to have a person answer, start a broker (`toolgate serve --listen unix`) and an approver (`toolgate approve`), and give `toolgate mcp` `--socket PATH` (or TOOLGATE_SOCKET)";
+pub const NO_HUMAN: &str = "no human can be asked here: toolgate decides in-process; to have a person answer, start a broker (`toolgate serve --listen unix`) and an approver (`toolgate approve`), and give this command `--socket PATH` (or TOOLGATE_SOCKET)";
 
 impl Decide for InProcess {
     fn start(&mut self, approval: &Approval, _withdrawn: CancellationToken) -> Started {
@@ -113,6 +117,9 @@ impl InProcess {
         });
         if let Ok(cwd) = std::env::current_dir() {
             input["cwd"] = json!(cwd.to_string_lossy());
+        }
+        if let Some(mode) = &approval.permission_mode {
+            input["permission_mode"] = json!(mode);
         }
         let answer = hook::decide(
             hook::Agent::Claude,

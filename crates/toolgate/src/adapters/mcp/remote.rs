@@ -52,8 +52,15 @@ impl Decide for Remote {
             .filter(|id| !id.is_empty())
             .unwrap_or_else(|| format!("mcp-{}-{}", std::process::id(), self.calls));
         let mut frames = Vec::new();
-        if !self.binding.is_empty() {
-            frames.push(self.binding.start_json(&self.session, None));
+        // The broker's mode holds, but an agent that asked to be read-only
+        // has its session started so: the strictest mode, never looser
+        // than whatever the broker would have chosen.
+        let mode = approval
+            .permission_mode
+            .as_deref()
+            .filter(|mode| *mode == "readonly");
+        if !self.binding.is_empty() || mode.is_some() {
+            frames.push(self.binding.start_json(&self.session, mode));
         }
         frames.push(call_frame(&self.session, &call, approval));
         let asking = Asking {

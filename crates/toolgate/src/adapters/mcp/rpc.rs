@@ -354,6 +354,7 @@ fn approval(arguments: &Map<String, Value>) -> Result<Approval, String> {
         tool_name,
         input,
         tool_use_id,
+        permission_mode: None,
     })
 }
 

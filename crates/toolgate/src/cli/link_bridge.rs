@@ -1,0 +1,183 @@
+//! `toolgate link-bridge`: link-assistant/agent started under toolgate,
+//! its `permission_request`s decided in-process or by a broker (see
+//! `toolgate::adapters::link`).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use toolgate::adapters::link::{self, Spellings};
+use toolgate::adapters::mcp::{InProcess, Remote};
+use toolgate::say;
+
+use super::broker::{open, AgentRules, BrokerFlags, Opened};
+use super::flags::{
+    broker_flags, AskArgs, BindArgs, KeepArgs, LineArgs, OnAskArg, PolicyArgs, ServeArgs,
+};
+
+/// The flags of `toolgate link-bridge`.
+#[derive(Debug, Args)]
+pub struct LinkBridgeArgs {
+    /// The toolgate session the agent's calls belong to. [default: a new
+    /// session for each bridge]
+    #[arg(long, value_name = "ID")]
+    session: Option<String>,
+    /// Ask the broker listening on this Unix socket instead of deciding
+    /// in-process; its approvers answer what asks. Also TOOLGATE_SOCKET.
+    #[arg(long, value_name = "PATH")]
+    socket: Option<PathBuf>,
+    #[command(flatten)]
+    bind: BindArgs,
+    #[command(flatten)]
+    policy: PolicyArgs,
+    #[command(flatten)]
+    ask: AskArgs,
+    #[command(flatten)]
+    keep: KeepArgs,
+    #[command(flatten)]
+    line: LineArgs,
+    /// The agent's command line: `-- agent ARGS…`.
+    #[arg(last = true, required = true, value_name = "AGENT")]
+    command: Vec<String>,
+}
+
+/// Start the agent and relay until it ends; the exit status is the
+/// agent's (2 when the flags or the agent's own spellings cannot be used
+/// or the agent cannot start).
+pub fn run(args: LinkBridgeArgs, outer: ServeArgs, given: &[String]) -> ExitCode {
+    let LinkBridgeArgs {
+        session,
+        socket,
+        bind,
+        policy,
+        ask,
+        keep,
+        line,
+        command,
+    } = args;
+    let Some((program, agent_args)) = command.split_first() else {
+        say!("toolgate link-bridge: give the agent's command after `--`");
+        return ExitCode::from(2);
+    };
+    let spellings = match Spellings::read(agent_args, |name| std::env::var(name).ok()) {
+        Ok(spellings) => spellings,
+        Err(err) => {
+            say!("toolgate link-bridge: the agent's permission settings: {err}");
+            return ExitCode::from(2);
+        }
+    };
+    let binding = match bind.resolve() {
+        Ok(binding) => binding,
+        Err(err) => {
+            say!("toolgate link-bridge: {err}");
+            return ExitCode::from(2);
+        }
+    };
+    let session = session
+        .filter(|session| !session.is_empty())
+        .unwrap_or_else(|| format!("link-{}", uuid::Uuid::new_v4().simple()));
+    let mut flags = BrokerFlags {
+        policy: policy.or(outer.policy),
+        ask: ask.or(outer.ask),
+        keep: keep.or(outer.keep),
+        line: line.or(outer.line),
+        agent: AgentRules::default(),
+    };
+    let socket = socket
+        .or_else(|| std::env::var_os("TOOLGATE_SOCKET").map(PathBuf::from))
+        .filter(|path| !path.as_os_str().is_empty());
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            say!("toolgate link-bridge: cannot start: {err}");
+            return ExitCode::from(1);
+        }
+    };
+    let args = link::agent_args(agent_args);
+    let env = [(link::MODE_ENV, "ask")];
+    let unset = [link::PERMISSION_ENV];
+    let mode = spellings.mode.as_deref();
+    let status = match socket {
+        Some(path) => {
+            let refused = broker_flags(given, &["max_frame_bytes"]);
+            let mut own = Vec::new();
+            if spellings.permission.is_some() {
+                own.push("the agent's --permission (or LINK_ASSISTANT_AGENT_PERMISSION)");
+            }
+            if !spellings.disabled.is_empty() {
+                own.push("the agent's --disable-tools (or LINK_ASSISTANT_AGENT_DISABLE_TOOLS)");
+            }
+            if !refused.is_empty() || !own.is_empty() {
+                let named: Vec<String> = refused
+                    .into_iter()
+                    .chain(own.into_iter().map(String::from))
+                    .collect();
+                say!(
+                    "toolgate link-bridge: {} cannot be used with --socket: the broker listening on {} decides with its own policy (give these rules to `toolgate serve --listen`)",
+                    named.join(", "),
+                    path.display()
+                );
+                return ExitCode::from(2);
+            }
+            let mut remote = Remote::new(path, session, binding);
+            runtime.block_on(link::relay(&mut remote, program, &args, &env, &unset, mode))
+        }
+        None => {
+            // The agent's own rules are toolgate's now: its override before
+            // toolgate's --permission, the tools it disables last of all
+            // (a deny that decides is final).
+            flags.agent = AgentRules {
+                permission: spellings.permission.clone(),
+                denied_last: spellings
+                    .disabled_override()
+                    .map(|json| ("the agent's --disable-tools".to_string(), json)),
+            };
+            flags.ask.on_ask = flags.ask.on_ask.or(Some(OnAskArg::Wait));
+            let Opened {
+                broker,
+                policy,
+                configured_mode,
+                ..
+            } = match open(flags, true) {
+                Ok(opened) => opened,
+                Err(code) => return code,
+            };
+            let mut decide = InProcess::new(
+                broker,
+                session,
+                configured_mode,
+                policy.default_mode,
+                binding,
+            );
+            runtime.block_on(link::relay(&mut decide, program, &args, &env, &unset, mode))
+        }
+    };
+    // stdin may still be read by a blocking thread: it is not waited for.
+    runtime.shutdown_background();
+    match status {
+        Ok(status) => exit_code(status),
+        Err(err) => {
+            say!("toolgate link-bridge: {err}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// The agent's exit status as the bridge's: its code, or 128 + the signal
+/// that ended it.
+fn exit_code(status: std::process::ExitStatus) -> ExitCode {
+    if let Some(code) = status.code() {
+        return ExitCode::from(u8::try_from(code).unwrap_or(1));
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(signal) = status.signal() {
+            return ExitCode::from(u8::try_from(128 + signal).unwrap_or(1));
+        }
+    }
+    ExitCode::from(1)
+}
