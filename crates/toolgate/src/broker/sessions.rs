@@ -582,6 +582,24 @@ impl Broker {
         }
     }
 
+    /// The own scopes of the sessions `parent` started with one (its
+    /// sub-tasks' delegated permissions), other than `id`'s, as layers.
+    fn delegated_layers(&self, parent: Option<&str>, id: &str) -> Vec<toolgate_policy::ScopeLayer> {
+        let Some(parent) = parent.and_then(|parent| self.sessions.get(parent)) else {
+            return Vec::new();
+        };
+        parent
+            .children
+            .iter()
+            .filter(|child| child.as_str() != id)
+            .filter_map(|child| {
+                let session = self.sessions.get(child).filter(|session| session.started)?;
+                let rules = session.rules.clone()?;
+                self.policy.scope_layer(child, rules).ok()
+            })
+            .collect()
+    }
+
     pub(super) fn session_start(&mut self, start: wire::SessionStart, ob: &mut Outbox<'_>) {
         let id = start.session_id.clone();
         let from = ob.len();
@@ -697,6 +715,15 @@ impl Broker {
         let parent_scope = self.sessions.scope_of(start.parent_id.as_deref());
         let scope = match layer {
             Some(layer) => parent_scope.with(layer),
+            // A session joined under a parent without a scope of its own
+            // (a hook's sub-agent, which cannot say which delegation
+            // started it) meets the scope of every sub-task the parent
+            // started with one: at least the strictest of them. A start
+            // without `join` is an orchestrator's, which says what it means.
+            None if start.join => self
+                .delegated_layers(start.parent_id.as_deref(), &id)
+                .into_iter()
+                .fold(parent_scope, |scope, layer| scope.with(layer)),
             None => parent_scope,
         };
         let effective_scope = convert::effective_scope(

@@ -395,3 +395,42 @@ fn mcp_binds_its_session_in_process_and_through_a_broker() {
     assert_eq!(status.code(), Some(2));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[cfg(unix)]
+#[test]
+fn a_hook_sub_agent_meets_the_scope_of_the_delegations_its_session_made() {
+    // Claude Code's hook cannot say which Task call started a sub-agent:
+    // its calls run in SESSION/agent/ID, which meets the scope of every
+    // sub-task SESSION started with permissions.
+    let dir = scratch("binding-delegated-scope");
+    let root = dir.join("project");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(root.join("a.txt"), "a\n").unwrap();
+    let broker = support::Listening::start(&dir.join("broker"), &root, &["--mode", "auto"]);
+    let socket = broker.socket.display().to_string();
+    let args = ["--socket", socket.as_str()];
+    let call = |session: &str, agent: Option<&str>, id: &str, tool: &str, input: Value| {
+        let mut frame = json!({"session_id": session, "hook_event_name": "PreToolUse",
+            "tool_name": tool, "tool_input": input, "tool_use_id": id, "cwd": root});
+        if let Some(agent) = agent {
+            frame["agent_id"] = json!(agent);
+            frame["agent_type"] = json!("general-purpose");
+        }
+        hook("claude", &args, &[], &frame, &root)
+    };
+    let task = json!({"description": "look", "prompt": "look around", "subagent_type": "general-purpose",
+        "permissions": {"allowedTools": ["Read"]}});
+    assert_eq!(call("p", None, "toolu_task", "Task", task).0, "allow");
+    let (decision, reason) = call("p", Some("a1"), "toolu_1", "Bash", json!({"command": "ls"}));
+    assert_eq!(decision, "deny", "{reason}");
+    let read = json!({"file_path": root.join("a.txt")});
+    assert_eq!(
+        call("p", Some("a1"), "toolu_2", "Read", read.clone()).0,
+        "allow"
+    );
+    // A session that delegated nothing: its sub-agent runs in auto mode.
+    assert_eq!(
+        call("q", Some("a1"), "toolu_3", "Bash", json!({"command": "ls"})).0,
+        "allow"
+    );
+}
