@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::{split_command, Agent, Home, Place};
+use super::{executable, split_command, Agent, Home, Place};
 
 /// One line of the report.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -316,11 +316,7 @@ fn check_program(
         let path = PathBuf::from(program);
         path.is_file().then_some(path)
     } else {
-        context.path.as_ref().and_then(|path| {
-            std::env::split_paths(path)
-                .map(|dir| dir.join(program))
-                .find(|candidate| executable(candidate))
-        })
+        super::find_on_path(program, context.path.as_deref())
     };
     let fix = Some(format!(
         "toolgate init {} (writes the absolute path of the toolgate you run)",
@@ -365,19 +361,6 @@ fn check_program(
             );
             true
         }
-    }
-}
-
-/// Whether `path` is a file someone may execute.
-fn executable(path: &Path) -> bool {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    }
-    #[cfg(not(unix))]
-    {
-        path.is_file()
     }
 }
 

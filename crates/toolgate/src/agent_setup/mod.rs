@@ -11,6 +11,7 @@
 //! permission questions through the server bridge, which is not a settings
 //! entry ([`Agent::Opencode`] is refused with the steps to take).
 
+pub mod codex_trust;
 pub mod doctor;
 pub mod edit;
 
@@ -318,6 +319,26 @@ pub fn is_toolgate_hook(command: &str) -> bool {
             && Path::new(&words[0]).file_name().and_then(|n| n.to_str()) == Some("toolgate")
             && words[1] == "hook"
     })
+}
+
+/// The executable `name` in the directories of `path` (a `PATH` value).
+pub fn find_on_path(name: &str, path: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
+    std::env::split_paths(path?)
+        .map(|dir| dir.join(name))
+        .find(|candidate| executable(candidate))
+}
+
+/// Whether `path` is a file someone may execute.
+pub fn executable(path: &Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    }
+    #[cfg(not(unix))]
+    {
+        path.is_file()
+    }
 }
 
 /// A line diff of `before` and `after` (`-` removed, `+` added, two lines

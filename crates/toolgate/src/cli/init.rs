@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, ValueEnum};
-use toolgate::agent_setup::{self, edit, Agent, Home, Place};
+use toolgate::agent_setup::{self, codex_trust, edit, Agent, Home, Place};
 use toolgate::say;
 
 /// The flags of `toolgate init`.
@@ -32,6 +32,12 @@ pub struct InitArgs {
     /// default --wait of 50 s.
     #[arg(long, value_name = "PATH")]
     socket: Option<PathBuf>,
+    /// Codex: the `codex` program whose app-server records the hook's
+    /// trust (`hooks/list`, then `config/value/write` of its
+    /// `trusted_hash`). [default: `codex` on PATH; without one, the step is
+    /// printed instead]
+    #[arg(long, value_name = "PATH")]
+    codex: Option<PathBuf>,
     /// Show the change; write nothing.
     #[arg(long)]
     dry_run: bool,
@@ -130,7 +136,38 @@ pub fn run(args: InitArgs) -> ExitCode {
         }
     }
     let _ = out.flush();
-    notes(agent, &place, &home, change.trust_key.as_deref());
+    let mut trusted = false;
+    if let (Some(key), false) = (change.trust_key.as_deref(), args.dry_run) {
+        let codex = args
+            .codex
+            .clone()
+            .or_else(|| agent_setup::find_on_path("codex", std::env::var_os("PATH").as_deref()));
+        if let Some(codex) = codex {
+            let cwd = match &place {
+                Place::Project(dir) => dir.clone(),
+                Place::User => std::env::current_dir().unwrap_or_else(|_| home.home.clone()),
+            };
+            match codex_trust::trust(&codex, &cwd, key, std::time::Duration::from_secs(60)) {
+                Ok(key) => {
+                    trusted = true;
+                    say!(
+                        "toolgate init: Codex ({}) trusts the hook {key}",
+                        codex.display()
+                    );
+                }
+                Err(err) => say!(
+                    "toolgate init: could not trust the hook with {}: {err}",
+                    codex.display()
+                ),
+            }
+        }
+    }
+    notes(
+        agent,
+        &place,
+        &home,
+        change.trust_key.as_deref().filter(|_| !trusted),
+    );
     ExitCode::SUCCESS
 }
 
