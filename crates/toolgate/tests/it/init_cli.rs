@@ -35,7 +35,9 @@ fn toolgate(place: &Place, args: &[&str], env: &[(&str, &str)]) -> (i32, String,
     command
         .args(args)
         .current_dir(&place.project)
-        .env("HOME", &place.home);
+        .env("HOME", &place.home)
+        // No `codex` to trust a hook with (the real one runs in scripts/e2e-hooks).
+        .env("PATH", "/usr/bin:/bin");
     for name in [
         "CODEX_HOME",
         "TOOLGATE_SOCKET",
