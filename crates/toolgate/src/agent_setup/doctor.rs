@@ -226,7 +226,12 @@ fn check_file(
     }
     let program_ok = check_program(context, agent, &words[0], &mut say);
     match agent {
-        Agent::Codex => check_codex_trust(context, file, hook, &mut say),
+        Agent::Codex => {
+            check_codex_trust(context, file, hook, &mut say);
+            if let Place::Project(dir) = place {
+                check_codex_project(context, dir, &mut say);
+            }
+        }
         Agent::Gemini => {
             if let Place::Project(dir) = place {
                 check_gemini_trust(context, dir, &mut say);
@@ -400,6 +405,49 @@ fn check_codex_trust(
             false,
             format!("Codex has not trusted the hook {key}: it skips it silently"),
             Some(codex_trust_step(&key)),
+        );
+    }
+}
+
+/// Codex reads a project's `.codex/config.toml` only for a project the
+/// user's config trusts (`[projects."DIR"] trust_level = "trusted"`, the
+/// project or a directory above it).
+fn check_codex_project(
+    context: &Context,
+    project: &Path,
+    say: &mut impl FnMut(bool, String, Option<String>),
+) {
+    let user = context.home.codex_home.join("config.toml");
+    let projects = read_settings(Agent::Codex, &user)
+        .ok()
+        .and_then(|s| s.get("projects").cloned());
+    let trusted = projects
+        .as_ref()
+        .and_then(Value::as_object)
+        .is_some_and(|projects| {
+            projects.iter().any(|(dir, entry)| {
+                project.starts_with(dir)
+                    && entry.get("trust_level").and_then(Value::as_str) == Some("trusted")
+            })
+        });
+    if trusted {
+        say(
+            true,
+            format!("Codex trusts the project {}", project.display()),
+            None,
+        );
+    } else {
+        say(
+            false,
+            format!(
+                "Codex does not trust the project {}: it ignores its .codex/config.toml",
+                project.display()
+            ),
+            Some(format!(
+                "add [projects.\"{}\"] trust_level = \"trusted\" to {} (Codex asks on its first interactive start there), or: toolgate init codex --user",
+                project.display(),
+                user.display()
+            )),
         );
     }
 }
