@@ -400,3 +400,74 @@ fn doctor_fails_a_broken_setup_saying_what_to_fix() {
         "{out}"
     );
 }
+
+/// A stand-in for `codex app-server` that lists the hook at `$CODEX_HOME/config.toml`
+/// (group 0, hook 0) with a made-up hash and logs what it is asked to write.
+const FAKE_CODEX: &str = r#"#!/usr/bin/env python3
+import json, os, sys
+assert sys.argv[1:] == ["app-server"], sys.argv
+key = os.environ["CODEX_HOME"] + "/config.toml:pre_tool_use:0:0"
+log = open(os.environ["FAKE_LOG"], "a")
+for line in sys.stdin:
+    msg = json.loads(line)
+    if "id" not in msg:
+        continue
+    result = {}
+    if msg["method"] == "hooks/list":
+        result = {"data": [{"cwd": msg["params"]["cwds"][0], "hooks": [
+            {"key": key + ".other", "currentHash": "sha256:wrong"},
+            {"key": key, "eventName": "preToolUse", "currentHash": "sha256:fake"}]}]}
+    if msg["method"] == "config/value/write":
+        log.write(json.dumps(msg["params"]) + "\n")
+        log.flush()
+    print(json.dumps({"id": msg["id"], "result": result}), flush=True)
+"#;
+
+#[cfg(unix)]
+#[test]
+fn init_codex_trusts_the_hook_through_the_app_server() {
+    use std::os::unix::fs::PermissionsExt;
+    let place = place("codex-trust");
+    let fake = place.home.join("codex");
+    std::fs::write(&fake, FAKE_CODEX).unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let codex_home = place.home.join(".codex");
+    let log = place.home.join("writes.jsonl");
+    let env = [
+        ("CODEX_HOME", codex_home.to_str().unwrap()),
+        ("FAKE_LOG", log.to_str().unwrap()),
+    ];
+    let (code, _, err) = toolgate(
+        &place,
+        &["init", "codex", "--user", "--codex", fake.to_str().unwrap()],
+        &env,
+    );
+    assert_eq!(code, 0, "{err}");
+    let key = format!(
+        "{}:pre_tool_use:0:0",
+        codex_home.join("config.toml").display()
+    );
+    assert!(err.contains(&format!("trusts the hook {key}")), "{err}");
+    assert!(!err.contains("trust it once"), "{err}");
+    let written: Value = serde_json::from_str(read(&log).trim()).unwrap();
+    assert_eq!(
+        written,
+        json!({"keyPath": format!("hooks.state.\"{key}\".trusted_hash"), "value": "sha256:fake", "mergeStrategy": "upsert"})
+    );
+    // --dry-run asks nobody.
+    std::fs::remove_file(&log).unwrap();
+    let (code, _, _) = toolgate(
+        &place,
+        &[
+            "init",
+            "codex",
+            "--user",
+            "--dry-run",
+            "--codex",
+            fake.to_str().unwrap(),
+        ],
+        &env,
+    );
+    assert_eq!(code, 0);
+    assert!(!log.exists());
+}
