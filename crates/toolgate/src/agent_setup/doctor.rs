@@ -418,19 +418,7 @@ fn check_codex_project(
     say: &mut impl FnMut(bool, String, Option<String>),
 ) {
     let user = context.home.codex_home.join("config.toml");
-    let projects = read_settings(Agent::Codex, &user)
-        .ok()
-        .and_then(|s| s.get("projects").cloned());
-    let trusted = projects
-        .as_ref()
-        .and_then(Value::as_object)
-        .is_some_and(|projects| {
-            projects.iter().any(|(dir, entry)| {
-                project.starts_with(dir)
-                    && entry.get("trust_level").and_then(Value::as_str) == Some("trusted")
-            })
-        });
-    if trusted {
+    if codex_trusts_project(&context.home, project) {
         say(
             true,
             format!("Codex trusts the project {}", project.display()),
@@ -450,6 +438,24 @@ fn check_codex_project(
             )),
         );
     }
+}
+
+/// Whether the user's Codex config trusts `project` (`[projects."DIR"]
+/// trust_level = "trusted"` for it or a directory above it).
+pub fn codex_trusts_project(home: &Home, project: &Path) -> bool {
+    let user = home.codex_home.join("config.toml");
+    let projects = read_settings(Agent::Codex, &user)
+        .ok()
+        .and_then(|s| s.get("projects").cloned());
+    projects
+        .as_ref()
+        .and_then(Value::as_object)
+        .is_some_and(|projects| {
+            projects.iter().any(|(dir, entry)| {
+                project.starts_with(dir)
+                    && entry.get("trust_level").and_then(Value::as_str) == Some("trusted")
+            })
+        })
 }
 
 /// What to do to make Codex trust the hook `key`.

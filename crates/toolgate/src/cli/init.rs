@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, ValueEnum};
-use toolgate::agent_setup::{self, codex_trust, edit, Agent, Home, Place};
+use toolgate::agent_setup::{self, codex_trust, doctor, edit, Agent, Home, Place};
 use toolgate::say;
 
 /// The flags of `toolgate init`.
@@ -178,10 +178,14 @@ fn notes(agent: Agent, place: &Place, home: &Home, trust_key: Option<&str>) {
             if let Some(key) = trust_key {
                 say!(
                     "toolgate init: Codex runs a hook only once it is trusted, and skips it silently until then: {}",
-                    agent_setup::doctor::codex_trust_step(key)
+                    doctor::codex_trust_step(key)
                 );
             }
-            if let Place::Project(dir) = place {
+            let untrusted = match place {
+                Place::Project(dir) if !doctor::codex_trusts_project(home, dir) => Some(dir),
+                _ => None,
+            };
+            if let Some(dir) = untrusted {
                 say!(
                     "toolgate init: Codex reads a project's .codex/config.toml only for a trusted project ([projects.\"{}\"] trust_level = \"trusted\" in {}); `toolgate init codex --user` gates every project",
                     dir.display(),
