@@ -257,6 +257,16 @@ fn init_refuses_a_file_it_cannot_parse() {
     assert_eq!(code, 2);
     assert!(err.contains("cannot be parsed"), "{err}");
     assert_eq!(read(&file), "{\"hooks\": [");
+    // Valid, but `hooks` is not an object: left as it is.
+    std::fs::write(&file, r#"{"hooks": "none"}"#).unwrap();
+    let (code, _, err) = toolgate(&place, &["init", "claude"], &[]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("`hooks` is not an object; toolgate will not change it, edit it by hand"),
+        "{err}"
+    );
+    assert_eq!(read(&file), r#"{"hooks": "none"}"#);
+    assert!(!edit_backup(&file).exists());
 }
 
 /// The lines of doctor's report that failed.
