@@ -16,6 +16,8 @@ pub mod owner;
 pub mod transport;
 // What speaks each agent's language: hooks, the MCP server, settings import.
 pub mod adapters;
+// `toolgate init` and `doctor`: the agents' settings files.
+pub mod agent_setup;
 // Who answers questions: the terminal, programs, `toolgate approve`.
 pub mod approver;
 // What is kept on disk: the state directory.

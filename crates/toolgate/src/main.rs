@@ -49,6 +49,8 @@ fn main() -> ExitCode {
         Some(Command::Grants(command)) => cli::state::grants(command, cli.serve.keep.state_dir),
         Some(Command::State(command)) => cli::state::state(command, cli.serve.keep.state_dir),
         Some(Command::Policy(command)) => cli::policy::run(command, cli.serve),
+        Some(Command::Init(args)) => cli::init::run(args),
+        Some(Command::Doctor(args)) => cli::doctor::run(args),
         Some(Command::Approve { socket }) => cli::approve(socket),
     }
 }

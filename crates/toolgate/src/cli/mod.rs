@@ -3,8 +3,10 @@
 
 pub mod broker;
 pub mod check;
+pub mod doctor;
 pub mod flags;
 pub mod hook;
+pub mod init;
 #[cfg(unix)]
 pub mod link_bridge;
 pub mod mcp;
@@ -107,6 +109,13 @@ pub enum Command {
     /// into a toolgate policy.
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
+    /// Install toolgate's hook in an agent's settings file (merged with what
+    /// is there; a backup is kept; the change is shown). See docs/init.md.
+    Init(init::InitArgs),
+    /// Check that each agent whose settings are found will really call
+    /// toolgate: its hook entry, the program, trust, the broker, and a
+    /// dry-run read call. Exit code 1 when a check fails. See docs/init.md.
+    Doctor(doctor::DoctorArgs),
     /// A terminal approver: attach to a broker started with `serve --listen`
     /// and answer its questions (o once, a always, r reject, q quit).
     Approve {

@@ -23,6 +23,7 @@ mod glob_disk;
 mod grants_cli;
 mod hook_cli;
 mod hook_socket;
+mod init_cli;
 mod journal;
 mod link_assistant;
 mod link_bridge;
