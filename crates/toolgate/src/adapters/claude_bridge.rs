@@ -184,6 +184,8 @@ struct Waiting {
     which: u64,
     withdrawn: CancellationToken,
     input: Map<String, Value>,
+    /// The call as the log shows it.
+    shown: String,
 }
 
 /// Bridge `orchestrator` and `claude` until Claude Code's output ends.
@@ -248,6 +250,10 @@ where
                 };
                 match classify(&line) {
                     FromClaude::Ask { request_id, approval } => {
+                        let shown = match &approval {
+                            Ok(approval) => format!("{} {}", approval.tool_name, Value::Object(approval.input.clone())),
+                            Err(_) => "(unreadable)".to_string(),
+                        };
                         let (input, started_now, withdrawn) = match approval {
                             Ok(approval) => {
                                 if let Some(session) = &session {
@@ -267,12 +273,12 @@ where
                         match started_now {
                             Started::Now(verdict) => {
                                 let line = answer(&request_id, &verdict, &input);
-                                log(&request_id, &verdict);
+                                log(&request_id, &shown, &verdict);
                                 write_line(&mut to_claude, &to_bytes(&line), "Claude Code's input").await;
                             }
                             Started::Later(future) => {
                                 started += 1;
-                                waiting.insert(request_id.clone(), Waiting { which: started, withdrawn, input });
+                                waiting.insert(request_id.clone(), Waiting { which: started, withdrawn, input, shown });
                                 let which = started;
                                 deciding.spawn(async move { (request_id, which, future.await) });
                             }
@@ -297,7 +303,7 @@ where
                 let Ok((request_id, which, verdict)) = decided else { continue };
                 if waiting.get(&request_id).is_some_and(|waiting| waiting.which == which) {
                     if let Some(waiting) = waiting.remove(&request_id) {
-                        log(&request_id, &verdict);
+                        log(&request_id, &waiting.shown, &verdict);
                         let line = answer(&request_id, &verdict, &waiting.input);
                         write_line(&mut to_claude, &to_bytes(&line), "Claude Code's input").await;
                     }
@@ -320,11 +326,14 @@ fn to_bytes(value: &Value) -> Vec<u8> {
     serde_json::to_vec(value).unwrap_or_default()
 }
 
-/// Say an answer on the log (`RUST_LOG=info`).
-fn log(request_id: &str, verdict: &Verdict) {
+/// Say an answer on the log (`RUST_LOG=info`): the request, the call, the
+/// answer.
+fn log(request_id: &str, call: &str, verdict: &Verdict) {
     match verdict {
-        Verdict::Allow => tracing::info!("claude-bridge: allow {request_id}"),
-        Verdict::Deny(message) => tracing::info!("claude-bridge: deny {request_id}: {message}"),
+        Verdict::Allow => tracing::info!("claude-bridge: {request_id} {call}: allow"),
+        Verdict::Deny(message) => {
+            tracing::info!("claude-bridge: {request_id} {call}: deny: {message}")
+        }
     }
 }
 
