@@ -55,6 +55,14 @@ struct Run {
 /// the stand-in prints `script` and exits with `code`; the orchestrator
 /// writes `input`, and closes its output once the stand-in's script is done.
 fn bridge(dir: &Path, args: &[&str], script: &[String], input: &[&str], code: i32) -> Run {
+    let script: Vec<Value> = script.iter().map(|line| json!(line)).collect();
+    bridge_with(dir, args, &script, input, code)
+}
+
+/// [`bridge`] with the stand-in's script as JSON values: a string is
+/// printed as it is, `{"nowait": LINE}` printed without waiting for an
+/// answer.
+fn bridge_with(dir: &Path, args: &[&str], script: &[Value], input: &[&str], code: i32) -> Run {
     let script_path = dir.join("script.json");
     std::fs::write(&script_path, serde_json::to_string(script).unwrap()).unwrap();
     let log = dir.join("sent.jsonl");
@@ -374,5 +382,99 @@ fn a_broker_and_its_approver() {
             .unwrap()
             .starts_with("toolgate: "),
         "{denied}"
+    );
+}
+
+/// A question Claude Code withdraws (`control_cancel_request`) while the
+/// broker's approver has it is withdrawn from the broker and gets no
+/// answer; the cancel does not reach the orchestrator; the next question is
+/// answered.
+#[test]
+fn a_withdrawn_question_gets_no_answer() {
+    let dir = project_dir("cancel");
+    let broker = Listening::start(&dir.join("sock"), &dir, &["--mode", "ask"]);
+    let socket = broker.socket.to_string_lossy().into_owned();
+    let mut approver = crate::support::Peer::connect(
+        &broker.socket,
+        json!({"type": "hello", "role": "approver", "client": "test"}),
+    );
+    let answering = std::thread::spawn(move || {
+        // The first question is never answered: it is withdrawn. The two
+        // questions may come in either order.
+        let (mut first, mut resolved, mut second) = (Value::Null, Value::Null, Value::Null);
+        while first.is_null() || resolved.is_null() || second.is_null() {
+            let frame = approver.recv();
+            match (frame["type"].as_str(), frame["callID"].as_str()) {
+                (Some("permission_request"), Some("toolu_w1")) => first = frame,
+                (Some("permission_request"), _) => {
+                    approver.send(json!({"type": "permission_response", "permissionID": frame["permissionID"], "response": "once"}));
+                    second = frame;
+                }
+                (Some("permission_resolved"), Some("toolu_w1")) => resolved = frame,
+                _ => {}
+            }
+        }
+        (first, resolved, second)
+    });
+    let cancel = r#"{"type":"control_cancel_request","request_id":"w1"}"#;
+    let script: Vec<Value> = vec![
+        json!(INIT),
+        json!({"nowait": ask("w1", "Bash", json!({"command": "touch first.txt"}))}),
+        json!({"nowait": cancel}),
+        json!(ask("w2", "Bash", json!({"command": "touch second.txt"}))),
+    ];
+    let run = bridge_with(&dir, &["--socket", &socket], &script, &[], 0);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let (first, resolved, second) = answering.join().unwrap();
+    assert_eq!(first["callID"], "toolu_w1", "{first}");
+    assert_eq!(
+        resolved["permissionID"], first["permissionID"],
+        "{resolved}"
+    );
+    assert_eq!(second["callID"], "toolu_w2", "{second}");
+    assert!(
+        run.sent.iter().all(|line| !line.contains("\"w1\"")),
+        "{:#?}",
+        run.sent
+    );
+    assert_eq!(
+        answer_to(&run.sent, "w2")["response"]["response"]["behavior"],
+        "allow"
+    );
+    assert!(
+        run.out
+            .iter()
+            .all(|line| !line.contains("control_cancel_request")),
+        "{:#?}",
+        run.out
+    );
+}
+
+/// `--scope` binds Claude Code's session as `toolgate mcp --scope` does:
+/// what the scope refuses is denied with its reason, even in auto.
+#[test]
+fn a_scope_holds() {
+    let script = vec![
+        INIT.to_string(),
+        ask("s1", "Bash", json!({"command": "touch x"})),
+        ask("s2", "Read", json!({"file_path": "notes.txt"})),
+    ];
+    let run = bridge(
+        &project_dir("scope"),
+        &["--mode", "auto", "--scope", r#"{"allowedTools":["Read"]}"#],
+        &script,
+        &[],
+        0,
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let denied = &answer_to(&run.sent, "s1")["response"]["response"];
+    assert_eq!(denied["behavior"], "deny", "{denied}");
+    assert!(
+        denied["message"].as_str().unwrap().contains("allowedTools"),
+        "{denied}"
+    );
+    assert_eq!(
+        answer_to(&run.sent, "s2")["response"]["response"]["behavior"],
+        "allow"
     );
 }

@@ -4,7 +4,8 @@
 
     fake_claude.py SCRIPT.json LOG.jsonl EXIT_CODE
 
-SCRIPT is a list of lines to print (strings, printed as they are). After
+SCRIPT is a list of lines to print (strings, printed as they are; a
+line given as `{"nowait": LINE}` is printed without waiting). After
 printing a `control_request` whose `request.subtype` is `can_use_tool` and
 that has a `request_id`, it reads its stdin until the `control_response`
 to that id. Every line it reads is appended to LOG as it was received.
@@ -32,6 +33,9 @@ def say(line):
 
 
 for line in json.load(open(script_path)):
+    if isinstance(line, dict):
+        say(line["nowait"])
+        continue
     say(line)
     try:
         message = json.loads(line)
