@@ -208,116 +208,200 @@ where
     D: Decide,
 {
     let mut from_orchestrator = AsyncReader::new(orchestrator.from, limit);
-    let mut to_orchestrator = Some(orchestrator.to);
     let mut from_claude = AsyncReader::new(claude.from, limit);
-    let mut to_claude = Some(claude.to);
-    let mut waiting: HashMap<String, Waiting> = HashMap::new();
+    let mut bridge = Bridge {
+        to_orchestrator: Some(orchestrator.to),
+        to_claude: Some(claude.to),
+        decide,
+        waiting: HashMap::new(),
+        started: 0,
+        session: None,
+    };
     let mut deciding: JoinSet<(String, u64, Verdict)> = JoinSet::new();
-    let mut started = 0u64;
     let mut orchestrator_open = true;
-    let mut session: Option<String> = None;
     loop {
-        if !orchestrator_open && waiting.is_empty() {
-            if let Some(mut input) = to_claude.take() {
-                // Closing Claude Code's input ends its run once it is done.
-                let _ = input.shutdown().await;
-            }
+        if !orchestrator_open && bridge.waiting.is_empty() {
+            bridge.close_claude().await;
         }
         tokio::select! {
             line = from_orchestrator.next_line(), if orchestrator_open => match line {
-                Ok(Some(Line::Data(line))) => write_line(&mut to_claude, &line, "Claude Code's input").await,
-                Ok(Some(Line::TooLarge(_))) => {
-                    say!("toolgate claude-bridge: a line from the orchestrator is longer than {limit} bytes: dropped");
-                }
+                Ok(Some(Line::Data(line))) => bridge.pass_to_claude(&line).await,
+                Ok(Some(Line::TooLarge(_))) => say!(
+                    "toolgate claude-bridge: a line from the orchestrator is longer than {limit} bytes: dropped"
+                ),
                 Ok(None) => orchestrator_open = false,
                 Err(err) => {
                     say!("toolgate claude-bridge: cannot read the orchestrator's input: {err}");
                     orchestrator_open = false;
                 }
             },
-            line = from_claude.next_line() => {
-                let line = match line {
-                    Ok(Some(Line::Data(line))) => line,
-                    Ok(Some(Line::TooLarge(_))) => {
-                        say!("toolgate claude-bridge: a line from Claude Code is longer than {limit} bytes: dropped");
-                        continue;
-                    }
-                    Ok(None) => break,
-                    Err(err) => {
-                        say!("toolgate claude-bridge: cannot read Claude Code's output: {err}");
-                        break;
-                    }
-                };
-                match classify(&line) {
-                    FromClaude::Ask { request_id, approval } => {
-                        let shown = match &approval {
-                            Ok(approval) => format!("{} {}", approval.tool_name, Value::Object(approval.input.clone())),
-                            Err(_) => "(unreadable)".to_string(),
-                        };
-                        let (input, started_now, withdrawn) = match approval {
-                            Ok(approval) => {
-                                if let Some(session) = &session {
-                                    decide.set_session(session);
-                                }
-                                let withdrawn = CancellationToken::new();
-                                let now = decide.start(&approval, withdrawn.clone());
-                                (approval.input, now, withdrawn)
-                            }
-                            Err(message) => (Map::new(), Started::Now(Verdict::Deny(message)), CancellationToken::new()),
-                        };
-                        if let Some(earlier) = waiting.remove(&request_id) {
-                            // Claude Code never reuses a request id it awaits;
-                            // the earlier question is withdrawn, the later answered.
-                            earlier.withdrawn.cancel();
-                        }
-                        match started_now {
-                            Started::Now(verdict) => {
-                                let line = answer(&request_id, &verdict, &input);
-                                log(&request_id, &shown, &verdict);
-                                write_line(&mut to_claude, &to_bytes(&line), "Claude Code's input").await;
-                            }
-                            Started::Later(future) => {
-                                started += 1;
-                                waiting.insert(request_id.clone(), Waiting { which: started, withdrawn, input, shown });
-                                let which = started;
-                                deciding.spawn(async move { (request_id, which, future.await) });
-                            }
-                        }
-                    }
-                    FromClaude::Cancel(request_id) => match waiting.remove(&request_id) {
-                        Some(withdrawn) => withdrawn.withdrawn.cancel(),
-                        None => write_line(&mut to_orchestrator, &line, "the orchestrator's output").await,
-                    },
-                    FromClaude::Dropped(why) => say!("toolgate claude-bridge: {why}"),
-                    FromClaude::Other(named) => {
-                        if named.is_some() {
-                            session = named;
-                        }
-                        write_line(&mut to_orchestrator, &line, "the orchestrator's output").await;
-                    }
+            line = from_claude.next_line() => match line {
+                Ok(Some(Line::Data(line))) => bridge.claude_said(&line, &mut deciding).await,
+                Ok(Some(Line::TooLarge(_))) => say!(
+                    "toolgate claude-bridge: a line from Claude Code is longer than {limit} bytes: dropped"
+                ),
+                Ok(None) => break,
+                Err(err) => {
+                    say!("toolgate claude-bridge: cannot read Claude Code's output: {err}");
+                    break;
                 }
             },
             Some(decided) = deciding.join_next() => {
                 // A decision's future cannot panic (no code here may), so a
                 // task that did not finish is one aborted: none is.
-                let Ok((request_id, which, verdict)) = decided else { continue };
-                if waiting.get(&request_id).is_some_and(|waiting| waiting.which == which) {
-                    if let Some(waiting) = waiting.remove(&request_id) {
-                        log(&request_id, &waiting.shown, &verdict);
-                        let line = answer(&request_id, &verdict, &waiting.input);
-                        write_line(&mut to_claude, &to_bytes(&line), "Claude Code's input").await;
-                    }
+                if let Ok((request_id, which, verdict)) = decided {
+                    bridge.decided(&request_id, which, &verdict).await;
                 }
             },
         }
     }
-    for (_, question) in waiting.drain() {
+    for (_, question) in bridge.waiting.drain() {
         question.withdrawn.cancel();
     }
-    if let Some(output) = to_orchestrator.as_mut() {
+    if let Some(output) = bridge.to_orchestrator.as_mut() {
         output.flush().await?;
     }
     Ok(())
+}
+
+/// The bridge's state: the two writers it owns, the decider, the questions
+/// being decided, and Claude Code's session.
+struct Bridge<'d, OW, CW, D> {
+    to_orchestrator: Option<OW>,
+    to_claude: Option<CW>,
+    decide: &'d mut D,
+    /// The questions being decided, by request id.
+    waiting: HashMap<String, Waiting>,
+    /// How many questions were put to a decider that answers later.
+    started: u64,
+    /// The last session id Claude Code wrote.
+    session: Option<String>,
+}
+
+impl<OW, CW, D> Bridge<'_, OW, CW, D>
+where
+    OW: AsyncWrite + Unpin,
+    CW: AsyncWrite + Unpin,
+    D: Decide,
+{
+    /// Pass a line of the orchestrator's on to Claude Code.
+    async fn pass_to_claude(&mut self, line: &[u8]) {
+        write_line(&mut self.to_claude, line, "Claude Code's input").await;
+    }
+
+    /// Close Claude Code's input (its run ends once it is done).
+    async fn close_claude(&mut self) {
+        if let Some(mut input) = self.to_claude.take() {
+            let _ = input.shutdown().await;
+        }
+    }
+
+    /// A line from Claude Code: a question is decided (a decision that
+    /// takes time goes into `deciding`), anything else passed on.
+    async fn claude_said(&mut self, line: &[u8], deciding: &mut JoinSet<(String, u64, Verdict)>) {
+        match classify(line) {
+            FromClaude::Ask {
+                request_id,
+                approval,
+            } => self.ask(request_id, approval, deciding).await,
+            FromClaude::Cancel(request_id) => match self.waiting.remove(&request_id) {
+                Some(question) => question.withdrawn.cancel(),
+                None => {
+                    write_line(&mut self.to_orchestrator, line, "the orchestrator's output").await
+                }
+            },
+            FromClaude::Dropped(why) => say!("toolgate claude-bridge: {why}"),
+            FromClaude::Other(named) => {
+                if named.is_some() {
+                    self.session = named;
+                }
+                write_line(&mut self.to_orchestrator, line, "the orchestrator's output").await;
+            }
+        }
+    }
+
+    /// Decide one question: answered now, or put into `deciding`.
+    async fn ask(
+        &mut self,
+        request_id: String,
+        approval: Result<Approval, String>,
+        deciding: &mut JoinSet<(String, u64, Verdict)>,
+    ) {
+        if let Some(earlier) = self.waiting.remove(&request_id) {
+            // Claude Code does not reuse the id of a question it awaits:
+            // if it did, the earlier is withdrawn and the later answered.
+            earlier.withdrawn.cancel();
+        }
+        let approval = match approval {
+            Ok(approval) => approval,
+            Err(message) => {
+                let verdict = Verdict::Deny(message);
+                self.answer(&request_id, "(unreadable)", &verdict, &Map::new())
+                    .await;
+                return;
+            }
+        };
+        let shown = format!(
+            "{} {}",
+            approval.tool_name,
+            Value::Object(approval.input.clone())
+        );
+        if let Some(session) = &self.session {
+            self.decide.set_session(session);
+        }
+        let withdrawn = CancellationToken::new();
+        match self.decide.start(&approval, withdrawn.clone()) {
+            Started::Now(verdict) => {
+                self.answer(&request_id, &shown, &verdict, &approval.input)
+                    .await;
+            }
+            Started::Later(future) => {
+                self.started += 1;
+                let which = self.started;
+                let question = Waiting {
+                    which,
+                    withdrawn,
+                    input: approval.input,
+                    shown,
+                };
+                self.waiting.insert(request_id.clone(), question);
+                deciding.spawn(async move { (request_id, which, future.await) });
+            }
+        }
+    }
+
+    /// A decision that took time: answered, unless its question was
+    /// withdrawn (or replaced) meanwhile.
+    async fn decided(&mut self, request_id: &str, which: u64, verdict: &Verdict) {
+        if self
+            .waiting
+            .get(request_id)
+            .is_none_or(|question| question.which != which)
+        {
+            return;
+        }
+        if let Some(question) = self.waiting.remove(request_id) {
+            self.answer(request_id, &question.shown, verdict, &question.input)
+                .await;
+        }
+    }
+
+    /// Write the answer to `request_id` to Claude Code.
+    async fn answer(
+        &mut self,
+        request_id: &str,
+        shown: &str,
+        verdict: &Verdict,
+        input: &Map<String, Value>,
+    ) {
+        log(request_id, shown, verdict);
+        if self.to_claude.is_none() {
+            say!("toolgate claude-bridge: Claude Code's input is closed: the answer to {request_id} is lost");
+            return;
+        }
+        let line = to_bytes(&answer(request_id, verdict, input));
+        write_line(&mut self.to_claude, &line, "Claude Code's input").await;
+    }
 }
 
 /// One JSON value as a line's bytes (without its `\n`).
