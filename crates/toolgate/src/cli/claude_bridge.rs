@@ -37,7 +37,7 @@ pub struct ClaudeBridgeArgs {
     keep: KeepArgs,
     #[command(flatten)]
     line: LineArgs,
-    /// Claude Code's command line, after `--`: `claude -p
+    /// Claude Code's command line, after `--`: `claude
     /// --input-format stream-json --output-format stream-json --verbose
     /// --permission-prompt-tool stdio ...`.
     #[arg(last = true, required = true, value_name = "CLAUDE_COMMAND")]

@@ -69,7 +69,7 @@ pub enum Command {
     /// listening there, which may ask a human approver; with no broker
     /// listening there, every call is denied.
     Mcp(mcp::McpArgs),
-    /// Start Claude Code in stream-json mode (`-- claude -p --input-format
+    /// Start Claude Code in stream-json mode (`-- claude --input-format
     /// stream-json --output-format stream-json --verbose
     /// --permission-prompt-tool stdio ...`) and sit between it and the
     /// orchestrator on this process's stdin and stdout: every line passes
