@@ -44,6 +44,7 @@ fn main() -> ExitCode {
         Some(Command::Mcp(args)) => cli::mcp::run(args, cli.serve, &given),
         #[cfg(unix)]
         Some(Command::LinkBridge(args)) => cli::link_bridge::run(args, cli.serve, &given),
+        Some(Command::ClaudeBridge(args)) => cli::claude_bridge::run(args, cli.serve, &given),
         Some(Command::Check(args)) => cli::check::run(args, cli.serve),
         Some(Command::Replay(args)) => cli::replay::run(args, cli.serve),
         Some(Command::Grants(command)) => cli::state::grants(command, cli.serve.keep.state_dir),

@@ -1,5 +1,7 @@
 //! What speaks each agent's language and turns it into the broker's.
 //!
+//! - [`claude_bridge`]: `toolgate claude-bridge`, between an orchestrator
+//!   and Claude Code's stream-json control protocol.
 //! - [`bind`]: an agent put under a parent session, within a scope, by
 //!   the orchestrator that starts it.
 //! - [`hook`]: one tool call from an agent's hook (Claude Code, Codex,
@@ -11,6 +13,7 @@
 //!   a policy.
 
 pub mod bind;
+pub mod claude_bridge;
 pub mod hook;
 pub mod import;
 #[cfg(unix)]

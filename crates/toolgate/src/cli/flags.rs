@@ -5,14 +5,15 @@
 //!
 //! | group | flags | taken by |
 //! |---|---|---|
-//! | [`PolicyArgs`] | `--mode --permission-mode --policy --opencode --agent --permission --project-root --read-only-agents` | serve, hook, mcp, check, replay, policy validate |
-//! | [`AskArgs`] | `--on-ask --ask-timeout` | serve, mcp |
-//! | [`KeepArgs`] | `--state-dir --audit` | serve, hook, mcp |
-//! | [`LineArgs`] | `--max-frame-bytes` | serve, mcp |
+//! | [`PolicyArgs`] | `--mode --permission-mode --policy --opencode --agent --permission --project-root --read-only-agents` | serve, hook, mcp, claude-bridge, check, replay, policy validate |
+//! | [`AskArgs`] | `--on-ask --ask-timeout` | serve, mcp, claude-bridge |
+//! | [`KeepArgs`] | `--state-dir --audit` | serve, hook, mcp, claude-bridge |
+//! | [`LineArgs`] | `--max-frame-bytes` | serve, mcp, claude-bridge |
 //! | [`ServeArgs`] | the four above, `--approver --listen` | serve |
-//! | [`BindArgs`] | `--parent --scope --scope-file` | hook, mcp |
+//! | [`BindArgs`] | `--parent --scope --scope-file` | hook, mcp, claude-bridge |
 //!
-//! A client of a broker (`hook --socket`, `mcp --socket`) decides nothing
+//! A client of a broker (`hook --socket`, `mcp --socket`, `claude-bridge
+//! --socket`) decides nothing
 //! itself: every flag of these groups then belongs to the broker and is
 //! refused by [`broker_flags`], except those the client passes on.
 

@@ -3,6 +3,7 @@
 
 pub mod broker;
 pub mod check;
+pub mod claude_bridge;
 pub mod doctor;
 pub mod flags;
 pub mod hook;
@@ -84,6 +85,18 @@ pub enum Command {
     /// broker there decides and its approvers answer what asks.
     #[cfg(unix)]
     LinkBridge(link_bridge::LinkBridgeArgs),
+    /// Start Claude Code in stream-json mode (`-- claude --input-format
+    /// stream-json --output-format stream-json --verbose
+    /// --permission-prompt-tool stdio ...`) and sit between it and the
+    /// orchestrator on this process's stdin and stdout: every line passes
+    /// through unchanged except Claude Code's `can_use_tool` questions,
+    /// which toolgate answers; see docs/bridges.md.
+    ///
+    /// The policy flags of `serve` apply. Without --socket (or
+    /// TOOLGATE_SOCKET) it decides in-process, and an `ask` is a denial.
+    /// With a socket it is a client of the broker listening there, whose
+    /// approvers may answer. Exits with Claude Code's status.
+    ClaudeBridge(claude_bridge::ClaudeBridgeArgs),
     /// Decide one call as `serve` would in a fresh session, and show the
     /// whole way to the answer: how the tool is classified, each simple
     /// command with its read-only verdict, every rule that matched (the

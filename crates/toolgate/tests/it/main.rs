@@ -11,6 +11,7 @@ mod audit;
 mod binding;
 mod bridges;
 mod check_cli;
+mod claude_bridge;
 mod clients;
 mod concurrency;
 mod config_cli;

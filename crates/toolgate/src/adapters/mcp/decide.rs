@@ -47,6 +47,11 @@ pub trait Decide {
     /// input ends: the future then ends soon, with the decision the broker
     /// made before the withdrawal reached it, or a denial.
     fn start(&mut self, approval: &Approval, withdrawn: CancellationToken) -> Started;
+
+    /// Decide the calls started from now on in `session`. A bridge learns
+    /// its agent's session id only once the agent has started and said it
+    /// (`toolgate claude-bridge` reads it from Claude Code's `system/init`).
+    fn set_session(&mut self, session: &str);
 }
 
 /// A call being decided: see [`Decide::start`].
@@ -67,6 +72,7 @@ pub struct InProcess {
     default: Mode,
     binding: Binding,
     calls: u64,
+    client: &'static str,
 }
 
 impl InProcess {
@@ -87,7 +93,15 @@ impl InProcess {
             default,
             binding,
             calls: 0,
+            client: "mcp",
         }
+    }
+
+    /// The subcommand deciding, as named in call ids and in the denial of
+    /// an `ask` (`mcp` unless said otherwise).
+    pub fn client(mut self, client: &'static str) -> InProcess {
+        self.client = client;
+        self
     }
 }
 
@@ -97,6 +111,10 @@ pub const NO_HUMAN: &str = "no human can be asked here: toolgate decides in-proc
 impl Decide for InProcess {
     fn start(&mut self, approval: &Approval, _withdrawn: CancellationToken) -> Started {
         Started::Now(self.decide(approval))
+    }
+
+    fn set_session(&mut self, session: &str) {
+        session.clone_into(&mut self.session);
     }
 }
 
@@ -108,7 +126,7 @@ impl InProcess {
             .tool_use_id
             .clone()
             .filter(|id| !id.is_empty())
-            .unwrap_or_else(|| format!("mcp-{}", self.calls));
+            .unwrap_or_else(|| format!("{}-{}", self.client, self.calls));
         let mut input = json!({
             "session_id": self.session,
             "tool_name": approval.tool_name,
@@ -155,7 +173,11 @@ impl InProcess {
                     &mut out,
                 );
                 self.broker.commit();
-                Verdict::Deny(format!("{reason}; {NO_HUMAN}"))
+                let no_human = match self.client {
+                    "mcp" => NO_HUMAN.to_string(),
+                    client => NO_HUMAN.replace("toolgate mcp", &format!("toolgate {client}")),
+                };
+                Verdict::Deny(format!("{reason}; {no_human}"))
             }
             _ => Verdict::Deny(reason),
         }

@@ -24,6 +24,7 @@ pub struct Remote {
     session: String,
     binding: Binding,
     calls: u64,
+    client: &'static str,
 }
 
 impl Remote {
@@ -35,7 +36,15 @@ impl Remote {
             session,
             binding,
             calls: 0,
+            client: "mcp",
         }
+    }
+
+    /// The client name given to the broker (its `hello`) and in call ids
+    /// (`mcp` unless said otherwise).
+    pub fn client(mut self, client: &'static str) -> Remote {
+        self.client = client;
+        self
     }
 }
 
@@ -50,7 +59,7 @@ impl Decide for Remote {
             .tool_use_id
             .clone()
             .filter(|id| !id.is_empty())
-            .unwrap_or_else(|| format!("mcp-{}-{}", std::process::id(), self.calls));
+            .unwrap_or_else(|| format!("{}-{}-{}", self.client, std::process::id(), self.calls));
         let mut frames = Vec::new();
         // The broker's mode holds, but an agent that asked to be read-only
         // has its session started so: the strictest mode, never looser
@@ -64,6 +73,7 @@ impl Decide for Remote {
         }
         frames.push(call_frame(&self.session, &call, approval));
         let asking = Asking {
+            client: self.client,
             frames,
             path: self.path.clone(),
             session: self.session.clone(),
@@ -72,6 +82,10 @@ impl Decide for Remote {
         Started::Later(Box::pin(async move {
             asking.ask(withdrawn).await.unwrap_or_else(Verdict::Deny)
         }))
+    }
+
+    fn set_session(&mut self, session: &str) {
+        session.clone_into(&mut self.session);
     }
 }
 
@@ -104,6 +118,7 @@ const WITHDRAWN: &str = "toolgate: the call was withdrawn before the broker deci
 
 /// One call put to the broker.
 struct Asking {
+    client: &'static str,
     path: PathBuf,
     session: String,
     call: String,
@@ -188,7 +203,7 @@ impl Asking {
     async fn take(&self) -> Result<Connection, String> {
         let deadline = Instant::now() + CONNECT_WAIT;
         let shown = self.path.display();
-        let mut connection = Connection::open(&self.path, Role::Agent, "mcp", deadline)
+        let mut connection = Connection::open(&self.path, Role::Agent, self.client, deadline)
             .await
             .map_err(|err| refused(&shown, err))?;
         let sending = async {

@@ -370,6 +370,8 @@ mod tests {
         fn start(&mut self, _approval: &Approval, _withdrawn: CancellationToken) -> Started {
             Started::Now(self.0.clone())
         }
+
+        fn set_session(&mut self, _session: &str) {}
     }
 
     #[test]
