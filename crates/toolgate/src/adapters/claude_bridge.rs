@@ -155,6 +155,8 @@ fn approval(request: &Map<String, Value>) -> Result<Approval, String> {
         tool_name,
         input,
         tool_use_id,
+        // Claude Code applied its own mode before it asked.
+        permission_mode: None,
     })
 }
 

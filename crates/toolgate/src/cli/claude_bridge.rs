@@ -81,6 +81,7 @@ pub fn run(args: ClaudeBridgeArgs, outer: ServeArgs, given: &[String]) -> ExitCo
         ask,
         keep,
         line,
+        agent: Default::default(),
     };
     // Until Claude Code names its session (its `system/init`), calls go to
     // a session of this process's own.
