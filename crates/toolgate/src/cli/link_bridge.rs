@@ -122,7 +122,7 @@ pub fn run(args: LinkBridgeArgs, outer: ServeArgs, given: &[String]) -> ExitCode
                 );
                 return ExitCode::from(2);
             }
-            let mut remote = Remote::new(path, session, binding);
+            let mut remote = Remote::new(path, session, binding).client("link-bridge");
             runtime.block_on(link::relay(&mut remote, program, &args, &env, &unset, mode))
         }
         None => {
@@ -151,7 +151,8 @@ pub fn run(args: LinkBridgeArgs, outer: ServeArgs, given: &[String]) -> ExitCode
                 configured_mode,
                 policy.default_mode,
                 binding,
-            );
+            )
+            .client("link-bridge");
             runtime.block_on(link::relay(&mut decide, program, &args, &env, &unset, mode))
         }
     };

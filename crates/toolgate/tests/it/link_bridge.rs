@@ -191,6 +191,11 @@ fn the_agents_override_is_a_rule_and_disabled_tools_are_denied_in_any_mode() {
         run.stderr
     );
     assert!(root.join("allowed-by-rule").exists());
+    assert!(
+        run.stderr.contains("no human can be asked here: `toolgate link-bridge` decides in-process"),
+        "{}",
+        run.stderr
+    );
     // auto mode with bash disabled (its variable): no command runs, the
     // edit does.
     std::fs::remove_file(root.join("allowed-by-rule")).unwrap();

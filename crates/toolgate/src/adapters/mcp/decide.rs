@@ -105,8 +105,13 @@ impl InProcess {
     }
 }
 
-/// What to say when no human can be asked in-process.
-pub const NO_HUMAN: &str = "no human can be asked here: toolgate decides in-process; to have a person answer, start a broker (`toolgate serve --listen unix`) and an approver (`toolgate approve`), and give this command `--socket PATH` (or TOOLGATE_SOCKET)";
+/// What `toolgate mcp` says when no human can be asked in-process.
+pub const NO_HUMAN: &str = "no human can be asked here: `toolgate mcp` decides in-process; to have a person answer, start a broker (`toolgate serve --listen unix`) and an approver (`toolgate approve`), and give `toolgate mcp` `--socket PATH` (or TOOLGATE_SOCKET)";
+
+/// What `toolgate CLIENT` says when no human can be asked in-process.
+pub fn no_human(client: &str) -> String {
+    NO_HUMAN.replace("toolgate mcp", &format!("toolgate {client}"))
+}
 
 impl Decide for InProcess {
     fn start(&mut self, approval: &Approval, _withdrawn: CancellationToken) -> Started {
@@ -173,11 +178,7 @@ impl InProcess {
                     &mut out,
                 );
                 self.broker.commit();
-                let no_human = match self.client {
-                    "mcp" => NO_HUMAN.to_string(),
-                    client => NO_HUMAN.replace("toolgate mcp", &format!("toolgate {client}")),
-                };
-                Verdict::Deny(format!("{reason}; {no_human}"))
+                Verdict::Deny(format!("{reason}; {}", no_human(self.client)))
             }
             _ => Verdict::Deny(reason),
         }
