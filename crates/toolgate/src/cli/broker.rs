@@ -177,3 +177,30 @@ pub fn open(flags: BrokerFlags, long_lived: bool) -> Result<Opened, ExitCode> {
         max_frame_bytes,
     })
 }
+
+/// The in-process decider of `toolgate CLIENT` (`mcp` and the bridges): a
+/// broker built from `flags` deciding in `session`, bound as `binding`
+/// says; an `ask` waits in it (and is answered as a denial, since nobody
+/// can be asked here). `Err` when the broker cannot start (said on stderr).
+pub fn in_process_decider(
+    mut flags: BrokerFlags,
+    session: String,
+    binding: toolgate::adapters::bind::Binding,
+    client: &'static str,
+) -> Result<toolgate::adapters::mcp::InProcess, ExitCode> {
+    flags.ask.on_ask = flags.ask.on_ask.or(Some(OnAskArg::Wait));
+    let Opened {
+        broker,
+        policy,
+        configured_mode,
+        ..
+    } = open(flags, true)?;
+    Ok(toolgate::adapters::mcp::InProcess::new(
+        broker,
+        session,
+        configured_mode,
+        policy.default_mode,
+        binding,
+    )
+    .client(client))
+}

@@ -14,10 +14,8 @@ use toolgate::adapters::claude_bridge::{self, Peer};
 use toolgate::adapters::mcp::Decide;
 use toolgate::say;
 
-use super::broker::{open, BrokerFlags, Opened};
-use super::flags::{
-    broker_flags, AskArgs, BindArgs, KeepArgs, LineArgs, OnAskArg, PolicyArgs, ServeArgs,
-};
+use super::broker::{in_process_decider, BrokerFlags};
+use super::flags::{broker_flags, AskArgs, BindArgs, KeepArgs, LineArgs, PolicyArgs, ServeArgs};
 
 /// The flags of `toolgate claude-bridge`.
 #[derive(Debug, Args)]
@@ -134,31 +132,15 @@ fn remote(
 /// Decide in this process; what would ask a person is denied.
 fn in_process(
     session: String,
-    mut flags: BrokerFlags,
+    flags: BrokerFlags,
     binding: Binding,
     limit: usize,
     command: Vec<OsString>,
 ) -> ExitCode {
-    use toolgate::adapters::mcp::InProcess;
-    flags.ask.on_ask = flags.ask.on_ask.or(Some(OnAskArg::Wait));
-    let Opened {
-        broker,
-        policy,
-        configured_mode,
-        ..
-    } = match open(flags, true) {
-        Ok(opened) => opened,
-        Err(code) => return code,
-    };
-    let mut decide = InProcess::new(
-        broker,
-        session,
-        configured_mode,
-        policy.default_mode,
-        binding,
-    )
-    .client("claude-bridge");
-    bridge(&mut decide, limit, command)
+    match in_process_decider(flags, session, binding, "claude-bridge") {
+        Ok(mut decide) => bridge(&mut decide, limit, command),
+        Err(code) => code,
+    }
 }
 
 /// Start Claude Code and bridge it to this process's stdin and stdout until

@@ -7,13 +7,11 @@ use std::process::ExitCode;
 
 use clap::Args;
 use toolgate::adapters::link::{self, Spellings};
-use toolgate::adapters::mcp::{InProcess, Remote};
+use toolgate::adapters::mcp::Remote;
 use toolgate::say;
 
-use super::broker::{open, AgentRules, BrokerFlags, Opened};
-use super::flags::{
-    broker_flags, AskArgs, BindArgs, KeepArgs, LineArgs, OnAskArg, PolicyArgs, ServeArgs,
-};
+use super::broker::{in_process_decider, AgentRules, BrokerFlags};
+use super::flags::{broker_flags, AskArgs, BindArgs, KeepArgs, LineArgs, PolicyArgs, ServeArgs};
 
 /// The flags of `toolgate link-bridge`.
 #[derive(Debug, Args)]
@@ -135,24 +133,10 @@ pub fn run(args: LinkBridgeArgs, outer: ServeArgs, given: &[String]) -> ExitCode
                     .disabled_override()
                     .map(|json| ("the agent's --disable-tools".to_string(), json)),
             };
-            flags.ask.on_ask = flags.ask.on_ask.or(Some(OnAskArg::Wait));
-            let Opened {
-                broker,
-                policy,
-                configured_mode,
-                ..
-            } = match open(flags, true) {
-                Ok(opened) => opened,
+            let mut decide = match in_process_decider(flags, session, binding, "link-bridge") {
+                Ok(decide) => decide,
                 Err(code) => return code,
             };
-            let mut decide = InProcess::new(
-                broker,
-                session,
-                configured_mode,
-                policy.default_mode,
-                binding,
-            )
-            .client("link-bridge");
             runtime.block_on(link::relay(&mut decide, program, &args, &env, &unset, mode))
         }
     };

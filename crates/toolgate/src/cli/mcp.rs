@@ -7,10 +7,8 @@ use std::process::ExitCode;
 use clap::Args;
 use toolgate::say;
 
-use super::broker::{open, BrokerFlags, Opened};
-use super::flags::{
-    broker_flags, AskArgs, BindArgs, KeepArgs, LineArgs, OnAskArg, PolicyArgs, ServeArgs,
-};
+use super::broker::{in_process_decider, BrokerFlags};
+use super::flags::{broker_flags, AskArgs, BindArgs, KeepArgs, LineArgs, PolicyArgs, ServeArgs};
 
 /// The flags of `toolgate mcp`.
 #[derive(Debug, Args)]
@@ -136,24 +134,11 @@ fn remote(
 /// broker cannot start (its error is on stderr).
 fn in_process(
     session: String,
-    mut flags: BrokerFlags,
+    flags: BrokerFlags,
     binding: toolgate::adapters::bind::Binding,
     limit: usize,
 ) -> Result<std::io::Result<()>, ExitCode> {
-    use toolgate::adapters::mcp::{self, InProcess, Server};
-    flags.ask.on_ask = flags.ask.on_ask.or(Some(OnAskArg::Wait));
-    let Opened {
-        broker,
-        policy,
-        configured_mode,
-        ..
-    } = open(flags, true)?;
-    let mut server = Server::new(InProcess::new(
-        broker,
-        session,
-        configured_mode,
-        policy.default_mode,
-        binding,
-    ));
+    use toolgate::adapters::mcp::{self, Server};
+    let mut server = Server::new(in_process_decider(flags, session, binding, "mcp")?);
     Ok(mcp::serve(&mut server, limit))
 }

@@ -192,7 +192,8 @@ fn the_agents_override_is_a_rule_and_disabled_tools_are_denied_in_any_mode() {
     );
     assert!(root.join("allowed-by-rule").exists());
     assert!(
-        run.stderr.contains("no human can be asked here: `toolgate link-bridge` decides in-process"),
+        run.stderr
+            .contains("no human can be asked here: `toolgate link-bridge` decides in-process"),
         "{}",
         run.stderr
     );
