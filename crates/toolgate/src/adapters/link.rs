@@ -26,11 +26,15 @@ use std::collections::HashMap;
 use std::process::ExitStatus;
 
 use serde_json::{json, Map, Value};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::adapters::mcp::{Approval, Decide, Started, Verdict};
+use crate::transport::lines::{AsyncReader, Line};
+
+/// The longest line relayed either way (a longer one is dropped, and said).
+const LINE_LIMIT: usize = 64 << 20;
 
 /// The agent's permission mode (`--permission-mode`).
 pub const MODE_ENV: &str = "LINK_ASSISTANT_AGENT_PERMISSION_MODE";
@@ -290,8 +294,10 @@ pub async fn relay<D: Decide>(
         return Err(std::io::Error::other("the agent's pipes were not opened"));
     };
     let mut agent_in = Some(agent_in);
-    let mut agent_lines = tokio::io::BufReader::new(agent_out).lines();
-    let mut own_lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+    // Lines as bytes (a line that is not UTF-8 passes through as it is),
+    // framed by the broker's own codec.
+    let mut agent_lines = AsyncReader::new(agent_out, LINE_LIMIT);
+    let mut own_lines = AsyncReader::new(tokio::io::stdin(), LINE_LIMIT);
     let mut out = tokio::io::stdout();
     let mut deciding: JoinSet<(String, Verdict)> = JoinSet::new();
     let mut open: HashMap<String, CancellationToken> = HashMap::new();
@@ -300,9 +306,12 @@ pub async fn relay<D: Decide>(
         tokio::select! {
             line = agent_lines.next_line(), if agent_open => match line? {
                 None => agent_open = false,
-                Some(line) => match permission_request(&line) {
+                Some(Line::TooLarge(_)) => {
+                    crate::say!("toolgate link-bridge: dropped a line of the agent's over {LINE_LIMIT} bytes");
+                }
+                Some(Line::Data(line)) => match permission_request(&line) {
                     None => {
-                        out.write_all(line.as_bytes()).await?;
+                        out.write_all(&line).await?;
                         out.write_all(b"\n").await?;
                         out.flush().await?;
                     }
@@ -341,14 +350,17 @@ pub async fn relay<D: Decide>(
                 }
             },
             line = own_lines.next_line(), if own_open => match line {
-                Ok(Some(line)) if is_type(&line, "permission_response") => {
+                Ok(Some(Line::Data(line))) if is_type(&line, "permission_response") => {
                     // Only toolgate answers the agent's questions.
                     crate::say!("toolgate link-bridge: dropped a permission_response from the input: only toolgate answers the agent");
                 }
-                Ok(Some(line)) => {
-                    let mut bytes = line.into_bytes();
+                Ok(Some(Line::Data(line))) => {
+                    let mut bytes = line.to_vec();
                     bytes.push(b'\n');
                     write_agent(&mut agent_in, &bytes).await;
+                }
+                Ok(Some(Line::TooLarge(_))) => {
+                    crate::say!("toolgate link-bridge: dropped a line of the input over {LINE_LIMIT} bytes");
                 }
                 Ok(None) | Err(_) => {
                     own_open = false;
@@ -368,16 +380,17 @@ pub async fn relay<D: Decide>(
 }
 
 /// The line, when it is a `permission_request` object.
-fn permission_request(line: &str) -> Option<Map<String, Value>> {
+fn permission_request(line: &[u8]) -> Option<Map<String, Value>> {
     object_of_type(line, "permission_request")
 }
 
 /// The line, when it is a JSON object whose `type` is `kind`.
-fn object_of_type(line: &str, kind: &str) -> Option<Map<String, Value>> {
-    if !line.contains(kind) {
+fn object_of_type(line: &[u8], kind: &str) -> Option<Map<String, Value>> {
+    let text = std::str::from_utf8(line).ok()?;
+    if !text.contains(kind) {
         return None;
     }
-    match serde_json::from_str::<Value>(line) {
+    match serde_json::from_str::<Value>(text) {
         Ok(Value::Object(object)) if object.get("type").and_then(Value::as_str) == Some(kind) => {
             Some(object)
         }
@@ -386,7 +399,7 @@ fn object_of_type(line: &str, kind: &str) -> Option<Map<String, Value>> {
 }
 
 /// Whether the line is a JSON object whose `type` is `kind`.
-fn is_type(line: &str, kind: &str) -> bool {
+fn is_type(line: &[u8], kind: &str) -> bool {
     object_of_type(line, kind).is_some()
 }
 
