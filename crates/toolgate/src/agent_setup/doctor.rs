@@ -110,7 +110,7 @@ pub fn run(context: &Context, agents: &[Agent]) -> Vec<Check> {
         checks.push(Check {
             ok: false,
             subject: "toolgate".into(),
-            what: "no agent's settings were found (Claude Code, Codex, Gemini CLI, qwen-code)"
+            what: "no agent's settings were found (Claude Code, Codex, Gemini CLI, qwen-code, OpenCode's toolgate plugin)"
                 .into(),
             fix: Some("toolgate init AGENT --project (or --user)".into()),
         });
@@ -135,6 +135,9 @@ fn check_file(
             fix,
         })
     };
+    if agent == Agent::Opencode {
+        return check_plugin(context, file, &mut say);
+    }
     let settings = match read_settings(agent, file) {
         Ok(settings) => settings,
         Err(err) => {
@@ -258,6 +261,59 @@ fn check_file(
     };
     if program_ok && broker_ok {
         dry_run(context, agent, &hook.command, &mut say);
+    }
+    true
+}
+
+/// The checks of OpenCode's plugin file (`toolgate.js`); whether it is
+/// toolgate's.
+fn check_plugin(
+    context: &Context,
+    file: &Path,
+    say: &mut impl FnMut(bool, String, Option<String>),
+) -> bool {
+    let text = match std::fs::read_to_string(file) {
+        Ok(text) => text,
+        Err(err) => {
+            say(false, format!("cannot read it: {err}"), None);
+            return true;
+        }
+    };
+    let Some(words) = super::opencode::argv_of(&text).filter(|words| words.len() >= 3) else {
+        say(
+            false,
+            "a toolgate.js that `toolgate init opencode` did not write: OpenCode's calls may run ungated".into(),
+            Some("move it aside and run toolgate init opencode".into()),
+        );
+        return true;
+    };
+    say(
+        true,
+        "the plugin runs toolgate's hook before every tool (tool.execute.before)".into(),
+        None,
+    );
+    let program_ok = check_program(context, Agent::Opencode, &words[0], say);
+    let socket = words
+        .iter()
+        .position(|w| w == "--socket")
+        .and_then(|at| words.get(at + 1))
+        .map(PathBuf::from)
+        .or_else(|| context.socket.clone());
+    let broker_ok = match &socket {
+        Some(socket) => check_broker(socket, say),
+        None => {
+            say(
+                true,
+                "no broker socket: the hook decides in-process".into(),
+                None,
+            );
+            true
+        }
+    };
+    if program_ok && broker_ok {
+        let command: Vec<String> = words.iter().map(|word| super::quote(word)).collect();
+        // The plugin speaks Claude Code's hook format.
+        dry_run(context, Agent::Claude, &command.join(" "), say);
     }
     true
 }

@@ -66,7 +66,24 @@ pub fn plan(file: &Path, entry: &Entry) -> Result<Change, SetupError> {
             let (after, changed, key) = merge_toml(file, text, entry)?;
             (after, changed, Some(key))
         }
-        Agent::Opencode => return Err(SetupError::NoHook(Agent::Opencode)),
+        Agent::Opencode => {
+            let argv = super::split_command(&entry.command).ok_or_else(|| SetupError::Shape {
+                file: file.to_path_buf(),
+                message: format!("the hook command {:?} is not plain words", entry.command),
+            })?;
+            let after = super::opencode::plugin(&argv, entry.timeout);
+            let changed = before.as_deref() != Some(after.as_str());
+            if before
+                .as_deref()
+                .is_some_and(|text| super::opencode::argv_of(text).is_none())
+            {
+                return Err(SetupError::Shape {
+                    file: file.to_path_buf(),
+                    message: "this plugin was not written by `toolgate init opencode`".to_string(),
+                });
+            }
+            (after, changed, None)
+        }
         _ => {
             let (after, changed) = merge_json(file, text, entry)?;
             (after, changed, None)

@@ -7,13 +7,13 @@
 //! calls its event `BeforeTool` and matches tools by regular expression
 //! (`.*`); Codex keeps TOML (`config.toml`) and runs a hook only once it is
 //! trusted (`hooks.state."KEY".trusted_hash`); Gemini CLI runs project hooks
-//! only in a trusted folder. OpenCode has no hook: toolgate answers its
-//! permission questions through the server bridge, which is not a settings
-//! entry ([`Agent::Opencode`] is refused with the steps to take).
+//! only in a trusted folder. OpenCode has no command hook: `init` writes it
+//! a plugin that runs toolgate's hook ([`opencode`]).
 
 pub mod codex_trust;
 pub mod doctor;
 pub mod edit;
+pub mod opencode;
 
 use std::path::{Path, PathBuf};
 
@@ -28,13 +28,20 @@ pub enum Agent {
     Gemini,
     /// qwen-code: `.qwen/settings.json`, `PreToolUse`, milliseconds.
     Qwen,
-    /// OpenCode: no hook (see the module's documentation).
+    /// OpenCode: a plugin (`.opencode/plugins/toolgate.js`) that runs the
+    /// hook, see [`opencode`].
     Opencode,
 }
 
 impl Agent {
-    /// Every agent with a hook, in the order `doctor` reports them.
-    pub const HOOKED: [Agent; 4] = [Agent::Claude, Agent::Codex, Agent::Gemini, Agent::Qwen];
+    /// Every agent `init` wires, in the order `doctor` reports them.
+    pub const HOOKED: [Agent; 5] = [
+        Agent::Claude,
+        Agent::Codex,
+        Agent::Gemini,
+        Agent::Qwen,
+        Agent::Opencode,
+    ];
 
     /// The name `toolgate hook` takes.
     pub fn name(self) -> &'static str {
@@ -122,6 +129,8 @@ pub struct Home {
     pub home: PathBuf,
     /// `$CODEX_HOME`, else `~/.codex`.
     pub codex_home: PathBuf,
+    /// `$XDG_CONFIG_HOME`, when set (OpenCode's user plugins are under it).
+    pub config_home: Option<PathBuf>,
 }
 
 impl Home {
@@ -134,10 +143,16 @@ impl Home {
         };
         let home = var("HOME")?;
         let codex_home = var("CODEX_HOME").unwrap_or_else(|| home.join(".codex"));
-        Some(Home { home, codex_home })
+        let config_home = var("XDG_CONFIG_HOME");
+        Some(Home {
+            home,
+            codex_home,
+            config_home,
+        })
     }
 
-    /// The settings file `agent` reads at `place` (`None` for OpenCode).
+    /// The settings file `agent` reads at `place` (for OpenCode, the
+    /// plugin file `init` writes).
     pub fn settings_file(&self, agent: Agent, place: &Place) -> Option<PathBuf> {
         let base = match place {
             Place::Project(dir) => dir.clone(),
@@ -149,7 +164,10 @@ impl Home {
             (Agent::Qwen, _) => base.join(".qwen/settings.json"),
             (Agent::Codex, Place::User) => self.codex_home.join("config.toml"),
             (Agent::Codex, Place::Project(_)) => base.join(".codex/config.toml"),
-            (Agent::Opencode, _) => return None,
+            (Agent::Opencode, Place::Project(_)) => base.join(".opencode/plugins/toolgate.js"),
+            (Agent::Opencode, Place::User) => {
+                opencode::user_plugins(&self.home, self.config_home.as_deref()).join("toolgate.js")
+            }
         })
     }
 }
@@ -223,10 +241,16 @@ impl std::error::Error for SetupError {
 /// The hook command toolgate writes: `PROGRAM hook AGENT [--socket PATH]`,
 /// each word quoted for the shell the agent runs it with.
 pub fn hook_command(program: &Path, agent: Agent, socket: Option<&Path>) -> String {
+    // OpenCode's plugin speaks Claude Code's hook format (with OpenCode's
+    // own tool names).
+    let format = match agent {
+        Agent::Opencode => Agent::Claude,
+        agent => agent,
+    };
     let mut words = vec![
         quote(&program.to_string_lossy()),
         "hook".to_string(),
-        agent.name().to_string(),
+        format.name().to_string(),
     ];
     if let Some(socket) = socket {
         words.push("--socket".to_string());

@@ -13,9 +13,9 @@ use toolgate::say;
 /// The flags of `toolgate doctor`.
 #[derive(Debug, Args)]
 pub struct DoctorArgs {
-    /// Check only these agents (claude, codex, gemini, qwen). [default: every
+    /// Check only these agents (claude, codex, gemini, qwen, opencode). [default: every
     /// agent whose settings are found]
-    #[arg(value_name = "AGENT", value_parser = ["claude", "codex", "gemini", "qwen"])]
+    #[arg(value_name = "AGENT", value_parser = ["claude", "codex", "gemini", "qwen", "opencode"])]
     agents: Vec<String>,
     /// The project whose settings are checked. [default: the working directory]
     #[arg(long, value_name = "DIR")]

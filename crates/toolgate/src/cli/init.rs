@@ -14,7 +14,7 @@ use toolgate::say;
 #[derive(Debug, Args)]
 pub struct InitArgs {
     /// The agent: claude (Claude Code), codex (Codex), gemini (Gemini CLI),
-    /// qwen (qwen-code), opencode (OpenCode: explains what to do instead).
+    /// qwen (qwen-code), opencode (OpenCode: a plugin that runs the hook).
     #[arg(value_enum, value_name = "AGENT")]
     agent: InitAgent,
     /// The project's settings (`.claude/settings.json`, `.codex/config.toml`,
@@ -71,9 +71,6 @@ pub fn run(args: InitArgs) -> ExitCode {
         say!("toolgate init: {err}");
         ExitCode::from(2)
     };
-    if agent == Agent::Opencode {
-        return fail(&agent_setup::SetupError::NoHook(agent));
-    }
     let Some(home) = Home::from_env() else {
         return fail(&agent_setup::SetupError::NoHome);
     };

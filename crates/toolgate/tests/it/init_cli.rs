@@ -45,6 +45,7 @@ fn toolgate(place: &Place, args: &[&str], env: &[(&str, &str)]) -> (i32, String,
         "TOOLGATE_PERMISSION",
         "TOOLGATE_STATE_DIR",
         "GEMINI_CLI_TRUST_WORKSPACE",
+        "XDG_CONFIG_HOME",
     ] {
         command.env_remove(name);
     }
@@ -236,15 +237,73 @@ fn init_codex_edits_toml_in_place_and_says_how_to_trust() {
 }
 
 #[test]
-fn init_opencode_explains_and_writes_nothing() {
+fn init_opencode_writes_a_plugin_that_runs_the_hook() {
     let place = place("opencode");
+    let plugin = place.project.join(".opencode/plugins/toolgate.js");
+    let (code, out, err) = toolgate(&place, &["init", "opencode", "--dry-run"], &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("tool.execute.before") && !plugin.exists(),
+        "{out}"
+    );
+    let (code, _, err) = toolgate(&place, &["init", "opencode"], &[]);
+    assert_eq!(code, 0, "{err}");
+    let text = read(&plugin);
+    let program = env!("CARGO_BIN_EXE_toolgate");
+    assert!(
+        text.contains(&format!(
+            r#"const TOOLGATE = ["{program}","hook","claude"];"#
+        )),
+        "{text}"
+    );
+    // Only `allow` lets a call run.
+    assert!(text.contains(r#"if (answer.permissionDecision === "allow") return;"#));
+    let (_, out, _) = toolgate(&place, &["init", "opencode"], &[]);
+    assert!(out.contains("nothing to change"), "{out}");
+    // With a broker: rewritten (the old one kept), the hook waiting longer.
+    let (code, _, err) = toolgate(
+        &place,
+        &["init", "opencode", "--socket", "/run/t.sock"],
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    let text = read(&plugin);
+    assert!(
+        text.contains(r#""--socket","/run/t.sock"]"#) && text.contains("timeout: 60000"),
+        "{text}"
+    );
+    assert!(edit_backup(&plugin).exists());
+    // The user's plugins are under XDG_CONFIG_HOME when it is set.
+    let config = place.home.join("config");
+    let config_env = config.display().to_string();
+    let (code, _, err) = toolgate(
+        &place,
+        &["init", "opencode", "--user"],
+        &[("XDG_CONFIG_HOME", &config_env)],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(config.join("opencode/plugins/toolgate.js").exists());
+    // doctor: the project's plugin runs an executable hook that answers.
+    let (code, out, _) = toolgate(&place, &["init", "opencode"], &[]);
+    assert_eq!(code, 0, "{out}");
+    let (code, out, _) = toolgate(&place, &["doctor", "opencode"], &[]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("a dry-run read call is decided"), "{out}");
+    // A toolgate.js of someone else's: init leaves it, doctor says so.
+    std::fs::write(&plugin, "export const Mine = async () => ({});\n").unwrap();
     let (code, _, err) = toolgate(&place, &["init", "opencode"], &[]);
     assert_eq!(code, 2);
     assert!(
-        err.contains("server bridge") && err.contains("nothing was written"),
+        err.contains("not written by `toolgate init opencode`"),
         "{err}"
     );
-    assert_eq!(std::fs::read_dir(&place.project).unwrap().count(), 0);
+    assert_eq!(read(&plugin), "export const Mine = async () => ({});\n");
+    let (code, out, _) = toolgate(&place, &["doctor", "opencode"], &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("FAIL") && out.contains("did not write"),
+        "{out}"
+    );
 }
 
 #[test]
