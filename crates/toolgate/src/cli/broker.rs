@@ -204,3 +204,83 @@ pub fn in_process_decider(
     )
     .client(client))
 }
+
+/// How `mcp` and the bridges decide: the broker on `--socket` (or
+/// `TOOLGATE_SOCKET`), else one in this process built from the policy
+/// flags; and where the agent's session is bound.
+#[derive(Debug, clap::Args)]
+pub struct DeciderArgs {
+    /// Ask the broker listening on this Unix socket (`toolgate serve
+    /// --listen unix:PATH`) instead of deciding in-process; its approvers
+    /// may answer what asks. Also TOOLGATE_SOCKET.
+    #[arg(long, value_name = "PATH")]
+    socket: Option<PathBuf>,
+    #[command(flatten)]
+    bind: super::flags::BindArgs,
+    #[command(flatten)]
+    policy: PolicyArgs,
+    #[command(flatten)]
+    ask: AskArgs,
+    #[command(flatten)]
+    keep: KeepArgs,
+    #[command(flatten)]
+    line: LineArgs,
+}
+
+/// What [`DeciderArgs`] resolve to.
+pub struct Decider {
+    /// The broker's socket, when one decides.
+    pub socket: Option<PathBuf>,
+    /// Where the agent's session is bound.
+    pub binding: toolgate::adapters::bind::Binding,
+    /// The flags an in-process broker is built from.
+    pub flags: BrokerFlags,
+}
+
+impl DeciderArgs {
+    /// These flags with `outer`'s (given before the subcommand) where these
+    /// are unset, the socket falling back to `TOOLGATE_SOCKET` (empty: none).
+    /// `Err` says why the binding cannot be used.
+    pub fn resolve(self, outer: super::flags::ServeArgs) -> Result<Decider, String> {
+        let binding = self.bind.resolve()?;
+        let socket = self
+            .socket
+            .or_else(|| std::env::var_os("TOOLGATE_SOCKET").map(PathBuf::from))
+            .filter(|path| !path.as_os_str().is_empty());
+        let flags = BrokerFlags {
+            policy: self.policy.or(outer.policy),
+            ask: self.ask.or(outer.ask),
+            keep: self.keep.or(outer.keep),
+            line: self.line.or(outer.line),
+            agent: AgentRules::default(),
+        };
+        Ok(Decider {
+            socket,
+            binding,
+            flags,
+        })
+    }
+}
+
+/// With `--socket`, the broker listening there decides with its own policy:
+/// the policy flags given (`given`, clap ids), and `more` that a command
+/// read elsewhere, are refused, said on stderr as `toolgate COMMAND: ...`
+/// (exit code 2).
+pub fn refuse_policy_with_socket(
+    command: &str,
+    given: &[String],
+    more: &[&str],
+    path: &std::path::Path,
+) -> Result<(), ExitCode> {
+    let mut named = super::flags::broker_flags(given, &["max_frame_bytes"]);
+    named.extend(more.iter().map(|more| more.to_string()));
+    if named.is_empty() {
+        return Ok(());
+    }
+    say!(
+        "toolgate {command}: {} cannot be used with --socket: the broker listening on {} decides with its own policy (give these flags to `toolgate serve --listen`)",
+        named.join(", "),
+        path.display()
+    );
+    Err(ExitCode::from(2))
+}

@@ -14,27 +14,16 @@ use toolgate::adapters::claude_bridge::{self, Peer};
 use toolgate::adapters::mcp::Decide;
 use toolgate::say;
 
-use super::broker::{in_process_decider, BrokerFlags};
-use super::flags::{broker_flags, AskArgs, BindArgs, KeepArgs, LineArgs, PolicyArgs, ServeArgs};
+use super::broker::{
+    in_process_decider, refuse_policy_with_socket, BrokerFlags, Decider, DeciderArgs,
+};
+use super::flags::ServeArgs;
 
 /// The flags of `toolgate claude-bridge`.
 #[derive(Debug, Args)]
 pub struct ClaudeBridgeArgs {
-    /// Ask the broker listening on this Unix socket (`toolgate serve
-    /// --listen unix:PATH`) instead of deciding in-process; its approvers
-    /// may answer what asks. Also TOOLGATE_SOCKET.
-    #[arg(long, value_name = "PATH")]
-    socket: Option<PathBuf>,
     #[command(flatten)]
-    bind: BindArgs,
-    #[command(flatten)]
-    policy: PolicyArgs,
-    #[command(flatten)]
-    ask: AskArgs,
-    #[command(flatten)]
-    keep: KeepArgs,
-    #[command(flatten)]
-    line: LineArgs,
+    decider: DeciderArgs,
     /// Claude Code's command line, after `--`: `claude
     /// --input-format stream-json --output-format stream-json --verbose
     /// --permission-prompt-tool stdio ...`.
@@ -51,41 +40,23 @@ const LINE_LIMIT: usize = 64 << 20;
 /// broker cannot be used, 127 when Claude Code cannot be started; nothing
 /// is started then.
 pub fn run(args: ClaudeBridgeArgs, outer: ServeArgs, given: &[String]) -> ExitCode {
-    let ClaudeBridgeArgs {
+    let ClaudeBridgeArgs { decider, command } = args;
+    let Decider {
         socket,
-        bind,
-        policy,
-        ask,
-        keep,
-        line,
-        command,
-    } = args;
-    let binding = match bind.resolve() {
-        Ok(binding) => binding,
+        binding,
+        flags,
+    } = match decider.resolve(outer) {
+        Ok(decider) => decider,
         Err(err) => {
             say!("toolgate claude-bridge: {err}");
             return ExitCode::from(2);
         }
     };
-    let (policy, ask, keep, line) = (
-        policy.or(outer.policy),
-        ask.or(outer.ask),
-        keep.or(outer.keep),
-        line.or(outer.line),
-    );
-    let limit = line.max_frame_bytes.unwrap_or(LINE_LIMIT).max(1);
-    let flags = BrokerFlags {
-        policy,
-        ask,
-        keep,
-        line,
-        agent: Default::default(),
-    };
+    let limit = flags.line.max_frame_bytes.unwrap_or(LINE_LIMIT).max(1);
     // Until Claude Code names its session (its `system/init`), calls go to
     // a session of this process's own.
     let session = format!("claude-bridge-{}", uuid::Uuid::new_v4().simple());
-    let socket = socket.or_else(|| std::env::var_os("TOOLGATE_SOCKET").map(PathBuf::from));
-    match socket.filter(|path| !path.as_os_str().is_empty()) {
+    match socket {
         Some(path) => remote(session, path, binding, given, limit, command),
         None => in_process(session, flags, binding, limit, command),
     }
@@ -102,14 +73,8 @@ fn remote(
     command: Vec<OsString>,
 ) -> ExitCode {
     use toolgate::adapters::mcp::Remote;
-    let given = broker_flags(given, &["max_frame_bytes"]);
-    if !given.is_empty() {
-        say!(
-            "toolgate claude-bridge: {} cannot be used with --socket: the broker listening on {} decides with its own policy (give these flags to `toolgate serve --listen`)",
-            given.join(", "),
-            path.display()
-        );
-        return ExitCode::from(2);
+    if let Err(code) = refuse_policy_with_socket("claude-bridge", given, &[], &path) {
+        return code;
     }
     let mut decide = Remote::new(path, session, binding).client("claude-bridge");
     bridge(&mut decide, limit, command)

@@ -2,7 +2,6 @@
 //! its `permission_request`s decided in-process or by a broker (see
 //! `toolgate::adapters::link`).
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
@@ -10,8 +9,10 @@ use toolgate::adapters::link::{self, Spellings};
 use toolgate::adapters::mcp::Remote;
 use toolgate::say;
 
-use super::broker::{in_process_decider, AgentRules, BrokerFlags};
-use super::flags::{broker_flags, AskArgs, BindArgs, KeepArgs, LineArgs, PolicyArgs, ServeArgs};
+use super::broker::{
+    in_process_decider, refuse_policy_with_socket, AgentRules, Decider, DeciderArgs,
+};
+use super::flags::ServeArgs;
 
 /// The flags of `toolgate link-bridge`.
 #[derive(Debug, Args)]
@@ -20,20 +21,8 @@ pub struct LinkBridgeArgs {
     /// session for each bridge]
     #[arg(long, value_name = "ID")]
     session: Option<String>,
-    /// Ask the broker listening on this Unix socket instead of deciding
-    /// in-process; its approvers answer what asks. Also TOOLGATE_SOCKET.
-    #[arg(long, value_name = "PATH")]
-    socket: Option<PathBuf>,
     #[command(flatten)]
-    bind: BindArgs,
-    #[command(flatten)]
-    policy: PolicyArgs,
-    #[command(flatten)]
-    ask: AskArgs,
-    #[command(flatten)]
-    keep: KeepArgs,
-    #[command(flatten)]
-    line: LineArgs,
+    decider: DeciderArgs,
     /// The agent's command line: `-- agent ARGS…`.
     #[arg(last = true, required = true, value_name = "AGENT")]
     command: Vec<String>,
@@ -45,12 +34,7 @@ pub struct LinkBridgeArgs {
 pub fn run(args: LinkBridgeArgs, outer: ServeArgs, given: &[String]) -> ExitCode {
     let LinkBridgeArgs {
         session,
-        socket,
-        bind,
-        policy,
-        ask,
-        keep,
-        line,
+        decider,
         command,
     } = args;
     let Some((program, agent_args)) = command.split_first() else {
@@ -64,8 +48,12 @@ pub fn run(args: LinkBridgeArgs, outer: ServeArgs, given: &[String]) -> ExitCode
             return ExitCode::from(2);
         }
     };
-    let binding = match bind.resolve() {
-        Ok(binding) => binding,
+    let Decider {
+        socket,
+        binding,
+        mut flags,
+    } = match decider.resolve(outer) {
+        Ok(decider) => decider,
         Err(err) => {
             say!("toolgate link-bridge: {err}");
             return ExitCode::from(2);
@@ -74,16 +62,6 @@ pub fn run(args: LinkBridgeArgs, outer: ServeArgs, given: &[String]) -> ExitCode
     let session = session
         .filter(|session| !session.is_empty())
         .unwrap_or_else(|| format!("link-{}", uuid::Uuid::new_v4().simple()));
-    let mut flags = BrokerFlags {
-        policy: policy.or(outer.policy),
-        ask: ask.or(outer.ask),
-        keep: keep.or(outer.keep),
-        line: line.or(outer.line),
-        agent: AgentRules::default(),
-    };
-    let socket = socket
-        .or_else(|| std::env::var_os("TOOLGATE_SOCKET").map(PathBuf::from))
-        .filter(|path| !path.as_os_str().is_empty());
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -100,7 +78,6 @@ pub fn run(args: LinkBridgeArgs, outer: ServeArgs, given: &[String]) -> ExitCode
     let mode = spellings.mode.as_deref();
     let status = match socket {
         Some(path) => {
-            let refused = broker_flags(given, &["max_frame_bytes"]);
             let mut own = Vec::new();
             if spellings.permission.is_some() {
                 own.push("the agent's --permission (or LINK_ASSISTANT_AGENT_PERMISSION)");
@@ -108,17 +85,8 @@ pub fn run(args: LinkBridgeArgs, outer: ServeArgs, given: &[String]) -> ExitCode
             if !spellings.disabled.is_empty() {
                 own.push("the agent's --disable-tools (or LINK_ASSISTANT_AGENT_DISABLE_TOOLS)");
             }
-            if !refused.is_empty() || !own.is_empty() {
-                let named: Vec<String> = refused
-                    .into_iter()
-                    .chain(own.into_iter().map(String::from))
-                    .collect();
-                say!(
-                    "toolgate link-bridge: {} cannot be used with --socket: the broker listening on {} decides with its own policy (give these rules to `toolgate serve --listen`)",
-                    named.join(", "),
-                    path.display()
-                );
-                return ExitCode::from(2);
+            if let Err(code) = refuse_policy_with_socket("link-bridge", given, &own, &path) {
+                return code;
             }
             let mut remote = Remote::new(path, session, binding).client("link-bridge");
             runtime.block_on(link::relay(&mut remote, program, &args, &env, &unset, mode))

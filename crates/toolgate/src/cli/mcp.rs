@@ -7,8 +7,10 @@ use std::process::ExitCode;
 use clap::Args;
 use toolgate::say;
 
-use super::broker::{in_process_decider, BrokerFlags};
-use super::flags::{broker_flags, AskArgs, BindArgs, KeepArgs, LineArgs, PolicyArgs, ServeArgs};
+use super::broker::{
+    in_process_decider, refuse_policy_with_socket, BrokerFlags, Decider, DeciderArgs,
+};
+use super::flags::ServeArgs;
 
 /// The flags of `toolgate mcp`.
 #[derive(Debug, Args)]
@@ -17,21 +19,8 @@ pub struct McpArgs {
     /// session for each `toolgate mcp` process]
     #[arg(long, value_name = "ID")]
     session: Option<String>,
-    /// Ask the broker listening on this Unix socket (`toolgate serve
-    /// --listen unix:PATH`) instead of deciding in-process. Also
-    /// TOOLGATE_SOCKET.
-    #[arg(long, value_name = "PATH")]
-    socket: Option<PathBuf>,
     #[command(flatten)]
-    bind: BindArgs,
-    #[command(flatten)]
-    policy: PolicyArgs,
-    #[command(flatten)]
-    ask: AskArgs,
-    #[command(flatten)]
-    keep: KeepArgs,
-    #[command(flatten)]
-    line: LineArgs,
+    decider: DeciderArgs,
 }
 
 /// `toolgate mcp`: serve MCP on stdin/stdout until end of input (see
@@ -42,41 +31,23 @@ pub struct McpArgs {
 /// `outer`: the flags given before `mcp`; `given`: the ids of every flag
 /// given (see [`super::parse`]).
 pub fn run(args: McpArgs, outer: ServeArgs, given: &[String]) -> ExitCode {
-    let McpArgs {
-        session,
+    let McpArgs { session, decider } = args;
+    let Decider {
         socket,
-        bind,
-        policy,
-        ask,
-        keep,
-        line,
-    } = args;
-    let binding = match bind.resolve() {
-        Ok(binding) => binding,
+        binding,
+        flags,
+    } = match decider.resolve(outer) {
+        Ok(decider) => decider,
         Err(err) => {
             say!("toolgate mcp: {err}");
             return ExitCode::from(2);
         }
     };
-    let (policy, ask, keep, line) = (
-        policy.or(outer.policy),
-        ask.or(outer.ask),
-        keep.or(outer.keep),
-        line.or(outer.line),
-    );
-    let limit = line.max_frame_bytes.unwrap_or(16 << 20).max(1);
-    let flags = BrokerFlags {
-        policy,
-        ask,
-        keep,
-        line,
-        agent: Default::default(),
-    };
+    let limit = flags.line.max_frame_bytes.unwrap_or(16 << 20).max(1);
     let session = session
         .filter(|session| !session.is_empty())
         .unwrap_or_else(|| format!("mcp-{}", uuid::Uuid::new_v4().simple()));
-    let socket = socket.or_else(|| std::env::var_os("TOOLGATE_SOCKET").map(PathBuf::from));
-    let served = match socket.filter(|path| !path.as_os_str().is_empty()) {
+    let served = match socket {
         Some(path) => remote(session, path, binding, given, limit),
         None => in_process(session, flags, binding, limit),
     };
@@ -104,15 +75,7 @@ fn remote(
     use toolgate::adapters::mcp::{self, Remote, Server};
     // The broker there has its own policy, and sessions it may have put in a
     // stricter mode: nothing here may loosen them.
-    let given = broker_flags(given, &["max_frame_bytes"]);
-    if !given.is_empty() {
-        say!(
-            "toolgate mcp: {} cannot be used with --socket: the broker listening on {} decides with its own policy (give these flags to `toolgate serve --listen`)",
-            given.join(", "),
-            path.display()
-        );
-        return Err(ExitCode::from(2));
-    }
+    refuse_policy_with_socket("mcp", given, &[], &path)?;
     let mut server = Server::new(Remote::new(path, session, binding));
     Ok(mcp::serve(&mut server, limit))
 }
