@@ -299,7 +299,7 @@ pub async fn relay<D: Decide>(
     let mut agent_lines = AsyncReader::new(agent_out, LINE_LIMIT);
     let mut own_lines = AsyncReader::new(tokio::io::stdin(), LINE_LIMIT);
     let mut out = tokio::io::stdout();
-    let mut deciding: JoinSet<(String, Verdict)> = JoinSet::new();
+    let mut deciding: JoinSet<(String, String, Verdict)> = JoinSet::new();
     let mut open: HashMap<String, CancellationToken> = HashMap::new();
     let (mut own_open, mut agent_open) = (true, true);
     while agent_open {
@@ -332,7 +332,7 @@ pub async fn relay<D: Decide>(
                                     answer(&mut agent_in, &id, &verdict, &said).await;
                                 }
                                 Started::Later(future) => {
-                                    deciding.spawn(async move { (id, future.await) });
+                                    deciding.spawn(async move { (id, said, future.await) });
                                 }
                             }
                         }
@@ -340,9 +340,9 @@ pub async fn relay<D: Decide>(
                 },
             },
             decided = deciding.join_next(), if !deciding.is_empty() => {
-                if let Some(Ok((id, verdict))) = decided {
+                if let Some(Ok((id, said, verdict))) = decided {
                     open.remove(&id);
-                    answer(&mut agent_in, &id, &verdict, "").await;
+                    answer(&mut agent_in, &id, &verdict, &said).await;
                 }
                 if !own_open && deciding.is_empty() {
                     // Nothing more will be said to the agent.
