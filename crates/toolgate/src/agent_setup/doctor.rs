@@ -242,14 +242,28 @@ fn check_file(
         }
         _ => {}
     }
+    if program_ok && broker_answers(context, &words, &mut say) {
+        dry_run(context, agent, &hook.command, &mut say);
+    }
+    true
+}
+
+/// The broker the hook command `words` asks (its `--socket`, else
+/// `TOOLGATE_SOCKET`) answers, or there is none (the hook decides
+/// in-process).
+fn broker_answers(
+    context: &Context,
+    words: &[String],
+    say: &mut impl FnMut(bool, String, Option<String>),
+) -> bool {
     let socket = words
         .iter()
         .position(|w| w == "--socket")
         .and_then(|at| words.get(at + 1))
         .map(PathBuf::from)
         .or_else(|| context.socket.clone());
-    let broker_ok = match &socket {
-        Some(socket) => check_broker(socket, &mut say),
+    match &socket {
+        Some(socket) => check_broker(socket, say),
         None => {
             say(
                 true,
@@ -258,11 +272,7 @@ fn check_file(
             );
             true
         }
-    };
-    if program_ok && broker_ok {
-        dry_run(context, agent, &hook.command, &mut say);
     }
-    true
 }
 
 /// The checks of OpenCode's plugin file (`toolgate.js`); whether it is
@@ -293,24 +303,7 @@ fn check_plugin(
         None,
     );
     let program_ok = check_program(context, Agent::Opencode, &words[0], say);
-    let socket = words
-        .iter()
-        .position(|w| w == "--socket")
-        .and_then(|at| words.get(at + 1))
-        .map(PathBuf::from)
-        .or_else(|| context.socket.clone());
-    let broker_ok = match &socket {
-        Some(socket) => check_broker(socket, say),
-        None => {
-            say(
-                true,
-                "no broker socket: the hook decides in-process".into(),
-                None,
-            );
-            true
-        }
-    };
-    if program_ok && broker_ok {
+    if program_ok && broker_answers(context, &words, say) {
         let command: Vec<String> = words.iter().map(|word| super::quote(word)).collect();
         // The plugin speaks Claude Code's hook format.
         dry_run(context, Agent::Claude, &command.join(" "), say);
