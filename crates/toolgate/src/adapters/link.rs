@@ -10,11 +10,15 @@
 //! to the orchestrator (its own stdout) unchanged, except each
 //! `permission_request`, which it decides through toolgate (in-process, or
 //! the broker on `--socket`, whose approvers may answer an `ask`) and
-//! answers itself: `once` for `allow`, `reject` for anything else.
+//! answers itself: `once` for `allow`, `reject` for `deny`. What asks and
+//! nobody toolgate reaches can answer ([`Verdict::Ask`]) goes to the
+//! orchestrator, as the agent wrote it.
 //!
-//! A `permission_response` written to the bridge is dropped (said on
-//! stderr): only toolgate answers the agent, so whoever writes the agent's
-//! input cannot approve its calls.
+//! A `permission_response` written to the bridge reaches the agent only
+//! when it answers a question put to the orchestrator; any other is dropped
+//! (said on stderr): only toolgate, and whom it asks, answer the agent, so
+//! whoever writes the agent's input cannot approve a call it was not asked
+//! about.
 //!
 //! So that every mutating call asks, the agent runs with its permission
 //! mode set to `ask` and without its `--permission` override: what it was
@@ -247,6 +251,7 @@ pub fn approval(
         input,
         tool_use_id: text(request.get("callID")).filter(|call| !call.is_empty()),
         permission_mode: mode.map(str::to_string),
+        agent_id: None,
     };
     Ok((id, approval))
 }
@@ -255,7 +260,7 @@ pub fn approval(
 pub fn response(permission: &str, verdict: &Verdict) -> Value {
     let answer = match verdict {
         Verdict::Allow => "once",
-        Verdict::Deny(_) => "reject",
+        Verdict::Deny(_) | Verdict::Ask(_) => "reject",
     };
     json!({"type": "permission_response", "permissionID": permission, "response": answer})
 }
@@ -293,14 +298,17 @@ pub async fn relay<D: Decide>(
     let (Some(agent_in), Some(agent_out)) = (child.stdin.take(), child.stdout.take()) else {
         return Err(std::io::Error::other("the agent's pipes were not opened"));
     };
-    let mut agent_in = Some(agent_in);
     // Lines as bytes (a line that is not UTF-8 passes through as it is),
     // framed by the broker's own codec.
     let mut agent_lines = AsyncReader::new(agent_out, LINE_LIMIT);
     let mut own_lines = AsyncReader::new(tokio::io::stdin(), LINE_LIMIT);
-    let mut out = tokio::io::stdout();
     let mut deciding: JoinSet<(String, String, Verdict)> = JoinSet::new();
-    let mut open: HashMap<String, CancellationToken> = HashMap::new();
+    let mut relay = Relay {
+        agent_in: Some(agent_in),
+        out: tokio::io::stdout(),
+        open: HashMap::new(),
+        forwarded: HashMap::new(),
+    };
     let (mut own_open, mut agent_open) = (true, true);
     while agent_open {
         tokio::select! {
@@ -310,27 +318,20 @@ pub async fn relay<D: Decide>(
                     crate::say!("toolgate link-bridge: dropped a line of the agent's over {LINE_LIMIT} bytes");
                 }
                 Some(Line::Data(line)) => match permission_request(&line) {
-                    None => {
-                        out.write_all(&line).await?;
-                        out.write_all(b"\n").await?;
-                        out.flush().await?;
-                    }
+                    None => relay.tell_orchestrator(&line).await?,
                     Some(request) => match approval(&request, mode) {
                         Err(why) => {
                             let id = request.get("permissionID").or_else(|| request.get("permission_id"))
                                 .and_then(Value::as_str).unwrap_or("").to_string();
                             crate::say!("toolgate link-bridge: reject: {why}");
-                            send(&mut agent_in, &response(&id, &Verdict::Deny(why))).await;
+                            send(&mut relay.agent_in, &response(&id, &Verdict::Deny(why))).await;
                         }
                         Ok((id, approval)) => {
                             let withdrawn = CancellationToken::new();
-                            open.insert(id.clone(), withdrawn.clone());
                             let said = format!("{} {}", approval.tool_name, Value::Object(approval.input.clone()));
+                            relay.open.insert(id.clone(), (withdrawn.clone(), line.to_vec()));
                             match decide.start(&approval, withdrawn) {
-                                Started::Now(verdict) => {
-                                    open.remove(&id);
-                                    answer(&mut agent_in, &id, &verdict, &said).await;
-                                }
+                                Started::Now(verdict) => relay.decided(&id, &said, verdict, own_open).await?,
                                 Started::Later(future) => {
                                     deciding.spawn(async move { (id, said, future.await) });
                                 }
@@ -341,42 +342,136 @@ pub async fn relay<D: Decide>(
             },
             decided = deciding.join_next(), if !deciding.is_empty() => {
                 if let Some(Ok((id, said, verdict))) = decided {
-                    open.remove(&id);
-                    answer(&mut agent_in, &id, &verdict, &said).await;
+                    relay.decided(&id, &said, verdict, own_open).await?;
                 }
-                if !own_open && deciding.is_empty() {
+                if !own_open && deciding.is_empty() && relay.forwarded.is_empty() {
                     // Nothing more will be said to the agent.
-                    agent_in = None;
+                    relay.agent_in = None;
                 }
             },
             line = own_lines.next_line(), if own_open => match line {
-                Ok(Some(Line::Data(line))) if is_type(&line, "permission_response") => {
-                    // Only toolgate answers the agent's questions.
-                    crate::say!("toolgate link-bridge: dropped a permission_response from the input: only toolgate answers the agent");
-                }
-                Ok(Some(Line::Data(line))) => {
-                    let mut bytes = line.to_vec();
-                    bytes.push(b'\n');
-                    write_agent(&mut agent_in, &bytes).await;
-                }
+                Ok(Some(Line::Data(line))) => match object_of_type(&line, "permission_response") {
+                    Some(answer) => relay.orchestrator_answered(&answer).await,
+                    None => {
+                        let mut bytes = line.to_vec();
+                        bytes.push(b'\n');
+                        write_agent(&mut relay.agent_in, &bytes).await;
+                    }
+                },
                 Ok(Some(Line::TooLarge(_))) => {
                     crate::say!("toolgate link-bridge: dropped a line of the input over {LINE_LIMIT} bytes");
                 }
                 Ok(None) | Err(_) => {
                     own_open = false;
+                    // Nobody is left to answer what the orchestrator was asked.
+                    for (id, said) in std::mem::take(&mut relay.forwarded) {
+                        let why = "toolgate: the orchestrator's input ended before it answered";
+                        answer(&mut relay.agent_in, &id, &Verdict::Deny(why.into()), &said).await;
+                    }
                     if deciding.is_empty() {
-                        agent_in = None;
+                        relay.agent_in = None;
                     }
                 }
             },
         }
     }
     // The agent's output ended: whatever it still asked cannot be answered.
-    for (_, withdrawn) in open {
+    for (_, (withdrawn, _)) in relay.open {
         withdrawn.cancel();
     }
-    drop(agent_in);
+    drop(relay.agent_in);
     child.wait().await
+}
+
+/// The relay's state: the two ends it writes, the questions toolgate is
+/// deciding (their withdrawal and line) and those put to the orchestrator
+/// (how each is shown on stderr).
+struct Relay {
+    agent_in: Option<tokio::process::ChildStdin>,
+    out: tokio::io::Stdout,
+    open: HashMap<String, (CancellationToken, Vec<u8>)>,
+    forwarded: HashMap<String, String>,
+}
+
+impl Relay {
+    /// Pass a line on to the orchestrator.
+    async fn tell_orchestrator(&mut self, line: &[u8]) -> std::io::Result<()> {
+        self.out.write_all(line).await?;
+        self.out.write_all(b"\n").await?;
+        self.out.flush().await
+    }
+
+    /// toolgate decided question `id`: its answer goes to the agent, or,
+    /// when nobody toolgate reaches could answer ([`Verdict::Ask`]) and the
+    /// orchestrator can still answer, the question goes to the orchestrator
+    /// as the agent wrote it.
+    async fn decided(
+        &mut self,
+        id: &str,
+        said: &str,
+        verdict: Verdict,
+        orchestrator_open: bool,
+    ) -> std::io::Result<()> {
+        let Some((_, line)) = self.open.remove(id) else {
+            return Ok(());
+        };
+        match verdict {
+            Verdict::Ask(why) if orchestrator_open => {
+                let why = why.lines().next().unwrap_or_default();
+                crate::say!("toolgate link-bridge: asked the orchestrator {id} {said}: {why}");
+                self.forwarded.insert(id.to_string(), said.to_string());
+                self.tell_orchestrator(&line).await
+            }
+            Verdict::Ask(why) => {
+                let verdict = Verdict::Deny(format!(
+                    "{why}; the orchestrator's input has ended, so it cannot be asked either"
+                ));
+                answer(&mut self.agent_in, id, &verdict, said).await;
+                Ok(())
+            }
+            verdict => {
+                answer(&mut self.agent_in, id, &verdict, said).await;
+                Ok(())
+            }
+        }
+    }
+
+    /// A `permission_response` from the orchestrator: passed on when it
+    /// answers a question the orchestrator was asked, as `once` or
+    /// `reject` (an `always` is a `once`: the agent would stop asking, and
+    /// toolgate would see no more of those calls; an answer it cannot read
+    /// is a `reject`). Any other is dropped: only toolgate, and whom it
+    /// asks, answer the agent.
+    async fn orchestrator_answered(&mut self, answer: &Map<String, Value>) {
+        let id = answer
+            .get("permissionID")
+            .or_else(|| answer.get("permission_id"))
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let Some(said) = self.forwarded.remove(id) else {
+            crate::say!("toolgate link-bridge: dropped a permission_response from the input that answers no question put to the orchestrator: only toolgate answers the agent");
+            return;
+        };
+        let response = match answer.get("response").and_then(Value::as_str) {
+            Some("once") => "once",
+            Some("always") => {
+                crate::say!("toolgate link-bridge: the orchestrator's `always` to {id} is taken as `once`: toolgate must go on seeing those calls");
+                "once"
+            }
+            Some("reject") => "reject",
+            other => {
+                crate::say!("toolgate link-bridge: the orchestrator's answer to {id} is not once, always or reject ({other:?}): rejected");
+                "reject"
+            }
+        };
+        crate::say!("toolgate link-bridge: {response} {id} {said}: the orchestrator's answer");
+        let mut frame =
+            json!({"type": "permission_response", "permissionID": id, "response": response});
+        if let Some(message) = answer.get("message").and_then(Value::as_str) {
+            frame["message"] = json!(message);
+        }
+        send(&mut self.agent_in, &frame).await;
+    }
 }
 
 /// The line, when it is a `permission_request` object.
@@ -398,11 +493,6 @@ fn object_of_type(line: &[u8], kind: &str) -> Option<Map<String, Value>> {
     }
 }
 
-/// Whether the line is a JSON object whose `type` is `kind`.
-fn is_type(line: &[u8], kind: &str) -> bool {
-    object_of_type(line, kind).is_some()
-}
-
 /// Answer the agent, and say the answer on stderr.
 async fn answer(
     agent_in: &mut Option<tokio::process::ChildStdin>,
@@ -412,7 +502,7 @@ async fn answer(
 ) {
     match verdict {
         Verdict::Allow => crate::say!("toolgate link-bridge: once {id} {said}"),
-        Verdict::Deny(why) => {
+        Verdict::Deny(why) | Verdict::Ask(why) => {
             // The reason's first line (a reminder for the model follows).
             let why = why.lines().next().unwrap_or_default();
             crate::say!("toolgate link-bridge: reject {id} {said}: {why}");

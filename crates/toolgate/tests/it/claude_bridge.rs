@@ -63,6 +63,29 @@ fn bridge(dir: &Path, args: &[&str], script: &[String], input: &[&str], code: i3
 /// printed as it is, `{"nowait": LINE}` printed without waiting for an
 /// answer.
 fn bridge_with(dir: &Path, args: &[&str], script: &[Value], input: &[&str], code: i32) -> Run {
+    bridge_answering(dir, args, script, input, code, &|_| Reply::Nothing)
+}
+
+/// What the orchestrator does on a line it reads.
+enum Reply {
+    /// Writes this line.
+    Line(String),
+    /// Ends its output.
+    Close,
+    /// Nothing.
+    Nothing,
+}
+
+/// [`bridge_with`] with an orchestrator that replies to each line it reads
+/// as `reply` says.
+fn bridge_answering(
+    dir: &Path,
+    args: &[&str],
+    script: &[Value],
+    input: &[&str],
+    code: i32,
+    reply: &dyn Fn(&Value) -> Reply,
+) -> Run {
     let script_path = dir.join("script.json");
     std::fs::write(&script_path, serde_json::to_string(script).unwrap()).unwrap();
     let log = dir.join("sent.jsonl");
@@ -111,6 +134,16 @@ fn bridge_with(dir: &Path, args: &[&str], script: &[Value], input: &[&str], code
                 if line == r#"{"type":"fake_done"}"# {
                     // The orchestrator is done: end of its output.
                     stdin = None;
+                }
+                match reply(&serde_json::from_str(&line).unwrap_or(Value::Null)) {
+                    Reply::Line(answer) => {
+                        if let Some(input) = stdin.as_mut() {
+                            writeln!(input, "{answer}").unwrap();
+                            input.flush().unwrap();
+                        }
+                    }
+                    Reply::Close => stdin = None,
+                    Reply::Nothing => {}
                 }
                 out.push(line);
             }
@@ -193,8 +226,15 @@ fn allow_deny_and_pass_through() {
         assert!(message.contains("Plan mode is active"), "{message}");
         assert_eq!(response.as_object().unwrap().len(), 2, "{response}");
     }
-    // The orchestrator's lines reached Claude Code unchanged, in order.
-    assert_eq!(&run.sent[..2], &[initialize.to_string(), user.to_string()]);
+    // The orchestrator's lines reached Claude Code in order: its
+    // `initialize` with toolgate's hook, the rest unchanged.
+    let sent: Value = serde_json::from_str(&run.sent[0]).unwrap();
+    assert_eq!(
+        sent,
+        json!({"type": "control_request", "request_id": "req_1", "request": {"subtype": "initialize",
+            "hooks": {"PreToolUse": [{"matcher": null, "hookCallbackIds": ["toolgate_pre_tool_use"]}]}}})
+    );
+    assert_eq!(run.sent[1], user);
     // Claude Code's other lines reached the orchestrator unchanged; its
     // permission questions did not.
     let mut expected = vec![
@@ -256,19 +296,342 @@ fn malformed_requests_are_denied_or_held_back() {
     );
 }
 
+/// A hook call as Claude Code 2.1.328 makes one before a tool runs.
+fn hook(id: &str, tool: &str, input: Value, extra: Value) -> Value {
+    let mut call = json!({
+        "session_id": "sess-fake",
+        "cwd": "/p",
+        "permission_mode": "default",
+        "hook_event_name": "PreToolUse",
+        "tool_name": tool,
+        "tool_input": input,
+        "tool_use_id": format!("toolu_{id}"),
+    });
+    for (key, value) in extra.as_object().unwrap() {
+        call[key] = value.clone();
+    }
+    json!({"hook": call, "id": id})
+}
+
+/// The hook output the stand-in got for its hook call `request_id`.
+fn hook_output(sent: &[String], request_id: &str) -> Value {
+    answer_to(sent, request_id)["response"]["response"]["hookSpecificOutput"].clone()
+}
+
+/// toolgate's hook, registered in the orchestrator's `initialize` beside
+/// its own, sees every call Claude Code makes, also those Claude Code would
+/// not ask about: decided with Claude Code's own permission mode (the
+/// stricter applies) and in a sub-agent's session.
 #[test]
-fn an_ask_in_process_is_denied() {
+fn the_hook_decides_every_call() {
+    let initialize = r#"{"type":"control_request","request_id":"req_1","request":{"subtype":"initialize","hooks":{"PreToolUse":[{"matcher":"Bash","hookCallbackIds":["hook_0"]}]}}}"#;
     let script = vec![
-        INIT.to_string(),
-        ask("a1", "Bash", json!({"command": "touch made.txt"})),
+        json!(INIT),
+        hook("k1", "Bash", json!({"command": "ls"}), json!({})),
+        hook(
+            "k2",
+            "Bash",
+            json!({"command": "echo hi > out.txt"}),
+            json!({}),
+        ),
+        hook(
+            "k3",
+            "Write",
+            json!({"file_path": "a.txt", "content": "x"}),
+            json!({"permission_mode": "plan"}),
+        ),
+        hook(
+            "k4",
+            "Write",
+            json!({"file_path": "b.txt", "content": "x"}),
+            json!({"permission_mode": "bypassPermissions"}),
+        ),
+        hook(
+            "k5",
+            "Bash",
+            json!({"command": "touch c.txt"}),
+            json!({"agent_id": "a1", "agent_type": "general-purpose"}),
+        ),
+        hook(
+            "k6",
+            "Bash",
+            json!({"command": "ls"}),
+            json!({"hook_event_name": "PostToolUse"}),
+        ),
     ];
-    let run = bridge(&project_dir("ask"), &["--mode", "ask"], &script, &[], 0);
-    let response = &answer_to(&run.sent, "a1")["response"]["response"];
-    assert_eq!(response["behavior"], "deny");
-    let message = response["message"].as_str().unwrap();
+    // The orchestrator answers its own hook's calls: `allow` every time.
+    let run = bridge_answering(
+        &project_dir("hook_every_call"),
+        &[
+            "--mode",
+            "auto_edit",
+            "--scope",
+            r#"{"commandPatterns":["ls*","echo *"]}"#,
+        ],
+        &script,
+        &[initialize],
+        0,
+        &|line| {
+            match (line["request"]["subtype"].as_str(), line["request"]["callback_id"].as_str()) {
+            (_, Some("hook_0")) => Reply::Line(json!({"type": "control_response", "response": {"subtype": "success", "request_id": line["request_id"], "response": {}}}).to_string()),
+            (Some("can_use_tool"), _) => Reply::Line(json!({"type": "control_response", "response": {"subtype": "success", "request_id": line["request_id"], "response": {"behavior": "deny", "message": "the orchestrator says no"}}}).to_string()),
+            _ => Reply::Nothing,
+        }
+        },
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    // Both hooks registered, toolgate's first.
+    let sent: Value = serde_json::from_str(&run.sent[0]).unwrap();
+    assert_eq!(
+        sent["request"]["hooks"]["PreToolUse"],
+        json!([{"matcher": null, "hookCallbackIds": ["toolgate_pre_tool_use"]}, {"matcher": "Bash", "hookCallbackIds": ["hook_0"]}])
+    );
+    let decision = |id: &str| hook_output(&run.sent, id)["permissionDecision"].clone();
+    // `ls` in auto_edit: allowed, though Claude Code would not have asked.
+    assert_eq!(decision("k1-h0"), "allow");
+    // A shell write in auto_edit asks; nobody here but the orchestrator
+    // could answer, and the orchestrator is asked through Claude Code's
+    // own question, which the stand-in makes next.
+    assert_eq!(decision("k2-h0"), "ask");
+    assert_eq!(
+        answer_to(&run.sent, "k2")["response"]["response"],
+        json!({"behavior": "deny", "message": "the orchestrator says no"})
+    );
+    // Claude Code in plan mode: stricter than auto_edit, so the write is
+    // denied with plan mode's reason; in bypassPermissions, auto_edit holds.
+    assert_eq!(decision("k3-h0"), "deny");
+    let reason = hook_output(&run.sent, "k3-h0")["permissionDecisionReason"].clone();
+    assert!(reason.as_str().unwrap().contains("plan mode"), "{reason}");
+    assert_eq!(decision("k4-h0"), "allow");
+    // A sub-agent's call: the scope holds there too.
+    assert_eq!(decision("k5-h0"), "deny");
+    let reason = hook_output(&run.sent, "k5-h0")["permissionDecisionReason"].clone();
     assert!(
-        message.contains("no human can be asked here: `toolgate claude-bridge` decides in-process"),
-        "{message}"
+        reason
+            .as_str()
+            .unwrap()
+            .contains("the scope of session `sess-fake` does not allow the command `touch c.txt`"),
+        "{reason}"
+    );
+    // Not a PreToolUse call: denied, saying so.
+    assert_eq!(decision("k6-h0"), "deny");
+    // The orchestrator saw the calls of its own hook, never toolgate's.
+    assert!(run.out.iter().any(|line| line.contains("hook_0")));
+    assert!(
+        run.out
+            .iter()
+            .all(|line| !line.contains("toolgate_pre_tool_use")),
+        "{:#?}",
+        run.out
+    );
+}
+
+/// An orchestrator whose first line is not an `initialize` (a user
+/// message) gets the bridge's own `initialize` sent before it, and never
+/// sees Claude Code's answer to it.
+#[test]
+fn the_bridge_initializes_when_the_orchestrator_does_not() {
+    let user = r#"{"type":"user","message":{"role":"user","content":"go"},"parent_tool_use_id":null,"session_id":""}"#;
+    let script = vec![
+        json!(INIT),
+        json!(
+            r#"{"type":"control_response","response":{"subtype":"success","request_id":"OWN","response":{}}}"#
+        ),
+        hook("n1", "Bash", json!({"command": "echo hi > x"}), json!({})),
+    ];
+    // The stand-in answers the bridge's initialize by its id, which the
+    // script cannot know: the bridge's id is read from what was sent.
+    let dir = project_dir("own_initialize");
+    let run = bridge_with(&dir, &["--mode", "plan"], &script, &[user], 0);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let first: Value = serde_json::from_str(&run.sent[0]).unwrap();
+    assert_eq!(first["request"]["subtype"], "initialize", "{first}");
+    assert!(first["request_id"]
+        .as_str()
+        .unwrap()
+        .starts_with("toolgate_initialize_"));
+    assert_eq!(
+        first["request"]["hooks"],
+        json!({"PreToolUse": [{"matcher": null, "hookCallbackIds": ["toolgate_pre_tool_use"]}]})
+    );
+    assert_eq!(run.sent[1], user);
+    assert_eq!(
+        hook_output(&run.sent, "n1-h0")["permissionDecision"],
+        "deny"
+    );
+}
+
+/// What nobody toolgate reaches can answer goes to the orchestrator, as
+/// Claude Code asked it; its answer reaches Claude Code, unless it allows
+/// an input of its own that toolgate denies. Answers to questions it was
+/// not shown do not pass as answers to them.
+#[test]
+fn an_ask_goes_to_the_orchestrator() {
+    let initialize = r#"{"type":"control_request","request_id":"req_1","request":{"subtype":"initialize","hooks":null}}"#;
+    let script = vec![
+        json!(INIT),
+        // Through the hook: it answers `ask`, then Claude Code asks.
+        hook(
+            "q1",
+            "Bash",
+            json!({"command": "touch made.txt"}),
+            json!({}),
+        ),
+        hook(
+            "q2",
+            "Bash",
+            json!({"command": "touch other.txt"}),
+            json!({}),
+        ),
+        hook(
+            "q3",
+            "Bash",
+            json!({"command": "touch third.txt"}),
+            json!({}),
+        ),
+        // Claude Code asking without a hook call first.
+        json!(ask("q4", "Bash", json!({"command": "touch fourth.txt"}))),
+        hook(
+            "q5",
+            "Bash",
+            json!({"command": "touch fifth.txt"}),
+            json!({}),
+        ),
+    ];
+    let run = bridge_answering(
+        &project_dir("ask_orchestrator"),
+        &[
+            "--mode",
+            "ask",
+            "--permission",
+            r#"{"bash":{"rm *":"deny"}}"#,
+        ],
+        &script,
+        &[initialize],
+        0,
+        &|line| {
+            if line["request"]["subtype"] != "can_use_tool" {
+                return Reply::Nothing;
+            }
+            let id = line["request_id"].as_str().unwrap();
+            let response = match id {
+                "q1" | "q4" => {
+                    json!({"behavior": "allow", "updatedInput": line["request"]["input"]})
+                }
+                "q2" => json!({"behavior": "deny", "message": "not now"}),
+                "q3" => json!({"behavior": "allow", "updatedInput": {"command": "rm -rf src"}}),
+                _ => json!({"behavior": "maybe"}),
+            };
+            Reply::Line(json!({"type": "control_response", "response": {"subtype": "success", "request_id": id, "response": response}}).to_string())
+        },
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    for id in ["q1-h0", "q2-h0", "q3-h0", "q5-h0"] {
+        let output = hook_output(&run.sent, id);
+        assert_eq!(output["permissionDecision"], "ask", "{id}: {output}");
+        assert!(
+            output["permissionDecisionReason"]
+                .as_str()
+                .unwrap()
+                .contains("no human can be asked here"),
+            "{output}"
+        );
+    }
+    // The orchestrator was shown Claude Code's questions as it wrote them.
+    let shown: Vec<&String> = run
+        .out
+        .iter()
+        .filter(|line| line.contains("can_use_tool"))
+        .collect();
+    assert_eq!(shown.len(), 5, "{:#?}", run.out);
+    assert!(
+        shown[3].contains(r#""permission_suggestions""#),
+        "{}",
+        shown[3]
+    );
+    let response = |id: &str| answer_to(&run.sent, id)["response"]["response"].clone();
+    assert_eq!(
+        response("q1"),
+        json!({"behavior": "allow", "updatedInput": {"command": "touch made.txt"}})
+    );
+    assert_eq!(
+        response("q2"),
+        json!({"behavior": "deny", "message": "not now"})
+    );
+    let changed = response("q3");
+    assert_eq!(changed["behavior"], "deny", "{changed}");
+    assert!(
+        changed["message"].as_str().unwrap().starts_with("the orchestrator allowed the call with an input of its own, which toolgate denies: toolgate: "),
+        "{changed}"
+    );
+    assert_eq!(
+        response("q4"),
+        json!({"behavior": "allow", "updatedInput": {"command": "touch fourth.txt"}})
+    );
+    let unreadable = response("q5");
+    assert_eq!(unreadable["behavior"], "deny", "{unreadable}");
+    assert!(
+        unreadable["message"]
+            .as_str()
+            .unwrap()
+            .contains("cannot be read"),
+        "{unreadable}"
+    );
+}
+
+/// With `--on-ask deny` nobody is asked: the hook denies, and the
+/// orchestrator sees no question. An orchestrator whose input ends while
+/// it holds a question has it denied.
+#[test]
+fn on_ask_deny_and_an_orchestrator_that_leaves() {
+    let initialize = r#"{"type":"control_request","request_id":"req_1","request":{"subtype":"initialize","hooks":null}}"#;
+    let script = vec![
+        json!(INIT),
+        hook(
+            "d1",
+            "Bash",
+            json!({"command": "touch made.txt"}),
+            json!({}),
+        ),
+    ];
+    let run = bridge_with(
+        &project_dir("on_ask_deny"),
+        &["--mode", "ask", "--on-ask", "deny"],
+        &script,
+        &[initialize],
+        0,
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(
+        hook_output(&run.sent, "d1-h0")["permissionDecision"],
+        "deny"
+    );
+    assert!(
+        run.out.iter().all(|line| !line.contains("can_use_tool")),
+        "{:#?}",
+        run.out
+    );
+
+    let run = bridge_answering(
+        &project_dir("orchestrator_leaves"),
+        &["--mode", "ask"],
+        &script,
+        &[initialize],
+        0,
+        &|line| match line["request"]["subtype"].as_str() {
+            Some("can_use_tool") => Reply::Close,
+            _ => Reply::Nothing,
+        },
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let response = &answer_to(&run.sent, "d1")["response"]["response"];
+    assert_eq!(response["behavior"], "deny", "{response}");
+    assert!(
+        response["message"]
+            .as_str()
+            .unwrap()
+            .contains("the orchestrator's input ended before it answered"),
+        "{response}"
     );
 }
 

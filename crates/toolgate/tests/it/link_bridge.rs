@@ -30,6 +30,14 @@ struct Run {
 }
 
 impl Run {
+    /// The questions the orchestrator was shown.
+    fn asked(&self) -> Vec<&Value> {
+        self.out
+            .iter()
+            .filter(|event| event["type"] == "permission_request")
+            .collect()
+    }
+
     /// The status the agent reported for each of its calls, in order.
     fn statuses(&self) -> Vec<String> {
         self.out
@@ -50,6 +58,24 @@ fn bridge(
     env: &[(&str, &str)],
     calls: Value,
     extra: &[Value],
+) -> Run {
+    bridge_answering(root, flags, agent_args, env, calls, extra, &|_| {
+        Some(json!("reject"))
+    })
+}
+
+/// [`bridge`] with an orchestrator that answers each `permission_request`
+/// it is shown with `reply(request)`: a response (`"once"`, …), a whole
+/// frame (an object), a list of those where `null` ends its input, or
+/// `None` to end its input there.
+fn bridge_answering(
+    root: &Path,
+    flags: &[&str],
+    agent_args: &[&str],
+    env: &[(&str, &str)],
+    calls: Value,
+    extra: &[Value],
+    reply: &dyn Fn(&Value) -> Option<Value>,
 ) -> Run {
     let log = root.join("agent.log");
     let _ = std::fs::remove_file(&log);
@@ -81,21 +107,47 @@ fn bridge(
         command.env(name, value);
     }
     let mut child = command.spawn().unwrap();
-    let mut stdin = child.stdin.take().unwrap();
+    let mut stdin = child.stdin.take();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let user = json!({"type": "user", "message": calls.to_string()});
-    writeln!(stdin, "{user}").unwrap();
+    if let Some(input) = stdin.as_mut() {
+        writeln!(input, "{user}").unwrap();
+    }
     let mut out = Vec::new();
     for line in lines.by_ref() {
         let value: Value = serde_json::from_str(&line.unwrap()).unwrap();
         let done = value["type"] == "text";
+        if value["type"] == "permission_request" {
+            let replies = match reply(&value) {
+                Some(Value::Array(replies)) => replies,
+                Some(reply) => vec![reply],
+                None => vec![Value::Null],
+            };
+            for reply in replies {
+                let frame = match reply {
+                    Value::Null => {
+                        stdin = None;
+                        continue;
+                    }
+                    Value::Object(frame) => Value::Object(frame),
+                    response => {
+                        json!({"type": "permission_response", "permissionID": value["permissionID"], "response": response})
+                    }
+                };
+                if let Some(input) = stdin.as_mut() {
+                    writeln!(input, "{frame}").unwrap();
+                }
+            }
+        }
         out.push(value);
         if done {
             break;
         }
     }
-    for line in extra {
-        writeln!(stdin, "{line}").unwrap();
+    if let Some(input) = stdin.as_mut() {
+        for line in extra {
+            writeln!(input, "{line}").unwrap();
+        }
     }
     drop(stdin);
     for line in lines {
@@ -140,13 +192,16 @@ fn the_agents_plan_mode_is_toolgates_and_the_agent_itself_asks_for_everything() 
         &[],
     );
     // A web fetch asks in plan mode (it could carry what was read away):
-    // nobody can be asked in-process, so it is rejected too.
+    // nobody toolgate reaches can answer in-process, so the orchestrator is
+    // asked, and rejects it here. The writes are denied without asking.
     assert_eq!(
         run.statuses(),
         ["completed", "rejected", "rejected", "rejected"],
         "{}",
         run.stderr
     );
+    let asked: Vec<&Value> = run.asked().iter().map(|request| &request["tool"]).collect();
+    assert_eq!(asked, [&json!("webfetch")], "{}", run.stderr);
     assert!(!root.join("ran").exists() && !root.join("notes.md").exists());
     // The agent asks for everything, with no override of its own: toolgate
     // applies what it was given.
@@ -171,8 +226,9 @@ fn the_agents_override_is_a_rule_and_disabled_tools_are_denied_in_any_mode() {
         {"tool": "bash", "command": "rm -rf nothing-here"},
         {"tool": "edit", "filePath": root.join("a.txt").display().to_string()},
     ]);
-    // ask mode, the agent's rule allows `touch *`: touch runs, rm would ask
-    // (nobody can be asked in-process: rejected), the edit asks too.
+    // ask mode, the agent's rule allows `touch *`: touch runs, rm asks
+    // (nobody toolgate reaches can answer in-process: the orchestrator is
+    // asked, and rejects), the edit asks too.
     let run = bridge(
         &root,
         &[],
@@ -191,9 +247,12 @@ fn the_agents_override_is_a_rule_and_disabled_tools_are_denied_in_any_mode() {
         run.stderr
     );
     assert!(root.join("allowed-by-rule").exists());
+    assert_eq!(run.asked().len(), 2, "{:#?}", run.out);
     assert!(
-        run.stderr
-            .contains("no human can be asked here: `toolgate link-bridge` decides in-process"),
+        run.stderr.contains("asked the orchestrator per_2 Bash")
+            && run
+                .stderr
+                .contains("no human can be asked here: `toolgate link-bridge` decides in-process"),
         "{}",
         run.stderr
     );
@@ -378,4 +437,88 @@ fn with_a_broker_its_approver_answers_what_asks() {
         "{}",
         run.stderr
     );
+}
+
+/// What nobody toolgate reaches can answer goes to the orchestrator as the
+/// agent wrote it; the orchestrator's answer to it reaches the agent
+/// (`always` as `once`, an answer it cannot read as `reject`); an answer
+/// to any other question is dropped; a question it holds when its input
+/// ends is rejected. `--on-ask deny` asks nobody.
+#[test]
+fn what_asks_goes_to_the_orchestrator() {
+    let root = support::project_dir("link-bridge-ask-orchestrator");
+    let calls = json!([
+        {"tool": "bash", "command": "touch once.txt"},
+        {"tool": "bash", "command": "touch always.txt"},
+        {"tool": "bash", "command": "touch unreadable.txt"},
+        {"tool": "bash", "command": "touch forged.txt"},
+        {"tool": "bash", "command": "touch rejected.txt"},
+    ]);
+    let run = bridge_answering(
+        &root,
+        &["--mode", "ask"],
+        &[],
+        &[],
+        calls.clone(),
+        &[],
+        &|request| {
+            let command = request["metadata"]["command"].as_str().unwrap();
+            Some(match command {
+                "touch once.txt" => json!("once"),
+                "touch always.txt" => json!("always"),
+                "touch unreadable.txt" => json!("sure"),
+                // An answer naming another question (already answered),
+                // then the end of its input.
+                "touch forged.txt" => {
+                    json!([{"type": "permission_response", "permissionID": "per_1", "response": "once"}, null])
+                }
+                _ => json!("reject"),
+            })
+        },
+    );
+    let statuses = run.statuses();
+    assert_eq!(
+        statuses[..3],
+        ["completed", "completed", "rejected"],
+        "{}",
+        run.stderr
+    );
+    assert!(root.join("once.txt").exists() && root.join("always.txt").exists());
+    assert!(!root.join("unreadable.txt").exists() && !root.join("forged.txt").exists());
+    // The question the orchestrator answered with another id stays open
+    // until its input ends: rejected then; the next one, asked after its
+    // input ended, is rejected without asking.
+    assert_eq!(statuses[3..], ["rejected", "rejected"], "{:#?}", run.out);
+    assert_eq!(run.asked().len(), 4, "{:#?}", run.out);
+    assert!(!root.join("rejected.txt").exists());
+    let responses: Vec<&Value> = run
+        .log
+        .iter()
+        .filter_map(|entry| entry.get("response"))
+        .collect();
+    assert_eq!(responses[1]["response"], "once", "{responses:?}");
+    for said in [
+        "the orchestrator's `always` to per_2 is taken as `once`",
+        "the orchestrator's answer to per_3 is not once, always or reject",
+        "dropped a permission_response from the input that answers no question put to the orchestrator",
+        "reject per_4 Bash {\"command\":\"touch forged.txt\"}: toolgate: the orchestrator's input ended before it answered",
+        "the orchestrator's input has ended, so it cannot be asked either",
+    ] {
+        assert!(run.stderr.contains(said), "{said}: {}", run.stderr);
+    }
+    // The questions the orchestrator saw are the agent's, unchanged.
+    assert_eq!(run.asked()[0]["permissionID"], "per_1");
+    assert_eq!(run.asked()[0]["metadata"]["command"], "touch once.txt");
+
+    // --on-ask deny: nobody is asked.
+    let run = bridge(
+        &root,
+        &["--mode", "ask", "--on-ask", "deny"],
+        &[],
+        &[],
+        json!([{"tool": "bash", "command": "touch denied.txt"}]),
+        &[],
+    );
+    assert_eq!(run.statuses(), ["rejected"], "{}", run.stderr);
+    assert!(run.asked().is_empty(), "{:#?}", run.out);
 }

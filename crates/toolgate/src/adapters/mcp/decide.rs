@@ -26,6 +26,10 @@ pub struct Approval {
     /// from the agent's command line): with `--mode`, the stricter applies,
     /// as for a hook.
     pub permission_mode: Option<String>,
+    /// The sub-agent making the call (Claude Code's `agent_id`), when the
+    /// agent says: the call is decided in that sub-agent's session, as a
+    /// hook decides it.
+    pub agent_id: Option<String>,
 }
 
 /// The answer to an [`Approval`].
@@ -35,6 +39,23 @@ pub enum Verdict {
     Allow,
     /// The call is refused; the message reaches the model.
     Deny(String),
+    /// The policy asks a person, and nobody this decider reaches can
+    /// answer (no broker, or no approver connected to it): the question is
+    /// already withdrawn. A client that can ask someone else (a bridge asks
+    /// its orchestrator) may; any other denies with the message, which says
+    /// why and how to attach an approver.
+    Ask(String),
+}
+
+impl Verdict {
+    /// What a client that cannot ask anyone answers: an [`Verdict::Ask`]
+    /// is a denial with its message.
+    pub fn or_deny(self) -> Verdict {
+        match self {
+            Verdict::Ask(message) => Verdict::Deny(message),
+            verdict => verdict,
+        }
+    }
 }
 
 /// Whatever decides approvals: the in-process broker, or a broker over its
@@ -63,8 +84,8 @@ pub enum Started {
 }
 
 /// Decides in this process with a broker built from the policy flags, as
-/// `toolgate hook claude` does. An `ask` cannot reach a human here: it is a
-/// denial saying how to attach one.
+/// `toolgate hook claude` does. An `ask` cannot reach a human here: it is
+/// [`Verdict::Ask`], saying how to attach one.
 pub struct InProcess {
     broker: Broker,
     session: String,
@@ -124,7 +145,8 @@ impl Decide for InProcess {
 }
 
 impl InProcess {
-    /// Decide `approval` now: what would ask a person is a denial.
+    /// Decide `approval` now: what would ask a person is withdrawn and
+    /// [`Verdict::Ask`].
     fn decide(&mut self, approval: &Approval) -> Verdict {
         self.calls += 1;
         let call = approval
@@ -143,6 +165,9 @@ impl InProcess {
         }
         if let Some(mode) = &approval.permission_mode {
             input["permission_mode"] = json!(mode);
+        }
+        if let Some(agent) = &approval.agent_id {
+            input["agent_id"] = json!(agent);
         }
         let answer = hook::decide(
             hook::Agent::Claude,
@@ -178,7 +203,7 @@ impl InProcess {
                     &mut out,
                 );
                 self.broker.commit();
-                Verdict::Deny(format!("{reason}; {}", no_human(self.client)))
+                Verdict::Ask(format!("{reason}; {}", no_human(self.client)))
             }
             _ => Verdict::Deny(reason),
         }

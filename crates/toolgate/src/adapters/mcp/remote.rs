@@ -17,8 +17,8 @@ use crate::transport::client::{self, ClientError, Connection, Outcome, CONNECT_W
 /// Decides with the broker listening on a Unix socket, as a client of it
 /// (role `agent`, client `mcp`): the broker's policy, sessions and grants
 /// apply, and its approvers answer what asks. Fail closed: no broker there,
-/// a connection that breaks, an error from the broker, or a question no
-/// approver can see is a denial.
+/// a connection that breaks or an error from the broker is a denial; a
+/// question no approver can see is withdrawn and [`Verdict::Ask`].
 pub struct Remote {
     path: PathBuf,
     session: String,
@@ -71,12 +71,22 @@ impl Decide for Remote {
         if !self.binding.is_empty() || mode.is_some() {
             frames.push(self.binding.start_json(&self.session, mode));
         }
-        frames.push(call_frame(&self.session, &call, approval));
+        // A sub-agent's call runs in its own session under the agent's,
+        // joined if an earlier call started it (as a hook's does).
+        let session = match &approval.agent_id {
+            Some(agent) => {
+                let child = crate::adapters::hook::child_session(&self.session, agent);
+                frames.push(json!({"type": "session_start", "sessionID": child, "parentID": self.session, "join": true}));
+                child
+            }
+            None => self.session.clone(),
+        };
+        frames.push(call_frame(&session, &call, approval));
         let asking = Asking {
             client: self.client,
             frames,
             path: self.path.clone(),
-            session: self.session.clone(),
+            session,
             call,
         };
         Started::Later(Box::pin(async move {
@@ -185,9 +195,9 @@ impl Asking {
                     .outgoing
                     .withdraw(&self.session, &self.call)
                     .await;
-                Err(format!(
+                Ok(Verdict::Ask(format!(
                     "toolgate: {why}; no approver is connected to the broker at {shown} (start one with `toolgate approve --socket {shown}`)"
-                ))
+                )))
             }
             Err(ClientError::Protocol(message)) => {
                 Err(format!("toolgate: the broker refused the call: {message}"))

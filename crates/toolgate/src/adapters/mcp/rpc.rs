@@ -57,9 +57,12 @@ pub struct Later {
 
 /// The `tools/call` result for `verdict` on a call whose input was `input`.
 fn tool_result(input: Map<String, Value>, verdict: Verdict, modern: bool) -> Value {
-    let text = match verdict {
+    // Nobody else can be asked here: an `ask` is a denial.
+    let text = match verdict.or_deny() {
         Verdict::Allow => json!({"behavior": "allow", "updatedInput": input}),
-        Verdict::Deny(message) => json!({"behavior": "deny", "message": message}),
+        Verdict::Deny(message) | Verdict::Ask(message) => {
+            json!({"behavior": "deny", "message": message})
+        }
     };
     let mut result =
         json!({"content": [{"type": "text", "text": text.to_string()}], "isError": false});
@@ -355,6 +358,7 @@ fn approval(arguments: &Map<String, Value>) -> Result<Approval, String> {
         input,
         tool_use_id,
         permission_mode: None,
+        agent_id: None,
     })
 }
 
