@@ -841,3 +841,80 @@ fn a_scope_holds() {
         "allow"
     );
 }
+
+/// `--parent` through a broker: Claude Code's session, named by its
+/// `system/init`, is started under the orchestrator's session from its
+/// first call and bound by it (plan mode there beats the broker's auto),
+/// and a sub-agent's call runs in its own session under Claude Code's.
+#[test]
+fn under_a_parent_through_a_broker() {
+    let dir = project_dir("bridge_parent");
+    let broker = Listening::start(&dir.join("sock"), &dir, &["--mode", "auto"]);
+    let socket = broker.socket.to_string_lossy().into_owned();
+    let mut orchestrator = crate::support::Peer::connect(
+        &broker.socket,
+        json!({"type": "hello", "role": "agent", "client": "orchestrator"}),
+    );
+    orchestrator.ask(
+        json!({"type": "session_start", "sessionID": "orch", "mode": "plan"}),
+        "session_started",
+    );
+    let initialize = r#"{"type":"control_request","request_id":"req_1","request":{"subtype":"initialize","hooks":null}}"#;
+    let script = vec![
+        json!(INIT),
+        hook(
+            "p1",
+            "Write",
+            json!({"file_path": "a.txt", "content": "x"}),
+            json!({}),
+        ),
+        hook("p2", "Read", json!({"file_path": "a.txt"}), json!({})),
+        hook(
+            "p3",
+            "Bash",
+            json!({"command": "touch b.txt"}),
+            json!({"agent_id": "sub1", "agent_type": "general-purpose"}),
+        ),
+    ];
+    let run = bridge_with(
+        &dir,
+        &["--socket", &socket, "--parent", "orch"],
+        &script,
+        &[initialize],
+        0,
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let decision = |id: &str| hook_output(&run.sent, id)["permissionDecision"].clone();
+    assert_eq!(decision("p1-h0"), "deny");
+    assert_eq!(decision("p2-h0"), "allow");
+    assert_eq!(decision("p3-h0"), "deny");
+    let sessions = orchestrator.ask(
+        json!({"type": "list_sessions", "sessionID": "orch"}),
+        "sessions",
+    );
+    let tree: Vec<(Value, Value, Value)> = sessions["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|session| {
+            (
+                session["sessionID"].clone(),
+                session["parentID"].clone(),
+                session["mode"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        tree,
+        [
+            (json!("orch"), Value::Null, json!("plan")),
+            (json!("sess-fake"), json!("orch"), json!("plan")),
+            (
+                json!("sess-fake/agent/sub1"),
+                json!("sess-fake"),
+                json!("plan")
+            ),
+        ],
+        "{sessions}"
+    );
+}
