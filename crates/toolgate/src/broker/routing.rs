@@ -109,6 +109,17 @@ pub enum Input<'a> {
     /// A replayed recording ended: deny every open call (source `replay`),
     /// a question the recording holds no answer to. The broker goes on.
     Unanswered,
+    /// A replayed question no person's recorded answer decides: the
+    /// recording says the call was refused (by the agent's own rules, a
+    /// hook, a run that could not ask), or that the agent's own
+    /// configuration let it run so nobody was asked. Denied now, source
+    /// `replay`, with `reason`.
+    NoAnswer {
+        /// The question.
+        permission_id: String,
+        /// Why the recording holds no answer.
+        reason: String,
+    },
     /// Judge under a new policy from now on (SIGHUP), deciding the open calls
     /// whose answer is no longer "ask".
     Reload {
@@ -575,6 +586,15 @@ impl Broker {
             Input::Unanswered => self.deny_open(
                 wire::Source::Replay,
                 "the recording holds no answer to this question",
+                &mut Outbox::new(out, None, None),
+            ),
+            Input::NoAnswer {
+                permission_id,
+                reason,
+            } => self.end_ask(
+                &permission_id,
+                wire::Source::Replay,
+                reason,
                 &mut Outbox::new(out, None, None),
             ),
             Input::Reload {

@@ -64,7 +64,17 @@ pub fn run(args: ReplayArgs, outer: ServeArgs) -> ExitCode {
         policy,
     } = args;
     let policy = policy.or(outer.policy);
+    // A mode given on the command line holds for the whole replay; one
+    // from TOOLGATE_MODE or the policy file is the default mode, as for
+    // `serve`, and the recorded modes apply.
+    if let Err(err) = policy.chosen_mode() {
+        say!("toolgate replay: {err}");
+        return ExitCode::from(2);
+    }
+    let mode = policy.mode.or(policy.permission_mode);
     let options = toolgate::replay::cli::Options {
+        mode,
+        root_given: policy.project_root.is_some(),
         from: from.map(|from| match from {
             FromArg::Toolgate => toolgate::replay::Format::Toolgate,
             FromArg::Audit => toolgate::replay::Format::Audit,
@@ -82,13 +92,16 @@ pub fn run(args: ReplayArgs, outer: ServeArgs) -> ExitCode {
         say!("toolgate replay: --policy does not apply with --compare, which names the two policy files itself");
         return ExitCode::from(2);
     }
-    let policy_of = |file: Option<&std::path::Path>| {
+    let policy_of = |file: Option<&std::path::Path>, root: Option<&std::path::Path>| {
         let mut flags = BrokerFlags {
             policy: policy.clone(),
             ..BrokerFlags::default()
         };
         if let Some(file) = file {
             flags.policy.policy = Some(file.to_path_buf());
+        }
+        if let Some(root) = root {
+            flags.policy.project_root = Some(root.to_path_buf());
         }
         open(flags, true)
             .ok()

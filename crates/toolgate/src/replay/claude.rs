@@ -30,9 +30,13 @@ use serde_json::{json, Value};
 
 use super::record::{epoch_ms, Outcome, Recording};
 
-/// The texts with which Claude Code tells the model a call was refused.
+/// The texts with which Claude Code tells the model a call was refused,
+/// read only where the record has no `permissionDecision` (older versions).
 const REFUSALS: &[&str] = &[
     "has been denied",
+    "requires approval",
+    "require approval",
+    "needs approval",
     "doesn't want to proceed",
     "haven't granted it yet",
     "hook error",
@@ -41,6 +45,63 @@ const REFUSALS: &[&str] = &[
     "Permission denied by",
     "while in plan mode",
 ];
+
+/// What a tool result's `permissionDecision` (Claude Code 2.1.328 writes
+/// one on the record holding the result: `decision` accept or reject, and
+/// its `source`: `config` for its mode and rules, `hook`, `user_temporary`,
+/// `user_permanent` or `user_reject` for a person's answer) says became of
+/// the call; `None` when it cannot be read. `text` is what the model was
+/// told.
+fn permission_decision(decision: &Value, text: &str) -> Option<Outcome> {
+    let field = |key: &str| decision.get(key).and_then(Value::as_str);
+    let source = field("source")?;
+    let by_person = source.starts_with("user");
+    let why = [
+        field("reasonType"),
+        field("reasonCode"),
+        field("ruleSource"),
+    ]
+    .into_iter()
+    .flatten()
+    .collect::<Vec<_>>()
+    .join(", ");
+    match field("decision")? {
+        "accept" if by_person => Some(Outcome::Answered(json!({"response": "once"}))),
+        "accept" => Some(Outcome::Allowed(format!(
+            "Claude Code's {source} allowed it without asking anyone{}",
+            if why.is_empty() {
+                String::new()
+            } else {
+                format!(" ({why})")
+            }
+        ))),
+        "reject" if by_person => Some(Outcome::Answered(
+            json!({"response": "reject", "message": text}),
+        )),
+        "reject" => Some(Outcome::Refused(Some(text.to_string()))),
+        _ => None,
+    }
+}
+
+/// Who refused a call, from its `permissionDecision` and
+/// `toolDenialKind`, for `--check`: `Claude Code's config refused it
+/// (permission-rule; rule:projectSettings)`.
+fn refusal_kind(decision: &Value, record: &Value) -> String {
+    let field = |key: &str| decision.get(key).and_then(Value::as_str);
+    let kind = record
+        .get("toolDenialKind")
+        .and_then(Value::as_str)
+        .unwrap_or("refused");
+    let details = [Some(kind), field("reasonCode")]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>()
+        .join("; ");
+    format!(
+        "Claude Code's {} refused it: {details}",
+        field("source").unwrap_or("configuration")
+    )
+}
 
 /// Whether `value` is a Claude Code transcript record.
 pub fn is_record(value: &Value) -> bool {
@@ -144,6 +205,13 @@ pub fn read(text: &str, name: &str) -> Recording {
             .and_then(Value::as_str)
             .and_then(epoch_ms);
         let cwd = record.get("cwd").and_then(Value::as_str);
+        if recording.cwd.is_none() {
+            recording.cwd = cwd.map(str::to_string);
+        }
+        let results = blocks
+            .iter()
+            .filter(|block| block.get("type").and_then(Value::as_str) == Some("tool_result"))
+            .count();
         for block in blocks {
             match (kind, block.get("type").and_then(Value::as_str)) {
                 ("assistant", Some("tool_use")) => {
@@ -186,18 +254,43 @@ pub fn read(text: &str, name: &str) -> Recording {
                     }
                     let text = result_text(block.get("content").unwrap_or(&Value::Null));
                     let error = block.get("is_error").and_then(Value::as_bool) == Some(true);
-                    let refused = error && REFUSALS.iter().any(|phrase| text.contains(phrase));
-                    if refused {
-                        recording
-                            .outcomes
-                            .insert(key.clone(), Outcome::Refused(Some(text.clone())));
-                        recording.decisions.insert(key, ("deny".to_string(), text));
-                    } else {
-                        recording.outcomes.insert(key.clone(), Outcome::Ran);
-                        recording
-                            .decisions
-                            .insert(key, ("allow".to_string(), "Claude Code ran it".to_string()));
-                    }
+                    // The record's own permission decision, when it is about
+                    // this one result only.
+                    let decided = record
+                        .get("permissionDecision")
+                        .filter(|_| results == 1)
+                        .and_then(|decision| permission_decision(decision, &text));
+                    let outcome = match decided {
+                        Some(outcome) => {
+                            recording.read_from.fields += 1;
+                            outcome
+                        }
+                        None => {
+                            recording.read_from.text += 1;
+                            if error && REFUSALS.iter().any(|phrase| text.contains(phrase)) {
+                                Outcome::Refused(Some(text.clone()))
+                            } else {
+                                Outcome::Ran
+                            }
+                        }
+                    };
+                    let refusal = record
+                        .get("permissionDecision")
+                        .filter(|_| results == 1)
+                        .map(|decision| refusal_kind(decision, &record));
+                    let decision = match &outcome {
+                        Outcome::Refused(_) => match refusal {
+                            Some(kind) => ("deny".to_string(), format!("{text} ({kind})")),
+                            None => ("deny".to_string(), text),
+                        },
+                        Outcome::Answered(answer) if answer["response"] == "reject" => {
+                            ("deny".to_string(), text)
+                        }
+                        Outcome::Allowed(by) => ("allow".to_string(), by.clone()),
+                        _ => ("allow".to_string(), "Claude Code ran it".to_string()),
+                    };
+                    recording.outcomes.insert(key.clone(), outcome);
+                    recording.decisions.insert(key, decision);
                 }
                 _ => {}
             }

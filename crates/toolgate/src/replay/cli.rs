@@ -22,6 +22,13 @@ pub struct Options {
     /// Replay under two policy files and report the calls answered
     /// differently; exit 1 when there are some.
     pub compare: Option<(PathBuf, PathBuf)>,
+    /// The mode given on the command line: it holds for the whole replay,
+    /// the recorded modes set aside.
+    pub mode: Option<toolgate_policy::Mode>,
+    /// Whether the project root was given (`--project-root`): else an
+    /// agent's recording is judged with the directory it recorded as the
+    /// root.
+    pub root_given: bool,
 }
 
 /// Every file to replay: the files named (a pipe too: `<(zcat x.gz)`),
@@ -123,8 +130,10 @@ impl Progress {
 }
 
 /// The policy (and the layers it came from) for the flags, with another
-/// policy file when given; `None` when it cannot be built (said on stderr).
-pub type PolicyFor<'a> = dyn Fn(Option<&Path>) -> Option<(Arc<Policy>, Vec<String>)> + 'a;
+/// policy file when given, and another project root when given; `None`
+/// when it cannot be built (said on stderr).
+pub type PolicyFor<'a> =
+    dyn Fn(Option<&Path>, Option<&Path>) -> Option<(Arc<Policy>, Vec<String>)> + 'a;
 
 /// Replay `paths` under the policy `policy(None)` (or, with `--compare`,
 /// `policy(Some(A))` and `policy(Some(B))`). The exit code: 0, 1 for
@@ -146,16 +155,21 @@ pub fn main(paths: &[PathBuf], options: &Options, policy: &PolicyFor<'_>) -> u8 
             return 2;
         }
     };
-    let policies = match &options.compare {
-        None => match policy(None) {
-            Some(policy) => vec![policy],
-            None => return 2,
-        },
-        Some((a, b)) => match (policy(Some(a)), policy(Some(b))) {
-            (Some(a), Some(b)) => vec![a, b],
-            _ => return 2,
+    // The policies for a project root (`None`: the flags' own).
+    let policies_for = |root: Option<&Path>| match &options.compare {
+        None => policy(None, root).map(|policy| vec![policy]),
+        Some((a, b)) => match (policy(Some(a), root), policy(Some(b), root)) {
+            (Some(a), Some(b)) => Some(vec![a, b]),
+            _ => None,
         },
     };
+    let Some(flag_policies) = policies_for(None) else {
+        return 2;
+    };
+    let mut rooted: std::collections::HashMap<String, Vec<(Arc<Policy>, Vec<String>)>> =
+        std::collections::HashMap::new();
+    let mut roots: Vec<String> = Vec::new();
+    let mut notes = super::Notes::default();
     let print_frames = !options.summary && !options.check && options.compare.is_none();
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
@@ -209,15 +223,37 @@ pub fn main(paths: &[PathBuf], options: &Options, policy: &PolicyFor<'_>) -> u8 
         recordings.push((name, recording, format));
     }
     progress.files = recordings.len();
-    for (index, (name, recording, _)) in recordings.iter().enumerate() {
+    for (index, (name, recording, format)) in recordings.iter().enumerate() {
         let name = name.clone();
+        // An agent's recording is judged where the agent ran: its recorded
+        // working directory is the project root, unless one was given.
+        let recorded_root = match (format, &recording.cwd) {
+            (Format::Claude | Format::Codex, Some(cwd)) if !options.root_given => Some(cwd),
+            _ => None,
+        };
+        let policies = match recorded_root {
+            None => &flag_policies,
+            Some(root) => {
+                if !rooted.contains_key(root) {
+                    let Some(built) = policies_for(Some(Path::new(root))) else {
+                        return 2;
+                    };
+                    rooted.insert(root.clone(), built);
+                    roots.push(root.clone());
+                }
+                match rooted.get(root) {
+                    Some(policies) => policies,
+                    None => &flag_policies,
+                }
+            }
+        };
         let calls = if print_frames {
             Default::default()
         } else {
             report::calls(recording)
         };
         let mut answers: Vec<Answers> = Vec::new();
-        for (policy, sources) in &policies {
+        for (policy, sources) in policies {
             let mut seen = Answers::default();
             let mut sink = |frame: &ServerFrame| {
                 if let ServerFrame::Decision(_) = frame {
@@ -235,7 +271,10 @@ pub fn main(paths: &[PathBuf], options: &Options, policy: &PolicyFor<'_>) -> u8 
                     }
                 }
             };
-            run(policy.clone(), sources, recording, &mut sink);
+            let replayed = run(policy.clone(), sources, recording, options.mode, &mut sink);
+            if answers.is_empty() {
+                notes.add(&replayed);
+            }
             answers.push(seen);
         }
         if let Some(err) = failed.take() {
@@ -258,6 +297,20 @@ pub fn main(paths: &[PathBuf], options: &Options, policy: &PolicyFor<'_>) -> u8 
     let mut text = String::new();
     if options.summary {
         text.push_str(&summary.render());
+        let read_from = recordings
+            .iter()
+            .fold((0, 0), |(fields, text), (_, recording, _)| {
+                (
+                    fields + recording.read_from.fields,
+                    text + recording.read_from.text,
+                )
+            });
+        text.push_str(&report::replay_notes(
+            &notes,
+            options.mode,
+            &roots,
+            read_from,
+        ));
     }
     if options.check {
         if differences.is_empty() {

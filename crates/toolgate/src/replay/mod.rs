@@ -82,15 +82,49 @@ impl Format {
 /// The connection a replay's frames come from.
 const REPLAY: crate::broker::ConnId = 0;
 
+/// How the questions of a replay were answered, and what of the recording
+/// it set aside: what `--summary` says about the replay itself.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Notes {
+    /// Answered with a person's recorded answer (or toolgate's own).
+    pub recorded: usize,
+    /// Answered `reject` because the recording says the call was refused.
+    pub refusals: usize,
+    /// Answered `once` only because the recording says the call ran, not
+    /// why: an inference.
+    pub inferred: usize,
+    /// Left unanswered: the agent's own configuration allowed the call, so
+    /// nobody was asked and the recording holds no answer (or it holds no
+    /// outcome at all).
+    pub unanswered: usize,
+    /// Recorded mode changes (and session modes) set aside because a mode
+    /// was given for the whole replay.
+    pub modes_ignored: usize,
+}
+
+impl Notes {
+    /// Add another replay's notes.
+    pub fn add(&mut self, other: &Notes) {
+        self.recorded += other.recorded;
+        self.refusals += other.refusals;
+        self.inferred += other.inferred;
+        self.unanswered += other.unanswered;
+        self.modes_ignored += other.modes_ignored;
+    }
+}
+
 /// Replay `recording` through a fresh broker judging by `policy` (whose
 /// layers `sources` names, for `ready`), handing every frame the broker
-/// writes to `sink`, in order.
+/// writes to `sink`, in order. With `mode` (given on the command line),
+/// every session runs in it: the recorded modes and mode changes are set
+/// aside (and counted).
 pub fn run(
     policy: Arc<Policy>,
     sources: &[String],
     recording: &Recording,
+    mode: Option<toolgate_policy::Mode>,
     sink: &mut dyn FnMut(&ServerFrame),
-) {
+) -> Notes {
     let clock = ManualClock::new();
     let mut broker = Broker::new(
         policy,
@@ -112,11 +146,42 @@ pub fn run(
         number: 0,
         out: Vec::new(),
         line: Vec::new(),
+        notes: Notes::default(),
     };
     driver.step(Input::Opened { conn: REPLAY }, sink);
+    let mut ending = false;
     for (index, frame) in recording.frames.iter().enumerate() {
         let raw = recording.raw_line(index);
-        match frame.get("type").and_then(Value::as_str) {
+        let kind = frame.get("type").and_then(Value::as_str);
+        if kind == Some("session_end") && !ending {
+            // Every answer the recording holds has been given: what is
+            // still open has none (not "the session ended").
+            ending = true;
+            driver.notes.unanswered += driver.asked.len();
+            driver.step(Input::Unanswered, sink);
+        }
+        if let Some(mode) = mode {
+            // The mode given holds: recorded modes are set aside.
+            match kind {
+                Some("set_mode") => {
+                    driver.notes.modes_ignored += 1;
+                    continue;
+                }
+                Some("session_start") if frame.get("mode").is_some() => {
+                    let mut start = frame.clone();
+                    if let Some(fields) = start.as_object_mut() {
+                        fields.remove("mode");
+                    }
+                    if frame["mode"].as_str() != Some(mode.as_str()) {
+                        driver.notes.modes_ignored += 1;
+                    }
+                    driver.feed(&start, sink);
+                    continue;
+                }
+                _ => {}
+            }
+        }
+        match kind {
             Some("tool_call") if !recording.times.is_empty() => {
                 if let Some(time) = key_of(frame).and_then(|key| recording.times.get(&key)) {
                     clock.set(*time);
@@ -164,8 +229,10 @@ pub fn run(
             None => driver.feed(frame, sink),
         }
     }
+    driver.notes.unanswered += driver.asked.len();
     driver.step(Input::Unanswered, sink);
     driver.step(Input::Stop, sink);
+    driver.notes
 }
 
 /// The session and call a frame names.
@@ -188,6 +255,7 @@ struct Driver<'a> {
     number: u64,
     out: Vec<Output>,
     line: Vec<u8>,
+    notes: Notes,
 }
 
 impl Driver<'_> {
@@ -268,13 +336,41 @@ impl Driver<'_> {
         out.clear();
         self.broker.step(input, &mut out);
         let mut answers = Vec::new();
+        let mut unanswerable = Vec::new();
         for Output { frame, .. } in &out {
             sink(frame);
             match frame {
                 ServerFrame::PermissionRequest(request) => {
                     let key = (request.session_id.clone(), request.call_id.clone());
                     if let Some(outcome) = self.recording.outcomes.get(&key) {
-                        answers.push(answer(&request.permission_id, outcome));
+                        match outcome {
+                            Outcome::Answered(_) => self.notes.recorded += 1,
+                            Outcome::Refused(said) => {
+                                self.notes.refusals += 1;
+                                unanswerable.push(Input::NoAnswer {
+                                    permission_id: request.permission_id.clone(),
+                                    reason: match said {
+                                        Some(said) => format!(
+                                            "the recording says the call was refused: {said}"
+                                        ),
+                                        None => {
+                                            "the recording says the call was refused".to_string()
+                                        }
+                                    },
+                                });
+                            }
+                            Outcome::Ran => self.notes.inferred += 1,
+                            Outcome::Allowed(by) => {
+                                self.notes.unanswered += 1;
+                                unanswerable.push(Input::NoAnswer {
+                                    permission_id: request.permission_id.clone(),
+                                    reason: format!(
+                                        "the recording holds no answer to this question: {by}"
+                                    ),
+                                });
+                            }
+                        }
+                        answers.extend(answer(&request.permission_id, outcome));
                     }
                     self.asked.insert(key, request.permission_id.clone());
                 }
@@ -289,21 +385,20 @@ impl Driver<'_> {
         for answer in answers {
             self.feed(&answer, sink);
         }
+        for input in unanswerable {
+            self.step(input, sink);
+        }
     }
 }
 
-/// The answer a recorded outcome gives a question.
-fn answer(permission_id: &str, outcome: &Outcome) -> Value {
-    match outcome {
+/// The answer a recorded outcome gives a question: none when the agent's
+/// own configuration allowed the call (nobody was asked, so the recording
+/// holds no answer to give).
+fn answer(permission_id: &str, outcome: &Outcome) -> Option<Value> {
+    Some(match outcome {
+        Outcome::Allowed(_) | Outcome::Refused(_) => return None,
         Outcome::Ran => {
             json!({"type": "permission_response", "permissionID": permission_id, "response": "once"})
-        }
-        Outcome::Refused(message) => {
-            let mut frame = json!({"type": "permission_response", "permissionID": permission_id, "response": "reject"});
-            if let Some(message) = message {
-                frame["message"] = json!(message);
-            }
-            frame
         }
         Outcome::Answered(fields) => {
             let mut frame = json!({"type": "permission_response", "permissionID": permission_id});
@@ -316,5 +411,5 @@ fn answer(permission_id: &str, outcome: &Outcome) -> Value {
             }
             frame
         }
-    }
+    })
 }

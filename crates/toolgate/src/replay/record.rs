@@ -11,9 +11,17 @@ pub type CallKey = (String, String);
 /// What a recording says became of a call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
-    /// It ran (the agent's own permission check let it through, or a person
-    /// allowed it): a question toolgate asks about it is answered `once`.
+    /// It ran, and the recording does not say why (an older transcript, a
+    /// format without the agent's permission decision): a question toolgate
+    /// asks about it is answered `once`, an answer the report counts as
+    /// inferred.
     Ran,
+    /// It ran because the agent's own configuration (its mode, a rule, a
+    /// hook) allowed it, the recording says, so no person was asked: a
+    /// question toolgate asks about it has no recorded answer and is left
+    /// unanswered (denied at the end, source `replay`). The text says what
+    /// allowed it.
+    Allowed(String),
     /// It was refused (a person rejected it, a rule or hook denied it): a
     /// question toolgate asks about it is answered `reject`, with what the
     /// recording says, if anything.
@@ -22,6 +30,15 @@ pub enum Outcome {
     /// `permission_response` (`response`, and `message`, `scope`,
     /// `patterns` when given), without its id.
     Answered(Value),
+}
+
+/// Where a recording's outcomes were read from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReadFrom {
+    /// From the agent's structured permission record.
+    pub fields: usize,
+    /// From the text of the result (refusal phrases).
+    pub text: usize,
 }
 
 /// One recording read: frames in order, and outcomes by call.
@@ -47,6 +64,13 @@ pub struct Recording {
     /// questions, by call: a recorded `permission_response` naming one
     /// answers the replay's question about that call.
     pub questions: HashMap<String, CallKey>,
+    /// How many outcomes were read from the agent's structured permission
+    /// record (Claude Code's `permissionDecision`), and how many from the
+    /// text the model was told (older transcripts): the report says which.
+    pub read_from: ReadFrom,
+    /// The working directory the agent recorded (its first), for the
+    /// project root of an agent's recording.
+    pub cwd: Option<String>,
     /// The line as recorded, for frames read from toolgate's own format
     /// (by index into `frames`; `None` or missing for a frame built from
     /// another format): fed to the broker as it was, so that what
@@ -131,6 +155,11 @@ impl Recording {
         self.warnings.extend(other.warnings);
         self.questions.extend(other.questions);
         self.times.extend(other.times);
+        self.read_from.fields += other.read_from.fields;
+        self.read_from.text += other.read_from.text;
+        if self.cwd.is_none() {
+            self.cwd = other.cwd;
+        }
     }
 
     /// Add a frame kept as its recorded `line`.

@@ -407,3 +407,40 @@ impl Comparison {
         out
     }
 }
+
+/// What `--summary` says about the replay itself: the mode it ran in, the
+/// project roots it took from the recordings, where the recorded outcomes
+/// were read from (`(fields, text)`: the agent's structured permission
+/// record, or the result's text), and how the questions were answered.
+pub fn replay_notes(
+    notes: &super::Notes,
+    mode: Option<toolgate_policy::Mode>,
+    roots: &[String],
+    (fields, text): (usize, usize),
+) -> String {
+    let mut out = String::from("\nreplayed:\n");
+    match mode {
+        Some(mode) => out.push_str(&format!(
+            "  mode: {mode} for every session (--mode); {} recorded mode{} set aside\n",
+            notes.modes_ignored,
+            plural(notes.modes_ignored)
+        )),
+        None => out.push_str("  mode: as recorded\n"),
+    }
+    for root in roots {
+        out.push_str(&format!(
+            "  project root: {} (the directory the agent recorded; --project-root to choose another)\n",
+            shown(root)
+        ));
+    }
+    if fields + text > 0 {
+        out.push_str(&format!(
+            "  outcomes read: {fields} from the agent's permission record, {text} from the result's text\n"
+        ));
+    }
+    out.push_str(&format!(
+        "  questions answered: {} with a recorded answer, {} with a recorded refusal, {} inferred (the recording says only that the call ran); {} left unanswered (the recording holds no answer: nobody was asked, or nothing says what became of the call)\n",
+        notes.recorded, notes.refusals, notes.inferred, notes.unanswered
+    ));
+    out
+}

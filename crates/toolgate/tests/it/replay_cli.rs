@@ -20,11 +20,20 @@ fn transcripts() -> PathBuf {
 /// `toolgate ARGS` in `dir` with HOME as the transcripts have it: exit
 /// code, stdout, stderr.
 fn toolgate(dir: &Path, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+    toolgate_in_mode(dir, args, None)
+}
+
+/// [`toolgate`] with `TOOLGATE_MODE` set to `mode`, when given.
+fn toolgate_in_mode(dir: &Path, args: &[&str], mode: Option<&str>) -> (i32, String, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_toolgate"));
+    command.env_remove("TOOLGATE_MODE");
+    if let Some(mode) = mode {
+        command.env("TOOLGATE_MODE", mode);
+    }
+    let out = command
         .args(args)
         .current_dir(dir)
         .env("HOME", "/home/tester")
-        .env_remove("TOOLGATE_MODE")
         .env_remove("TOOLGATE_PERMISSION")
         .env_remove("TOOLGATE_STATE_DIR")
         .stdin(Stdio::null())
@@ -175,8 +184,26 @@ fn the_golden_transcripts_replay_as_they_were_served() {
             }
         }
         args.push(input.to_string_lossy().into_owned());
-        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
-        let (code, out, err) = toolgate(&root, &argv);
+        // The mode `serve` was given is its default mode: for the replay
+        // that is TOOLGATE_MODE (a `--mode` would hold for the whole
+        // replay, setting the transcript's mode changes aside).
+        let mut mode = None;
+        let mut kept = Vec::new();
+        let mut given = args.iter();
+        while let Some(arg) = given.next() {
+            match arg.as_str() {
+                "--mode" | "--permission-mode" => mode = given.next().cloned(),
+                other => match other
+                    .strip_prefix("--mode=")
+                    .or_else(|| other.strip_prefix("--permission-mode="))
+                {
+                    Some(value) => mode = Some(value.to_string()),
+                    None => kept.push(arg.clone()),
+                },
+            }
+        }
+        let argv: Vec<&str> = kept.iter().map(String::as_str).collect();
+        let (code, out, err) = toolgate_in_mode(&root, &argv, mode.as_deref());
         let expected = std::fs::read_to_string(input.with_file_name(format!("{name}.out.jsonl")))
             .unwrap()
             .replace(
@@ -436,6 +463,10 @@ most often asked:
 most often denied:
        3  bash: npm test
        1  bash: git push
+
+replayed:
+  mode: as recorded
+  questions answered: 0 with a recorded answer, 0 with a recorded refusal, 0 inferred (the recording says only that the call ran); 3 left unanswered (the recording holds no answer: nobody was asked, or nothing says what became of the call)
 ";
     assert_eq!(out, expected);
     let _ = std::fs::remove_dir_all(&dir);
