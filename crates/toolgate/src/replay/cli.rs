@@ -129,11 +129,13 @@ impl Progress {
     }
 }
 
+/// A policy built, and the layers it came from.
+type Built = (Arc<Policy>, Vec<String>);
+
 /// The policy (and the layers it came from) for the flags, with another
 /// policy file when given, and another project root when given; `None`
 /// when it cannot be built (said on stderr).
-pub type PolicyFor<'a> =
-    dyn Fn(Option<&Path>, Option<&Path>) -> Option<(Arc<Policy>, Vec<String>)> + 'a;
+pub type PolicyFor<'a> = dyn Fn(Option<&Path>, Option<&Path>) -> Option<Built> + 'a;
 
 /// Replay `paths` under the policy `policy(None)` (or, with `--compare`,
 /// `policy(Some(A))` and `policy(Some(B))`). The exit code: 0, 1 for
@@ -166,7 +168,7 @@ pub fn main(paths: &[PathBuf], options: &Options, policy: &PolicyFor<'_>) -> u8 
     let Some(flag_policies) = policies_for(None) else {
         return 2;
     };
-    let mut rooted: std::collections::HashMap<String, Vec<(Arc<Policy>, Vec<String>)>> =
+    let mut rooted: std::collections::HashMap<String, Vec<Built>> =
         std::collections::HashMap::new();
     let mut roots: Vec<String> = Vec::new();
     let mut notes = super::Notes::default();
