@@ -3,9 +3,11 @@
 //! link-assistant's `agent` asks before a tool runs by writing a
 //! `permission_request` line on its stdout (`permissionID`, `sessionID`,
 //! `callID`, `tool` one of `bash`, `edit`, `webfetch`, `title`,
-//! `metadata.command` / `metadata.filePath` / `metadata.url`) and waits for
-//! a `permission_response` line on its stdin (`permissionID`, `response`
-//! `once`, `always` or `reject`). The bridge starts the agent, passes the
+//! `metadata.command` / `metadata.filePath` / `metadata.url`; its `write`
+//! and `patch` ask as `edit`) and waits for a `permission_response` line on
+//! its stdin (`permissionID`, `response` `once`, `always` or `reject`; it
+//! reads no `message`). That is how the agent 0.26.0 writes it
+//! (`scripts/e2e-link-agent` runs it). The bridge starts the agent, passes the
 //! orchestrator's lines (its own stdin) to the agent and the agent's lines
 //! to the orchestrator (its own stdout) unchanged, except each
 //! `permission_request`, which it decides through toolgate (in-process, or
@@ -225,6 +227,17 @@ pub fn approval(
     let title = text(request.get("title"));
     let subject = |key: &str| text(metadata.get(key)).or_else(|| title.clone());
     let tool = request.get("tool").and_then(Value::as_str).unwrap_or("");
+    // The agent's `patch` asks once per file, as `edit` with `filePath`; a
+    // move also names `movePath`: two paths, one written and one removed,
+    // which one call cannot say. It fails closed (the agent's 0.26.0 does
+    // not offer `patch` to the model).
+    if tool == "edit" {
+        if let Some(moved) = text(metadata.get("movePath")).filter(|moved| !moved.is_empty()) {
+            return Err(format!(
+                "{id}: an edit that moves a file to {moved}, which toolgate cannot judge as one call"
+            ));
+        }
+    }
     let (name, input) = match tool {
         "bash" => ("Bash", json!({ "command": subject("command") })),
         "edit" => (
@@ -611,5 +624,19 @@ mod tests {
         .is_err());
         assert!(approval(&request(json!({"permissionID":"p4","tool":"bash"})), None).is_err());
         assert!(approval(&request(json!({"tool":"bash","title":"ls"})), None).is_err());
+        // The agent's patch tool moving a file: two paths, rejected.
+        let moved = approval(
+            &request(json!({"permissionID":"p5","tool":"edit","title":"/w/b.txt",
+                "metadata":{"filePath":"/w/a.txt","movePath":"/w/b.txt","changeType":"move"}})),
+            None,
+        );
+        assert!(moved.unwrap_err().contains("/w/b.txt"));
+        let (_, patched) = approval(
+            &request(json!({"permissionID":"p6","tool":"edit","title":"/w/a.txt",
+                "metadata":{"filePath":"/w/a.txt","movePath":null,"changeType":"update"}})),
+            None,
+        )
+        .unwrap();
+        assert_eq!(patched.input["file_path"], "/w/a.txt");
     }
 }

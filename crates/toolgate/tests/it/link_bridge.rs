@@ -1,7 +1,8 @@
 //! `toolgate link-bridge` through the binary, with a stand-in for
-//! link-assistant/agent (`support/link_agent.py`, its documented
-//! `permission_request`/`permission_response` protocol; the real agent
-//! needs Bun and is not installable here): what the agent asks is decided
+//! link-assistant/agent (`support/link_agent.py`, its
+//! `permission_request`/`permission_response` protocol as the agent 0.26.0
+//! writes it; `scripts/e2e-link-agent` runs the real agent, built from its
+//! source with Bun): what the agent asks is decided
 //! by toolgate under the mode and rules the agent was given, an allowed
 //! call really runs and a rejected one does not, every other line passes
 //! through both ways, and the agent's exit status is the bridge's.
@@ -304,6 +305,28 @@ fn read_only_spelled_either_way_rejects_every_change() {
             run.log[0]["argv"].to_string().contains("--read-only")
         );
     }
+}
+
+#[test]
+fn a_patch_that_moves_a_file_is_rejected_even_in_auto_mode() {
+    // The agent's `patch` asks as `edit` once per file; a move names two
+    // paths (one written, one removed), which one call cannot say.
+    let root = support::project_dir("link-bridge-move");
+    std::fs::write(root.join("a.txt"), "a\n").unwrap();
+    let path = |name: &str| root.join(name).display().to_string();
+    let calls = json!([
+        {"tool": "edit", "filePath": path("a.txt"), "movePath": path("b.txt")},
+        {"tool": "edit", "filePath": path("c.txt")},
+    ]);
+    let run = bridge(&root, &["--mode", "auto"], &[], &[], calls, &[]);
+    assert_eq!(run.statuses(), ["rejected", "completed"], "{}", run.stderr);
+    assert!(root.join("a.txt").exists() && !root.join("b.txt").exists());
+    assert!(run.asked().is_empty(), "{:#?}", run.out);
+    assert!(
+        run.stderr.contains("moves a file to") && run.stderr.contains("b.txt"),
+        "{}",
+        run.stderr
+    );
 }
 
 #[test]
