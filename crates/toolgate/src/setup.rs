@@ -568,6 +568,7 @@ pub fn load(settings: &Settings) -> Result<Loaded, ConfigError> {
         overrides,
         ask_timeout_seconds: settings.ask_timeout,
         read_only_agents: settings.read_only_agents.clone(),
+        managed: Vec::new(),
     })?;
     // Shell analysis asks the disk which repository a git command would use.
     policy.shell.repo_oracle = Some(Arc::new(
