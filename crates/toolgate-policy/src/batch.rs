@@ -304,6 +304,9 @@ impl Policy {
                             question.approve.push(approval);
                         }
                     }
+                    if question.managed.is_none() {
+                        question.managed = asked.managed.clone();
+                    }
                     push_unique(&mut titles, &asked.title);
                     if is_batch(&entry.tool) {
                         // A nested batch lists its own calls, already labelled.
@@ -346,6 +349,7 @@ impl Policy {
                 pattern: rule.pattern.as_str().to_string(),
                 action: rule.action,
                 origin: rule.origin.to_string(),
+                managed: rule.managed,
             })
     }
 }

@@ -134,6 +134,43 @@ impl PolicyFile {
     }
 }
 
+/// The keys a managed policy takes: its `permission` rules and its `mode`
+/// floor. Everything else of a policy file (`tools`, `projectRoot`,
+/// `planModeAllowedTools`, ...) shapes how calls are read and could loosen
+/// them, so a managed policy that sets it is refused rather than half-read.
+const MANAGED_KEYS: &[&str] = &["$schema", "mode", "permission"];
+
+impl PolicyFile {
+    /// Parse and check a managed policy's text (the syntax of a policy file,
+    /// of which only `mode` and `permission` may be set). `file` names it in
+    /// errors.
+    pub fn parse_managed(text: &str, file: &str) -> Result<PolicyFile, PolicyError> {
+        let value: Value = serde_json::from_str(text)
+            .map_err(|err| PolicyError::new(file, "", &format!("not valid JSON: {err}")))?;
+        if let Value::Object(object) = &value {
+            if let Some(key) = object
+                .keys()
+                .find(|key| !MANAGED_KEYS.contains(&key.as_str()))
+            {
+                let known = KEYS.contains(&key.as_str());
+                return Err(PolicyError::new(
+                    file,
+                    key,
+                    &format!(
+                        "{}; a managed policy takes only `mode` (a floor) and `permission`",
+                        if known {
+                            "not taken in a managed policy"
+                        } else {
+                            "unknown key"
+                        }
+                    ),
+                ));
+            }
+        }
+        PolicyFile::parse(text, file)
+    }
+}
+
 fn string<'v>(value: &'v Value, file: &str, key: &str) -> Result<&'v str, PolicyError> {
     value
         .as_str()
@@ -230,6 +267,11 @@ pub struct Sources {
     pub ask_timeout_seconds: Option<u64>,
     /// `--read-only-agents`, which beats the file's `readOnlyAgents`.
     pub read_only_agents: Option<Vec<String>>,
+    /// Managed policies ([`PolicyFile::parse_managed`]), each with its origin
+    /// (`managed:PATH`): layers after every other, each judged on its own,
+    /// whose deny and ask rules are final and whose `mode` is a floor for
+    /// every session (see [`crate::Ruleset::extend_managed`]).
+    pub managed: Vec<(String, PolicyFile)>,
 }
 
 /// The default for `readOnlyAgents`: the agents' built-in sub-agents that
@@ -320,6 +362,26 @@ impl Policy {
         let mut extra_read_only = Vec::new();
         if let Some((name, policy)) = file {
             for (tool, kind, permission) in &policy.tools {
+                if let Some((origin, _)) = sources.managed.first() {
+                    // Redeclared, a tool toolgate knows could leave the
+                    // reach of the managed rules for its permission.
+                    let builtin = Registry::default();
+                    let known = builtin.lookup(tool);
+                    if known.known
+                        && (known.kind != *kind
+                            || known.permission != permission.as_deref().unwrap_or(tool))
+                    {
+                        return Err(PolicyError::new(
+                            name,
+                            &format!("tools.{tool}"),
+                            &format!(
+                                "`{tool}` is a tool toolgate knows (kind {}, permission `{}`), and a managed policy ({origin}) is in force: redeclared, it could leave the reach of the managed rules",
+                                known.kind.as_str(),
+                                known.permission
+                            ),
+                        ));
+                    }
+                }
                 registry.declare(tool, *kind, permission.as_deref());
             }
             if let Some(permission) = &policy.permission {
@@ -357,11 +419,39 @@ impl Policy {
             check_permission_keys(&registry, value, origin, &mut warnings)?;
         }
 
+        // The managed layers, last, each judged on its own; the strictest of
+        // their modes is the floor of every session's mode.
+        let mut mode_floor: Option<(Mode, String)> = None;
+        for (origin, managed) in &sources.managed {
+            if let Some(permission) = &managed.permission {
+                rules.extend_managed(Ruleset::parse(
+                    permission,
+                    origin,
+                    "permission",
+                    origin,
+                    home,
+                )?);
+                check_permission_keys(&registry, permission, origin, &mut warnings)?;
+            }
+            if let Some(mode) = managed.mode {
+                if mode_floor
+                    .as_ref()
+                    .is_none_or(|(floor, _)| mode.strictness() > floor.strictness())
+                {
+                    mode_floor = Some((mode, origin.clone()));
+                }
+            }
+        }
+
         let policy_file = file.map(|(_, policy)| policy);
         let mode = sources
             .mode
             .or(policy_file.and_then(|policy| policy.mode))
             .unwrap_or(Mode::Ask);
+        let mode = match &mode_floor {
+            Some((floor, _)) if floor.strictness() > mode.strictness() => *floor,
+            _ => mode,
+        };
         let ask_timeout_seconds = sources
             .ask_timeout_seconds
             .or(policy_file.and_then(|policy| policy.ask_timeout_seconds))
@@ -415,6 +505,7 @@ impl Policy {
                 glob_oracle: None,
                 physical_root: None,
                 default_mode: mode,
+                mode_floor,
                 project_root: sources.project_root,
                 home: sources.home,
                 registry,

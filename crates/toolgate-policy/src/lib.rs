@@ -88,8 +88,12 @@ pub use wildcard::Wildcard;
 /// The combined policy: immutable once built, cheap to share behind an `Arc`.
 #[derive(Debug, Clone)]
 pub struct Policy {
-    /// The mode new sessions start in.
+    /// The mode new sessions start in (never looser than `mode_floor`).
     pub default_mode: Mode,
+    /// The strictest `mode` of the managed policies, with the origin of the
+    /// one that sets it: no session's calls are judged in a looser mode
+    /// ([`Policy::floored`]).
+    pub mode_floor: Option<(Mode, String)>,
     /// The project root, absolute and normalised.
     pub project_root: PathBuf,
     /// The home directory for `~`, when known.
@@ -98,7 +102,9 @@ pub struct Policy {
     pub registry: Registry,
     /// Every layer's rules in order, each with its origin: the built-in
     /// defaults, the policy file's `permission`, `TOOLGATE_PERMISSION`,
-    /// `--permission`. The last matching rule decides.
+    /// `--permission`, then the managed layers. The last matching rule
+    /// decides, unless a managed layer asks or denies
+    /// ([`Ruleset::last_match`]).
     pub rules: Ruleset,
     /// `planModeAllowedTools` that survived the writer check.
     pub plan_allowed: Vec<Wildcard>,
@@ -297,8 +303,11 @@ pub struct RuleRef {
     pub pattern: String,
     /// The action.
     pub action: Action,
-    /// A file path, `--permission`, `TOOLGATE_PERMISSION`, `built-in` or `grant`.
+    /// A file path, `--permission`, `TOOLGATE_PERMISSION`, `built-in`,
+    /// `grant`, or `managed:PATH` for a managed layer's rule.
     pub origin: String,
+    /// A managed layer's rule: its deny and ask are final.
+    pub managed: bool,
 }
 
 /// A question to put to the user.
@@ -327,6 +336,11 @@ pub struct Question {
     pub plan: Option<String>,
     /// Why the question is asked.
     pub reason: String,
+    /// When a managed rule asks it: that rule, as a reason names it. Such a
+    /// question is put every time: it offers no `always` (`always`,
+    /// `grants` and `always_options` are empty), and an `always` answer
+    /// counts as `once`.
+    pub managed: Option<String>,
 }
 
 /// One list of patterns an `always` answer may grant, with the grants it records.

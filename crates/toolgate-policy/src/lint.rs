@@ -16,6 +16,13 @@
 //! - **No effect**: an override (`--permission`, `TOOLGATE_PERMISSION`)
 //!   whose rule a rule of an earlier layer already decides the same way for
 //!   every subject it matches.
+//! - **Overridden by a managed rule**: a rule of another layer that a
+//!   stricter managed deny or ask overrides, for every subject it matches
+//!   (the managed rule covers it as a shadowing rule would) or where the
+//!   managed rule matches (the rule covers the managed one).
+//! - **Managed allow with nothing to except**: a managed `allow` only makes
+//!   an exception to its own layer's earlier deny and ask rules; with none
+//!   that overlaps it, it changes nothing.
 
 use crate::mode::{mode_answer, Action, Kind, Mode};
 use crate::rules::Rule;
@@ -85,6 +92,62 @@ pub fn lint(policy: &Policy) -> Vec<Lint> {
             continue;
         }
         let origin = rule.origin.to_string();
+        if rule.managed && rule.action == Action::Allow {
+            let excepts = rules[..index].iter().any(|earlier| {
+                earlier.origin == rule.origin
+                    && earlier.action != Action::Allow
+                    && (shadows(earlier, rule) || shadows(rule, earlier))
+            });
+            if !excepts {
+                out.push(Lint {
+                    origin: origin.clone(),
+                    key: key(rule),
+                    message: format!(
+                        "{} changes nothing: a managed allow only makes an exception to the earlier deny and ask rules of its own managed policy, and none of them overlaps it; it never allows what another layer asks or denies",
+                        text(rule)
+                    ),
+                });
+            }
+        }
+        if !rule.managed {
+            let stricter = |managed: &&Rule| managed.managed && managed.action > rule.action;
+            let whole = rules
+                .iter()
+                .filter(stricter)
+                .find(|managed| shadows(managed, rule));
+            let part = rules
+                .iter()
+                .filter(stricter)
+                .find(|managed| shadows(rule, managed));
+            let never = match rule.action {
+                Action::Allow => "it never allows",
+                Action::Ask => "it never asks",
+                Action::Deny => "",
+            };
+            if let Some(managed) = whole {
+                out.push(Lint {
+                    origin: origin.clone(),
+                    key: key(rule),
+                    message: format!(
+                        "{} is overridden by the managed {} ({}) for every subject it matches: a managed deny or ask is final, so {never}",
+                        text(rule),
+                        text(managed),
+                        managed.origin
+                    ),
+                });
+            } else if let Some(managed) = part {
+                out.push(Lint {
+                    origin: origin.clone(),
+                    key: key(rule),
+                    message: format!(
+                        "{} is overridden by the managed {} ({}) wherever that matches: a managed deny or ask is final",
+                        text(rule),
+                        text(managed),
+                        managed.origin
+                    ),
+                });
+            }
+        }
         let override_layer = matches!(origin.as_str(), "--permission" | "TOOLGATE_PERMISSION");
         if let Some(later) = rules[index + 1..]
             .iter()

@@ -4,6 +4,12 @@
 //! `TOOLGATE_PERMISSION`, `--permission`), each rule keeping its origin, so a
 //! later layer overrides an earlier one where both match, as OpenCode's
 //! `PermissionNext.merge(defaults, config, agent)` does.
+//!
+//! Managed layers ([`Ruleset::extend_managed`]) come after all of those and
+//! are judged apart: each managed layer's own last match, when it asks or
+//! denies, decides unless the other layers' answer is stricter still. A
+//! managed `allow` only makes an exception to its own layer's deny and ask
+//! rules; it never loosens what another layer decides.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -28,12 +34,20 @@ pub struct Rule {
     /// One of [`Ruleset::builtin_defaults`] (not written by the user, whatever
     /// `origin` reads: a policy file may be named `built-in`).
     pub builtin: bool,
+    /// Written in a managed layer ([`Ruleset::extend_managed`]): its deny
+    /// and ask are final.
+    pub managed: bool,
 }
 
-/// Rules in written order.
+/// Rules in written order: the layers the last match decides among, then
+/// the managed layers, each judged on its own.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Ruleset {
     rules: Vec<Rule>,
+    /// Where the managed layers start in `rules`.
+    managed_from: Option<usize>,
+    /// Each managed layer's rules, as a range of `rules`.
+    managed: Vec<std::ops::Range<usize>>,
 }
 
 impl Ruleset {
@@ -47,8 +61,11 @@ impl Ruleset {
             action,
             origin: origin.clone(),
             builtin: true,
+            managed: false,
         };
         Ruleset {
+            managed_from: None,
+            managed: Vec::new(),
             rules: vec![
                 rule("read", "*.env", Action::Ask),
                 rule("read", "*.env.*", Action::Ask),
@@ -80,6 +97,7 @@ impl Ruleset {
                     action: parse_action(action, file, key)?,
                     origin,
                     builtin: false,
+                    managed: false,
                 });
             }
             Value::Object(object) => {
@@ -99,6 +117,7 @@ impl Ruleset {
                             action: parse_action(action, file, &here)?,
                             origin: origin.clone(),
                             builtin: false,
+                            managed: false,
                         }),
                         Value::Object(patterns) => {
                             for (pattern, action) in patterns {
@@ -119,6 +138,7 @@ impl Ruleset {
                                     action: parse_action(action, file, &here)?,
                                     origin: origin.clone(),
                                     builtin: false,
+                                    managed: false,
                                 });
                             }
                         }
@@ -140,16 +160,54 @@ impl Ruleset {
                 ))
             }
         }
-        Ok(Ruleset { rules })
+        Ok(Ruleset {
+            rules,
+            managed_from: None,
+            managed: Vec::new(),
+        })
     }
 
-    /// Append `other`'s rules after this set's (the next layer): they win
-    /// where both match.
+    /// Add `other`'s rules as the next layer, after this set's (but before
+    /// any managed layer): they win where both match.
     pub fn extend(&mut self, other: Ruleset) {
-        self.rules.extend(other.rules);
+        let at = self.managed_from.unwrap_or(self.rules.len());
+        let added = other.rules.len();
+        self.rules.splice(at..at, other.rules);
+        if let Some(from) = &mut self.managed_from {
+            *from += added;
+            for layer in &mut self.managed {
+                *layer = layer.start + added..layer.end + added;
+            }
+        }
     }
 
-    /// The last rule matching the permission and the subject.
+    /// Add `other`'s rules as a managed layer, after every other layer. It
+    /// is judged on its own ([`Ruleset::last_match`]): where its own last
+    /// match asks or denies, no other layer can loosen that; its `allow`
+    /// rules only make exceptions to its own deny and ask rules.
+    pub fn extend_managed(&mut self, other: Ruleset) {
+        let start = self.rules.len();
+        self.managed_from.get_or_insert(start);
+        self.rules.extend(other.rules.into_iter().map(|rule| Rule {
+            managed: true,
+            builtin: false,
+            ..rule
+        }));
+        self.managed.push(start..self.rules.len());
+    }
+
+    /// The rules the last match decides among (built-in defaults, policy
+    /// file, overrides), then each managed layer's.
+    pub fn domains(&self) -> impl Iterator<Item = &[Rule]> {
+        let end = self.managed_from.unwrap_or(self.rules.len());
+        std::iter::once(&self.rules[..end])
+            .chain(self.managed.iter().map(|layer| &self.rules[layer.clone()]))
+    }
+
+    /// The deciding rule for the permission and the subject: the last
+    /// matching rule of the layers before the managed ones, unless a managed
+    /// layer's own last match asks or denies and is at least as strict (the
+    /// strictest managed one: a managed rule then decides).
     ///
     /// For the permissions whose subjects are paths (`read`, `edit`, `list`,
     /// `external_directory`), a rule that asks or denies also matches in any
@@ -158,7 +216,7 @@ impl Ruleset {
     /// matches the case it was written in.
     pub fn last_match(&self, permission: &str, subject: &str) -> Option<&Rule> {
         let paths = is_path_permission(permission);
-        self.rules.iter().rev().find(|rule| {
+        let matches = |rule: &&Rule| {
             rule.permission.matches(permission)
                 && if paths && rule.action != Action::Allow {
                     // One pass: a match in any case includes the exact one.
@@ -166,7 +224,26 @@ impl Ruleset {
                 } else {
                     rule.pattern.matches(subject)
                 }
-        })
+        };
+        let mut domains = self.domains();
+        let mut best = domains
+            .next()
+            .and_then(|rules| rules.iter().rev().find(matches));
+        for layer in domains {
+            if let Some(rule) = layer.iter().rev().find(matches) {
+                if rule.action != Action::Allow
+                    && best.is_none_or(|best| rule.action >= best.action)
+                {
+                    best = Some(rule);
+                }
+            }
+        }
+        best
+    }
+
+    /// Whether any managed layer is present.
+    pub fn has_managed(&self) -> bool {
+        self.managed_from.is_some()
     }
 
     /// True when no rule is present.

@@ -670,6 +670,10 @@ pub struct ModeChanged {
     pub mode: String,
     /// The mode before.
     pub previous: String,
+    /// Present when `mode` is not the mode `set_mode` asked for because a
+    /// managed policy's `mode` is a floor no session goes below: why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
     /// The model-facing text of the new mode.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reminder: Option<String>,

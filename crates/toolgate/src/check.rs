@@ -24,6 +24,9 @@ pub struct Request<'a> {
     pub cwd: Option<&'a str>,
     /// The session's mode.
     pub mode: Mode,
+    /// When the mode asked for is below a managed policy's floor: which
+    /// mode was asked for, and the managed policy's origin.
+    pub floor: Option<(Mode, &'a str)>,
 }
 
 /// The input a tool gets for `subject`: in the field the registry reads the
@@ -135,9 +138,11 @@ fn step_json(step: &CheckTrace) -> Value {
     value
 }
 
-/// The machine form (`--json`): one object.
+/// The machine form (`--json`): one object. `modeFloor` (the mode asked
+/// for and the managed policy holding it up) and a question's `managed`
+/// (the managed rule that asks it every time) only when they apply.
 pub fn to_json(request: &Request<'_>, spec: &ToolSpec, evaluation: &Evaluation) -> Value {
-    json!({
+    let mut value = json!({
         "tool": request.tool,
         "input": request.input,
         "known": spec.known,
@@ -156,7 +161,18 @@ pub fn to_json(request: &Request<'_>, spec: &ToolSpec, evaluation: &Evaluation) 
             "alwaysOptions": question.options().iter().map(|option| option.patterns.clone()).collect::<Vec<_>>(),
             "reason": question.reason,
         })),
-    })
+    });
+    if let Some((asked, origin)) = request.floor {
+        value["modeFloor"] = json!({"asked": asked.as_str(), "origin": origin});
+    }
+    if let Some(managed) = evaluation
+        .question
+        .as_ref()
+        .and_then(|q| q.managed.as_ref())
+    {
+        value["question"]["managed"] = json!(managed);
+    }
+    value
 }
 
 fn rule_text(rule: &RuleRef) -> String {
@@ -189,7 +205,14 @@ pub fn to_text(request: &Request<'_>, spec: &ToolSpec, evaluation: &Evaluation) 
         "input      {}\n",
         shown(&Value::Object(request.input.clone()).to_string())
     ));
-    out.push_str(&format!("mode       {}\n", request.mode));
+    match request.floor {
+        Some((asked, origin)) => out.push_str(&format!(
+            "mode       {} ({asked} asked for, held to the floor of the managed policy {})\n",
+            request.mode,
+            shown(origin)
+        )),
+        None => out.push_str(&format!("mode       {}\n", request.mode)),
+    }
     out.push_str(&format!(
         "decision   {} (source {}): {}\n",
         action(evaluation.action),
@@ -248,11 +271,15 @@ pub fn to_text(request: &Request<'_>, spec: &ToolSpec, evaluation: &Evaluation) 
             source(step.source),
             shown(&step.reason)
         ));
-        if step.action == Action::Ask {
-            out.push_str(&format!(
+        match &step.rule {
+            _ if step.action != Action::Ask => {}
+            Some(rule) if rule.managed => {
+                out.push_str("  always   grants nothing: a managed rule asks every time\n")
+            }
+            _ => out.push_str(&format!(
                 "  always   would grant `{}`\n",
                 shown(&step.always)
-            ));
+            )),
         }
     }
     match &evaluation.question {
@@ -268,8 +295,15 @@ pub fn to_text(request: &Request<'_>, spec: &ToolSpec, evaluation: &Evaluation) 
                     shown_list(&option.patterns)
                 ));
             }
-            if question.options().is_empty() {
-                out.push_str("always     grants nothing here\n");
+            match &question.managed {
+                Some(managed) => out.push_str(&format!(
+                    "always     grants nothing: {} asks every time\n",
+                    shown(managed)
+                )),
+                None if question.options().is_empty() => {
+                    out.push_str("always     grants nothing here\n")
+                }
+                None => {}
             }
         }
         None => out.push_str("\nasks       nothing\n"),

@@ -8,7 +8,9 @@ use crate::display::shown;
 use crate::setup::{self, Settings};
 
 /// `validate`: load each file as `serve` would (`base` holds the other
-/// flags), print each error, warning and lint as `FILE: KEY: reason`
+/// flags, the managed policies included), print each error, warning and
+/// lint as `FILE: KEY: reason` (with the rules a managed policy overrides,
+/// and a mode held to its floor)
 /// (escaped as [`shown`] escapes: a policy's patterns may come from anywhere).
 /// Exit code 2 when a file has an error, else 0.
 pub fn validate(files: &[PathBuf], base: &Settings) -> u8 {
@@ -42,6 +44,20 @@ pub fn validate(files: &[PathBuf], base: &Settings) -> u8 {
                 shown(&lint.message)
             );
             said += 1;
+        }
+        // A mode below the managed floor is held to it.
+        if let (Some((floor, origin)), Some(asked)) =
+            (&loaded.policy.mode_floor, loaded.configured_mode)
+        {
+            if loaded.policy.floored(asked) != asked {
+                let _ = writeln!(
+                    out,
+                    "warning: {}: mode: `{asked}` is held to `{floor}`, the floor of the managed policy ({})",
+                    shown(&name),
+                    shown(origin)
+                );
+                said += 1;
+            }
         }
         if said == 0 {
             let _ = writeln!(out, "ok: {}", shown(&name));

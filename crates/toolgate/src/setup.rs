@@ -6,16 +6,21 @@
 //! `toolgate.json` in `--project-root`, else the nearest `toolgate.json` from
 //! the working directory up to the repository root); [`load`] reads it as a
 //! toolgate policy or an OpenCode config and says which layers are in force.
+//! [`managed_files`] decides which managed policies are in force (the
+//! system's `/etc/toolgate/managed.json`, `TOOLGATE_MANAGED`, `--managed`:
+//! every one of them, since each can only tighten).
 //! What cannot be used is a [`ConfigError`], whose kind says where it is
-//! (the policy file, a flag, the environment) and whose `Display` is the
-//! text shown.
+//! (the policy file, a managed policy, a flag, the environment) and whose
+//! `Display` is the text shown.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::disk::repo::DiskRepos;
 use toolgate_policy::opencode::{merge_opencode, parse_policy_file, ConfigText};
-use toolgate_policy::{normalize, parse_override, Mode, Policy, PolicyError, Sources, UnknownMode};
+use toolgate_policy::{
+    normalize, parse_override, Mode, Policy, PolicyError, PolicyFile, Sources, UnknownMode,
+};
 
 /// Why the configuration (the policy file, the flags, the environment)
 /// cannot be used. The text shown is the `Display`.
@@ -24,6 +29,14 @@ pub enum ConfigError {
     /// The policy file could not be read.
     Unreadable {
         /// The policy file's absolute path.
+        file: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// A managed policy that exists (or was named) cannot be read: toolgate
+    /// does not run without the rules an administrator set.
+    ManagedUnreadable {
+        /// The managed policy's absolute path.
         file: String,
         /// The cause.
         source: std::io::Error,
@@ -63,6 +76,10 @@ impl std::fmt::Display for ConfigError {
             ConfigError::Unreadable { file, source } => {
                 write!(f, "{file}: cannot read the policy file: {source}")
             }
+            ConfigError::ManagedUnreadable { file, source } => write!(
+                f,
+                "managed:{file}: cannot read the managed policy: {source}; toolgate does not run without the rules it sets"
+            ),
             ConfigError::OpenCodeWithPolicy => write!(
                 f,
                 "--opencode reads OpenCode's own configuration as the policy, and --policy names a policy file: give one"
@@ -86,7 +103,8 @@ impl std::fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            ConfigError::Unreadable { source, .. } => Some(source),
+            ConfigError::Unreadable { source, .. }
+            | ConfigError::ManagedUnreadable { source, .. } => Some(source),
             ConfigError::Policy(err) => Some(err),
             ConfigError::Environment { source, .. } => Some(source),
             ConfigError::AgentWithoutConfig { .. }
@@ -146,6 +164,12 @@ pub struct Settings {
     pub agent: Option<String>,
     /// `--permission JSON`.
     pub permission: Option<String>,
+    /// `--managed FILE`: a managed policy, besides the system's and
+    /// `TOOLGATE_MANAGED`'s (see [`managed_files`]).
+    pub managed: Option<PathBuf>,
+    /// `TOOLGATE_MANAGED` (not empty): a managed policy, besides the
+    /// system's and `--managed`'s.
+    pub managed_env: Option<PathBuf>,
     /// `TOOLGATE_PERMISSION`.
     pub permission_env: Option<String>,
     /// An agent's own override, read by a bridge from the agent's command
@@ -216,8 +240,9 @@ pub struct Loaded {
     pub warnings: Vec<String>,
     /// The layers in force, lowest first: `built-in`, the policy file's
     /// absolute path, `PATH#agent.NAME` for an OpenCode agent chosen with
-    /// `--agent`, `TOOLGATE_PERMISSION`, `--permission` (what `ready`
-    /// reports as `policySources`). With `--opencode`, instead of the policy
+    /// `--agent`, `TOOLGATE_PERMISSION`, `--permission`, then
+    /// `managed:PATH` for each managed policy (what `ready` reports as
+    /// `policySources`). With `--opencode`, instead of the policy
     /// file: each OpenCode config read, in OpenCode's order
     /// (`OPENCODE_CONFIG_CONTENT` by that name), `OPENCODE_PERMISSION`, then
     /// `PATH#agent.NAME` for each config defining the agent.
@@ -235,6 +260,66 @@ pub fn describe_sources(sources: &[String]) -> String {
 
 /// The name of the policy file toolgate looks for.
 pub const POLICY_FILE_NAME: &str = "toolgate.json";
+
+/// The system's managed policy: applied whenever it exists.
+pub const SYSTEM_MANAGED: &str = "/etc/toolgate/managed.json";
+
+/// The managed policies in force, absolute, in the order they are layered:
+///
+/// 1. `system` ([`SYSTEM_MANAGED`] outside tests) when anything is at that
+///    path: a file that exists but cannot be read (a dangling link, a
+///    directory, no permission, or a directory above it that cannot be
+///    searched) is an error, never skipped;
+/// 2. `TOOLGATE_MANAGED`, for containers and wrappers that cannot write
+///    `/etc`;
+/// 3. `--managed FILE`.
+///
+/// Each applies, whatever the others: a managed policy can only tighten, so
+/// naming one more never switches off one an administrator installed (an
+/// empty `TOOLGATE_MANAGED` names none, and leaves the system's in force). The
+/// same file named twice counts once.
+pub fn managed_files(settings: &Settings, system: &Path) -> Result<Vec<PathBuf>, ConfigError> {
+    let home = settings.home.as_deref();
+    let mut files: Vec<PathBuf> = Vec::new();
+    match system.symlink_metadata() {
+        Ok(_) => files.push(system.to_path_buf()),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+        Err(source) => {
+            return Err(ConfigError::ManagedUnreadable {
+                file: system.to_string_lossy().into_owned(),
+                source,
+            })
+        }
+    }
+    for named in [&settings.managed_env, &settings.managed]
+        .into_iter()
+        .flatten()
+    {
+        let path = normalize(&named.to_string_lossy(), &settings.cwd, home);
+        if !files.contains(&path) {
+            files.push(path);
+        }
+    }
+    Ok(files)
+}
+
+/// Each managed policy of [`managed_files`], read and checked, with its
+/// origin (`managed:PATH`).
+fn read_managed(
+    settings: &Settings,
+    system: &Path,
+) -> Result<Vec<(String, PolicyFile)>, ConfigError> {
+    managed_files(settings, system)?
+        .into_iter()
+        .map(|path| {
+            let file = path.to_string_lossy().into_owned();
+            let origin = format!("managed:{file}");
+            let text = std::fs::read_to_string(&path)
+                .map_err(|source| ConfigError::ManagedUnreadable { file, source })?;
+            Ok((origin.clone(), PolicyFile::parse_managed(&text, &origin)?))
+        })
+        .collect()
+}
 
 /// The policy file to read, absolute, and whether it was found by searching
 /// (rather than named by `--policy` or looked for in `--project-root`):
@@ -459,8 +544,14 @@ fn owner_of(path: &Path) -> Option<u32> {
     }
 }
 
-/// The policy, its warnings and its sources.
+/// The policy, its warnings and its sources, with the system's managed
+/// policy at [`SYSTEM_MANAGED`].
 pub fn load(settings: &Settings) -> Result<Loaded, ConfigError> {
+    load_with(settings, Path::new(SYSTEM_MANAGED))
+}
+
+/// [`load`] with the system's managed policy at `system`.
+fn load_with(settings: &Settings, system: &Path) -> Result<Loaded, ConfigError> {
     let home = settings.home.as_deref();
     let absolute = |path: &Path, base: &Path| normalize(&path.to_string_lossy(), base, home);
 
@@ -560,6 +651,8 @@ pub fn load(settings: &Settings) -> Result<Loaded, ConfigError> {
     if let Some((from, _)) = &settings.denied_last {
         sources.push(from.clone());
     }
+    let managed = read_managed(settings, system)?;
+    sources.extend(managed.iter().map(|(origin, _)| origin.clone()));
     let (mut policy, built) = Policy::build(Sources {
         project_root,
         home: settings.home.clone(),
@@ -568,6 +661,7 @@ pub fn load(settings: &Settings) -> Result<Loaded, ConfigError> {
         overrides,
         ask_timeout_seconds: settings.ask_timeout,
         read_only_agents: settings.read_only_agents.clone(),
+        managed,
     })?;
     // Shell analysis asks the disk which repository a git command would use.
     policy.shell.repo_oracle = Some(Arc::new(
@@ -593,4 +687,124 @@ pub fn load(settings: &Settings) -> Result<Loaded, ConfigError> {
         sources,
         configured_mode,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // tests may panic
+
+    use super::*;
+
+    /// A fresh directory under the system's temporary directory.
+    fn scratch(name: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("toolgate-setup-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn settings(cwd: &Path) -> Settings {
+        Settings {
+            cwd: cwd.to_path_buf(),
+            ..Settings::default()
+        }
+    }
+
+    #[test]
+    fn every_managed_policy_applies_and_the_system_one_cannot_be_switched_off() {
+        let dir = scratch("managed");
+        let system = dir.join("etc-managed.json");
+        std::fs::write(&system, r#"{"permission":{"bash":{"rm *":"deny"}}}"#).unwrap();
+        std::fs::write(dir.join("env.json"), r#"{"mode":"ask"}"#).unwrap();
+        std::fs::write(dir.join("flag.json"), r#"{"permission":{"edit":"ask"}}"#).unwrap();
+        let mut given = settings(&dir);
+        // Nothing named: the system's alone.
+        assert_eq!(
+            managed_files(&given, &system).unwrap(),
+            vec![system.clone()]
+        );
+        // Naming others adds them; the system's stays, first.
+        given.managed_env = Some(PathBuf::from("env.json"));
+        given.managed = Some(dir.join("flag.json"));
+        assert_eq!(
+            managed_files(&given, &system).unwrap(),
+            vec![system.clone(), dir.join("env.json"), dir.join("flag.json")]
+        );
+        // The same file twice counts once.
+        given.managed = Some(system.clone());
+        assert_eq!(
+            managed_files(&given, &system).unwrap(),
+            vec![system.clone(), dir.join("env.json")]
+        );
+        let loaded = load_with(&given, &system).unwrap();
+        let origin = |path: &Path| format!("managed:{}", path.display());
+        assert_eq!(
+            loaded.sources,
+            vec![
+                "built-in".to_string(),
+                origin(&system),
+                origin(&dir.join("env.json"))
+            ]
+        );
+        assert_eq!(
+            loaded.policy.mode_floor,
+            Some((Mode::Ask, origin(&dir.join("env.json"))))
+        );
+        // No system file: nothing unless named.
+        let none = dir.join("absent.json");
+        assert!(managed_files(&settings(&dir), &none).unwrap().is_empty());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_managed_policy_that_cannot_be_used_stops_the_load() {
+        let dir = scratch("unusable");
+        let given = settings(&dir);
+        // A dangling link, a directory, a file that is not a policy.
+        let link = dir.join("link.json");
+        std::os::unix::fs::symlink(dir.join("nowhere.json"), &link).unwrap();
+        let text = |system: &Path| {
+            load_with(&given, system)
+                .map(|_| ())
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(
+            text(&link).starts_with(&format!(
+                "managed:{}: cannot read the managed policy: No such file or directory",
+                link.display()
+            )),
+            "{}",
+            text(&link)
+        );
+        assert!(
+            text(&dir).contains("cannot read the managed policy"),
+            "{}",
+            text(&dir)
+        );
+        let bad = dir.join("bad.json");
+        std::fs::write(&bad, r#"{"tools":{}}"#).unwrap();
+        assert_eq!(
+            text(&bad),
+            format!(
+                "managed:{}: tools: not taken in a managed policy; a managed policy takes only `mode` (a floor) and `permission`",
+                bad.display()
+            )
+        );
+        // A named one that does not exist.
+        let named = Settings {
+            managed: Some(dir.join("missing.json")),
+            ..given.clone()
+        };
+        let err = load_with(&named, &dir.join("absent.json"))
+            .map(|_| ())
+            .unwrap_err();
+        assert!(
+            matches!(err, ConfigError::ManagedUnreadable { .. }),
+            "{err}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -20,6 +20,7 @@ impl Policy {
             pattern: rule.pattern.as_str().to_string(),
             action: rule.action,
             origin: rule.origin.to_string(),
+            managed: rule.managed,
         };
         checks
             .iter()
@@ -156,6 +157,19 @@ pub(super) fn combine(
             let widest = always_options.last().cloned().unwrap_or_default();
             let mut always = widest.patterns;
             let mut grants = widest.grants;
+            // A managed rule that asks any of these: the question is put
+            // every time (see `Question::managed`).
+            let managed = pairs()
+                .filter(|(check, outcome)| {
+                    outcome.action == Action::Ask && check.permission == asked_permission
+                })
+                .find_map(|(_, outcome)| outcome.rule.as_ref().filter(|rule| rule.managed))
+                .map(|rule| {
+                    format!(
+                        "the managed rule `{}: {}` ({})",
+                        rule.permission, rule.pattern, rule.origin
+                    )
+                });
             let (check, outcome) = (checks.swap_remove(first), outcomes.swap_remove(first));
             let title = match check.permission.as_ref() {
                 "external_directory" | "doom_loop" => check.subject.clone(),
@@ -189,6 +203,7 @@ pub(super) fn combine(
                     None
                 },
                 reason: outcome.reason.to_string(),
+                managed,
             };
             evaluation(outcome, Some(Box::new(question)), permission)
         }

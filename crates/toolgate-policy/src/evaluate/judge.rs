@@ -38,12 +38,12 @@ impl Policy {
                 rule: None,
             };
         }
-        // Whether the deciding rule is one the user wrote (or the doom-loop
-        // guard): an ask from it is not lifted by `auto`.
-        let mut binds = false;
+        // How firmly the deciding rule holds an ask (see [`hold`]): `auto`
+        // lifts only level 0, grants lift all but level 2 (managed).
+        let mut level = 0;
         let mut outcome = match self.rule_for(&check.permission, &check.subject) {
             Some(rule) => {
-                binds = binds_in_auto(rule, &check.permission);
+                level = hold(rule, &check.permission);
                 rule_outcome(rule, &check.subject)
             }
             None => Outcome {
@@ -54,17 +54,16 @@ impl Policy {
             },
         };
         // A tightening pass takes a rule that is stricter, or one that asks as
-        // the answer does but binds where the answer's rule does not.
-        let tightens = |rule: &Rule, outcome: &Outcome, binds: bool| {
+        // the answer does but holds the ask more firmly than the answer's rule.
+        let tightens = |rule: &Rule, outcome: &Outcome, level: u8| {
             rule.action > outcome.action
                 || (rule.action == Action::Ask
                     && outcome.action == Action::Ask
-                    && !binds
-                    && binds_in_auto(rule, &check.permission))
+                    && hold(rule, &check.permission) > level)
         };
         if let Some((rule, reach)) = check.reached.as_deref() {
-            if tightens(rule, &outcome, binds) {
-                binds = binds_in_auto(rule, &check.permission);
+            if tightens(rule, &outcome, level) {
+                level = hold(rule, &check.permission);
                 outcome = rule_outcome(rule, &check.subject);
                 outcome.reason = format!("{} ({})", outcome.reason, reach.phrase()).into();
             }
@@ -73,8 +72,8 @@ impl Policy {
         // tightens the answer; an allow there never loosens it.
         for inner in &check.inner {
             if let Some(rule) = self.rule_for(&check.permission, inner) {
-                if tightens(rule, &outcome, binds) {
-                    binds = binds_in_auto(rule, &check.permission);
+                if tightens(rule, &outcome, level) {
+                    level = hold(rule, &check.permission);
                     outcome = rule_outcome(rule, inner);
                 }
             }
@@ -84,8 +83,8 @@ impl Policy {
         // ask rule of the permission may match it.
         if check.runs_unknown {
             if let Some(rule) = self.strictest_rule_of(&check.permission) {
-                if tightens(rule, &outcome, binds) {
-                    binds = binds_in_auto(rule, &check.permission);
+                if tightens(rule, &outcome, level) {
+                    level = hold(rule, &check.permission);
                     outcome = rule_outcome(rule, &check.subject);
                     outcome.reason = format!(
                         "{} (what it runs cannot be known, so the rule may match it)",
@@ -121,11 +120,12 @@ impl Policy {
                 rule: None,
             };
         }
+        // A managed rule's question is put every time: no grant answers it.
         let granted = [
             (context.grants, "in this session", "grant"),
             (context.project_grants, "for this project", "project grant"),
         ];
-        for (grants, place, origin) in granted {
+        for (grants, place, origin) in granted.into_iter().filter(|_| level < 2) {
             if let Some(grant) =
                 grants.covering(&check.permission, &check.subject, mode == Mode::Plan)
             {
@@ -143,13 +143,14 @@ impl Policy {
                         pattern: grant.pattern.as_str().to_string(),
                         action: Action::Allow,
                         origin: origin.to_string(),
+                        managed: false,
                     }),
                 };
             }
         }
         // `auto` lifts its own questions and the built-in defaults' (`.env`,
         // `external_directory`), never a rule the user wrote nor the doom loop.
-        if mode == Mode::Auto && !binds {
+        if mode == Mode::Auto && level == 0 {
             return Outcome {
                 action: Action::Allow,
                 source: Source::Mode,
@@ -169,38 +170,54 @@ impl Policy {
     }
 
     /// The strictest deny or ask rule that can still decide for `permission`
-    /// (the last one written among the strictest), whatever its pattern: the
-    /// rules from the last `*` rule of the permission on (a rule before it is
-    /// never the last match for any subject).
+    /// (the last one written among the strictest), whatever its pattern: in
+    /// the layers the last match decides among, and in each managed layer,
+    /// the rules from its last `*` rule of the permission on (a rule before
+    /// it is never the last match for any subject).
     fn strictest_rule_of(&self, permission: &str) -> Option<&Rule> {
-        let rules = self.rules.rules();
-        let live = rules
-            .iter()
-            .rposition(|rule| rule.permission.matches(permission) && rule.pattern.as_str() == "*")
-            .unwrap_or(0);
-        rules[live..]
-            .iter()
-            .filter(|rule| rule.action > Action::Allow && rule.permission.matches(permission))
-            .fold(None, |best: Option<&Rule>, rule| match best {
-                Some(best) if best.action > rule.action => Some(best),
-                _ => Some(rule),
-            })
+        let mut best: Option<&Rule> = None;
+        for rules in self.rules.domains() {
+            let live = rules
+                .iter()
+                .rposition(|rule| {
+                    rule.permission.matches(permission) && rule.pattern.as_str() == "*"
+                })
+                .unwrap_or(0);
+            for rule in rules[live..]
+                .iter()
+                .filter(|rule| rule.action > Action::Allow && rule.permission.matches(permission))
+            {
+                best = match best {
+                    Some(best) if best.action > rule.action => Some(best),
+                    _ => Some(rule),
+                };
+            }
+        }
+        best
     }
 
     /// The deciding rule for a permission and subject: the last match over
     /// every layer (built-in defaults, policy file, `TOOLGATE_PERMISSION`,
-    /// `--permission`).
+    /// `--permission`), unless a managed layer asks or denies
+    /// ([`crate::Ruleset::last_match`]).
     fn rule_for(&self, permission: &str, subject: &str) -> Option<&Rule> {
         self.rules.last_match(permission, subject)
     }
 }
 
-/// Does an ask from this rule hold in `auto`? So it does for every rule the
-/// user wrote (policy file, `TOOLGATE_PERMISSION`, `--permission`) and for
-/// the built-in doom-loop guard; the other built-in defaults are questions
-/// `auto` was chosen to skip.
-fn binds_in_auto(rule: &Rule, permission: &str) -> bool {
-    !rule.builtin || permission == "doom_loop"
+/// How firmly an ask from this rule holds: 2 for a managed rule (no grant
+/// answers it, `auto` does not lift it), 1 for a rule the user wrote (policy
+/// file, `TOOLGATE_PERMISSION`, `--permission`) and the built-in doom-loop
+/// guard (`auto` does not lift it), 0 for the other built-in defaults,
+/// questions `auto` was chosen to skip.
+fn hold(rule: &Rule, permission: &str) -> u8 {
+    if rule.managed {
+        2
+    } else if !rule.builtin || permission == "doom_loop" {
+        1
+    } else {
+        0
+    }
 }
 
 fn rule_outcome(rule: &Rule, subject: &str) -> Outcome {
@@ -216,12 +233,25 @@ fn rule_outcome(rule: &Rule, subject: &str) -> Outcome {
     let mut reason =
         String::with_capacity(80 + origin.len() + permission.len() + pattern.len() + subject.len());
     reason.push_str("the ");
-    if origin == "built-in" {
-        reason.push_str("built-in");
+    if rule.managed {
+        reason.extend([
+            "managed rule `",
+            permission,
+            ": ",
+            pattern,
+            "` (",
+            origin,
+            ") ",
+        ]);
     } else {
-        reason.extend(["`", origin, "`"]);
+        if origin == "built-in" {
+            reason.push_str("built-in");
+        } else {
+            reason.extend(["`", origin, "`"]);
+        }
+        reason.extend([" rule `", permission, ": ", pattern, "` "]);
     }
-    reason.extend([" rule `", permission, ": ", pattern, "` ", verb, " "]);
+    reason.extend([verb, " "]);
     match permission {
         "external_directory" => {
             reason.extend(["leaving the project root for `", subject, "`"]);
@@ -229,6 +259,13 @@ fn rule_outcome(rule: &Rule, subject: &str) -> Outcome {
         "doom_loop" => reason.extend(["a third identical `", subject, "` call in a row"]),
         _ if subject == "*" => reason.push_str("this call"),
         _ => reason.extend(["`", subject, "`"]),
+    }
+    if rule.managed {
+        reason.push_str(match rule.action {
+            Action::Deny => ": no other layer, grant or answer lifts a managed denial",
+            Action::Ask => ", every time: no grant answers a managed question",
+            Action::Allow => "",
+        });
     }
     Outcome {
         action: rule.action,
@@ -239,6 +276,7 @@ fn rule_outcome(rule: &Rule, subject: &str) -> Outcome {
             pattern: pattern.to_string(),
             action: rule.action,
             origin: origin.to_string(),
+            managed: rule.managed,
         }),
     }
 }

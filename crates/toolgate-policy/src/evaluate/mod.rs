@@ -9,18 +9,24 @@
 //! 2. the mode's answer: a mode denial is final;
 //! 3. the rules': the last matching rule over every layer in order (built-in
 //!    defaults, policy file, `TOOLGATE_PERMISSION`, `--permission`) replaces
-//!    the mode's allow or ask;
+//!    the mode's allow or ask, unless a managed layer's own last match asks
+//!    or denies and is at least as strict, which then decides;
 //! 4. tightening passes, which only ever make the answer stricter: a read rule
 //!    a shell word reaches, the command after wrapper removal or inside
 //!    `bash -c`, and for a command whose program cannot be known the strictest
 //!    deny or ask rule that can still decide for the permission;
 //! 5. a deny is final from here on; `readonly` turns an ask into a denial;
-//! 6. a `once` for this call, a session grant or a project grant turns an ask
-//!    into allow;
+//! 6. a `once` for this call turns an ask into allow, and so does a session
+//!    grant or a project grant unless a managed rule asks (its question is
+//!    put every time);
 //! 7. `auto` allows what would still ask, unless the rule that asks was
-//!    written by the user (policy file or override) or is the built-in
-//!    doom-loop guard: `auto` lifts its own questions and the other built-in
-//!    defaults' (`.env`, `external_directory`), never the user's.
+//!    written by the user (policy file, override or managed policy) or is the
+//!    built-in doom-loop guard: `auto` lifts its own questions and the other
+//!    built-in defaults' (`.env`, `external_directory`), never the user's.
+//!
+//! The session's mode is first held to the managed floor
+//! ([`Policy::floored`]), and a question a managed rule asks offers no
+//! `always` ([`crate::Question::managed`]).
 //!
 //! The call's answer is the strictest check's.
 //!
@@ -42,7 +48,7 @@ mod words;
 use std::borrow::Cow;
 
 use crate::grants::GrantPattern;
-use crate::mode::{Action, Kind};
+use crate::mode::{Action, Kind, Mode};
 use crate::paths::RootedPath;
 use crate::rules::Rule;
 use crate::shell_words::Reach;
@@ -172,7 +178,38 @@ impl Policy {
     /// Decide one call in the given session state.
     pub fn evaluate(&self, call: &Call<'_>, context: &Context<'_>) -> Evaluation {
         let prepared = self.prepare(call);
-        self.finish(call, prepared, context)
+        self.settled(call, prepared, context)
+    }
+
+    /// [`Policy::finish`] in the session's mode held to the managed floor
+    /// ([`Policy::mode_floor`]), with a managed question's `always` taken
+    /// away (see [`crate::Question::managed`]).
+    fn settled(&self, call: &Call<'_>, prepared: Prepared, context: &Context<'_>) -> Evaluation {
+        let context = Context {
+            mode: self.floored(context.mode),
+            ..*context
+        };
+        let mut evaluation = self.finish(call, prepared, &context);
+        if let Some(question) = evaluation.question.as_deref_mut() {
+            if question.managed.is_some() {
+                question.always.clear();
+                question.grants.clear();
+                question.always_options.clear();
+                for asked in &mut question.calls {
+                    asked.always.clear();
+                }
+            }
+        }
+        evaluation
+    }
+
+    /// `mode`, or the managed floor where that is stricter: the mode a
+    /// session's calls are judged in.
+    pub fn floored(&self, mode: Mode) -> Mode {
+        match &self.mode_floor {
+            Some((floor, _)) if floor.strictness() > mode.strictness() => *floor,
+            _ => mode,
+        }
     }
 
     /// The part of a call's judgement the policy decides alone, whatever the
@@ -204,7 +241,7 @@ impl Policy {
         } else {
             self.prepare(call)
         };
-        self.finish(call, prepared, context)
+        self.settled(call, prepared, context)
     }
 }
 

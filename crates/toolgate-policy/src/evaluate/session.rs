@@ -217,6 +217,9 @@ impl Policy {
                         question.approve.push(approval.clone());
                     }
                 }
+                if question.managed.is_none() {
+                    question.managed = more.managed.clone();
+                }
                 if !question.title.split('\n').any(|line| line == more.title) {
                     question.title = format!("{}\n{}", question.title, more.title);
                 }

@@ -196,8 +196,9 @@ fn contained(tokens: &[Tok], prefix: &str, suffix: &str) -> bool {
 }
 
 /// The read rules that ask or deny for particular files and that no later
-/// rule (of any layer) overrides wholesale (a later `*`, or the same pattern
-/// again).
+/// rule overrides wholesale (a later `*`, or the same pattern again): a rule
+/// of any later layer, or for a managed rule, a later rule of its own managed
+/// layer (nothing else overrides it).
 pub(crate) fn guards<'p>(ruleset: &'p Ruleset, root: &Path) -> Vec<Guard<'p>> {
     let root = root.to_string_lossy();
     let prefix = if root.ends_with('/') {
@@ -215,7 +216,11 @@ pub(crate) fn guards<'p>(ruleset: &'p Ruleset, root: &Path) -> Vec<Guard<'p>> {
             }
             let later: Vec<&Rule> = rules[index + 1..]
                 .iter()
-                .filter(|later| later.permission.matches("read"))
+                .filter(|later| {
+                    later.permission.matches("read")
+                        && later.managed == rule.managed
+                        && (!rule.managed || later.origin == rule.origin)
+                })
                 .collect();
             if later
                 .iter()

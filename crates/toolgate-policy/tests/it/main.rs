@@ -8,6 +8,7 @@ mod batch;
 mod evaluate;
 mod glob_oracle;
 mod layers;
+mod managed;
 mod plan_corpus;
 mod registry;
 mod reminder;

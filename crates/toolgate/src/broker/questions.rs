@@ -524,6 +524,12 @@ impl Broker {
                             Some(err) => format!("the user allowed this call and granted {what} for {place}, but the grants could not be saved and will not survive a restart ({err})"),
                         }
                     }
+                    (toolgate_policy::Source::User, Some(wire::Reply::Always), None) => {
+                        match &pending.question.managed {
+                            Some(managed) => format!("the user allowed this call once: {managed} asks every time, so `always` granted nothing"),
+                            None => evaluation.reason,
+                        }
+                    }
                     _ => evaluation.reason,
                 };
                 // An allowed delegation that carries permissions starts its
@@ -660,6 +666,8 @@ impl Broker {
                         .collect();
                     let message = if pending.question.plan.is_some() {
                         format!("the request `{id}` is a plan approval, which offers no `alwaysOptions`; answer it without `patterns`")
+                    } else if let Some(managed) = &pending.question.managed {
+                        format!("the request `{id}` is asked by {managed}, which asks every time and offers no `alwaysOptions`; answer it without `patterns`")
                     } else {
                         format!(
                             "`patterns` [{}{}] is not one of the lists the request `{id}` offered in `alwaysOptions`; nothing was granted and the request is still open",
@@ -730,20 +738,21 @@ impl Broker {
                 } else {
                     (Mode::AutoEdit, "always")
                 };
-                let effective = stricter(
+                let chained = stricter(
                     mode,
                     self.sessions
                         .parent_mode(&pending.session_id, self.policy.default_mode),
                 );
+                let effective = self.policy.floored(chained);
                 let decision = wire::Decision {
                     session_id: pending.session_id.clone(),
                     call_id: pending.call_id.clone(),
                     decision: wire::Verdict::Allow,
                     source: wire::Source::User,
-                    reason: if effective == mode {
-                        format!("the user approved the plan ({answer}); the session is now in {mode} mode")
-                    } else {
-                        format!("the user approved the plan ({answer}); the session stays in {effective} mode, the mode of its parent session")
+                    reason: match &self.policy.mode_floor {
+                        _ if effective == mode => format!("the user approved the plan ({answer}); the session is now in {mode} mode"),
+                        Some((floor, origin)) if effective != chained => format!("the user approved the plan ({answer}); the session stays in {floor} mode, the floor the managed policy ({origin}) sets"),
+                        _ => format!("the user approved the plan ({answer}); the session stays in {effective} mode, the mode of its parent session"),
                     },
                     rule: None,
                     message: response.message,
@@ -759,7 +768,10 @@ impl Broker {
                 pending
                     .approvals
                     .extend(pending.question.approve.iter().cloned());
-                let always = response.response == wire::Reply::Always;
+                // A managed rule's question is asked every time: its
+                // `always` grants nothing and counts as `once`.
+                let always =
+                    response.response == wire::Reply::Always && pending.question.managed.is_none();
                 pending.answered = Some(response.response);
                 // What `always` grants: the chosen option, else the request's `always`.
                 let granted = match (always, option) {

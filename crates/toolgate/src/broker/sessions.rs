@@ -457,11 +457,14 @@ impl Broker {
         self.sessions.has_own_mode(session_id)
     }
 
-    /// The mode a session's calls are judged in: the strictest of its own and
-    /// every ancestor's (the policy's default for a session never seen).
+    /// The mode a session's calls are judged in: the strictest of its own,
+    /// every ancestor's and the managed floor (the policy's default for a
+    /// session never seen).
     pub(super) fn effective_mode(&self, session_id: &str) -> Mode {
-        self.sessions
-            .effective_mode(session_id, self.policy.default_mode)
+        self.policy.floored(
+            self.sessions
+                .effective_mode(session_id, self.policy.default_mode),
+        )
     }
 
     /// The model-facing reminder for a session in `mode`: the mode table,
@@ -564,10 +567,21 @@ impl Broker {
                 .entry((now, layers, granted))
                 .or_insert_with(|| self.reminder(id, now))
                 .clone();
+            // The session told to go below the managed floor is told why
+            // it did not.
+            let reason = match &self.policy.mode_floor {
+                Some((floor, origin)) if id == session_id && self.policy.floored(mode) != mode => {
+                    Some(format!(
+                        "the managed policy ({origin}) keeps every session at {floor} mode or stricter, so {mode} acts as {floor}"
+                    ))
+                }
+                _ => None,
+            };
             ob.mode_changed(wire::ModeChanged {
                 session_id: id.clone(),
                 mode: now.as_str().to_string(),
                 previous: previous.as_str().to_string(),
+                reason,
                 reminder: Some(reminder),
                 not_saved: saved.clone(),
             });

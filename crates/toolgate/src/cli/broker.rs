@@ -70,6 +70,10 @@ pub fn settings_of(
         permission_env: std::env::var("TOOLGATE_PERMISSION")
             .ok()
             .filter(|v| !v.trim().is_empty()),
+        managed: policy.managed.clone(),
+        managed_env: std::env::var_os("TOOLGATE_MANAGED")
+            .filter(|value| !value.is_empty())
+            .map(PathBuf::from),
         agent_permission: None,
         denied_last: None,
         project_root: policy.project_root.clone(),

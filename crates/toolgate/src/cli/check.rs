@@ -64,7 +64,7 @@ pub fn run(mut check: CheckArgs, outer: ServeArgs) -> ExitCode {
     let Ok(opened) = open(flags, false) else {
         return ExitCode::from(2);
     };
-    let policy = opened.policy;
+    let policy = opened.policy.clone();
     let spec = policy.registry.lookup(&check.tool).into_owned();
     let input = match (&check.input, &check.subject) {
         (Some(text), _) => match serde_json::from_str::<serde_json::Value>(text) {
@@ -83,11 +83,18 @@ pub fn run(mut check: CheckArgs, outer: ServeArgs) -> ExitCode {
         },
         (None, None) => serde_json::Map::new(),
     };
+    let floor = match (&policy.mode_floor, opened.configured_mode) {
+        (Some((_, origin)), Some(asked)) if policy.floored(asked) != asked => {
+            Some((asked, origin.as_str()))
+        }
+        _ => None,
+    };
     let request = toolgate::check::Request {
         tool: &check.tool,
         input: &input,
         cwd: check.cwd.as_deref(),
         mode: policy.default_mode,
+        floor,
     };
     let evaluation = match toolgate::check::evaluate(&policy, &request, scope) {
         Ok(evaluation) => evaluation,

@@ -5,7 +5,7 @@
 //!
 //! | group | flags | taken by |
 //! |---|---|---|
-//! | [`PolicyArgs`] | `--mode --permission-mode --policy --opencode --agent --permission --project-root --read-only-agents` | serve, hook, mcp, claude-bridge, check, replay, policy validate |
+//! | [`PolicyArgs`] | `--mode --permission-mode --policy --opencode --agent --permission --managed --project-root --read-only-agents` | serve, hook, mcp, claude-bridge, check, replay, policy validate |
 //! | [`AskArgs`] | `--on-ask --ask-timeout` | serve, mcp, claude-bridge |
 //! | [`KeepArgs`] | `--state-dir --audit` | serve, hook, mcp, claude-bridge |
 //! | [`LineArgs`] | `--max-frame-bytes` | serve, mcp, claude-bridge |
@@ -103,6 +103,16 @@ pub struct PolicyArgs {
     /// loosen them as well as tighten them. A deny that decides is final.
     #[arg(long, value_name = "JSON")]
     pub permission: Option<String>,
+
+    /// A managed policy (the policy file's syntax; only `mode` and
+    /// `permission`): applied after every other layer, its deny and ask
+    /// rules are final (no rule, override, grant or answer loosens them)
+    /// and its `mode` is a floor for every session. Added to
+    /// /etc/toolgate/managed.json (applied whenever it exists) and
+    /// TOOLGATE_MANAGED, never instead of them. One that cannot be read or
+    /// parsed stops toolgate with exit code 2.
+    #[arg(long, value_name = "FILE")]
+    pub managed: Option<PathBuf>,
 
     /// The project root: paths are matched relative to it, and paths outside it
     /// ask as `external_directory`. Default: the policy file's projectRoot,
@@ -290,6 +300,7 @@ impl PolicyArgs {
             opencode: self.opencode || outer.opencode,
             agent: self.agent.or(outer.agent),
             permission: self.permission.or(outer.permission),
+            managed: self.managed.or(outer.managed),
             project_root: self.project_root.or(outer.project_root),
             read_only_agents: self.read_only_agents.or(outer.read_only_agents),
         }

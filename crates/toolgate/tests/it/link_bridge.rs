@@ -91,6 +91,7 @@ fn bridge_answering(
         .env_remove("TOOLGATE_MODE")
         .env_remove("TOOLGATE_PERMISSION")
         .env_remove("TOOLGATE_SOCKET")
+        .env_remove("TOOLGATE_MANAGED")
         .env("HOME", root)
         .env("LINK_STANDIN_LOG", &log)
         .stdin(Stdio::piped())
@@ -275,6 +276,32 @@ fn the_agents_override_is_a_rule_and_disabled_tools_are_denied_in_any_mode() {
         run.stderr
     );
     assert!(!root.join("allowed-by-rule").exists() && root.join("a.txt").exists());
+}
+
+#[test]
+fn a_managed_deny_holds_over_the_agents_own_rule_and_mode() {
+    let root = support::project_dir("link-bridge-managed");
+    let managed = root.join("managed.json");
+    std::fs::write(&managed, r#"{"permission":{"bash":{"touch *":"deny"}}}"#).unwrap();
+    let calls = json!([
+        {"tool": "bash", "command": "touch denied-by-managed"},
+        {"tool": "bash", "command": "mkdir made"},
+    ]);
+    let run = bridge(
+        &root,
+        &["--managed", &managed.to_string_lossy()],
+        &[
+            "--permission-mode",
+            "auto",
+            r#"--permission={"bash":{"touch *":"allow"}}"#,
+        ],
+        &[],
+        calls,
+        &[],
+    );
+    assert_eq!(run.statuses(), ["rejected", "completed"], "{}", run.stderr);
+    assert!(!root.join("denied-by-managed").exists() && root.join("made").exists());
+    assert!(run.asked().is_empty(), "{:#?}", run.out);
 }
 
 #[test]

@@ -28,6 +28,7 @@ mod init_cli;
 mod journal;
 mod link_assistant;
 mod link_bridge;
+mod managed;
 mod mcp;
 mod observers;
 mod opencode_cli;

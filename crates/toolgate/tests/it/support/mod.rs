@@ -67,6 +67,7 @@ impl Broker {
             .args(args)
             .current_dir(root)
             .env_remove("TOOLGATE_PERMISSION")
+            .env_remove("TOOLGATE_MANAGED")
             .env("RUST_LOG", "warn")
             .env("HOME", "/home/tester")
             .stdin(Stdio::piped())
@@ -353,6 +354,7 @@ pub fn run(cwd: &Path, args: &[&str], input: &str) -> (i32, String, String) {
         .env_remove("TOOLGATE_PERMISSION")
         .env_remove("TOOLGATE_STATE_DIR")
         .env_remove("TOOLGATE_SOCKET")
+        .env_remove("TOOLGATE_MANAGED")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -388,6 +390,7 @@ pub fn hook_process(
         "TOOLGATE_PARENT",
         "TOOLGATE_SCOPE",
         "TOOLGATE_SCOPE_FILE",
+        "TOOLGATE_MANAGED",
     ] {
         command.env_remove(name);
     }
