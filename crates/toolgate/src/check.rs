@@ -27,7 +27,8 @@ pub struct Request<'a> {
 }
 
 /// The input a tool gets for `subject`: in the field the registry reads the
-/// tool's subject from (`command`, `filePath`, `url`, `pattern`, ...).
+/// tool's subject from (`command`, `filePath`, `url`, `pattern`, the first
+/// field of a `subject` declaration, `name` for an MCP tool, ...).
 /// `None` when the tool takes no subject.
 pub fn input_for(spec: &ToolSpec, subject: &str) -> Option<Map<String, Value>> {
     let field = match spec.subject {
@@ -38,10 +39,20 @@ pub fn input_for(spec: &ToolSpec, subject: &str) -> Option<Map<String, Value>> {
         SubjectField::Search => "pattern",
         SubjectField::Agent => "subagent_type",
         SubjectField::Plan => "plan",
+        SubjectField::Declared | SubjectField::McpDefault => spec.subject_fields().first()?,
         SubjectField::None => return None,
     };
+    // A nested field (`args.name`): the objects on the way to it.
+    let mut value = json!(subject);
+    let mut parts: Vec<&str> = field.split('.').collect();
+    let first = parts.remove(0);
+    for part in parts.iter().rev() {
+        let mut object = Map::new();
+        object.insert((*part).to_string(), value);
+        value = Value::Object(object);
+    }
     let mut input = Map::new();
-    input.insert(field.to_string(), json!(subject));
+    input.insert(first.to_string(), value);
     Some(input)
 }
 

@@ -46,7 +46,7 @@ use crate::mode::{Action, Kind};
 use crate::paths::RootedPath;
 use crate::rules::Rule;
 use crate::shell_words::Reach;
-use crate::{Call, Context, Evaluation, Policy, RuleRef, Source};
+use crate::{Call, Context, Evaluation, Policy, RuleRef, Source, SubjectOrigin};
 
 /// One thing a call touches, to be judged on its own.
 struct Check {
@@ -83,6 +83,10 @@ struct Check {
     /// a command it could not parse, a shell whose script it did not read):
     /// every deny or ask rule of the permission may match it.
     runs_unknown: bool,
+    /// Where the subject came from, for a tool whose subject is read from
+    /// named fields; an unknown one ([`SubjectRead::Unknown`]) meets every
+    /// deny or ask rule of the permission, as `runs_unknown` does.
+    origin: Option<Box<SubjectOrigin>>,
 }
 
 /// What decides a check's mode answer, once the session's mode is known.
@@ -154,6 +158,9 @@ struct Ready {
 enum TargetKind {
     File,
     Directory,
+    /// A file, or a directory the files directly in which are in scope (a
+    /// path read from a field of a tool whose input toolgate does not know).
+    Path,
     Command,
 }
 
@@ -239,5 +246,6 @@ fn fixed_check(permission: &'static str, subject: String, always: GrantPattern) 
         scope: None,
         reached: None,
         runs_unknown: false,
+        origin: None,
     }
 }
