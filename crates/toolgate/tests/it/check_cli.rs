@@ -634,6 +634,43 @@ fn the_documented_example_is_the_output() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The example of an MCP call without its `name` in `docs/check.md` is what
+/// the binary prints.
+#[test]
+fn the_documented_subject_example_is_the_output() {
+    let page =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/check.md"))
+            .unwrap();
+    let start = page
+        .find("$ toolgate check --permission '{\"mcp__")
+        .expect("the MCP example of docs/check.md");
+    let block = &page[start..page[start..].find("```").unwrap() + start];
+    let (command, expected) = block.split_once('\n').unwrap();
+    let quoted: Vec<&str> = command.split('\'').collect();
+    assert_eq!(quoted.len(), 5, "{command}");
+    let tool = quoted[4].trim().strip_prefix("-- ").unwrap();
+    let dir = support::project_dir("check-docs-subject");
+    let (code, out, err) = support::run(
+        &dir,
+        &[
+            "check",
+            "--permission",
+            quoted[1],
+            "--input",
+            quoted[3],
+            "--",
+            tool,
+        ],
+        "",
+    );
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(
+        out, expected,
+        "docs/check.md's MCP `toolgate check` example has drifted"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The text form shows the call's escape sequences and bidirectional
 /// overrides escaped (`\x1b[2J`, `\u{202e}`), never raw: the tool name, the
 /// input, each step's subject and the reasons built from it.
