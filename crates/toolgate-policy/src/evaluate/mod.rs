@@ -84,7 +84,7 @@ struct Check {
     /// every deny or ask rule of the permission may match it.
     runs_unknown: bool,
     /// Where the subject came from, for a tool whose subject is read from
-    /// named fields; an unknown one ([`SubjectRead::Unknown`]) meets every
+    /// named fields; an unknown one ([`crate::SubjectRead::Unknown`]) meets every
     /// deny or ask rule of the permission, as `runs_unknown` does.
     origin: Option<Box<SubjectOrigin>>,
 }
