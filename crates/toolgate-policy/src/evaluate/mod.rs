@@ -12,8 +12,9 @@
 //!    the mode's allow or ask;
 //! 4. tightening passes, which only ever make the answer stricter: a read rule
 //!    a shell word reaches, the command after wrapper removal or inside
-//!    `bash -c`, and for a command whose program cannot be known the strictest
-//!    deny or ask rule that can still decide for the permission;
+//!    `bash -c`, and for a command whose program cannot be known (or a call
+//!    that gives none of its subject fields, see [`crate::SubjectRead`]) the
+//!    strictest deny or ask rule that can still decide for the permission;
 //! 5. a deny is final from here on; `readonly` turns an ask into a denial;
 //! 6. a `once` for this call, a session grant or a project grant turns an ask
 //!    into allow;
