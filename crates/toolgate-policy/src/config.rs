@@ -28,8 +28,8 @@ pub struct PolicyFile {
     /// its `permission` (legacy `tools` included), a layer after `permission`
     /// (see [`crate::opencode`]).
     pub agent: Option<(String, Value)>,
-    /// `tools`: name, kind, optional permission name.
-    pub tools: Vec<(String, Kind, Option<String>)>,
+    /// `tools`, in written order.
+    pub tools: Vec<ToolDeclaration>,
     /// `planModeAllowedTools`.
     pub plan_mode_allowed_tools: Vec<String>,
     /// `planModeReadOnlyCommands`.
@@ -43,6 +43,27 @@ pub struct PolicyFile {
     /// `readOnlyAgents`.
     pub read_only_agents: Option<Vec<String>>,
 }
+
+/// One entry of the policy file's `tools`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolDeclaration {
+    /// The tool's name, as the agent sends it.
+    pub name: String,
+    /// `kind`.
+    pub kind: Kind,
+    /// `permission`: the rule key (default: the tool's name).
+    pub permission: Option<String>,
+    /// `subject`: the fields of the input its subject is read from, in
+    /// order (a dotted name reaches into nested objects), each one the
+    /// input gives judged on its own (`[]`: none, not even an MCP tool's
+    /// default fields); `None` for the kind's own subject.
+    pub subject: Option<Vec<String>>,
+}
+
+/// The kinds whose tools may name their `subject` fields: the kinds whose
+/// input toolgate does not read otherwise (a read or an edit is judged by
+/// its paths, a shell call by its commands, ...).
+const SUBJECT_KINDS: &[Kind] = &[Kind::Execute, Kind::Other, Kind::Think];
 
 const KEYS: &[&str] = &[
     "$schema",
@@ -192,7 +213,7 @@ fn strings(value: &Value, file: &str, key: &str) -> Result<Vec<String>, PolicyEr
         .collect()
 }
 
-fn tools(value: &Value, file: &str) -> Result<Vec<(String, Kind, Option<String>)>, PolicyError> {
+fn tools(value: &Value, file: &str) -> Result<Vec<ToolDeclaration>, PolicyError> {
     let Value::Object(object) = value else {
         return Err(PolicyError::new(
             file,
@@ -235,18 +256,109 @@ fn tools(value: &Value, file: &str) -> Result<Vec<(String, Kind, Option<String>)
                 ))
             }
         };
+        let subject = match spec.get("subject") {
+            None => None,
+            Some(value) => Some(subject_fields(
+                value,
+                kind,
+                file,
+                &format!("{key}.subject"),
+            )?),
+        };
         for field in spec.keys() {
-            if field != "kind" && field != "permission" {
+            if !matches!(field.as_str(), "kind" | "permission" | "subject") {
                 return Err(PolicyError::new(
                     file,
                     &format!("{key}.{field}"),
-                    "unknown key; a tool takes `kind` and `permission`",
+                    "unknown key; a tool takes `kind`, `permission` and `subject`",
                 ));
             }
         }
-        out.push((name.clone(), kind, permission));
+        out.push(ToolDeclaration {
+            name: name.clone(),
+            kind,
+            permission,
+            subject,
+        });
     }
     Ok(out)
+}
+
+/// Check a tool's `subject`: a field name, or a list of them (`[]`: the tool
+/// has no subject, an MCP tool's default fields included), each a key or a
+/// dotted path of keys (`args.name`), for a tool of a kind whose input
+/// toolgate does not read otherwise. Repeated names are kept once.
+fn subject_fields(
+    value: &Value,
+    kind: Kind,
+    file: &str,
+    key: &str,
+) -> Result<Vec<String>, PolicyError> {
+    if !SUBJECT_KINDS.contains(&kind) {
+        let kinds: Vec<&str> = SUBJECT_KINDS.iter().map(|kind| kind.as_str()).collect();
+        return Err(PolicyError::new(
+            file,
+            key,
+            &format!(
+                "a tool of kind `{}` is judged by its own subject ({}); `subject` is for the kinds {}",
+                kind.as_str(),
+                kind_subject(kind),
+                kinds.join(", ")
+            ),
+        ));
+    }
+    let names: Vec<(String, &Value)> = match value {
+        Value::String(_) => vec![(key.to_string(), value)],
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| (format!("{key}[{i}]"), item))
+            .collect(),
+        _ => {
+            return Err(PolicyError::new(
+                file,
+                key,
+                "expected a field name or a list of field names",
+            ))
+        }
+    };
+    let mut fields: Vec<String> = Vec::new();
+    for (here, item) in names {
+        let Some(field) = item.as_str() else {
+            return Err(PolicyError::new(file, &here, "expected a field name"));
+        };
+        if field.is_empty() {
+            return Err(PolicyError::new(
+                file,
+                &here,
+                "an empty name names no field",
+            ));
+        }
+        if field.split('.').any(str::is_empty) {
+            return Err(PolicyError::new(
+                file,
+                &here,
+                &format!("`{field}` has an empty part; a nested field is written `args.name`"),
+            ));
+        }
+        if !fields.iter().any(|seen| seen == field) {
+            fields.push(field.to_string());
+        }
+    }
+    Ok(fields)
+}
+
+/// What a tool of `kind` is judged by, for the error above.
+fn kind_subject(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Read | Kind::Edit | Kind::List => "the paths in its input",
+        Kind::Search => "its pattern and the directory it searches",
+        Kind::Fetch => "its URL",
+        Kind::Shell => "its command",
+        Kind::Task => "its sub-agent type",
+        Kind::ExitPlan => "its plan",
+        Kind::Think | Kind::Execute | Kind::Other => "none",
+    }
 }
 
 /// Everything that goes into a [`Policy`], lowest precedence first.
@@ -361,28 +473,36 @@ impl Policy {
         let mut plan_allowed = Vec::new();
         let mut extra_read_only = Vec::new();
         if let Some((name, policy)) = file {
-            for (tool, kind, permission) in &policy.tools {
+            for tool in &policy.tools {
                 if let Some((origin, _)) = sources.managed.first() {
                     // Redeclared, a tool toolgate knows could leave the
                     // reach of the managed rules for its permission.
                     let builtin = Registry::default();
-                    let known = builtin.lookup(tool);
+                    let known = builtin.lookup(&tool.name);
                     if known.known
-                        && (known.kind != *kind
-                            || known.permission != permission.as_deref().unwrap_or(tool))
+                        && (known.kind != tool.kind
+                            || known.permission
+                                != tool.permission.as_deref().unwrap_or(&tool.name)
+                            || tool.subject.is_some())
                     {
                         return Err(PolicyError::new(
                             name,
-                            &format!("tools.{tool}"),
+                            &format!("tools.{}", tool.name),
                             &format!(
-                                "`{tool}` is a tool toolgate knows (kind {}, permission `{}`), and a managed policy ({origin}) is in force: redeclared, it could leave the reach of the managed rules",
+                                "`{}` is a tool toolgate knows (kind {}, permission `{}`), and a managed policy ({origin}) is in force: redeclared, it could leave the reach of the managed rules",
+                                tool.name,
                                 known.kind.as_str(),
                                 known.permission
                             ),
                         ));
                     }
                 }
-                registry.declare(tool, *kind, permission.as_deref());
+                registry.declare(
+                    &tool.name,
+                    tool.kind,
+                    tool.permission.as_deref(),
+                    tool.subject.as_deref(),
+                );
             }
             if let Some(permission) = &policy.permission {
                 rules.extend(Ruleset::parse(permission, name, "permission", name, home)?);
@@ -619,6 +739,17 @@ mod tests {
             (r#"{"readOnlyAgents":["Plan",""]}"#, "toolgate.json: readOnlyAgents[1]: an empty name names no sub-agent type"),
             (r#"{"readOnlyAgents":["general purpose"]}"#, "toolgate.json: readOnlyAgents[0]: `general purpose` holds a blank; a sub-agent type is one word"),
             (r#"{"tools":{"deploy":{"kind":"launch"}}}"#, "toolgate.json: tools.deploy.kind: unknown kind `launch` (expected one of read, search, list, think, fetch, edit, shell, execute, exit_plan_mode, task, other)"),
+            (r#"{"tools":{"deploy":{"kind":"execute","subject":"target"}}}"#, "ok"),
+            (r#"{"tools":{"mcp__gw__invoke":{"kind":"other","subject":["name","args.name"]}}}"#, "ok"),
+            (r#"{"tools":{"notes":{"kind":"think","subject":["file","file"]}}}"#, "ok"),
+            (r#"{"tools":{"deploy":{"kind":"execute","subject":""}}}"#, "toolgate.json: tools.deploy.subject: an empty name names no field"),
+            (r#"{"tools":{"mcp__gh__get":{"kind":"other","subject":[]}}}"#, "ok"),
+            (r#"{"tools":{"deploy":{"kind":"execute","subject":3}}}"#, "toolgate.json: tools.deploy.subject: expected a field name or a list of field names"),
+            (r#"{"tools":{"deploy":{"kind":"execute","subject":["target",1]}}}"#, "toolgate.json: tools.deploy.subject[1]: expected a field name"),
+            (r#"{"tools":{"deploy":{"kind":"execute","subject":["args..name"]}}}"#, "toolgate.json: tools.deploy.subject[0]: `args..name` has an empty part; a nested field is written `args.name`"),
+            (r#"{"tools":{"mcp__fs__get":{"kind":"read","subject":"file"}}}"#, "toolgate.json: tools.mcp__fs__get.subject: a tool of kind `read` is judged by its own subject (the paths in its input); `subject` is for the kinds execute, other, think"),
+            (r#"{"tools":{"x":{"kind":"shell","subject":"file"}}}"#, "toolgate.json: tools.x.subject: a tool of kind `shell` is judged by its own subject (its command); `subject` is for the kinds execute, other, think"),
+            (r#"{"tools":{"deploy":{"kind":"execute","subjects":"target"}}}"#, "toolgate.json: tools.deploy.subjects: unknown key; a tool takes `kind`, `permission` and `subject`"),
             (r#"{"askTimeoutSeconds":-1}"#, "toolgate.json: askTimeoutSeconds: expected a whole number of seconds (0 = wait forever)"),
             (r#"{"planModeAllowedTools":"x"}"#, "toolgate.json: planModeAllowedTools: expected an array of strings"),
             (r#"{"planModeAllowedTools":[1]}"#, "toolgate.json: planModeAllowedTools[0]: expected a string"),

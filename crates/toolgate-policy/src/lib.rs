@@ -62,8 +62,8 @@ use serde_json::{Map, Value};
 
 pub use batch::{is_batch, AskedCall, MAX_CALLS, MAX_DEPTH};
 pub use config::{
-    check_read_only_agent, parse_override, PolicyFile, Sources, DEFAULT_ALWAYS_AVAILABLE,
-    DEFAULT_ASK_TIMEOUT_SECONDS, DEFAULT_READ_ONLY_AGENTS,
+    check_read_only_agent, parse_override, PolicyFile, Sources, ToolDeclaration,
+    DEFAULT_ALWAYS_AVAILABLE, DEFAULT_ASK_TIMEOUT_SECONDS, DEFAULT_READ_ONLY_AGENTS,
 };
 pub use error::PolicyError;
 pub use evaluate::Prepared;
@@ -81,7 +81,8 @@ pub use scope::{
     ScopeRules, ScopeTarget, MAX_REGEX_LEN, REGEX_SIZE_LIMIT,
 };
 pub use tools::{
-    extract, patch_files, variants, Registry, ShellInput, Subject, SubjectField, ToolSpec,
+    extract, field_subjects, patch_files, variants, FieldSubject, FieldValue, Registry, ShellInput,
+    Subject, SubjectField, ToolSpec, MAX_FIELD_VALUES, MCP_SUBJECT_FIELDS,
 };
 pub use wildcard::Wildcard;
 
@@ -429,4 +430,39 @@ pub struct CheckTrace {
     pub reason: String,
     /// The rule or grant that decided the step, if one did.
     pub rule: Option<RuleRef>,
+    /// For a tool whose subject is read from named fields of its input (a
+    /// `subject` declaration, or the MCP default): where this step's
+    /// subject came from. `None` for every other step.
+    pub origin: Option<SubjectOrigin>,
+}
+
+/// Where a step's subject came from, for a tool whose subject is read from
+/// named fields of its input: the fields of a `subject` declaration in the
+/// policy's `tools`, or [`MCP_SUBJECT_FIELDS`] for an MCP tool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubjectOrigin {
+    /// The fields the subject is read from, in order.
+    pub fields: Vec<String>,
+    /// True when a `subject` declaration names them, false for the MCP default.
+    pub declared: bool,
+    /// The field this step's subject was read from; `None` when the input
+    /// gives none of the fields.
+    pub field: Option<String>,
+    /// How the subject was matched.
+    pub read: SubjectRead,
+}
+
+/// How a subject read from a field was matched (see [`FieldValue`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SubjectRead {
+    /// As written.
+    Text,
+    /// As a path, relative to the project root.
+    Path,
+    /// As a shell command: one step per simple command.
+    Command,
+    /// Not at all: the input gives none of the fields, or gives one that is
+    /// not text (the reason). The step is matched as `*`, and every deny or
+    /// ask rule of the permission may match it.
+    Unknown(String),
 }

@@ -35,7 +35,7 @@ use serde_json::Value;
 
 use crate::error::PolicyError;
 use crate::scope::{ScopeError, ScopeLayer, ScopeRules};
-use crate::tools::Registry;
+use crate::tools::{is_mcp, Registry};
 use crate::wildcard::Wildcard;
 use crate::Policy;
 
@@ -160,10 +160,6 @@ fn closest<'a>(name: &str, known: impl IntoIterator<Item = &'a str>) -> Option<&
 
 fn is_pattern(name: &str) -> bool {
     name.contains(['*', '?'])
-}
-
-fn is_mcp(name: &str) -> bool {
-    name.starts_with("mcp__") && name.len() > "mcp__".len()
 }
 
 /// Check the keys of one `permission` value (one layer: the policy file's,
@@ -306,9 +302,9 @@ mod tests {
     #[test]
     fn permission_keys() {
         let mut registry = Registry::default();
-        registry.declare("deploy", Kind::Execute, None);
-        registry.declare("lisp", Kind::Execute, None);
-        registry.declare("mover", Kind::Edit, Some("edit"));
+        registry.declare("deploy", Kind::Execute, None, None);
+        registry.declare("lisp", Kind::Execute, None, None);
+        registry.declare("mover", Kind::Edit, Some("edit"), None);
         let cases = [
             ("edit", "ok"),
             ("bash", "ok"),

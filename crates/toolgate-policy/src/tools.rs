@@ -16,7 +16,10 @@
 //! - fields that make a shell call more than its command, so never read-only:
 //!   background runs, `tty` sessions, `env`, `user` ([`not_read_only_field`]);
 //! - for a tool of unknown kind, every path-like and command-like field, which
-//!   a session's scope holds against its patterns ([`unknown_fields`]).
+//!   a session's scope holds against its patterns ([`unknown_fields`]);
+//! - for a tool whose policy declaration names its `subject` fields, and for
+//!   an MCP tool ([`MCP_SUBJECT_FIELDS`]), each of those fields that the
+//!   input gives ([`SubjectField::Declared`], [`SubjectField::McpDefault`]).
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -47,8 +50,27 @@ pub enum SubjectField {
     Agent,
     /// Plan approval: the plan text in `plan`.
     Plan,
+    /// The fields a `subject` declaration names ([`ToolSpec::fields`]):
+    /// each one the input gives is a subject ([`Subject::Fields`]).
+    Declared,
+    /// An MCP tool's (`mcp__SERVER__TOOL`) default: each of
+    /// [`MCP_SUBJECT_FIELDS`] the input gives is a subject.
+    McpDefault,
     /// No subject: rules match it as `*`.
     None,
+}
+
+/// The fields an MCP tool's subject is read from when no declaration names
+/// them: each one the input gives is a subject, judged on its own.
+pub const MCP_SUBJECT_FIELDS: &[&str] = &["name", "command", "path", "url"];
+
+/// The most values one subject field may give (an array of names): beyond
+/// them the field is unreadable, and judged as such.
+pub const MAX_FIELD_VALUES: usize = 64;
+
+/// Is `name` an MCP tool's name as the agents write it (`mcp__SERVER__TOOL`)?
+pub(crate) fn is_mcp(name: &str) -> bool {
+    name.starts_with("mcp__") && name.len() > "mcp__".len()
 }
 
 /// What the registry knows of a tool.
@@ -62,6 +84,23 @@ pub struct ToolSpec {
     pub subject: SubjectField,
     /// True when the tool was found in the registry (built in or declared).
     pub known: bool,
+    /// For [`SubjectField::Declared`]: the fields the policy names, in
+    /// order, each a key or a dotted path into nested objects (`args.name`).
+    /// Empty otherwise.
+    pub fields: Vec<String>,
+}
+
+impl ToolSpec {
+    /// The fields the subject is read from when it is read from named
+    /// fields ([`SubjectField::Declared`], [`SubjectField::McpDefault`]);
+    /// empty for every other tool.
+    pub fn subject_fields(&self) -> Vec<&str> {
+        match self.subject {
+            SubjectField::Declared => self.fields.iter().map(String::as_str).collect(),
+            SubjectField::McpDefault => MCP_SUBJECT_FIELDS.to_vec(),
+            _ => Vec::new(),
+        }
+    }
 }
 
 /// One built-in tool: name, permission, kind, subject.
@@ -426,6 +465,7 @@ impl Default for Registry {
                         kind: *kind,
                         subject: *subject,
                         known: true,
+                        fields: Vec::new(),
                     },
                 )
             })
@@ -523,16 +563,37 @@ impl Registry {
             .map(|(name, spec)| (name.as_str(), spec))
     }
 
-    /// Add or override a tool (`tools` in the policy file).
-    pub fn declare(&mut self, name: &str, kind: Kind, permission: Option<&str>) {
-        let subject = match kind {
-            Kind::Read | Kind::Edit | Kind::List => SubjectField::OptionalPath,
-            Kind::Search => SubjectField::Search,
-            Kind::Fetch => SubjectField::Url,
-            Kind::Shell => SubjectField::Shell,
-            Kind::Task => SubjectField::Agent,
-            Kind::ExitPlan => SubjectField::Plan,
-            Kind::Think | Kind::Execute | Kind::Other => SubjectField::None,
+    /// Add or override a tool (`tools` in the policy file). `subject`, when
+    /// given, names the fields its subject is read from (the policy file
+    /// allows it for the kinds `execute`, `other` and `think`, whose input
+    /// toolgate does not otherwise read; an empty list: no subject); without
+    /// it an MCP tool of such a kind keeps the MCP default
+    /// ([`MCP_SUBJECT_FIELDS`]).
+    pub fn declare(
+        &mut self,
+        name: &str,
+        kind: Kind,
+        permission: Option<&str>,
+        subject: Option<&[String]>,
+    ) {
+        let (subject, fields) = match subject {
+            Some([]) => (SubjectField::None, Vec::new()),
+            Some(fields) => (SubjectField::Declared, fields.to_vec()),
+            None => {
+                let subject = match kind {
+                    Kind::Read | Kind::Edit | Kind::List => SubjectField::OptionalPath,
+                    Kind::Search => SubjectField::Search,
+                    Kind::Fetch => SubjectField::Url,
+                    Kind::Shell => SubjectField::Shell,
+                    Kind::Task => SubjectField::Agent,
+                    Kind::ExitPlan => SubjectField::Plan,
+                    Kind::Think | Kind::Execute | Kind::Other if is_mcp(name) => {
+                        SubjectField::McpDefault
+                    }
+                    Kind::Think | Kind::Execute | Kind::Other => SubjectField::None,
+                };
+                (subject, Vec::new())
+            }
         };
         let builtin = Registry::builtin_names().any(|builtin| builtin == name);
         if !builtin && !self.declared.iter().any(|declared| declared == name) {
@@ -545,20 +606,27 @@ impl Registry {
                 kind,
                 subject,
                 known: true,
+                fields,
             },
         );
     }
 
     /// Look a tool up. Unknown tools (MCP tools included) are [`Kind::Other`]
-    /// with their own name as permission.
+    /// with their own name as permission; an MCP tool's subject is read
+    /// from [`MCP_SUBJECT_FIELDS`].
     pub fn lookup(&self, name: &str) -> Cow<'_, ToolSpec> {
         match self.tools.get(name) {
             Some(spec) => Cow::Borrowed(spec),
             None => Cow::Owned(ToolSpec {
                 permission: name.to_string(),
                 kind: Kind::Other,
-                subject: SubjectField::None,
+                subject: if is_mcp(name) {
+                    SubjectField::McpDefault
+                } else {
+                    SubjectField::None
+                },
                 known: false,
+                fields: Vec::new(),
             }),
         }
     }
@@ -607,8 +675,41 @@ pub enum Subject {
     },
     /// A URL, query, agent type or plan text.
     Text(String),
+    /// What the named subject fields give ([`SubjectField::Declared`],
+    /// [`SubjectField::McpDefault`]), each value once, in the order of the
+    /// fields; empty when the input gives none of them.
+    Fields(Vec<FieldSubject>),
     /// Nothing to match: rules see `*`.
     None,
+}
+
+/// One value a subject field gives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldSubject {
+    /// The field, as declared (`name`, `args.name`).
+    pub field: String,
+    /// What it gives.
+    pub value: FieldValue,
+}
+
+/// How the value of a subject field is matched, by the field's name: a
+/// command-like field (`command`, `cmd`, `script`, ...) as a shell command,
+/// one step per simple command; a path-like one (`path`, `file`, `dir`, ...,
+/// as a session's scope reads an unknown tool's fields) as a path, relative
+/// to the project root, unless it holds a URL; any other as text. A number
+/// or a boolean is its JSON text; an array gives each of its items.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FieldValue {
+    /// Matched as written.
+    Text(String),
+    /// Matched as a path: normalised, relative to the project root.
+    Path(String),
+    /// Matched as a shell command, simple command by simple command.
+    Command(ShellInput),
+    /// Given, but not as text (an object, an array holding one, more than
+    /// [`MAX_FIELD_VALUES`] items, a dotted path through something that is
+    /// not an object): the reason. Judged as a call without a subject.
+    Unreadable(String),
 }
 
 /// Read the subject of a call. `Err` names what is missing or malformed.
@@ -686,8 +787,147 @@ pub fn extract(spec: &ToolSpec, input: &Map<String, Value>) -> Result<Subject, S
         SubjectField::Plan => Ok(first_string(input, &["plan"])?
             .map(Subject::Text)
             .unwrap_or(Subject::None)),
+        SubjectField::Declared | SubjectField::McpDefault => Ok(Subject::Fields(field_subjects(
+            &spec.subject_fields(),
+            input,
+        ))),
         SubjectField::None => Ok(Subject::None),
     }
+}
+
+/// Every value the subject fields give, each once, in the order of the
+/// fields: a field that is absent, `null`, `""` or `[]` gives nothing.
+/// Never an error: what cannot be read is a [`FieldValue::Unreadable`],
+/// judged as strictly as any value could be.
+pub fn field_subjects(fields: &[&str], input: &Map<String, Value>) -> Vec<FieldSubject> {
+    let mut out: Vec<FieldSubject> = Vec::new();
+    let mut push = |field: &str, value: FieldValue| {
+        if !out.iter().any(|seen| seen.value == value) {
+            out.push(FieldSubject {
+                field: field.to_string(),
+                value,
+            });
+        }
+    };
+    for field in fields {
+        let value = match field_value(input, field) {
+            Ok(Some(value)) => value,
+            Ok(None) => continue,
+            Err(why) => {
+                push(field, FieldValue::Unreadable(why));
+                continue;
+            }
+        };
+        let last = field.rsplit('.').next().unwrap_or(field);
+        let folded = Folded::new(last);
+        let command = is_subject_command_key(folded.as_str());
+        let path = !command && is_path_key(last);
+        let read = |text: String| {
+            if command {
+                FieldValue::Command(ShellInput::Text(text))
+            } else if path && (!text.contains("://") || text.starts_with("file://")) {
+                FieldValue::Path(uri_path(&text).to_string())
+            } else {
+                FieldValue::Text(text)
+            }
+        };
+        match value {
+            Value::Array(items) if items.is_empty() => {}
+            Value::Array(items) if items.len() > MAX_FIELD_VALUES => push(
+                field,
+                FieldValue::Unreadable(format!(
+                    "`{field}` holds {} items, more than {MAX_FIELD_VALUES}",
+                    items.len()
+                )),
+            ),
+            // An argv (`["rm", "-rf", "x"]`) is one command; `commands` a list of them.
+            Value::Array(items)
+                if command
+                    && !folded.as_str().ends_with('s')
+                    && items.iter().all(Value::is_string) =>
+            {
+                let argv = items.iter().filter_map(Value::as_str).map(str::to_string);
+                push(field, FieldValue::Command(ShellInput::Argv(argv.collect())));
+            }
+            Value::Array(items) => {
+                for item in items {
+                    match scalar_text(item) {
+                        Ok(Some(text)) => push(field, read(text)),
+                        Ok(None) => {}
+                        Err(what) => {
+                            push(
+                                field,
+                                FieldValue::Unreadable(format!("`{field}` holds {what}")),
+                            );
+                            break;
+                        }
+                    }
+                }
+            }
+            value => match scalar_text(value) {
+                Ok(Some(text)) => push(field, read(text)),
+                Ok(None) => {}
+                Err(what) => push(
+                    field,
+                    FieldValue::Unreadable(format!("`{field}` is {what}")),
+                ),
+            },
+        }
+    }
+    out
+}
+
+/// A subject field's value, through the dots of a nested field
+/// (`args.name`): `None` when it is absent, `Err` when the way to it goes
+/// through something that is neither an object nor absent.
+fn field_value<'v>(
+    input: &'v Map<String, Value>,
+    field: &str,
+) -> Result<Option<&'v Value>, String> {
+    let mut parts = field.split('.');
+    let first = parts.next().unwrap_or(field);
+    let Some(mut value) = lookup(input, first) else {
+        return Ok(None);
+    };
+    let mut walked = first.len();
+    for part in parts {
+        value = match value {
+            Value::Null => return Ok(None),
+            Value::Object(object) => match object.get(part) {
+                Some(inner) => inner,
+                None => return Ok(None),
+            },
+            _ => {
+                let through = field.get(..walked).unwrap_or(field);
+                return Err(format!(
+                    "`{through}` is not an object, so `{field}` cannot be read"
+                ));
+            }
+        };
+        walked += 1 + part.len();
+    }
+    Ok(Some(value))
+}
+
+/// The text of a scalar: a string as is, a number or boolean as its JSON
+/// text; `None` for `null` and `""`; `Err` names what else it is.
+fn scalar_text(value: &Value) -> Result<Option<String>, &'static str> {
+    match value {
+        Value::Null => Ok(None),
+        Value::String(text) if text.is_empty() => Ok(None),
+        Value::String(text) => Ok(Some(text.clone())),
+        Value::Number(number) => Ok(Some(number.to_string())),
+        Value::Bool(flag) => Ok(Some(flag.to_string())),
+        Value::Array(_) => Err("an array, not text"),
+        Value::Object(_) => Err("an object, not text"),
+    }
+}
+
+/// A subject field whose value is a shell command: `command`, `cmd`,
+/// `commands`, `script`, `shell_command`, ... (the command-like keys of
+/// [`unknown_fields`], without what is typed into a running process).
+fn is_subject_command_key(folded: &str) -> bool {
+    is_command_key(folded) && !matches!(folded, "chars" | "keys" | "stdin")
 }
 
 /// Fields that name the file a tool reads or writes, across agents: Claude
@@ -1541,7 +1781,7 @@ mod tests {
             ("invoke_agent", json!({"agent_name": "codebase_investigator", "prompt": "x"}), r#"task Task Text("codebase_investigator")"#),
             ("ExitPlanMode", json!({"plan": "1. do"}), r#"exit_plan_mode ExitPlan Text("1. do")"#),
             ("TodoWrite", json!({"todos": []}), "todowrite Think None"),
-            ("mcp__github__get_issue", json!({"number": 1}), "mcp__github__get_issue Other None"),
+            ("mcp__github__get_issue", json!({"number": 1}), "mcp__github__get_issue Other Fields([])"),
             ("frobnicate", json!({}), "frobnicate Other None"),
             // Every path field any agent's tool reads is a subject.
             ("edit", json!({"filePath": "/etc/passwd", "file_path": "src/ok.rs"}), r#"edit Edit Paths(["/etc/passwd", "src/ok.rs"])"#),
@@ -1584,13 +1824,183 @@ mod tests {
         }
     }
 
+    /// What named subject fields give: each field the input gives, each
+    /// value once, matched by the field's name as text, a path or a command;
+    /// what cannot be read is said, never dropped.
+    #[test]
+    fn field_subjects_of_inputs() {
+        let mcp = MCP_SUBJECT_FIELDS;
+        let cases: &[(&[&str], Value, &str)] = &[
+            (
+                mcp,
+                json!({"name": "gmail_delete_all"}),
+                "name=text:gmail_delete_all",
+            ),
+            (
+                mcp,
+                json!({"name": "gmail_list", "limit": 3}),
+                "name=text:gmail_list",
+            ),
+            (mcp, json!({"number": 1}), ""),
+            (mcp, json!({"name": null, "url": ""}), ""),
+            // Every default field the input gives is judged: the server may read any.
+            (
+                mcp,
+                json!({"url": "https://x.example/", "name": "a"}),
+                "name=text:a url=text:https://x.example/",
+            ),
+            (mcp, json!({"path": "./src/a.rs"}), "path=path:./src/a.rs"),
+            (
+                mcp,
+                json!({"path": "file:///etc/passwd"}),
+                "path=path:/etc/passwd",
+            ),
+            (
+                mcp,
+                json!({"path": "https://x.example/a"}),
+                "path=text:https://x.example/a",
+            ),
+            (
+                mcp,
+                json!({"command": "rm -rf x"}),
+                "command=command:Text(\"rm -rf x\")",
+            ),
+            (
+                mcp,
+                json!({"command": ["rm", "-rf", "x"]}),
+                "command=command:Argv([\"rm\", \"-rf\", \"x\"])",
+            ),
+            (mcp, json!({"name": 42}), "name=text:42"),
+            (mcp, json!({"name": true}), "name=text:true"),
+            (
+                mcp,
+                json!({"name": ["a", "b", "a", 7]}),
+                "name=text:a name=text:b name=text:7",
+            ),
+            (mcp, json!({"name": []}), ""),
+            (
+                mcp,
+                json!({"name": {"first": "x"}}),
+                "name=unreadable:`name` is an object, not text",
+            ),
+            (
+                mcp,
+                json!({"name": ["a", {"b": 1}]}),
+                "name=text:a name=unreadable:`name` holds an object, not text",
+            ),
+            (
+                mcp,
+                json!({"name": [["a"]]}),
+                "name=unreadable:`name` holds an array, not text",
+            ),
+            // The same value under two fields is one subject.
+            (mcp, json!({"name": "x", "url": "x"}), "name=text:x"),
+            // Declared fields, nested ones included.
+            (
+                &["args.name"],
+                json!({"args": {"name": "deploy prod"}}),
+                "args.name=text:deploy prod",
+            ),
+            (&["args.name"], json!({"args": {}}), ""),
+            (&["args.name"], json!({"args": null}), ""),
+            (
+                &["args.name"],
+                json!({"args": "deploy"}),
+                "args.name=unreadable:`args` is not an object, so `args.name` cannot be read",
+            ),
+            (
+                &["a.b.c"],
+                json!({"a": {"b": 3}}),
+                "a.b.c=unreadable:`a.b` is not an object, so `a.b.c` cannot be read",
+            ),
+            (
+                &["target", "env"],
+                json!({"env": "prod", "target": "web"}),
+                "target=path:web env=text:prod",
+            ),
+            (
+                &["script"],
+                json!({"script": "make"}),
+                "script=command:Text(\"make\")",
+            ),
+            (
+                &["commands"],
+                json!({"commands": ["a", "b"]}),
+                "commands=command:Text(\"a\") commands=command:Text(\"b\")",
+            ),
+            (&["keys"], json!({"keys": "y"}), "keys=text:y"),
+        ];
+        for (fields, input, expected) in cases {
+            let found = field_subjects(fields, &object(input.clone()));
+            let actual: Vec<String> = found
+                .iter()
+                .map(|FieldSubject { field, value }| match value {
+                    FieldValue::Text(text) => format!("{field}=text:{text}"),
+                    FieldValue::Path(path) => format!("{field}=path:{path}"),
+                    FieldValue::Command(command) => format!("{field}=command:{command:?}"),
+                    FieldValue::Unreadable(why) => format!("{field}=unreadable:{why}"),
+                })
+                .collect();
+            assert_eq!(actual.join(" "), *expected, "{fields:?} {input}");
+        }
+        let many: Vec<u32> = (0..=MAX_FIELD_VALUES as u32).collect();
+        let found = field_subjects(mcp, &object(json!({"name": many})));
+        assert_eq!(
+            found,
+            vec![FieldSubject {
+                field: "name".into(),
+                value: FieldValue::Unreadable(format!(
+                    "`name` holds {} items, more than {MAX_FIELD_VALUES}",
+                    MAX_FIELD_VALUES + 1
+                )),
+            }]
+        );
+    }
+
+    /// Which tools read their subject from named fields: MCP tools by
+    /// default (declared of a kind without a subject of its own too), and
+    /// tools whose declaration names the fields.
+    #[test]
+    fn subject_fields_of_tools() {
+        let mut registry = Registry::default();
+        registry.declare("mcp__db__query", Kind::Read, None, None);
+        registry.declare("mcp__notes__list", Kind::Think, None, None);
+        registry.declare("deploy", Kind::Execute, None, Some(&["target".to_string()]));
+        registry.declare("mcp__gw__invoke", Kind::Edit, None, None);
+        registry.declare("mcp__gh__get", Kind::Other, None, Some(&[]));
+        registry.declare(
+            "mcp__gw__call",
+            Kind::Other,
+            None,
+            Some(&["args.name".to_string(), "name".to_string()]),
+        );
+        let cases = [
+            ("mcp__github__get_issue", "McpDefault name,command,path,url"),
+            ("mcp__notes__list", "McpDefault name,command,path,url"),
+            ("mcp__db__query", "OptionalPath "),
+            ("mcp__gw__invoke", "OptionalPath "),
+            ("mcp__gw__call", "Declared args.name,name"),
+            ("mcp__gh__get", "None "),
+            ("deploy", "Declared target"),
+            ("mcp__", "None "),
+            ("mcp_github_x", "None "),
+            ("frobnicate", "None "),
+            ("Bash", "Shell "),
+        ];
+        for (tool, expected) in cases {
+            let spec = registry.lookup(tool);
+            let actual = format!("{:?} {}", spec.subject, spec.subject_fields().join(","));
+            assert_eq!(actual, expected, "{tool}");
+        }
+    }
+
     /// A few names per kind: policy-declared first, then one per agent in turn,
     /// case-insensitive duplicates skipped, shown in table order.
     #[test]
     fn examples_of_each_kind() {
         let mut registry = Registry::default();
-        registry.declare("my_search", Kind::Search, None);
-        registry.declare("Bash", Kind::Execute, None);
+        registry.declare("my_search", Kind::Search, None, None);
+        registry.declare("Bash", Kind::Execute, None, None);
         let cases = [
             (Kind::Read, 4, "Read, read_file, read_many_files"),
             (
@@ -1622,9 +2032,9 @@ mod tests {
     #[test]
     fn declared_tools_override_builtins() {
         let mut registry = Registry::default();
-        registry.declare("my_search", Kind::Search, None);
-        registry.declare("Bash", Kind::Execute, Some("deploy"));
-        registry.declare("mcp__db__query", Kind::Read, None);
+        registry.declare("my_search", Kind::Search, None, None);
+        registry.declare("Bash", Kind::Execute, Some("deploy"), None);
+        registry.declare("mcp__db__query", Kind::Read, None, None);
         assert_eq!(registry.lookup("my_search").kind, Kind::Search);
         // A declared tool's input is its own: a path is checked when there is one.
         let query = registry.lookup("mcp__db__query");

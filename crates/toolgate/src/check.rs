@@ -11,7 +11,7 @@ use serde_json::{json, Map, Value};
 use crate::display::{shown, shown_list};
 use toolgate_policy::{
     Action, CheckTrace, Context, Evaluation, Grants, Mode, Policy, RuleRef, Scope, ScopeRules,
-    Source, SubjectField, ToolSpec,
+    Source, SubjectField, SubjectOrigin, SubjectRead, ToolSpec,
 };
 
 /// One call to check.
@@ -30,7 +30,8 @@ pub struct Request<'a> {
 }
 
 /// The input a tool gets for `subject`: in the field the registry reads the
-/// tool's subject from (`command`, `filePath`, `url`, `pattern`, ...).
+/// tool's subject from (`command`, `filePath`, `url`, `pattern`, the first
+/// field of a `subject` declaration, `name` for an MCP tool, ...).
 /// `None` when the tool takes no subject.
 pub fn input_for(spec: &ToolSpec, subject: &str) -> Option<Map<String, Value>> {
     let field = match spec.subject {
@@ -41,10 +42,20 @@ pub fn input_for(spec: &ToolSpec, subject: &str) -> Option<Map<String, Value>> {
         SubjectField::Search => "pattern",
         SubjectField::Agent => "subagent_type",
         SubjectField::Plan => "plan",
+        SubjectField::Declared | SubjectField::McpDefault => spec.subject_fields().first()?,
         SubjectField::None => return None,
     };
+    // A nested field (`args.name`): the objects on the way to it.
+    let mut value = json!(subject);
+    let mut parts: Vec<&str> = field.split('.').collect();
+    let first = parts.remove(0);
+    for part in parts.iter().rev() {
+        let mut object = Map::new();
+        object.insert((*part).to_string(), value);
+        value = Value::Object(object);
+    }
     let mut input = Map::new();
-    input.insert(field.to_string(), json!(subject));
+    input.insert(first.to_string(), value);
     Some(input)
 }
 
@@ -129,11 +140,29 @@ fn step_json(step: &CheckTrace) -> Value {
     if !step.inner.is_empty() {
         value["inner"] = json!(step.inner);
     }
+    if let Some(origin) = &step.origin {
+        value["from"] = origin_json(origin);
+    }
     if step.command {
         value["readOnly"] = json!(step.not_read_only.is_none());
         if let Some(why) = &step.not_read_only {
             value["notReadOnly"] = json!(why);
         }
+    }
+    value
+}
+
+/// Where a step's subject came from: the field and how it was matched.
+fn origin_json(origin: &SubjectOrigin) -> Value {
+    let (read, why) = match &origin.read {
+        SubjectRead::Text => ("text", None),
+        SubjectRead::Path => ("path", None),
+        SubjectRead::Command => ("command", None),
+        SubjectRead::Unknown(why) => ("unknown", Some(why)),
+    };
+    let mut value = json!({"field": origin.field, "as": read});
+    if let Some(why) = why {
+        value["why"] = json!(why);
     }
     value
 }
@@ -146,6 +175,7 @@ pub fn to_json(request: &Request<'_>, spec: &ToolSpec, evaluation: &Evaluation) 
         "tool": request.tool,
         "input": request.input,
         "known": spec.known,
+        "subjectFields": subject_fields_json(spec),
         "permission": evaluation.permission,
         "kind": evaluation.kind.as_str(),
         "mode": request.mode.as_str(),
@@ -175,6 +205,16 @@ pub fn to_json(request: &Request<'_>, spec: &ToolSpec, evaluation: &Evaluation) 
     value
 }
 
+/// The fields a tool's subject is read from, when it is read from named
+/// fields: `{"fields": [...], "declared": bool}`, else `null`.
+fn subject_fields_json(spec: &ToolSpec) -> Value {
+    let fields = spec.subject_fields();
+    if fields.is_empty() {
+        return Value::Null;
+    }
+    json!({"fields": fields, "declared": spec.subject == SubjectField::Declared})
+}
+
 fn rule_text(rule: &RuleRef) -> String {
     format!(
         "`{}: {}` {} ({})",
@@ -183,6 +223,23 @@ fn rule_text(rule: &RuleRef) -> String {
         action(rule.action),
         shown(&rule.origin)
     )
+}
+
+/// Where a step's subject came from, in words.
+fn origin_text(origin: &SubjectOrigin) -> String {
+    let field = origin.field.as_deref().unwrap_or_default();
+    match &origin.read {
+        SubjectRead::Text => format!("from the input's `{field}`, matched as text"),
+        SubjectRead::Path => format!(
+            "from the input's `{field}`, matched as a path relative to the project root"
+        ),
+        SubjectRead::Command => {
+            format!("from the input's `{field}`, a command: each simple command is a step")
+        }
+        SubjectRead::Unknown(why) => format!(
+            "unknown: {why}; matched as `*`, and every deny or ask rule of the permission may match it"
+        ),
+    }
 }
 
 /// The form for a person. Every text from the call (the tool, its input,
@@ -201,6 +258,19 @@ pub fn to_text(request: &Request<'_>, spec: &ToolSpec, evaluation: &Evaluation) 
         shown(&evaluation.permission),
         evaluation.kind.as_str()
     ));
+    let fields = spec.subject_fields();
+    if !fields.is_empty() {
+        let names: Vec<String> = fields.iter().map(|field| format!("`{field}`")).collect();
+        let whose = if spec.subject == SubjectField::Declared {
+            "declared in the policy's `tools`"
+        } else {
+            "the default for MCP tools"
+        };
+        out.push_str(&format!(
+            "subject    read from {} ({whose}): each one given is judged\n",
+            shown(&names.join(", "))
+        ));
+    }
     out.push_str(&format!(
         "input      {}\n",
         shown(&Value::Object(request.input.clone()).to_string())
@@ -237,6 +307,9 @@ pub fn to_text(request: &Request<'_>, spec: &ToolSpec, evaluation: &Evaluation) 
                 None => out.push_str("  command  only reads\n"),
                 Some(why) => out.push_str(&format!("  command  not read-only: {}\n", shown(why))),
             }
+        }
+        if let Some(origin) = &step.origin {
+            out.push_str(&format!("  subject  {}\n", shown(&origin_text(origin))));
         }
         for inner in &step.inner {
             out.push_str(&format!("  also     rules match `{}` too\n", shown(inner)));

@@ -52,6 +52,7 @@ impl Policy {
                     source: outcome.source,
                     reason: outcome.reason.to_string(),
                     rule: outcome.rule.clone(),
+                    origin: check.origin.as_deref().cloned(),
                 }
             })
             .collect()

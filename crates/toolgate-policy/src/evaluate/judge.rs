@@ -9,7 +9,7 @@ use super::{Check, Outcome, TargetKind, Text};
 use crate::mode::{Action, Kind, Mode};
 use crate::rules::Rule;
 use crate::scope::ScopeTarget;
-use crate::{Context, Policy, RuleRef, Source};
+use crate::{Context, Policy, RuleRef, Source, SubjectRead};
 
 impl Policy {
     /// The answer for one check; see the module documentation for the order.
@@ -19,6 +19,7 @@ impl Policy {
             let target = match kind {
                 TargetKind::File => ScopeTarget::File(&check.subject),
                 TargetKind::Directory => ScopeTarget::Directory(&check.subject),
+                TargetKind::Path => ScopeTarget::Path(&check.subject),
                 TargetKind::Command => ScopeTarget::Command(&check.subject),
             };
             if let Some(refusal) = context.scope.target_refusal(target) {
@@ -79,18 +80,21 @@ impl Policy {
             }
         }
         // A command whose program the analysis cannot name (`"$RM" -rf x`,
-        // `coproc rm x`, `echo 'rm x' | sh`) could run any program: every deny or
-        // ask rule of the permission may match it.
-        if check.runs_unknown {
+        // `coproc rm x`, `echo 'rm x' | sh`) could run any program, and a
+        // subject field the call does not give (or gives as no text) could
+        // be anything: every deny or ask rule of the permission may match it.
+        let unknown = match check.origin.as_deref().map(|origin| &origin.read) {
+            Some(SubjectRead::Unknown(why)) => Some(why.as_str()),
+            _ if check.runs_unknown => Some("what it runs cannot be known"),
+            _ => None,
+        };
+        if let Some(why) = unknown {
             if let Some(rule) = self.strictest_rule_of(&check.permission) {
                 if tightens(rule, &outcome, level) {
                     level = hold(rule, &check.permission);
                     outcome = rule_outcome(rule, &check.subject);
-                    outcome.reason = format!(
-                        "{} (what it runs cannot be known, so the rule may match it)",
-                        outcome.reason
-                    )
-                    .into();
+                    outcome.reason =
+                        format!("{} ({why}, so the rule may match it)", outcome.reason).into();
                 }
             }
         }

@@ -13,8 +13,9 @@
 //!    or denies and is at least as strict, which then decides;
 //! 4. tightening passes, which only ever make the answer stricter: a read rule
 //!    a shell word reaches, the command after wrapper removal or inside
-//!    `bash -c`, and for a command whose program cannot be known the strictest
-//!    deny or ask rule that can still decide for the permission;
+//!    `bash -c`, and for a command whose program cannot be known (or a call
+//!    that gives none of its subject fields, see [`crate::SubjectRead`]) the
+//!    strictest deny or ask rule that can still decide for the permission;
 //! 5. a deny is final from here on; `readonly` turns an ask into a denial;
 //! 6. a `once` for this call turns an ask into allow, and so does a session
 //!    grant or a project grant unless a managed rule asks (its question is
@@ -52,7 +53,7 @@ use crate::mode::{Action, Kind, Mode};
 use crate::paths::RootedPath;
 use crate::rules::Rule;
 use crate::shell_words::Reach;
-use crate::{Call, Context, Evaluation, Policy, RuleRef, Source};
+use crate::{Call, Context, Evaluation, Policy, RuleRef, Source, SubjectOrigin};
 
 /// One thing a call touches, to be judged on its own.
 struct Check {
@@ -89,6 +90,10 @@ struct Check {
     /// a command it could not parse, a shell whose script it did not read):
     /// every deny or ask rule of the permission may match it.
     runs_unknown: bool,
+    /// Where the subject came from, for a tool whose subject is read from
+    /// named fields; an unknown one ([`crate::SubjectRead::Unknown`]) meets every
+    /// deny or ask rule of the permission, as `runs_unknown` does.
+    origin: Option<Box<SubjectOrigin>>,
 }
 
 /// What decides a check's mode answer, once the session's mode is known.
@@ -160,6 +165,9 @@ struct Ready {
 enum TargetKind {
     File,
     Directory,
+    /// A file, or a directory the files directly in which are in scope (a
+    /// path read from a field of a tool whose input toolgate does not know).
+    Path,
     Command,
 }
 
@@ -276,5 +284,6 @@ fn fixed_check(permission: &'static str, subject: String, always: GrantPattern) 
         scope: None,
         reached: None,
         runs_unknown: false,
+        origin: None,
     }
 }

@@ -16,9 +16,10 @@ use crate::mode::{Action, Kind};
 use crate::paths::{normalize, RootedPath};
 use crate::script_words::script_words;
 use crate::tools::{
-    extract, not_read_only_field, unknown_fields, variants, workdir, ShellInput, Subject,
+    extract, not_read_only_field, unknown_fields, variants, workdir, FieldSubject, FieldValue,
+    ShellInput, Subject, SubjectField,
 };
-use crate::{Call, Policy};
+use crate::{Call, Policy, SubjectOrigin, SubjectRead};
 
 impl Policy {
     pub(super) fn prepare_body(&self, call: &Call<'_>) -> Body {
@@ -138,6 +139,7 @@ impl Policy {
                 scope,
                 reached: None,
                 runs_unknown: false,
+                origin: None,
             }
         };
 
@@ -265,6 +267,7 @@ impl Policy {
                         scope: Some(TargetKind::Command),
                         reached: None,
                         runs_unknown,
+                        origin: None,
                     });
                 }
             }
@@ -378,6 +381,100 @@ impl Policy {
                 ready.title = text.clone();
                 checks.push(simple(text.clone(), GrantPattern::prefixed("", "*"), None));
             }
+            Subject::Fields(values) => {
+                let fields: Vec<String> = spec
+                    .subject_fields()
+                    .into_iter()
+                    .map(str::to_string)
+                    .collect();
+                let declared = spec.subject == SubjectField::Declared;
+                let origin = |field: Option<&str>, read: SubjectRead| {
+                    Some(Box::new(SubjectOrigin {
+                        fields: fields.clone(),
+                        declared,
+                        field: field.map(str::to_string),
+                        read,
+                    }))
+                };
+                let everything = || GrantPattern::prefixed("", "*");
+                let mut shown: Vec<String> = Vec::new();
+                if values.is_empty() {
+                    let names: Vec<String> = fields.iter().map(|f| format!("`{f}`")).collect();
+                    let why = match names.as_slice() {
+                        [one] => format!("the call gives no {one}"),
+                        _ => format!("the call gives none of {}", names.join(", ")),
+                    };
+                    let mut check = simple("*".to_string(), everything(), None);
+                    check.origin = origin(None, SubjectRead::Unknown(why));
+                    checks.push(check);
+                }
+                for FieldSubject { field, value } in values {
+                    let field = Some(field.as_str());
+                    match value {
+                        FieldValue::Text(text) => {
+                            shown.push(text.clone());
+                            let mut check = simple(text.clone(), everything(), None);
+                            check.origin = origin(field, SubjectRead::Text);
+                            checks.push(check);
+                        }
+                        // Matched as the paths of reads and edits are, so that
+                        // `./secrets/x` and `$ROOT/secrets/x` meet `secrets/*`.
+                        FieldValue::Path(path) => {
+                            let rooted = RootedPath::resolve(
+                                path,
+                                &base,
+                                &self.project_root,
+                                self.home.as_deref(),
+                            );
+                            shown.push(rooted.subject.clone());
+                            let mut check =
+                                simple(rooted.subject, everything(), Some(TargetKind::Path));
+                            check.origin = origin(field, SubjectRead::Path);
+                            checks.push(check);
+                        }
+                        // Each simple command on its own, so that `git *` does
+                        // not cover `git status; rm -rf /`.
+                        FieldValue::Command(command) => {
+                            let (script, text) = match command {
+                                ShellInput::Text(text) => {
+                                    (toolgate_shell::Script::Text(text), text.clone())
+                                }
+                                ShellInput::Argv(argv) => {
+                                    (toolgate_shell::Script::Argv(argv), argv.join(" "))
+                                }
+                            };
+                            let analysis = toolgate_shell::analyze(script, &self.shell);
+                            if analysis.commands.is_empty() {
+                                let mut check = simple(text.clone(), everything(), None);
+                                check.origin = origin(field, SubjectRead::Text);
+                                checks.push(check);
+                            }
+                            for simple_command in &analysis.commands {
+                                let mut check = simple(
+                                    simple_command.text.clone(),
+                                    everything(),
+                                    Some(TargetKind::Command),
+                                );
+                                check.inner = simple_command.inner.clone();
+                                check.runs_unknown = runs_unknown(simple_command);
+                                check.origin = origin(field, SubjectRead::Command);
+                                checks.push(check);
+                            }
+                            shown.push(text);
+                        }
+                        FieldValue::Unreadable(why) => {
+                            let mut check = simple("*".to_string(), everything(), None);
+                            check.origin = origin(field, SubjectRead::Unknown(why.clone()));
+                            checks.push(check);
+                        }
+                    }
+                }
+                ready.title = if shown.is_empty() {
+                    call.tool.to_string()
+                } else {
+                    shown.join(", ")
+                };
+            }
             Subject::None => {
                 if spec.kind == Kind::ExitPlan {
                     ready.title = "Leave plan mode and carry out this plan".to_string();
@@ -436,6 +533,7 @@ impl Policy {
                     scope: Some(TargetKind::Command),
                     reached: None,
                     runs_unknown: runs_unknown(simple),
+                    origin: None,
                 });
             }
         }

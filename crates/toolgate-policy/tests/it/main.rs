@@ -14,3 +14,4 @@ mod registry;
 mod reminder;
 mod scope_properties;
 mod shell_words;
+mod subjects;

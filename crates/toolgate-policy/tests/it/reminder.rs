@@ -96,6 +96,10 @@ fn inputs(subject: SubjectField) -> Vec<(Value, bool)> {
             ),
         ],
         SubjectField::Plan => vec![(json!({"plan": "1. fix the parser"}), false)],
+        SubjectField::Declared | SubjectField::McpDefault => vec![
+            (json!({"name": "gmail_list"}), false),
+            (json!({"note": "x"}), false),
+        ],
         SubjectField::None => vec![(json!({"note": "x"}), false)],
     }
 }
@@ -222,13 +226,14 @@ fn the_reminder_places_every_tool_where_the_gate_puts_it() {
         }
     }
     // Every built-in name, the nine shell tools twice, the sub-agent tools
-    // twice, five extras (one of them with and without a path); in five modes.
+    // twice, five extras (one of them with and without a path, the two MCP
+    // tools with and without a `name`); in five modes.
     let agent_tools = Registry::builtin_names()
         .filter(|name| policy.registry.lookup(name).subject == SubjectField::Agent)
         .count();
     assert_eq!(
         checked,
-        (Registry::builtin_names().count() + 9 + agent_tools + 5 + 1) * 5
+        (Registry::builtin_names().count() + 9 + agent_tools + 5 + 1 + 2) * 5
     );
 }
 

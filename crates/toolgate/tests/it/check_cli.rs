@@ -47,6 +47,7 @@ fn check_shows_the_answer_and_each_step() {
     let dir = support::project_dir("check-table");
     let root = dir.canonicalize().unwrap();
     let rules = r#"{"bash":{"*":"ask","git *":"allow","git push *":"deny"}}"#;
+    let mcp = r#"{"mcp__gw__invoke":{"*":"allow","gmail_delete*":"deny"}}"#;
     let cases: Vec<Case> = vec![
         (
             vec!["--mode", "plan", "--", "bash", "git push && ls"],
@@ -126,6 +127,42 @@ fn check_shows_the_answer_and_each_step() {
             "deny",
             "invalid",
             vec![],
+        ),
+        // An MCP tool's subject is its `name` (the subject goes there).
+        (
+            vec![
+                "--permission",
+                mcp,
+                "--",
+                "mcp__gw__invoke",
+                "gmail_delete_all",
+            ],
+            1,
+            "deny",
+            "rule",
+            vec!["mcp__gw__invoke gmail_delete_all → deny rule"],
+        ),
+        (
+            vec!["--permission", mcp, "--", "mcp__gw__invoke", "gmail_list"],
+            0,
+            "allow",
+            "rule",
+            vec!["mcp__gw__invoke gmail_list → allow rule"],
+        ),
+        // Without one, every deny rule of the permission may match.
+        (
+            vec![
+                "--permission",
+                mcp,
+                "--input",
+                "{}",
+                "--",
+                "mcp__gw__invoke",
+            ],
+            1,
+            "deny",
+            "rule",
+            vec!["mcp__gw__invoke * → deny rule"],
         ),
     ];
     let mut failures = Vec::new();
@@ -317,7 +354,7 @@ fn check_and_serve_never_disagree() {
     let root = dir.canonicalize().unwrap();
     std::fs::create_dir_all(root.join("src")).unwrap();
     std::fs::write(root.join(".env"), "X=1").unwrap();
-    let rules = r#"{"bash":{"git push *":"deny","npm *":"ask","rm *":"deny"},"edit":{"*.lock":"deny"},"webfetch":{"https://docs.rs/*":"allow"}}"#;
+    let rules = r#"{"bash":{"git push *":"deny","npm *":"ask","rm *":"deny"},"edit":{"*.lock":"deny"},"webfetch":{"https://docs.rs/*":"allow"},"mcp__gw__invoke":{"*":"allow","gmail_delete*":"deny","gmail_send*":"ask"},"mcp__sh__run":{"git *":"allow"}}"#;
     let calls: Vec<(&str, Value)> = vec![
         ("bash", json!({"command": "ls -la && git status"})),
         ("bash", json!({"command": "git push --force"})),
@@ -355,6 +392,13 @@ fn check_and_serve_never_disagree() {
             json!({"subagent_type": "Explore", "description": "d", "prompt": "p"}),
         ),
         ("mcp__github__create_issue", json!({"title": "t"})),
+        ("mcp__gw__invoke", json!({"name": "gmail_delete_all"})),
+        ("mcp__gw__invoke", json!({"name": "gmail_list"})),
+        ("mcp__gw__invoke", json!({"name": "gmail_send_x"})),
+        ("mcp__gw__invoke", json!({"name": {"x": 1}})),
+        ("mcp__gw__invoke", json!({})),
+        ("mcp__sh__run", json!({"command": "git status; rm -rf src"})),
+        ("mcp__fs__read", json!({"path": "./.env"})),
         ("exit_plan_mode", json!({"plan": "do it"})),
         ("todowrite", json!({"todos": []})),
         ("bash", json!({"command": 7})),
@@ -447,6 +491,121 @@ fn check_and_serve_never_disagree() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A declared `subject` through the binary: the fields read, the one each
+/// step's subject came from, a nested field, and a call without it.
+#[test]
+fn check_shows_where_the_subject_came_from() {
+    let dir = support::project_dir("check-subject");
+    let root = dir.canonicalize().unwrap();
+    let policy = root.join("toolgate.json");
+    std::fs::write(
+        &policy,
+        json!({
+            "tools": {
+                "deploy": {"kind": "execute", "subject": ["args.env", "env"]},
+                "mcp__sh__run": {"kind": "other", "permission": "sh"}
+            },
+            "permission": {
+                "deploy": {"*": "ask", "staging*": "allow", "prod*": "deny"},
+                "sh": {"*": "ask", "git *": "allow"}
+            }
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let policy = policy.to_str().unwrap();
+    let cases: Vec<(Vec<&str>, i32, Value, Vec<Value>)> = vec![
+        // The subject goes into the first declared field, nested.
+        (
+            vec!["--", "deploy", "prod-eu"],
+            1,
+            json!({"fields": ["args.env", "env"], "declared": true}),
+            vec![
+                json!({"subject": "prod-eu", "decision": "deny", "from": {"field": "args.env", "as": "text"}}),
+            ],
+        ),
+        (
+            vec!["--input", r#"{"env": "staging-2"}"#, "--", "deploy"],
+            0,
+            json!({"fields": ["args.env", "env"], "declared": true}),
+            vec![
+                json!({"subject": "staging-2", "decision": "allow", "from": {"field": "env", "as": "text"}}),
+            ],
+        ),
+        (
+            vec!["--input", r#"{"args": {}}"#, "--", "deploy"],
+            1,
+            json!({"fields": ["args.env", "env"], "declared": true}),
+            vec![
+                json!({"subject": "*", "decision": "deny", "from": {"field": null, "as": "unknown", "why": "the call gives none of `args.env`, `env`"}}),
+            ],
+        ),
+        // A declared MCP tool keeps the default fields; a command is judged
+        // simple command by simple command.
+        (
+            vec![
+                "--input",
+                r#"{"command": "git status && make"}"#,
+                "--",
+                "mcp__sh__run",
+            ],
+            3,
+            json!({"fields": ["name", "command", "path", "url"], "declared": false}),
+            vec![
+                json!({"subject": "git status", "decision": "allow", "from": {"field": "command", "as": "command"}}),
+                json!({"subject": "make", "decision": "ask", "from": {"field": "command", "as": "command"}}),
+                json!({"permission": "bash", "subject": "git status", "decision": "allow"}),
+                json!({"permission": "bash", "subject": "make", "decision": "allow"}),
+            ],
+        ),
+        (
+            vec!["--", "Bash", "ls"],
+            0,
+            Value::Null,
+            vec![json!({"subject": "ls", "decision": "allow"})],
+        ),
+    ];
+    for (args, code, fields, expected) in cases {
+        let mut argv = vec!["--policy", policy];
+        argv.extend_from_slice(&args);
+        let (actual_code, answer) = check(&root, &argv);
+        assert_eq!(actual_code, code, "{args:?}: {answer}");
+        assert_eq!(answer["subjectFields"], fields, "{args:?}");
+        let steps = answer["steps"].as_array().unwrap();
+        assert_eq!(steps.len(), expected.len(), "{args:?}: {answer}");
+        for (step, expected) in steps.iter().zip(&expected) {
+            for (key, value) in expected.as_object().unwrap() {
+                assert_eq!(&step[key], value, "{args:?} {key}: {step}");
+            }
+            if expected.get("from").is_none() {
+                assert!(step.get("from").is_none(), "{args:?}: {step}");
+            }
+        }
+    }
+    // The text form says the same.
+    let (code, out, err) = support::run(
+        &root,
+        &[
+            "check",
+            "--policy",
+            policy,
+            "--input",
+            r#"{"args": {"env": 3}}"#,
+            "--",
+            "deploy",
+        ],
+        "",
+    );
+    assert_eq!(code, 3, "{out}{err}");
+    for line in [
+        "subject    read from `args.env`, `env` (declared in the policy's `tools`): each one given is judged\n",
+        "step 1     deploy `3`\n  subject  from the input's `args.env`, matched as text\n",
+    ] {
+        assert!(out.contains(line), "{line:?} not in:\n{out}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The `toolgate check` example of `docs/check.md` is what the binary prints.
 #[test]
 fn the_documented_example_is_the_output() {
@@ -471,6 +630,43 @@ fn the_documented_example_is_the_output() {
     assert_eq!(
         out, expected,
         "docs/check.md's `toolgate check` example has drifted"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The example of an MCP call without its `name` in `docs/check.md` is what
+/// the binary prints.
+#[test]
+fn the_documented_subject_example_is_the_output() {
+    let page =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/check.md"))
+            .unwrap();
+    let start = page
+        .find("$ toolgate check --permission '{\"mcp__")
+        .expect("the MCP example of docs/check.md");
+    let block = &page[start..page[start..].find("```").unwrap() + start];
+    let (command, expected) = block.split_once('\n').unwrap();
+    let quoted: Vec<&str> = command.split('\'').collect();
+    assert_eq!(quoted.len(), 5, "{command}");
+    let tool = quoted[4].trim().strip_prefix("-- ").unwrap();
+    let dir = support::project_dir("check-docs-subject");
+    let (code, out, err) = support::run(
+        &dir,
+        &[
+            "check",
+            "--permission",
+            quoted[1],
+            "--input",
+            quoted[3],
+            "--",
+            tool,
+        ],
+        "",
+    );
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(
+        out, expected,
+        "docs/check.md's MCP `toolgate check` example has drifted"
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
