@@ -346,6 +346,7 @@ impl Policy {
                 pattern: rule.pattern.as_str().to_string(),
                 action: rule.action,
                 origin: rule.origin.to_string(),
+                expires_at: None,
             })
     }
 }

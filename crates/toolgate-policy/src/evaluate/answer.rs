@@ -20,6 +20,7 @@ impl Policy {
             pattern: rule.pattern.as_str().to_string(),
             action: rule.action,
             origin: rule.origin.to_string(),
+            expires_at: None,
         };
         checks
             .iter()
@@ -229,6 +230,7 @@ fn always_options(asking: &[&Check], mode: Mode) -> Vec<AlwaysOption> {
                 plan_only: mode == Mode::Plan
                     && pattern.literal_len() == 0
                     && pattern.as_str() == "*",
+                expires_at: None,
             };
             if !option.grants.contains(&spec) {
                 option.grants.push(spec);

@@ -126,9 +126,12 @@ impl Policy {
             (context.project_grants, "for this project", "project grant"),
         ];
         for (grants, place, origin) in granted {
-            if let Some(grant) =
-                grants.covering(&check.permission, &check.subject, mode == Mode::Plan)
-            {
+            if let Some(grant) = grants.covering(
+                &check.permission,
+                &check.subject,
+                mode == Mode::Plan,
+                context.now,
+            ) {
                 return Outcome {
                     action: Action::Allow,
                     source: Source::Grant,
@@ -143,6 +146,7 @@ impl Policy {
                         pattern: grant.pattern.as_str().to_string(),
                         action: Action::Allow,
                         origin: origin.to_string(),
+                        expires_at: grant.expires_at,
                     }),
                 };
             }
@@ -239,6 +243,7 @@ fn rule_outcome(rule: &Rule, subject: &str) -> Outcome {
             pattern: pattern.to_string(),
             action: rule.action,
             origin: origin.to_string(),
+            expires_at: None,
         }),
     }
 }

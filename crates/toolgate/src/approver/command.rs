@@ -48,6 +48,7 @@ pub fn parse_answer(line: &str, request: &PermissionRequest) -> Result<Permissio
         message: None,
         scope: None,
         patterns: None,
+        expires_in: None,
     };
     match text {
         "once" => return Ok(bare(Reply::Once)),
@@ -119,6 +120,7 @@ pub fn parse_answer(line: &str, request: &PermissionRequest) -> Result<Permissio
         message,
         scope: None,
         patterns,
+        expires_in: None,
     })
 }
 

@@ -640,6 +640,7 @@ pub fn answer(request: &PermissionRequest, choice: &Choice) -> PermissionRespons
         message,
         scope: None,
         patterns,
+        expires_in: None,
     }
 }
 

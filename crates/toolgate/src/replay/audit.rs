@@ -3,7 +3,7 @@
 //! session (started with its parent and mode, the mode changed where the
 //! records say it changed), at the time it was made; a question a person
 //! answered is answered as the answer record says (`once`, `always` with
-//! its scope and patterns, `reject` with its message), and the recorded
+//! its scope, patterns and lifetime, `reject` with its message), and the recorded
 //! decision is what `--check` compares with. Decisions of lines that were
 //! not calls (no tool) are skipped.
 
@@ -47,7 +47,7 @@ pub fn read(text: &str, name: &str) -> Recording {
             let text = |field: &str| record.get(field).and_then(Value::as_str);
             if let (Some(session), Some(call)) = (text("sessionID"), text("callID")) {
                 let mut fields = serde_json::Map::new();
-                for field in ["response", "message", "scope", "patterns"] {
+                for field in ["response", "message", "scope", "patterns", "expiresIn"] {
                     if let Some(value) = record.get(field) {
                         fields.insert(field.to_string(), value.clone());
                     }

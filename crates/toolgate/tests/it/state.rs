@@ -38,6 +38,7 @@ fn grant(id: &str, permission: &str, pattern: &str, literal: usize, session: &st
         literal,
         session_id: session.to_string(),
         mode: None,
+        expires_at: None,
     }
 }
 
