@@ -4,7 +4,8 @@
 //! and never after, survives a restart with the same end, is named in the
 //! decision that uses it, the audit log and observers' `permission_answered`;
 //! a bad lifetime is refused with the question left open; an audit log
-//! with a timed grant replays the same way at its recorded times.
+//! with a timed grant replays the same way at its recorded times; an
+//! in-process hook honours the timed grants of the state directory.
 //!
 //! Waiting for an end never asserts a speed: a test sleeps until a moment
 //! it knows is past the end (the broker set the end before writing the
@@ -513,5 +514,60 @@ fn an_audit_log_with_a_timed_grant_replays_alike() {
     assert!(
         err.contains("every recorded decision was replayed alike"),
         "{err}"
+    );
+}
+
+/// An in-process hook reads the grants of the state directory: a timed one
+/// covers until its end, and one that has ended asks again.
+#[test]
+fn a_hook_honours_timed_grants_from_the_state_directory() {
+    let root = support::project_dir("hook").canonicalize().unwrap();
+    let state = support::state_dir("hook").canonicalize().unwrap();
+    let state_arg = state.to_str().unwrap();
+    let mut broker = start(&root, &["--state-dir", state_arg]);
+    for (id, command, lifetime) in [("c1", "cargo build", 3600), ("c2", "make all", 1)] {
+        let request = ask(&mut broker, id, command);
+        answer(
+            &mut broker,
+            json!({"permissionID": request["permissionID"], "response":"always","scope":"project","expiresIn":lifetime}),
+            id,
+        );
+    }
+    let read = wall_ms();
+    let (status, _, stderr) = broker.finish();
+    assert!(status.success(), "{stderr}");
+    sleep_until(read + 1_100);
+    let hook = |command: &str| {
+        let input = json!({
+            "session_id": "sess-1", "transcript_path": "/tmp/t.jsonl",
+            "hook_event_name": "PreToolUse", "tool_name": "Bash",
+            "tool_input": {"command": command}, "tool_use_id": "toolu_01",
+            "permission_mode": "default", "cwd": root,
+        });
+        let out = support::hook_process(
+            &root,
+            "claude",
+            &["--state-dir", state_arg],
+            &[],
+            input.to_string().as_bytes(),
+        );
+        let answer = support::hook_answer(&out);
+        let inner = &answer["hookSpecificOutput"];
+        format!(
+            "{}: {}",
+            inner["permissionDecision"].as_str().unwrap(),
+            inner["permissionDecisionReason"].as_str().unwrap()
+        )
+    };
+    let covered = hook("cargo build --release");
+    assert!(
+        covered.starts_with("allow: ")
+            && covered.contains("an earlier `always` granted `cargo build *`"),
+        "{covered}"
+    );
+    let ended = hook("make install");
+    assert!(
+        ended.starts_with("ask: toolgate: ask mode asks before shell commands"),
+        "{ended}"
     );
 }
