@@ -80,6 +80,7 @@ fn everything(permissions: &[String]) -> Grants {
                 permission,
                 pattern: GrantPattern::prefixed("", "*"),
                 plan_only: false,
+                expires_at: None,
             },
         );
     }
@@ -145,6 +146,7 @@ fuzz_target!(|data: &[u8]| {
                     approvals,
                     repeats: 1,
                     explain: false,
+                    now: None,
                 },
             )
         };
@@ -161,6 +163,7 @@ fuzz_target!(|data: &[u8]| {
                     approvals: &[],
                     repeats: 1,
                     explain: true,
+                    now: None,
                 },
             );
             assert!(plain.trace.is_empty(), "{tool}: a trace nobody asked for");

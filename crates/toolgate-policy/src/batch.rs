@@ -350,6 +350,7 @@ impl Policy {
                 action: rule.action,
                 origin: rule.origin.to_string(),
                 managed: rule.managed,
+                expires_at: None,
             })
     }
 }

@@ -5,6 +5,11 @@
 //! narrower lists of [`crate::Question::options`] the approver picked. A grant
 //! of a whole permission (`*`) made in plan mode is plan-only
 //! ([`GrantSpec::plan_only`]): it covers only in plan mode.
+//!
+//! A grant may have a lifetime ([`GrantSpec::expires_at`], a time on the
+//! broker's wall clock): it covers only before that time
+//! ([`Grant::covers_at`]), and [`Grants::expire`] drops it once it is over.
+//! The policy reads no clock: the time is always handed in.
 
 use crate::wildcard::Wildcard;
 
@@ -84,6 +89,10 @@ pub struct GrantSpec {
     /// the broker drops a session's such grants when the session leaves plan
     /// mode (qwen-code's "don't ask again" in plan mode).
     pub plan_only: bool,
+    /// When the grant ends, in milliseconds since the Unix epoch (the
+    /// broker's wall clock): from then on it covers nothing. `None` for a
+    /// grant that lasts as long as its session or project keeps it.
+    pub expires_at: Option<u64>,
 }
 
 impl GrantSpec {
@@ -93,6 +102,7 @@ impl GrantSpec {
             permission: permission.to_string(),
             pattern,
             plan_only: false,
+            expires_at: None,
         }
     }
 }
@@ -108,6 +118,34 @@ pub struct Grant {
     pub pattern: GrantPattern,
     /// Covers only in plan mode ([`GrantSpec::plan_only`]).
     pub plan_only: bool,
+    /// When it ends ([`GrantSpec::expires_at`]).
+    pub expires_at: Option<u64>,
+}
+
+impl Grant {
+    /// True when the grant still holds at `now` (ms since the Unix epoch):
+    /// it has no end, or ends after `now`. With no time (`None`), a grant
+    /// that ends covers nothing: failing closed.
+    pub fn covers_at(&self, now: Option<u64>) -> bool {
+        match (self.expires_at, now) {
+            (None, _) => true,
+            (Some(end), Some(now)) => now < end,
+            (Some(_), None) => false,
+        }
+    }
+}
+
+/// What [`Grants::add`] did with a grant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GrantAdded {
+    /// A new grant was recorded.
+    New,
+    /// The same permission and pattern was granted already, for a shorter
+    /// time: that grant now lasts as long as the new one (it keeps its id).
+    Lengthened,
+    /// The same permission and pattern was granted already, for at least
+    /// as long: nothing changed.
+    Unchanged,
 }
 
 /// A session's grants, oldest first.
@@ -120,33 +158,74 @@ impl Grants {
     /// No grants.
     pub const EMPTY: Grants = Grants { list: Vec::new() };
 
-    /// Record a grant unless the same permission and pattern is already granted.
-    /// Returns true when it was added.
-    pub fn add(&mut self, id: String, spec: &GrantSpec) -> bool {
-        if self.list.iter().any(|grant| {
+    /// Record a grant unless the same permission and pattern is already
+    /// granted; one granted already lasts as long as the longer of the two
+    /// (a grant is never shortened here: revoking it is how it ends early).
+    /// Returns what happened, and the grant as it is now recorded (for a
+    /// lengthened one, under its own id).
+    pub fn add(&mut self, id: String, spec: &GrantSpec) -> (GrantAdded, &Grant) {
+        let same = self.list.iter().position(|grant| {
             grant.permission == spec.permission
                 && grant.pattern == spec.pattern
                 && grant.plan_only == spec.plan_only
-        }) {
-            return false;
-        }
-        self.list.push(Grant {
-            id,
-            permission: spec.permission.clone(),
-            pattern: spec.pattern.clone(),
-            plan_only: spec.plan_only,
         });
-        true
+        let Some(index) = same else {
+            self.list.push(Grant {
+                id,
+                permission: spec.permission.clone(),
+                pattern: spec.pattern.clone(),
+                plan_only: spec.plan_only,
+                expires_at: spec.expires_at,
+            });
+            let last = self.list.len() - 1;
+            return (GrantAdded::New, &self.list[last]);
+        };
+        let grant = &mut self.list[index];
+        let longer = match (grant.expires_at, spec.expires_at) {
+            (None, _) => false,
+            (Some(_), None) => true,
+            (Some(old), Some(new)) => new > old,
+        };
+        if !longer {
+            return (GrantAdded::Unchanged, &self.list[index]);
+        }
+        grant.expires_at = spec.expires_at;
+        (GrantAdded::Lengthened, &self.list[index])
     }
 
-    /// The first grant covering `subject` for `permission`; a plan-only
-    /// grant covers only when `in_plan`.
-    pub fn covering(&self, permission: &str, subject: &str, in_plan: bool) -> Option<&Grant> {
+    /// The first grant covering `subject` for `permission` at `now` (see
+    /// [`Grant::covers_at`]); a plan-only grant covers only when `in_plan`.
+    pub fn covering(
+        &self,
+        permission: &str,
+        subject: &str,
+        in_plan: bool,
+        now: Option<u64>,
+    ) -> Option<&Grant> {
         self.list.iter().find(|grant| {
             grant.permission == permission
                 && (in_plan || !grant.plan_only)
+                && grant.covers_at(now)
                 && grant.pattern.matches(subject)
         })
+    }
+
+    /// Remove every grant whose lifetime is over at `now` (ms since the
+    /// Unix epoch); returns them, oldest first.
+    pub fn expire(&mut self, now: u64) -> Vec<Grant> {
+        if self.list.iter().all(|grant| grant.covers_at(Some(now))) {
+            return Vec::new();
+        }
+        let (expired, kept) = std::mem::take(&mut self.list)
+            .into_iter()
+            .partition(|grant| !grant.covers_at(Some(now)));
+        self.list = kept;
+        expired
+    }
+
+    /// When the first of these grants ends, if any has a lifetime.
+    pub fn next_expiry(&self) -> Option<u64> {
+        self.list.iter().filter_map(|grant| grant.expires_at).min()
     }
 
     /// Remove every plan-only grant (the session left plan mode); returns them.
@@ -229,5 +308,81 @@ mod tests {
         for (pattern, subject, expected) in &cases {
             check(pattern, subject, *expected);
         }
+    }
+
+    fn spec(pattern: &str, expires_at: Option<u64>) -> GrantSpec {
+        GrantSpec {
+            expires_at,
+            ..GrantSpec::new("bash", GrantPattern::prefixed(pattern, " *"))
+        }
+    }
+
+    #[test]
+    fn lifetimes_lengthen_and_end() {
+        let mut grants = Grants::default();
+        // (id, spec, what add does, the recorded grant's id and end)
+        let steps = [
+            (
+                "g1",
+                spec("git log", Some(100)),
+                GrantAdded::New,
+                "g1",
+                Some(100),
+            ),
+            (
+                "g2",
+                spec("git log", Some(50)),
+                GrantAdded::Unchanged,
+                "g1",
+                Some(100),
+            ),
+            (
+                "g3",
+                spec("git log", Some(300)),
+                GrantAdded::Lengthened,
+                "g1",
+                Some(300),
+            ),
+            (
+                "g4",
+                spec("git diff", Some(200)),
+                GrantAdded::New,
+                "g4",
+                Some(200),
+            ),
+            ("g5", spec("npm test", None), GrantAdded::New, "g5", None),
+            (
+                "g6",
+                spec("npm test", Some(900)),
+                GrantAdded::Unchanged,
+                "g5",
+                None,
+            ),
+        ];
+        for (id, spec, added, kept, end) in steps {
+            let (what, grant) = grants.add(id.to_string(), &spec);
+            assert_eq!(
+                (what, grant.id.as_str(), grant.expires_at),
+                (added, kept, end),
+                "{id}"
+            );
+        }
+        assert_eq!(grants.next_expiry(), Some(200));
+        assert!(grants
+            .covering("bash", "git diff x", false, Some(199))
+            .is_some());
+        assert!(grants
+            .covering("bash", "git diff x", false, Some(200))
+            .is_none());
+        assert!(grants.covering("bash", "git diff x", false, None).is_none());
+        assert!(grants.covering("bash", "npm test", false, None).is_some());
+        assert!(grants.expire(199).is_empty());
+        let gone: Vec<String> = grants.expire(250).into_iter().map(|g| g.id).collect();
+        assert_eq!(gone, ["g4"]);
+        assert_eq!(grants.next_expiry(), Some(300));
+        let gone: Vec<String> = grants.expire(u64::MAX).into_iter().map(|g| g.id).collect();
+        assert_eq!(gone, ["g1"]);
+        assert_eq!(grants.next_expiry(), None);
+        assert_eq!(grants.iter().count(), 1);
     }
 }

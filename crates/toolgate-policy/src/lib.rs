@@ -70,7 +70,7 @@ pub use evaluate::Prepared;
 pub use globs::{
     has_glob_chars, segment_matches, unsupported_glob, GlobExpansion, GlobOracle, SegmentPattern,
 };
-pub use grants::{Grant, GrantPattern, GrantSpec, Grants};
+pub use grants::{Grant, GrantAdded, GrantPattern, GrantSpec, Grants};
 pub use mode::{mode_answer, Action, Kind, Mode, UnknownMode};
 pub use names::OPENCODE_PERMISSIONS;
 pub use paths::{normalize, RootedPath};
@@ -261,6 +261,10 @@ pub struct Context<'a> {
     pub repeats: u32,
     /// Record the whole way to the answer in [`Evaluation::trace`].
     pub explain: bool,
+    /// The time on the broker's wall clock (ms since the Unix epoch) at
+    /// which grants are judged: a grant whose lifetime is over covers
+    /// nothing. `None` (no clock): a grant with a lifetime covers nothing.
+    pub now: Option<u64>,
 }
 
 impl<'a> Context<'a> {
@@ -274,6 +278,7 @@ impl<'a> Context<'a> {
             approvals: &[],
             repeats: 1,
             explain: false,
+            now: None,
         }
     }
 }
@@ -309,6 +314,8 @@ pub struct RuleRef {
     pub origin: String,
     /// A managed layer's rule: its deny and ask are final.
     pub managed: bool,
+    /// For a grant with a lifetime: when it ends (ms since the Unix epoch).
+    pub expires_at: Option<u64>,
 }
 
 /// A question to put to the user.

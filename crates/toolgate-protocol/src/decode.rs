@@ -13,7 +13,7 @@ use crate::scan::{self, truncate};
 use crate::{
     Cancel, ClientFrame, ErrorCode, GrantScope, Hello, ListGrants, ListSessions,
     PermissionResponse, Reply, RevokeGrant, Role, ScopeSpec, SessionRef, SessionStart, SetMode,
-    Shutdown, ToolCall, DEFAULT_SESSION,
+    Shutdown, ToolCall, DEFAULT_SESSION, MAX_EXPIRES_IN,
 };
 
 /// Why a line is not a usable frame.
@@ -74,6 +74,7 @@ struct Envelope {
     grant_id: Option<Value>,
     scope: Option<Value>,
     patterns: Option<Value>,
+    expires_in: Option<Value>,
     role: Option<Value>,
     client: Option<Value>,
     join: Option<Value>,
@@ -122,6 +123,7 @@ impl<'de> Visitor<'de> for EnvelopeVisitor<'_> {
                 "grantID" => &mut envelope.grant_id,
                 "scope" => &mut envelope.scope,
                 "patterns" => &mut envelope.patterns,
+                "expiresIn" => &mut envelope.expires_in,
                 "role" => &mut envelope.role,
                 "client" => &mut envelope.client,
                 "join" => &mut envelope.join,
@@ -766,11 +768,19 @@ impl Envelope {
                 ))
             }
         };
-        if patterns.is_some() && response != Reply::Always {
+        let expires_in = self.expires_in()?;
+        let only_always = [
+            ("patterns", patterns.is_some()),
+            ("expiresIn", expires_in.is_some()),
+        ];
+        if let Some((field, _)) = only_always
+            .iter()
+            .find(|(_, given)| *given && response != Reply::Always)
+        {
             return Err(self.error(
                 ErrorCode::InvalidFrame,
                 format!(
-                    "`patterns` goes only with `\"response\":\"always\"`, not with `{}`",
+                    "`{field}` goes only with `\"response\":\"always\"`, not with `{}`",
                     match response {
                         Reply::Once => "once",
                         Reply::Reject => "reject",
@@ -785,7 +795,31 @@ impl Envelope {
             message: self.optional_str(&self.message, "message", frame)?,
             scope,
             patterns,
+            expires_in,
         }))
+    }
+
+    /// `expiresIn` of a `permission_response`: a whole number of seconds,
+    /// 1 to [`MAX_EXPIRES_IN`].
+    fn expires_in(&self) -> Result<Option<u64>, DecodeError> {
+        let Some(value) = &self.expires_in else {
+            return Ok(None);
+        };
+        let refused = |what: String| {
+            self.error(
+                ErrorCode::InvalidFrame,
+                format!(
+                    "`expiresIn` of permission_response must be a whole number of seconds from 1 to {MAX_EXPIRES_IN} (ten years), not {what}"
+                ),
+            )
+        };
+        match value {
+            Value::Number(number) => match number.as_u64() {
+                Some(seconds @ 1..=MAX_EXPIRES_IN) => Ok(Some(seconds)),
+                _ => Err(refused(truncate(&number.to_string(), 64).to_string())),
+            },
+            other => Err(refused(type_name(other).to_string())),
+        }
     }
 
     fn session_start(self) -> Result<ClientFrame, DecodeError> {
@@ -1183,6 +1217,46 @@ mod tests {
             (
                 r#"{"type":"permission_response","permissionID":"per_1","response":"once","patterns":["src/*"]}"#,
                 "err invalid_frame call=- tool_call=false :: `patterns` goes only with `\"response\":\"always\"`, not with `once`",
+            ),
+            (
+                r#"{"type":"permission_response","permissionID":"per_1","response":"always","expiresIn":1800,"scope":"project"}"#,
+                r#"ok {"type":"permission_response","permissionID":"per_1","response":"always","scope":"project","expiresIn":1800}"#,
+            ),
+            (
+                r#"{"type":"permission_response","permissionID":"per_1","response":"always","expiresIn":315360000}"#,
+                r#"ok {"type":"permission_response","permissionID":"per_1","response":"always","expiresIn":315360000}"#,
+            ),
+            (
+                r#"{"type":"permission_response","permissionID":"per_1","response":"always","expiresIn":0}"#,
+                "err invalid_frame call=- tool_call=false :: `expiresIn` of permission_response must be a whole number of seconds from 1 to 315360000 (ten years), not 0",
+            ),
+            (
+                r#"{"type":"permission_response","permissionID":"per_1","response":"always","expiresIn":-5}"#,
+                "err invalid_frame call=- tool_call=false :: `expiresIn` of permission_response must be a whole number of seconds from 1 to 315360000 (ten years), not -5",
+            ),
+            (
+                r#"{"type":"permission_response","permissionID":"per_1","response":"always","expiresIn":1.5}"#,
+                "err invalid_frame call=- tool_call=false :: `expiresIn` of permission_response must be a whole number of seconds from 1 to 315360000 (ten years), not 1.5",
+            ),
+            (
+                r#"{"type":"permission_response","permissionID":"per_1","response":"always","expiresIn":315360001}"#,
+                "err invalid_frame call=- tool_call=false :: `expiresIn` of permission_response must be a whole number of seconds from 1 to 315360000 (ten years), not 315360001",
+            ),
+            (
+                r#"{"type":"permission_response","permissionID":"per_1","response":"always","expiresIn":"1800"}"#,
+                "err invalid_frame call=- tool_call=false :: `expiresIn` of permission_response must be a whole number of seconds from 1 to 315360000 (ten years), not a string",
+            ),
+            (
+                r#"{"type":"permission_response","permissionID":"per_1","response":"always","expiresIn":null}"#,
+                "err invalid_frame call=- tool_call=false :: `expiresIn` of permission_response must be a whole number of seconds from 1 to 315360000 (ten years), not null",
+            ),
+            (
+                r#"{"type":"permission_response","permissionID":"per_1","response":"once","expiresIn":60}"#,
+                "err invalid_frame call=- tool_call=false :: `expiresIn` goes only with `\"response\":\"always\"`, not with `once`",
+            ),
+            (
+                r#"{"type":"permission_response","permissionID":"per_1","response":"reject","expiresIn":60}"#,
+                "err invalid_frame call=- tool_call=false :: `expiresIn` goes only with `\"response\":\"always\"`, not with `reject`",
             ),
             (
                 r#"{"type":"permission_response","permissionID":"per_1","response":"always","patterns":"src/*"}"#,

@@ -74,6 +74,10 @@ fn rule_ref(out: &mut Vec<u8>, rule: &RuleRef) {
     string(out, &rule.action);
     out.extend_from_slice(b",\"origin\":");
     string(out, &rule.origin);
+    if let Some(expires_at) = rule.expires_at {
+        out.extend_from_slice(b",\"expiresAt\":");
+        out.extend_from_slice(expires_at.to_string().as_bytes());
+    }
     out.push(b'}');
 }
 
@@ -209,6 +213,7 @@ mod tests {
                 pattern: format!("{text} *"),
                 action: "deny".into(),
                 origin: "/p/toolgate.json".into(),
+                expires_at: extra.then_some(1_795_489_383_934),
             }),
             message: extra.then(|| format!("m{text}")),
             reminder: extra.then(|| format!("<system-reminder>{text}</system-reminder>")),

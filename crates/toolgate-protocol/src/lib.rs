@@ -127,7 +127,17 @@ pub struct PermissionResponse {
     /// patterns, in any order), granted instead of the request's `always`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub patterns: Option<Vec<String>>,
+    /// With `always` only: how long the grants last, in whole seconds, from
+    /// 1 to 315360000 (ten years, `MAX_EXPIRES_IN`); without it they last
+    /// as long as their session keeps them (a project grant: until revoked).
+    #[serde(rename = "expiresIn", default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = MAX_EXPIRES_IN))]
+    pub expires_in: Option<u64>,
 }
+
+/// The longest lifetime an `always` answer may give its grants
+/// (`expiresIn`, in seconds): ten years.
+pub const MAX_EXPIRES_IN: u64 = 315_360_000;
 
 /// The schema of `permission_response` names link-assistant/agent's spelling
 /// `permission_id` beside `permissionID` and requires exactly one of them, as
@@ -514,6 +524,10 @@ pub struct RuleRef {
     pub action: String,
     /// Where it came from: a file path, `--permission`, `built-in` or `grant`.
     pub origin: String,
+    /// For a grant with a lifetime: when it ends, in milliseconds since the
+    /// Unix epoch (the broker's clock).
+    #[serde(rename = "expiresAt", default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<u64>,
 }
 
 /// `permission_request`: a question, compatible with link-assistant/agent's frame
@@ -598,6 +612,9 @@ pub struct PermissionAnswered {
     /// The `always` patterns chosen, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub patterns: Option<Vec<String>>,
+    /// The lifetime an `always` gave its grants, in seconds, if any.
+    #[serde(rename = "expiresIn", default, skip_serializing_if = "Option::is_none")]
+    pub expires_in: Option<u64>,
     /// Who answered: the connection's client name, or its role.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub by: Option<String>,
@@ -794,6 +811,10 @@ pub struct GrantInfo {
     /// plan mode.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
+    /// For a grant made with `expiresIn`: when it ends, in milliseconds since
+    /// the Unix epoch (the broker's clock). An ended grant is never listed.
+    #[serde(rename = "expiresAt", default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<u64>,
 }
 
 /// `error`: a frame could not be handled. The broker carries on.

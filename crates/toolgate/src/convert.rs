@@ -23,6 +23,7 @@ pub fn rule(rule: RuleRef) -> wire::RuleRef {
         pattern: rule.pattern,
         action: rule.action.as_str().to_string(),
         origin: rule.origin,
+        expires_at: rule.expires_at,
     }
 }
 

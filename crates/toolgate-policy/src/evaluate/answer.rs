@@ -21,6 +21,7 @@ impl Policy {
             action: rule.action,
             origin: rule.origin.to_string(),
             managed: rule.managed,
+            expires_at: None,
         };
         checks
             .iter()
@@ -245,6 +246,7 @@ fn always_options(asking: &[&Check], mode: Mode) -> Vec<AlwaysOption> {
                 plan_only: mode == Mode::Plan
                     && pattern.literal_len() == 0
                     && pattern.as_str() == "*",
+                expires_at: None,
             };
             if !option.grants.contains(&spec) {
                 option.grants.push(spec);

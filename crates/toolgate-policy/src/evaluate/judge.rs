@@ -130,9 +130,12 @@ impl Policy {
             (context.project_grants, "for this project", "project grant"),
         ];
         for (grants, place, origin) in granted.into_iter().filter(|_| level < 2) {
-            if let Some(grant) =
-                grants.covering(&check.permission, &check.subject, mode == Mode::Plan)
-            {
+            if let Some(grant) = grants.covering(
+                &check.permission,
+                &check.subject,
+                mode == Mode::Plan,
+                context.now,
+            ) {
                 return Outcome {
                     action: Action::Allow,
                     source: Source::Grant,
@@ -148,6 +151,7 @@ impl Policy {
                         action: Action::Allow,
                         origin: origin.to_string(),
                         managed: false,
+                        expires_at: grant.expires_at,
                     }),
                 };
             }
@@ -281,6 +285,7 @@ fn rule_outcome(rule: &Rule, subject: &str) -> Outcome {
             action: rule.action,
             origin: origin.to_string(),
             managed: rule.managed,
+            expires_at: None,
         }),
     }
 }

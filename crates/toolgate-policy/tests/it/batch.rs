@@ -333,7 +333,7 @@ proptest! {
         let mut grants = Grants::default();
         for (n, &g) in granted.iter().enumerate() {
             let (permission, pattern) = &grant_pool[g];
-            grants.add(format!("g{n}"), &GrantSpec { permission: permission.to_string(), pattern: pattern.clone(), plan_only: false });
+            grants.add(format!("g{n}"), &GrantSpec { permission: permission.to_string(), pattern: pattern.clone(), plan_only: false, expires_at: None });
         }
         let approval_pool = [("bash", "npm test"), ("read", ".env"), ("webfetch", "https://docs.rs")];
         let approvals: Vec<(String, String)> = approved

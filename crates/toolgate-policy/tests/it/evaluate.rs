@@ -356,6 +356,7 @@ fn grants_answer_questions_only() {
             permission: "edit".into(),
             pattern: GrantPattern::prefixed("", "*"),
             plan_only: false,
+            expires_at: None,
         },
     );
     let cases: &[(Mode, Value, &str)] = &[
@@ -379,6 +380,53 @@ fn grants_answer_questions_only() {
     for (mode, input, expected) in cases {
         let actual = render(&policy, *mode, "Edit", input.clone(), &grants, 1);
         assert_eq!(actual, *expected, "{mode} {input}");
+    }
+}
+
+/// A grant with a lifetime covers before its end and not from its end on;
+/// without a time to judge it by, it covers nothing.
+#[test]
+fn a_grant_covers_only_before_it_ends() {
+    let policy = policy(None, &[]);
+    let mut grants = Grants::default();
+    grants.add(
+        "g1".into(),
+        &GrantSpec {
+            expires_at: Some(10_000),
+            ..GrantSpec::new("edit", GrantPattern::prefixed("", "*"))
+        },
+    );
+    let input = json!({"file_path": "src/a.rs"})
+        .as_object()
+        .unwrap()
+        .clone();
+    let cases = [
+        (Some(0), "allow grant"),
+        (Some(9_999), "allow grant"),
+        (Some(10_000), "ask"),
+        (Some(50_000), "ask"),
+        (None, "ask"),
+    ];
+    for (now, expected) in cases {
+        let evaluation = policy.evaluate(
+            &Call {
+                tool: "Edit",
+                input: &input,
+                cwd: None,
+            },
+            &Context {
+                now,
+                ..Context::new(Mode::Ask, &grants)
+            },
+        );
+        let actual = match evaluation.action {
+            Action::Allow => format!("allow {:?}", evaluation.source).to_lowercase(),
+            action => action.as_str().to_string(),
+        };
+        assert_eq!(actual, expected, "now {now:?}");
+        if evaluation.action == Action::Allow {
+            assert_eq!(evaluation.rule.unwrap().expires_at, Some(10_000));
+        }
     }
 }
 

@@ -318,6 +318,7 @@ fn grants_cover_the_subject_they_name() {
             permission: "mcp__gw__invoke".into(),
             pattern: GrantPattern::exact("gmail_send_draft"),
             plan_only: false,
+            expires_at: None,
         },
     );
     let cases = [

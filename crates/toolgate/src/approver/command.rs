@@ -5,9 +5,11 @@
 //! then closed. The first line of its stdout is the answer:
 //!
 //! - a bare word, `once`, `always` or `reject`; or
-//! - a JSON object `{"response":"once"|"always"|"reject","message":"…","patterns":[…]}`
-//!   (`message` and `patterns` optional; `patterns` only with `always`, and
-//!   then one of the request's `alwaysOptions`).
+//! - a JSON object `{"response":"once"|"always"|"reject","message":"…","patterns":[…],"expiresIn":SECONDS}`
+//!   (`message`, `patterns` and `expiresIn` optional; `patterns` and
+//!   `expiresIn` only with `always`: `patterns` one of the request's
+//!   `alwaysOptions`, `expiresIn` how long the grants last, a whole number
+//!   of seconds from 1 to ten years, passed on as the answer's own).
 //!
 //! The answer counts once the program has exited with status 0: what it
 //! wrote before it exited is read then, even when a child it left running in
@@ -48,6 +50,7 @@ pub fn parse_answer(line: &str, request: &PermissionRequest) -> Result<Permissio
         message: None,
         scope: None,
         patterns: None,
+        expires_in: None,
     };
     match text {
         "once" => return Ok(bare(Reply::Once)),
@@ -66,7 +69,10 @@ pub fn parse_answer(line: &str, request: &PermissionRequest) -> Result<Permissio
         return Err(unreadable());
     };
     for key in object.keys() {
-        if !matches!(key.as_str(), "response" | "message" | "patterns") {
+        if !matches!(
+            key.as_str(),
+            "response" | "message" | "patterns" | "expiresIn"
+        ) {
             return Err(format!("its answer has an unknown field `{}`", shown(key)));
         }
     }
@@ -113,12 +119,35 @@ pub fn parse_answer(line: &str, request: &PermissionRequest) -> Result<Permissio
         }
         Some(_) => return Err("its answer's `patterns` is not a list of strings".to_string()),
     };
+    let expires_in = match object.get("expiresIn") {
+        None | Some(Value::Null) => None,
+        Some(value) => {
+            let max = toolgate_protocol::MAX_EXPIRES_IN;
+            let Some(seconds) = value.as_u64().filter(|seconds| (1..=max).contains(seconds)) else {
+                return Err(format!(
+                    "its answer's `expiresIn` {} is not a whole number of seconds from 1 to {max}",
+                    shorten(&value.to_string())
+                ));
+            };
+            if response != Reply::Always {
+                return Err("its answer gives `expiresIn` without `always`".to_string());
+            }
+            if request.kind.as_deref() == Some("plan") {
+                return Err(
+                    "its answer gives `expiresIn` for a plan approval, which grants nothing that could expire"
+                        .to_string(),
+                );
+            }
+            Some(seconds)
+        }
+    };
     Ok(PermissionResponse {
         permission_id: request.permission_id.clone(),
         response,
         message,
         scope: None,
         patterns,
+        expires_in,
     })
 }
 
@@ -426,6 +455,36 @@ mod tests {
             (
                 r#"{"response":"always","patterns":["*"]}"#,
                 Err("its answer's `patterns` [\"*\"] is not one of the request's alwaysOptions"),
+            ),
+            (
+                r#"{"response":"always","expiresIn":1800}"#,
+                Ok(json!({"permissionID":"per_1","response":"always","expiresIn":1800})),
+            ),
+            (
+                r#"{"response":"always","patterns":["git commit -m x"],"expiresIn":60}"#,
+                Ok(
+                    json!({"permissionID":"per_1","response":"always","patterns":["git commit -m x"],"expiresIn":60}),
+                ),
+            ),
+            (
+                r#"{"response":"always","expiresIn":null}"#,
+                Ok(json!({"permissionID":"per_1","response":"always"})),
+            ),
+            (
+                r#"{"response":"always","expiresIn":0}"#,
+                Err("its answer's `expiresIn` 0 is not a whole number of seconds from 1 to 315360000"),
+            ),
+            (
+                r#"{"response":"always","expiresIn":"30m"}"#,
+                Err("its answer's `expiresIn` \"30m\" is not a whole number of seconds from 1 to 315360000"),
+            ),
+            (
+                r#"{"response":"always","expiresIn":1.5}"#,
+                Err("its answer's `expiresIn` 1.5 is not a whole number of seconds from 1 to 315360000"),
+            ),
+            (
+                r#"{"response":"once","expiresIn":60}"#,
+                Err("its answer gives `expiresIn` without `always`"),
             ),
         ];
         for (line, want) in table {

@@ -6,6 +6,9 @@
 //! - `o` (or `once`): allow this call;
 //! - `a` (or `always`): allow and grant the widest `alwaysOptions` entry;
 //!   `a1` … `aN` grant entry N instead (1 is the narrowest, as listed);
+//! - `t` (or `timed`): as `a`, for 30 minutes only (`expiresIn`); `t1` …
+//!   `tN` as `a1` … `aN`; a lifetime after it instead of 30 minutes
+//!   (`t 10m`, `t2 2h`, `t 90s`, `t 1d`; a bare number is minutes);
 //! - `r` (or `reject`): deny; the next line is an optional message for the
 //!   agent (empty: none); `r TEXT` rejects with TEXT at once;
 //! - `s` (or `skip`): show the next pending question (answers in any order).
@@ -109,6 +112,37 @@ pub fn read_from(input: impl AsyncBufRead + Unpin + Send + 'static, told: Unboun
         }
         let _ = told.send(Told::Closed);
     });
+}
+
+/// `aN` (entry N of `alwaysOptions`, 1 the narrowest), `t`/`timed` and
+/// `tN` (the same for a lifetime: `rest`, else 30 minutes), as a choice;
+/// `None` when `word` and `rest` are none of these.
+fn timed_or_entry(word: &str, rest: &str, request: &PermissionRequest) -> Option<Choice> {
+    let (timed, entry) = match word {
+        "t" | "timed" => (true, ""),
+        word => match word.split_at_checked(1)? {
+            ("a", entry) if rest.is_empty() => (false, entry),
+            ("t", entry) => (true, entry),
+            _ => return None,
+        },
+    };
+    let level = if entry.is_empty() {
+        view::default_level(request)
+    } else {
+        let n = entry.parse::<usize>().ok()?;
+        if !(1..=request.always_options.len()).contains(&n) {
+            return None;
+        }
+        n - 1
+    };
+    let lifetime = match (timed, rest) {
+        (false, _) => None,
+        // A plan approval has no grants to time.
+        (true, _) if request.always_options.is_empty() => return None,
+        (true, "") => Some(view::DEFAULT_LIFETIME),
+        (true, rest) => Some(view::parse_lifetime(rest)?),
+    };
+    Some(Choice::Always { level, lifetime })
 }
 
 /// The answer to every question once the terminal's input has ended.
@@ -254,11 +288,19 @@ impl Prompt {
     }
 
     fn hint(&mut self, request: &PermissionRequest) {
-        let always = match request.always_options.len() {
-            0 | 1 => "a always".to_string(),
-            n => format!("a always (a1…a{n}: that entry)"),
+        let (always, timed) = match request.always_options.len() {
+            // A plan approval's `always` changes the mode: nothing to time.
+            0 => ("a always".to_string(), String::new()),
+            1 => (
+                "a always".to_string(),
+                " · t always for 30 min (t 2h: how long)".to_string(),
+            ),
+            n => (
+                format!("a always (a1…a{n}: that entry)"),
+                format!(" · t always for 30 min (t1…t{n}; t 2h: how long)"),
+            ),
         };
-        let text = format!("[o once · {always} · r reject [message] · s next] > ");
+        let text = format!("[o once · {always}{timed} · r reject [message] · s next] > ");
         let _ = write!(self.screen, "\x1b[1m{text}\x1b[0m");
     }
 
@@ -280,9 +322,13 @@ impl Prompt {
             None => (line, ""),
         };
         let last = view::default_level(&request);
+        let always = |level: usize| Choice::Always {
+            level,
+            lifetime: None,
+        };
         match word {
             "o" | "once" => self.answer(&request, Choice::Once).await,
-            "a" | "always" => self.answer(&request, Choice::Always { level: last }).await,
+            "a" | "always" if rest.is_empty() => self.answer(&request, always(last)).await,
             "r" | "reject" if rest.is_empty() => {
                 self.typing_message = true;
                 let _ = write!(self.screen, "message for the agent (Enter for none) > ");
@@ -295,19 +341,13 @@ impl Prompt {
                 self.pending.rotate_left(1);
                 self.show();
             }
-            word => {
-                let level = word
-                    .strip_prefix('a')
-                    .and_then(|n| n.parse::<usize>().ok())
-                    .filter(|n| (1..=request.always_options.len()).contains(n));
-                match level {
-                    Some(n) => self.answer(&request, Choice::Always { level: n - 1 }).await,
-                    None => {
-                        self.say(Tone::Warn, &format!("not an answer: {}", shown(line)));
-                        self.hint(&request);
-                    }
+            word => match timed_or_entry(word, rest, &request) {
+                Some(choice) => self.answer(&request, choice).await,
+                None => {
+                    self.say(Tone::Warn, &format!("not an answer: {}", shown(line)));
+                    self.hint(&request);
                 }
-            }
+            },
         }
     }
 
@@ -409,6 +449,30 @@ mod tests {
             (
                 &["r", "use git clean"],
                 vec![json!({"permissionID":"p1","response":"reject","message":"use git clean"})],
+            ),
+            (
+                &["t"],
+                vec![json!({"permissionID":"p1","response":"always","expiresIn":1800})],
+            ),
+            (
+                &["timed 2h"],
+                vec![json!({"permissionID":"p1","response":"always","expiresIn":7200})],
+            ),
+            (
+                &["t1"],
+                vec![
+                    json!({"permissionID":"p1","response":"always","patterns":["rm a"],"expiresIn":1800}),
+                ],
+            ),
+            (
+                &["t1 90s"],
+                vec![
+                    json!({"permissionID":"p1","response":"always","patterns":["rm a"],"expiresIn":90}),
+                ],
+            ),
+            (
+                &["t 0", "t 5x", "t3", "a 2h", "t 10"],
+                vec![json!({"permissionID":"p1","response":"always","expiresIn":600})],
             ),
             (
                 &["r  not now "],

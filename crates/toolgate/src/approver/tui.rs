@@ -3,7 +3,9 @@
 //! It connects, says `hello` (role approver, client `approve`), and lists
 //! every `permission_request` it receives; the selected one is shown in
 //! detail ([`super::view`]). Keys: `o` once, `a` always (with the
-//! `alwaysOptions` entry chosen by ←/→ or tab), `r` reject then an optional
+//! `alwaysOptions` entry chosen by ←/→ or tab), `t` the same for a while
+//! only (`expiresIn`: 30 minutes, or what `T` chose: 5 minutes, 30
+//! minutes, 2 hours, 8 hours, a day), `r` reject then an optional
 //! message (Enter sends, Esc goes back), `j`/`k` or the arrows move, PgUp/PgDn
 //! scroll the detail, `q` quits. A `permission_resolved` removes its question
 //! (the reason is shown for a few seconds). When the connection ends the
@@ -72,7 +74,12 @@ pub struct App {
     pub quit: bool,
     /// The broker answered `hello`: questions come here.
     pub approver: bool,
+    /// The lifetime `t` gives, an index in [`LIFETIMES`] (`T` moves it).
+    pub lifetime: usize,
 }
+
+/// The lifetimes `T` goes through, in seconds; `t` starts at 30 minutes.
+pub const LIFETIMES: [u64; 5] = [5 * 60, 30 * 60, 2 * 3_600, 8 * 3_600, 86_400];
 
 impl Default for App {
     fn default() -> Self {
@@ -92,7 +99,16 @@ impl App {
             project_root: None,
             quit: false,
             approver: false,
+            lifetime: 1,
         }
+    }
+
+    /// The lifetime `t` gives now, in seconds.
+    pub fn lifetime(&self) -> u64 {
+        LIFETIMES
+            .get(self.lifetime)
+            .copied()
+            .unwrap_or(view::DEFAULT_LIFETIME)
     }
 
     fn notice(&mut self, text: String) {
@@ -231,8 +247,25 @@ impl App {
             KeyCode::Char('a') => {
                 let question = self.questions.get(self.selected)?;
                 let (id, level) = (question.request.permission_id.clone(), question.level);
-                return self.answer(&id, Choice::Always { level });
+                return self.answer(
+                    &id,
+                    Choice::Always {
+                        level,
+                        lifetime: None,
+                    },
+                );
             }
+            KeyCode::Char('t') => {
+                let question = self.questions.get(self.selected)?;
+                // A plan approval's `always` changes the mode: nothing to time.
+                if question.request.always_options.is_empty() {
+                    return None;
+                }
+                let (id, level) = (question.request.permission_id.clone(), question.level);
+                let lifetime = Some(self.lifetime());
+                return self.answer(&id, Choice::Always { level, lifetime });
+            }
+            KeyCode::Char('T') => self.lifetime = (self.lifetime + 1) % LIFETIMES.len(),
             KeyCode::Char('r') => {
                 let permission_id = self.selected_id()?;
                 self.input = Input::Message {
@@ -262,10 +295,16 @@ impl App {
         let response = view::answer(&question.request, &choice);
         let what = match &choice {
             Choice::Once => "once".to_string(),
-            Choice::Always { .. } => match &response.patterns {
-                Some(patterns) => format!("always ({})", patterns.join(", ")),
-                None => format!("always ({})", question.request.always.join(", ")),
-            },
+            Choice::Always { .. } => {
+                let what = match &response.patterns {
+                    Some(patterns) => format!("always ({})", patterns.join(", ")),
+                    None => format!("always ({})", question.request.always.join(", ")),
+                };
+                match response.expires_in {
+                    Some(seconds) => format!("{what} for {}", view::lifetime_label(seconds)),
+                    None => what,
+                }
+            }
             Choice::Reject { .. } => "reject".to_string(),
         };
         self.notice(format!(
@@ -350,10 +389,10 @@ impl App {
                     shown(text)
                 )
             }
-            Input::Keys => {
-                "o once · a always (←/→ tab: which) · r reject · j/k ↑/↓ move · PgUp/PgDn scroll · q quit"
-                    .to_string()
-            }
+            Input::Keys => format!(
+                "o once · a always (←/→ tab: which) · t always for {} (T: how long) · r reject · j/k ↑/↓ move · PgUp/PgDn scroll · q quit",
+                view::lifetime_label(self.lifetime())
+            ),
         }
     }
 }
@@ -630,6 +669,30 @@ mod tests {
             (
                 "<>>a",
                 vec![json!({"type":"permission_response","permissionID":"p1","response":"always"})],
+            ),
+            (
+                "t",
+                vec![
+                    json!({"type":"permission_response","permissionID":"p1","response":"always","expiresIn":1800}),
+                ],
+            ),
+            (
+                "<t",
+                vec![
+                    json!({"type":"permission_response","permissionID":"p1","response":"always","patterns":["rm a"],"expiresIn":1800}),
+                ],
+            ),
+            (
+                "TTt",
+                vec![
+                    json!({"type":"permission_response","permissionID":"p1","response":"always","expiresIn":28800}),
+                ],
+            ),
+            (
+                "TTTTjt",
+                vec![
+                    json!({"type":"permission_response","permissionID":"p2","response":"always","expiresIn":300}),
+                ],
             ),
             (
                 "jrno\n",

@@ -606,6 +606,9 @@ pub enum Choice {
     Always {
         /// The index in `alwaysOptions`.
         level: usize,
+        /// How long the grants last, in seconds (`expiresIn`); `None`:
+        /// as long as the session keeps them.
+        lifetime: Option<u64>,
     },
     /// Deny it, with what the person typed (nothing typed: no message).
     Reject {
@@ -620,7 +623,7 @@ pub enum Choice {
 pub fn answer(request: &PermissionRequest, choice: &Choice) -> PermissionResponse {
     let (response, message, patterns) = match choice {
         Choice::Once => (Reply::Once, None, None),
-        Choice::Always { level } => {
+        Choice::Always { level, .. } => {
             let patterns = if *level < default_level(request) {
                 request.always_options.get(*level).cloned()
             } else {
@@ -640,6 +643,48 @@ pub fn answer(request: &PermissionRequest, choice: &Choice) -> PermissionRespons
         message,
         scope: None,
         patterns,
+        // A plan approval's `always` changes the mode: it has no lifetime.
+        expires_in: match choice {
+            Choice::Always { lifetime, .. } if request.kind.as_deref() != Some("plan") => *lifetime,
+            _ => None,
+        },
+    }
+}
+
+/// The lifetime a timed `always` gives its grants unless told otherwise:
+/// 30 minutes.
+pub const DEFAULT_LIFETIME: u64 = 30 * 60;
+
+/// A lifetime as typed: a whole number and a unit, `90s`, `10m`, `2h`,
+/// `1d` (a bare number is minutes), 1 second to ten years. `None` when it
+/// is not one.
+pub fn parse_lifetime(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let (digits, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(at) => text.split_at(at),
+        None => (text, "m"),
+    };
+    let count: u64 = digits.parse().ok()?;
+    let unit = match unit.trim() {
+        "s" | "sec" | "secs" | "second" | "seconds" => 1,
+        "m" | "min" | "mins" | "minute" | "minutes" => 60,
+        "h" | "hour" | "hours" => 3_600,
+        "d" | "day" | "days" => 86_400,
+        _ => return None,
+    };
+    let seconds = count.checked_mul(unit)?;
+    (1..=toolgate_protocol::MAX_EXPIRES_IN)
+        .contains(&seconds)
+        .then_some(seconds)
+}
+
+/// A lifetime as an approver shows it: `30 min`, `2 h`, `90 s`, `1 d`.
+pub fn lifetime_label(seconds: u64) -> String {
+    match seconds {
+        s if s % 86_400 == 0 => format!("{} d", s / 86_400),
+        s if s % 3_600 == 0 => format!("{} h", s / 3_600),
+        s if s % 60 == 0 => format!("{} min", s / 60),
+        s => format!("{s} s"),
     }
 }
 
@@ -881,16 +926,39 @@ mod tests {
                 json!({"permissionID":"per_1","response":"once"}),
             ),
             (
-                Choice::Always { level: 1 },
+                Choice::Always {
+                    level: 1,
+                    lifetime: None,
+                },
                 json!({"permissionID":"per_1","response":"always"}),
             ),
             (
-                Choice::Always { level: 9 },
+                Choice::Always {
+                    level: 9,
+                    lifetime: None,
+                },
                 json!({"permissionID":"per_1","response":"always"}),
             ),
             (
-                Choice::Always { level: 0 },
+                Choice::Always {
+                    level: 0,
+                    lifetime: None,
+                },
                 json!({"permissionID":"per_1","response":"always","patterns":["git commit -m x"]}),
+            ),
+            (
+                Choice::Always {
+                    level: 1,
+                    lifetime: Some(1800),
+                },
+                json!({"permissionID":"per_1","response":"always","expiresIn":1800}),
+            ),
+            (
+                Choice::Always {
+                    level: 0,
+                    lifetime: Some(60),
+                },
+                json!({"permissionID":"per_1","response":"always","patterns":["git commit -m x"],"expiresIn":60}),
             ),
             (
                 Choice::Reject { message: None },
@@ -918,5 +986,48 @@ mod tests {
         }
         assert_eq!(default_level(&req), 1);
         assert_eq!(default_level(&request(json!({}))), 0);
+        // A plan approval's `always` has no lifetime to give.
+        let plan = request(json!({"kind":"plan"}));
+        let timed = Choice::Always {
+            level: 0,
+            lifetime: Some(60),
+        };
+        assert_eq!(
+            serde_json::to_value(answer(&plan, &timed)).unwrap(),
+            json!({"permissionID":"per_1","response":"always"})
+        );
+    }
+
+    #[test]
+    fn lifetimes_as_typed() {
+        let cases = [
+            ("30", Some(1_800)),
+            ("90s", Some(90)),
+            ("10m", Some(600)),
+            (" 2h ", Some(7_200)),
+            ("1d", Some(86_400)),
+            ("3 hours", Some(10_800)),
+            ("0", None),
+            ("0s", None),
+            ("", None),
+            ("m", None),
+            ("-5m", None),
+            ("1.5h", None),
+            ("10y", None),
+            ("3651d", None),
+            ("99999999999999999999d", None),
+        ];
+        for (text, want) in cases {
+            assert_eq!(parse_lifetime(text), want, "{text:?}");
+        }
+        let labels = [
+            (1_800, "30 min"),
+            (7_200, "2 h"),
+            (90, "90 s"),
+            (86_400, "1 d"),
+        ];
+        for (seconds, label) in labels {
+            assert_eq!(lifetime_label(seconds), label);
+        }
     }
 }

@@ -213,6 +213,10 @@ impl Audit {
         if let Some(rule) = &decision.rule {
             let mut rule_record = json!({"permission": rule.permission, "pattern": rule.pattern,
                               "action": rule.action, "origin": rule.origin});
+            if let Some(end) = rule.expires_at {
+                // A grant with a lifetime: when it ends.
+                rule_record["expiresAt"] = json!(end);
+            }
             if decision.source != wire::Source::Grant {
                 // Where in its file the rule is written.
                 rule_record["key"] = json!(format!(
@@ -267,6 +271,9 @@ impl Audit {
         }
         if let Some(patterns) = &response.patterns {
             record["patterns"] = json!(patterns);
+        }
+        if let Some(seconds) = response.expires_in {
+            record["expiresIn"] = json!(seconds);
         }
         self.write(&record)
     }

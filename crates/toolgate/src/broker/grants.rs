@@ -1,12 +1,15 @@
 //! Grants made by `always` answers: the project's (a part of the broker,
 //! [`ProjectGrants`], with the session that made each) and the sessions'
 //! own, recorded (and saved before the decision that reports them), listed,
-//! revoked, and the plan-only kind grants dropped when a session leaves
-//! plan mode. Invariant: a grant only ever turns an ask into an allow.
+//! revoked, the plan-only kind grants dropped when a session leaves plan
+//! mode, and the grants whose lifetime is over dropped (checked on the
+//! broker's wall clock at every step, never by a timer; the policy also
+//! refuses to let an ended grant cover). Invariant: a grant only ever
+//! turns an ask into an allow.
 
 use std::collections::HashMap;
 
-use toolgate_policy::{GrantPattern, GrantSpec, Grants, Mode};
+use toolgate_policy::{Grant, GrantAdded, GrantPattern, GrantSpec, Grants, Mode};
 use toolgate_protocol as wire;
 use toolgate_protocol::{ErrorCode, ServerFrame};
 
@@ -29,13 +32,27 @@ impl ProjectGrants {
         &self.grants
     }
 
-    /// Add a grant made by `owner`; false when an equal one was there.
-    fn add(&mut self, id: String, spec: &GrantSpec, owner: &str) -> bool {
-        if !self.grants.add(id.clone(), spec) {
-            return false;
+    /// Add a grant made by `owner` (or lengthen an equal one): the grant
+    /// as now stored, `None` when an equal one lasting as long was there.
+    fn add(&mut self, id: String, spec: &GrantSpec, owner: &str) -> Option<StoredGrant> {
+        let (added, grant) = self.grants.add(id, spec);
+        let grant = match added {
+            GrantAdded::Unchanged => return None,
+            GrantAdded::New | GrantAdded::Lengthened => grant.clone(),
+        };
+        if added == GrantAdded::New {
+            self.owners.insert(grant.id.clone(), owner.to_string());
         }
-        self.owners.insert(id, owner.to_string());
-        true
+        Some(stored_grant(&grant, self.owner(&grant.id)))
+    }
+
+    /// Drop the grants whose lifetime is over at `now`; returns them.
+    fn expire(&mut self, now: u64) -> Vec<Grant> {
+        let expired = self.grants.expire(now);
+        for grant in &expired {
+            self.owners.remove(&grant.id);
+        }
+        expired
     }
 
     /// Remove a grant by id; false when there is none.
@@ -111,13 +128,15 @@ impl Broker {
         scope: wire::GrantScope,
     ) -> Result<(), String> {
         let ids: Vec<String> = granted.iter().map(|_| self.ids.grant_id()).collect();
-        let what = format!("the grants {} of session `{session_id}`", ids.join(", "));
         let mut changes = Vec::new();
+        // The grants recorded (new or lengthened), by id, for `notSaved`.
+        let mut recorded: Vec<String> = Vec::new();
         match scope {
             wire::GrantScope::Project => {
                 for (id, spec) in ids.into_iter().zip(granted) {
-                    if self.grants.add(id.clone(), spec, session_id) {
-                        changes.push(Change::ProjectGrant(spec_grant(&id, spec, session_id)));
+                    if let Some(stored) = self.grants.add(id, spec, session_id) {
+                        recorded.push(stored.grant_id.clone());
+                        changes.push(Change::ProjectGrant(stored));
                     }
                 }
             }
@@ -126,8 +145,13 @@ impl Broker {
                 let stored = self.sessions.is_stored(session_id);
                 let session = self.sessions.entry(session_id, self.policy.default_mode);
                 for (id, spec) in ids.into_iter().zip(granted) {
-                    if session.grants.add(id.clone(), spec) && stored {
-                        changes.push(Change::SessionGrant(spec_grant(&id, spec, session_id)));
+                    let (added, grant) = session.grants.add(id, spec);
+                    if added == GrantAdded::Unchanged {
+                        continue;
+                    }
+                    recorded.push(grant.id.clone());
+                    if stored {
+                        changes.push(Change::SessionGrant(stored_grant(grant, session_id)));
                     }
                 }
                 if !stored {
@@ -135,8 +159,66 @@ impl Broker {
                 }
             }
         }
+        if let Some(end) = granted.iter().filter_map(|spec| spec.expires_at).min() {
+            self.next_expiry = Some(self.next_expiry.map_or(end, |next| next.min(end)));
+        }
+        let what = format!(
+            "the grants {} of session `{session_id}`",
+            recorded.join(", ")
+        );
         self.store
             .persist_now(self.clock.as_ref(), &changes, || what)
+    }
+
+    /// Drop every grant whose lifetime is over on the broker's wall clock,
+    /// from the project, the sessions and the state directory (staged, like
+    /// a session start: a grant that ended covers nothing whether or not its
+    /// removal is on disk, and one read back after its end is dropped
+    /// again). Called at the start of every step; costs one clock reading
+    /// while no grant has ended.
+    pub(super) fn expire_grants(&mut self) {
+        let Some(next) = self.next_expiry else {
+            return;
+        };
+        let now = self.clock.wall_ms();
+        if now < next {
+            return;
+        }
+        let mut ended: Vec<String> = Vec::new();
+        let mut changes = Vec::new();
+        for grant in self.grants.expire(now) {
+            changes.push(Change::RemoveProjectGrant(grant.id.clone()));
+            ended.push(grant.id);
+        }
+        let mut holders: Vec<String> = Vec::new();
+        for (holder, session) in self.sessions.iter_mut() {
+            let expired = session.grants.expire(now);
+            if !expired.is_empty() {
+                holders.push(holder.clone());
+                ended.extend(expired.into_iter().map(|grant| grant.id));
+            }
+        }
+        for holder in &holders {
+            changes.push(self.sessions.stored_change(holder));
+        }
+        // The failure is logged and retried by the store; no frame reports it.
+        let _ = self.store.persist(self.clock.as_ref(), &changes, || {
+            format!("the end of the expired grants {}", ended.join(", "))
+        });
+        for holder in &holders {
+            self.sessions.forget_idle(holder);
+        }
+        self.next_expiry = self.earliest_expiry();
+    }
+
+    /// When the first grant of the project or of any session ends, if any
+    /// has a lifetime.
+    pub(super) fn earliest_expiry(&self) -> Option<u64> {
+        self.sessions
+            .iter()
+            .filter_map(|(_, session)| session.grants.next_expiry())
+            .chain(self.grants.all().next_expiry())
+            .min()
     }
 
     /// A kind grant made in plan mode ends when its session leaves plan mode:
@@ -203,6 +285,7 @@ impl Broker {
             permission: grant.permission.clone(),
             pattern: grant.pattern.as_str().to_string(),
             mode: grant.plan_only.then(|| "plan".to_string()),
+            expires_at: grant.expires_at,
         });
         let grants = project
             .chain(sessions.into_iter().flat_map(|(session_id, session)| {
@@ -213,6 +296,7 @@ impl Broker {
                     permission: grant.permission.clone(),
                     pattern: grant.pattern.as_str().to_string(),
                     mode: grant.plan_only.then(|| "plan".to_string()),
+                    expires_at: grant.expires_at,
                 })
             }))
             .collect();
@@ -224,7 +308,7 @@ impl Broker {
 }
 
 /// A grant as the state directory keeps it, made by `session_id`.
-pub(super) fn stored_grant(grant: &toolgate_policy::Grant, session_id: &str) -> StoredGrant {
+pub(super) fn stored_grant(grant: &Grant, session_id: &str) -> StoredGrant {
     StoredGrant {
         grant_id: grant.id.clone(),
         permission: grant.permission.clone(),
@@ -232,18 +316,7 @@ pub(super) fn stored_grant(grant: &toolgate_policy::Grant, session_id: &str) -> 
         literal: grant.pattern.literal_len(),
         session_id: session_id.to_string(),
         mode: grant.plan_only.then(|| "plan".to_string()),
-    }
-}
-
-/// A grant just made from `spec`, as stored.
-fn spec_grant(id: &str, spec: &GrantSpec, session_id: &str) -> StoredGrant {
-    StoredGrant {
-        grant_id: id.to_string(),
-        permission: spec.permission.clone(),
-        pattern: spec.pattern.as_str().to_string(),
-        literal: spec.pattern.literal_len(),
-        session_id: session_id.to_string(),
-        mode: spec.plan_only.then(|| "plan".to_string()),
+        expires_at: grant.expires_at,
     }
 }
 
@@ -257,5 +330,6 @@ pub(super) fn stored_spec(stored: &StoredGrant) -> Option<GrantSpec> {
             Some("plan") => true,
             Some(_) => return None,
         },
+        expires_at: stored.expires_at,
     })
 }

@@ -72,6 +72,10 @@ pub struct Broker {
     questions: Questions,
     /// The project's grants.
     grants: ProjectGrants,
+    /// When the first grant with a lifetime ends (wall-clock ms), if one
+    /// has a lifetime: until then a step checks no grant. Never later than
+    /// the true first end (it may be earlier after a revocation).
+    next_expiry: Option<u64>,
     /// The state directory, when state is kept.
     store: StateStore,
     stopped: bool,
@@ -121,6 +125,7 @@ impl Broker {
             sessions: Sessions::default(),
             questions: Questions::default(),
             grants: ProjectGrants::default(),
+            next_expiry: None,
             store: StateStore::default(),
             stopped: false,
             origin: Origin::default(),

@@ -166,6 +166,9 @@ impl Broker {
         // What was repaired is stored as the broker holds it.
         let repaired = (repaired || !warnings.is_empty()).then(|| self.snapshot());
         self.store.start(store, repaired);
+        // Grants whose lifetime is over are dropped (and the drop stored)
+        // by the first step.
+        self.next_expiry = self.earliest_expiry();
         warnings
     }
 

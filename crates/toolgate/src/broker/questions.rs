@@ -37,8 +37,8 @@ pub(super) struct Pending {
     pub(super) approvals: Vec<(String, String)>,
     /// The last answer the user gave for this call, for the decision's reason.
     pub(super) answered: Option<wire::Reply>,
-    /// After an `always`: where the grants went, and whether saving them failed.
-    pub(super) granted: Option<(wire::GrantScope, Option<String>)>,
+    /// After an `always`: where the grants went and for how long.
+    pub(super) granted: Option<Granted>,
     /// After an `always` with `patterns`: the option chosen, when narrower
     /// than the request's `always`.
     pub(super) chosen: Option<Vec<String>>,
@@ -49,6 +49,16 @@ pub(super) struct Pending {
     /// asking, so an `always` judges again only the calls it may decide.
     /// Empty means "judge again on every new grant" (a plan approval).
     pub(super) asking: Vec<(String, String)>,
+}
+
+/// What an `always` answer granted, for the decision's reason.
+pub(super) struct Granted {
+    /// Where the grants are kept.
+    scope: wire::GrantScope,
+    /// Their lifetime in seconds (`expiresIn`), when they have one.
+    lifetime: Option<u64>,
+    /// Why saving them failed, when it did.
+    failed: Option<String>,
 }
 
 /// A session's open questions, indexed so that neither listing them nor
@@ -378,6 +388,7 @@ impl Broker {
                 );
             }
         }
+        let now = self.grant_clock();
         let Some(session) = self.sessions.get_mut(&call.session_id) else {
             return;
         };
@@ -399,6 +410,7 @@ impl Broker {
             approvals: &[],
             repeats,
             explain: false,
+            now,
         };
         let evaluation = match prepared {
             Some(prepared) => self.policy.evaluate_prepared(&judged, prepared, &context),
@@ -502,11 +514,19 @@ impl Broker {
                     (
                         toolgate_policy::Source::User,
                         Some(wire::Reply::Always),
-                        Some((scope, failed)),
+                        Some(Granted {
+                            scope,
+                            lifetime,
+                            failed,
+                        }),
                     ) => {
                         let place = match scope {
                             wire::GrantScope::Session => "the session",
                             wire::GrantScope::Project => "every session of the project",
+                        };
+                        let place = match lifetime {
+                            None => place.to_string(),
+                            Some(seconds) => format!("{place} for {}", lifetime_text(*seconds)),
                         };
                         let what = match &pending.chosen {
                             None => "its `always` patterns".to_string(),
@@ -686,6 +706,20 @@ impl Broker {
                 }
             }
         }
+        // A plan approval grants nothing that could end: its `always`
+        // changes the mode.
+        if let (Some(_), Some(pending)) = (response.expires_in, self.questions.get(&id)) {
+            if pending.question.plan.is_some() {
+                ob.error_naming(
+                    ErrorCode::InvalidFrame,
+                    format!("the request `{id}` is a plan approval, whose `always` changes the mode and grants nothing that could expire; answer it without `expiresIn`"),
+                    Some(pending.call_id.clone()),
+                    Some(pending.session_id.clone()),
+                    Some(id),
+                );
+                return;
+            }
+        }
         let Some(mut pending) = self.take_pending(&id) else {
             let (code, message) = if self.questions.was_resolved(&id) {
                 (
@@ -784,11 +818,33 @@ impl Broker {
                         option.grants
                     }
                 };
+                // A lifetime ends on the broker's wall clock, which a restart
+                // keeps (a monotonic clock would start again).
+                let granted = match response.expires_in {
+                    None => granted,
+                    Some(seconds) => {
+                        let end = self
+                            .clock
+                            .wall_ms()
+                            .saturating_add(seconds.saturating_mul(1000));
+                        granted
+                            .into_iter()
+                            .map(|spec| GrantSpec {
+                                expires_at: Some(end),
+                                ..spec
+                            })
+                            .collect()
+                    }
+                };
                 if always {
                     let scope = response.scope.unwrap_or(wire::GrantScope::Session);
                     // The grants are on disk before the decision that reports them.
                     let saved = self.record_grants(&pending.session_id, &granted, scope);
-                    pending.granted = Some((scope, saved.err()));
+                    pending.granted = Some(Granted {
+                        scope,
+                        lifetime: response.expires_in,
+                        failed: saved.err(),
+                    });
                 }
                 let session_id = pending.session_id.clone();
                 self.reevaluate(pending, ob);
@@ -807,6 +863,14 @@ impl Broker {
                 }
             }
         }
+    }
+
+    /// The time grants are judged at: the wall clock, read only while some
+    /// grant has a lifetime (`next_expiry` is then set; with none, no grant
+    /// needs a time). Were it ever missing, a grant with a lifetime would
+    /// cover nothing, never more.
+    fn grant_clock(&self) -> Option<u64> {
+        self.next_expiry.map(|_| self.clock.wall_ms())
     }
 
     /// Evaluate a pending call again (after `once`/`always`, a mode change or new
@@ -838,6 +902,7 @@ impl Broker {
                 approvals: &pending.approvals,
                 repeats: pending.repeats,
                 explain: false,
+                now: self.grant_clock(),
             },
         );
         (evaluation, mode)
@@ -958,6 +1023,22 @@ impl Broker {
     /// The permission ids of a session's pending calls, oldest first.
     pub(super) fn pending_of(&self, session_id: &str) -> Vec<String> {
         self.questions.of_session(session_id)
+    }
+}
+
+/// A grant's lifetime as a reason says it: `30 minutes`, `1 hour`,
+/// `90 seconds` (the largest unit that divides it).
+pub(super) fn lifetime_text(seconds: u64) -> String {
+    let (count, unit) = match seconds {
+        s if s % 86_400 == 0 => (s / 86_400, "day"),
+        s if s % 3_600 == 0 => (s / 3_600, "hour"),
+        s if s % 60 == 0 => (s / 60, "minute"),
+        s => (s, "second"),
+    };
+    if count == 1 {
+        format!("1 {unit}")
+    } else {
+        format!("{count} {unit}s")
     }
 }
 

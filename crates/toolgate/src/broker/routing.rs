@@ -543,6 +543,9 @@ impl Broker {
     /// Handle one input; append what to write, addressed, to `out`.
     pub fn step(&mut self, input: Input<'_>, out: &mut Vec<Output>) {
         let from = out.len();
+        // A grant whose lifetime is over is gone before anything is judged
+        // or listed.
+        self.expire_grants();
         self.handle_input(input, out);
         if !self.observers.is_empty() {
             self.observe(from, out);
@@ -769,6 +772,7 @@ impl Broker {
             response: response.response,
             message: response.message.clone(),
             patterns: response.patterns.clone(),
+            expires_in: response.expires_in,
             by: self.client_of(Some(conn)),
         })
     }

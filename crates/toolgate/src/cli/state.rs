@@ -16,7 +16,9 @@ use super::broker::state_dir_env;
 #[derive(Debug, Subcommand)]
 pub enum GrantsCommand {
     /// List every grant of every project in the state directory: grantID,
-    /// scope (project or session), sessionID, permission, pattern, project root.
+    /// scope (project or session), sessionID, permission, pattern, the time
+    /// a grant made with a lifetime has left, project root. A grant whose
+    /// lifetime is over is not listed.
     List {
         /// The state directory [env: TOOLGATE_STATE_DIR]
         #[arg(long, value_name = "DIR")]
@@ -86,7 +88,8 @@ pub fn grants(command: GrantsCommand, outer: Option<PathBuf>) -> ExitCode {
     let mut out = std::io::stdout().lock();
     let (written, code) = match ids {
         None => {
-            let (rows, warnings) = match store::list_grants(&dir) {
+            let now = SystemClock::new().wall_ms();
+            let (rows, warnings) = match store::list_grants(&dir, now) {
                 Ok(listed) => listed,
                 Err(err) => {
                     say!("toolgate: {err}");

@@ -3,7 +3,7 @@
 //! session (started with its parent and mode, the mode changed where the
 //! records say it changed), at the time it was made; a question a person
 //! answered is answered as the answer record says (`once`, `always` with
-//! its scope and patterns, `reject` with its message), and the recorded
+//! its scope, patterns and lifetime, `reject` with its message), and the recorded
 //! decision is what `--check` compares with. Decisions of lines that were
 //! not calls (no tool) are skipped.
 
@@ -47,7 +47,7 @@ pub fn read(text: &str, name: &str) -> Recording {
             let text = |field: &str| record.get(field).and_then(Value::as_str);
             if let (Some(session), Some(call)) = (text("sessionID"), text("callID")) {
                 let mut fields = serde_json::Map::new();
-                for field in ["response", "message", "scope", "patterns"] {
+                for field in ["response", "message", "scope", "patterns", "expiresIn"] {
                     if let Some(value) = record.get(field) {
                         fields.insert(field.to_string(), value.clone());
                     }
@@ -114,10 +114,18 @@ pub fn read(text: &str, name: &str) -> Recording {
         }
         let decision = text("decision").unwrap_or("");
         if text("source") == Some("user") {
+            // A person's answer decided it: replayed as that answer (the
+            // answer record, else what the decision says it was).
             let outcome = match (answers.remove(&key), decision) {
                 (Some(answer), _) => Outcome::Answered(answer),
-                (None, "allow") => Outcome::Ran,
-                (None, _) => Outcome::Refused(text("message").map(str::to_string)),
+                (None, "allow") => Outcome::Answered(json!({"response": "once"})),
+                (None, _) => {
+                    let mut answer = json!({"response": "reject"});
+                    if let Some(message) = text("message") {
+                        answer["message"] = json!(message);
+                    }
+                    Outcome::Answered(answer)
+                }
             };
             recording.outcomes.insert(key.clone(), outcome);
         }

@@ -28,7 +28,7 @@ pub enum Outcome {
     Refused(Option<String>),
     /// A person's recorded answer, replayed as it was: the fields of a
     /// `permission_response` (`response`, and `message`, `scope`,
-    /// `patterns` when given), without its id.
+    /// `patterns`, `expiresIn` when given), without its id.
     Answered(Value),
 }
 

@@ -98,6 +98,12 @@ pub struct StoredGrant {
     /// mode; absent for every other grant (and in files of earlier builds).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
+    /// For a grant made with `expiresIn`: when it ends, in milliseconds
+    /// since the Unix epoch. Absent for a grant without a lifetime (and in
+    /// files of earlier builds). A grant whose end has passed covers
+    /// nothing: the broker that reads it drops it, and it is never listed.
+    #[serde(rename = "expiresAt", default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<u64>,
 }
 
 /// One session as stored.

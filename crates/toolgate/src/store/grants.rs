@@ -1,6 +1,6 @@
 //! `toolgate grants list|revoke`: the grants of every project state file in
-//! a state directory ([`list_grants`], [`grants_table`]) and their removal
-//! while no broker holds the files ([`revoke_grants`]).
+//! a state directory that have not ended ([`list_grants`], [`grants_table`])
+//! and their removal while no broker holds the files ([`revoke_grants`]).
 
 use std::path::{Path, PathBuf};
 
@@ -33,6 +33,13 @@ pub struct GrantRow {
     /// `plan` for a plan-mode kind grant (covers only in plan mode).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
+    /// When a grant with a lifetime ends (ms since the Unix epoch).
+    #[serde(rename = "expiresAt", skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<u64>,
+    /// How many seconds a grant with a lifetime has left when listed
+    /// (rounded up, so at least 1).
+    #[serde(rename = "expiresIn", skip_serializing_if = "Option::is_none")]
+    pub expires_in: Option<u64>,
     /// The project the state file belongs to.
     #[serde(rename = "projectRoot")]
     pub project_root: String,
@@ -41,14 +48,28 @@ pub struct GrantRow {
     pub file: PathBuf,
 }
 
-/// Every grant of every project state file in `dir`: files in name order,
-/// project grants first, then each session's. Files that cannot be used
+/// Every grant of every project state file in `dir` still in force at
+/// `now` (ms since the Unix epoch): files in name order, project grants
+/// first, then each session's. A grant whose lifetime is over at `now` is
+/// left out (it covers nothing; the next broker drops it); the others with
+/// a lifetime say how long they have left. Files that cannot be used
 /// become warnings (they are left as they are).
-pub fn list_grants(dir: &Path) -> Result<(Vec<GrantRow>, Vec<String>), StateError> {
+pub fn list_grants(dir: &Path, now: u64) -> Result<(Vec<GrantRow>, Vec<String>), StateError> {
     let mut rows = Vec::new();
     let mut warnings = Vec::new();
     for (path, snapshot) in project_files(dir, &mut warnings)? {
-        rows.extend(rows_of(&path, &snapshot));
+        rows.extend(
+            rows_of(&path, &snapshot)
+                .into_iter()
+                .filter_map(|row| match row.expires_at {
+                    None => Some(row),
+                    Some(end) if end > now => Some(GrantRow {
+                        expires_in: Some((end - now).div_ceil(1000)),
+                        ..row
+                    }),
+                    Some(_) => None,
+                }),
+        );
     }
     Ok((rows, warnings))
 }
@@ -61,6 +82,8 @@ fn rows_of(path: &Path, snapshot: &Snapshot) -> Vec<GrantRow> {
         permission: grant.permission.clone(),
         pattern: grant.pattern.clone(),
         mode: grant.mode.clone(),
+        expires_at: grant.expires_at,
+        expires_in: None,
         project_root: snapshot.project_root.clone(),
         file: path.to_path_buf(),
     };
@@ -205,16 +228,20 @@ fn project_files(
 /// `rows` as an aligned table with a header (`toolgate grants list`), one
 /// line each; every cell is shown as [`crate::display::shown`] escapes it,
 /// so a row stays one line and nothing in it acts on the terminal.
+/// `EXPIRES` is the time a grant with a lifetime has left (`in 29m 59s`),
+/// `never` for the others.
 pub fn grants_table(rows: &[GrantRow]) -> String {
+    const COLUMNS: usize = 7;
     let header = [
         "GRANT",
         "SCOPE",
         "SESSION",
         "PERMISSION",
         "PATTERN",
+        "EXPIRES",
         "PROJECT",
     ];
-    let mut table: Vec<[String; 6]> = vec![header.map(str::to_string)];
+    let mut table: Vec<[String; COLUMNS]> = vec![header.map(str::to_string)];
     for row in rows {
         table.push([
             cell(&row.grant_id),
@@ -225,10 +252,14 @@ pub fn grants_table(rows: &[GrantRow]) -> String {
                 Some(mode) => format!("{} (only in {} mode)", cell(&row.pattern), cell(mode)),
                 None => cell(&row.pattern),
             },
+            match row.expires_in {
+                Some(seconds) => format!("in {}", remaining_text(seconds)),
+                None => "never".to_string(),
+            },
             cell(&row.project_root),
         ]);
     }
-    let mut widths = [0usize; 6];
+    let mut widths = [0usize; COLUMNS];
     for line in &table {
         for (width, text) in widths.iter_mut().zip(line) {
             *width = (*width).max(text.chars().count());
@@ -252,9 +283,48 @@ pub fn grants_table(rows: &[GrantRow]) -> String {
     out
 }
 
+/// Seconds left as a person reads them: `45s`, `29m 59s`, `1h 05m`,
+/// `2d 03h` (the two largest units).
+pub fn remaining_text(seconds: u64) -> String {
+    let (days, hours) = (seconds / 86_400, seconds / 3_600 % 24);
+    let (minutes, secs) = (seconds / 60 % 60, seconds % 60);
+    if days > 0 {
+        format!("{days}d {hours:02}h")
+    } else if hours > 0 {
+        format!("{hours}h {minutes:02}m")
+    } else if minutes > 0 {
+        format!("{minutes}m {secs:02}s")
+    } else {
+        format!("{secs}s")
+    }
+}
+
 fn cell(text: &str) -> String {
     if text.is_empty() {
         return "\"\"".to_string();
     }
     crate::display::shown(text).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::remaining_text;
+
+    #[test]
+    fn remaining_times() {
+        let cases = [
+            (1, "1s"),
+            (59, "59s"),
+            (60, "1m 00s"),
+            (1_799, "29m 59s"),
+            (3_600, "1h 00m"),
+            (3_900, "1h 05m"),
+            (86_399, "23h 59m"),
+            (86_400, "1d 00h"),
+            (183_600, "2d 03h"),
+        ];
+        for (seconds, text) in cases {
+            assert_eq!(remaining_text(seconds), text, "{seconds}");
+        }
+    }
 }

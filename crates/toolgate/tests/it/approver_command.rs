@@ -114,6 +114,10 @@ fn answers_from_programs() {
             r#"echo '{"response":"always","patterns":["*"]}'"#,
             json!({"callID":"c1","decision":"deny","source":"user","reason":"the user rejected this call","message":failed("its answer's `patterns` [\"*\"] is not one of the request's alwaysOptions")}),
         ),
+        (
+            r#"echo '{"response":"always","expiresIn":0}'"#,
+            json!({"callID":"c1","decision":"deny","source":"user","reason":"the user rejected this call","message":failed("its answer's `expiresIn` 0 is not a whole number of seconds from 1 to 315360000")}),
+        ),
     ];
     for (index, (body, mut want)) in table.into_iter().enumerate() {
         let (decisions, root) = decide(
@@ -181,6 +185,30 @@ esac"#;
     assert_eq!(by_id("c2")["decision"], "allow");
     assert_eq!(by_id("c2")["source"], "grant");
     assert_eq!(by_id("c3")["decision"], "deny", "{decisions:?}");
+}
+
+/// `always` with `expiresIn`: passed on as the answer's own, so the grant
+/// lasts that long and the decision says so.
+#[test]
+fn always_with_a_lifetime_passes_it_on() {
+    let body = r#"read -r line
+echo '{"response":"always","expiresIn":1800}'"#;
+    let (decisions, _) = decide(
+        "cmdtimed",
+        body,
+        &[],
+        &[("c1", "cargo build"), ("c2", "cargo build --release")],
+        true,
+    );
+    assert_eq!(
+        decisions[0]["reason"],
+        "the user allowed this call and granted its `always` patterns for the session for 30 minutes"
+    );
+    assert_eq!(decisions[1]["source"], "grant", "{decisions:?}");
+    assert!(
+        decisions[1]["rule"]["expiresAt"].as_u64().is_some(),
+        "{decisions:?}"
+    );
 }
 
 /// Several questions at once: a program that waits for the second call's

@@ -225,6 +225,23 @@ fn approve_against_a_scripted_broker() {
         json!({"type":"permission_response","permissionID":"per_1","response":"reject","message":"use cargo clean"})
     );
     tmux.wait_for("no pending questions");
+    // `t`: always, for a while only; `T` chooses how long.
+    broker.send(&request(
+        "per_4",
+        "s1",
+        "cargo build",
+        json!([["cargo build"], ["cargo build *"]]),
+    ));
+    tmux.wait_for("1. s1 [claude]  bash (Bash)  cargo build");
+    tmux.wait_for("t always for 30 min (T: how long)");
+    tmux.keys(&["T"]);
+    tmux.wait_for("t always for 2 h (T: how long)");
+    tmux.keys(&["t"]);
+    assert_eq!(
+        broker.read(),
+        json!({"type":"permission_response","permissionID":"per_4","response":"always","expiresIn":7200})
+    );
+    tmux.wait_for("answered always (cargo build *) for 2 h: cargo build");
     // A question resolved elsewhere disappears, saying why.
     broker.send(&request(
         "per_3",
@@ -369,7 +386,9 @@ fn serve_asks_on_the_terminal() {
     let mut send = |frame: Value| send_frame(&mut agent, &frame);
     let call = |id: &str, command: &str| json!({"type":"tool_call","callID":id,"tool":"bash","input":{"command":command}});
     send(call("c1", "rm -rf build"));
-    let screen = tmux.wait_for("[o once · a always · r reject [message] · s next] >");
+    let screen = tmux.wait_for(
+        "[o once · a always · t always for 30 min (t 2h: how long) · r reject [message] · s next] >",
+    );
     assert!(
         screen.contains("── toolgate asks (1 pending) ──"),
         "{screen}"
@@ -382,7 +401,7 @@ fn serve_asks_on_the_terminal() {
     tmux.wait_for("(another question arrived: 2 pending; `s` shows the next)");
     // Answer the second first: always, with the narrower entry.
     tmux.keys(&["s", "Enter"]);
-    tmux.wait_for("a always (a1…a2: that entry)");
+    tmux.wait_for("a always (a1…a2: that entry) · t always for 30 min (t1…t2; t 2h: how long)");
     tmux.text("a1");
     tmux.keys(&["Enter"]);
     let decision = decision_of(&output, "c2");
@@ -406,6 +425,23 @@ fn serve_asks_on_the_terminal() {
     send(json!({"type":"cancel","callID":"c4"}));
     tmux.wait_for("closed: git commit -m two (");
     assert_eq!(decision_of(&output, "c4")["source"], "cancel");
+    // `t 2h`: always, for two hours only.
+    send(call("c5", "cargo build"));
+    tmux.wait_for("cargo build   not read-only");
+    tmux.text("t 2h");
+    tmux.keys(&["Enter"]);
+    let decision = decision_of(&output, "c5");
+    assert_eq!(
+        decision["reason"],
+        "the user allowed this call and granted its `always` patterns for the session for 2 hours"
+    );
+    send(call("c6", "cargo build --release"));
+    let decision = decision_of(&output, "c6");
+    assert_eq!(decision["source"], "grant");
+    assert!(
+        decision["rule"]["expiresAt"].as_u64().is_some(),
+        "{decision}"
+    );
     drop(agent);
     tmux.wait_for("EXIT=0");
     let frames = frames_in(&output);
@@ -697,7 +733,7 @@ fn the_agent_cannot_answer_for_the_tty_approver() {
     send(
         json!({"type":"tool_call","callID":"c1","tool":"bash","input":{"command":"rm -rf build"}}),
     );
-    tmux.wait_for("[o once · a always · r reject [message] · s next] >");
+    tmux.wait_for("[o once · a always · t always for 30 min (t 2h: how long) · r reject [message] · s next] >");
     let frames = frames_in(&output);
     assert!(
         frames

@@ -71,12 +71,12 @@ struct Step {
 }
 
 const TABLE: &str = "\
-GRANT     SCOPE    SESSION   PERMISSION          PATTERN        PROJECT
-grant_a1  project  main      bash                npm run dev *  /work/a
-grant_a2  session  main      edit                *              /work/a
-grant_b1  session  main      external_directory  /tmp/*         /work/b
-grant_b2  session  main      bash                git commit *   /work/b
-grant_b3  session  reviewer  read                .env           /work/b
+GRANT     SCOPE    SESSION   PERMISSION          PATTERN        EXPIRES  PROJECT
+grant_a1  project  main      bash                npm run dev *  never    /work/a
+grant_a2  session  main      edit                *              never    /work/a
+grant_b1  session  main      external_directory  /tmp/*         never    /work/b
+grant_b2  session  main      bash                git commit *   never    /work/b
+grant_b3  session  reviewer  read                .env           never    /work/b
 ";
 
 const STEPS: &[Step] = &[
@@ -126,11 +126,11 @@ const STEPS: &[Step] = &[
         env_dir: false,
         exit: 0,
         stdout: "\
-GRANT     SCOPE    SESSION   PERMISSION          PATTERN        PROJECT
-grant_a1  project  main      bash                npm run dev *  /work/a
-grant_a2  session  main      edit                *              /work/a
-grant_b1  session  main      external_directory  /tmp/*         /work/b
-grant_b3  session  reviewer  read                .env           /work/b
+GRANT     SCOPE    SESSION   PERMISSION          PATTERN        EXPIRES  PROJECT
+grant_a1  project  main      bash                npm run dev *  never    /work/a
+grant_a2  session  main      edit                *              never    /work/a
+grant_b1  session  main      external_directory  /tmp/*         never    /work/b
+grant_b3  session  reviewer  read                .env           never    /work/b
 ",
         stderr: &[],
     },
@@ -334,9 +334,9 @@ fn agent_text_is_shown_escaped() {
     assert_eq!(
         stdout,
         "\
-GRANT     SCOPE    SESSION   PERMISSION  PATTERN                                PROJECT
-grant_e1  project  s\\x1b[2J  bash        echo \\x1b]0;pwned\\x07 \\u{202e}txt.exe  /work/e
-grant_e2  session  s\\x1b[2J  edit        \\x1b[8mhidden\\u{2066}                  /work/e
+GRANT     SCOPE    SESSION   PERMISSION  PATTERN                                EXPIRES  PROJECT
+grant_e1  project  s\\x1b[2J  bash        echo \\x1b]0;pwned\\x07 \\u{202e}txt.exe  never    /work/e
+grant_e2  session  s\\x1b[2J  edit        \\x1b[8mhidden\\u{2066}                  never    /work/e
 "
     );
     let (code, stdout, stderr) = toolgate(
@@ -359,4 +359,76 @@ revoked grant_e1 (project grant of session s\\x1b[2J: bash `echo \\x1b]0;pwned\\
 revoked grant_e2 (session grant of session s\\x1b[2J: edit `\\x1b[8mhidden\\u{2066}`) for /work/e
 "
     );
+}
+
+/// Grants with a lifetime (`expiresAt`): one whose end has passed is not
+/// listed (it covers nothing); one still running shows the time it has
+/// left, in the table and in `--json`; one without an end says `never`.
+#[test]
+fn ended_grants_are_not_listed_and_the_others_show_their_time_left() {
+    let dir = state_dir("lifetimes");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let later = now + 2 * 3_600_000;
+    let file = format!(
+        r#"{{"version":1,"projectRoot":"/work/h","projectGrants":[
+            {{"grantID":"grant_old","permission":"bash","pattern":"ls *","literal":2,"sessionID":"main","expiresAt":1000}},
+            {{"grantID":"grant_later","permission":"bash","pattern":"make *","literal":4,"sessionID":"main","expiresAt":{later}}},
+            {{"grantID":"grant_always","permission":"edit","pattern":"*","literal":0,"sessionID":"main"}}],
+            "sessions":[]}}"#
+    );
+    std::fs::write(dir.join("project-0000000000000001.json"), file).unwrap();
+    let (code, stdout, stderr) = toolgate(&["grants", "list", "--state-dir", "$DIR"], &dir, None);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!stdout.contains("grant_old"), "{stdout}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{stdout}");
+    // Two hours less the moments since `now`: 1h 59m, or 2h 00m within a second.
+    assert!(
+        lines[1].starts_with("grant_later")
+            && (lines[1].contains("  in 1h 59m  ") || lines[1].contains("  in 2h 00m  ")),
+        "{stdout}"
+    );
+    assert!(
+        lines[2].starts_with("grant_always") && lines[2].contains("  never  "),
+        "{stdout}"
+    );
+    let (code, stdout, stderr) = toolgate(
+        &["grants", "list", "--json", "--state-dir", "$DIR"],
+        &dir,
+        None,
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let rows: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 2, "{stdout}");
+    assert_eq!(rows[0]["expiresAt"], later);
+    let left = rows[0]["expiresIn"].as_u64().unwrap();
+    assert!((7_000..=7_200).contains(&left), "{left}");
+    assert!(rows[1].get("expiresAt").is_none() && rows[1].get("expiresIn").is_none());
+    // Revoked like any other; an ended one can be removed too.
+    let (code, stdout, stderr) = toolgate(
+        &[
+            "grants",
+            "revoke",
+            "--state-dir",
+            "$DIR",
+            "grant_later",
+            "grant_old",
+        ],
+        &dir,
+        None,
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains("revoked grant_later (project grant of session main: bash `make *`)"),
+        "{stdout}"
+    );
+    let (_, stdout, _) = toolgate(&["grants", "list", "--state-dir", "$DIR"], &dir, None);
+    assert_eq!(stdout.lines().count(), 2, "{stdout}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -21,6 +21,7 @@ mod docs;
 mod frames;
 mod git_repository;
 mod glob_disk;
+mod grant_lifetimes;
 mod grants_cli;
 mod hook_cli;
 mod hook_socket;

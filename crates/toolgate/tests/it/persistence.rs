@@ -215,6 +215,7 @@ fn an_unusable_stored_grant_is_dropped_with_a_warning() {
             literal: 99,
             session_id: "s".to_string(),
             mode: None,
+            expires_at: None,
         }],
         sessions: Vec::new(),
         closed: Vec::new(),
@@ -551,4 +552,109 @@ mod journal_matches_the_broker {
             Step::Start(4, None, None, None),
         ]);
     }
+}
+
+/// A grant with a lifetime ends on the broker's clock, not a timer's: it
+/// covers to the millisecond before its end and nothing from its end on,
+/// when the broker's next step drops it from memory and from the store.
+#[test]
+fn a_timed_grant_ends_on_the_broker_clock() {
+    let clock = ManualClock::new();
+    clock.set(1_000_000);
+    let store = MemoryStore::new();
+    let mut broker = support::in_process(clock.clone(), 0);
+    assert!(broker
+        .restore(Box::new(store.clone()), Snapshot::default())
+        .is_empty());
+    let build = |call: &str, command: &str| {
+        format!(
+            r#"{{"type":"tool_call","sessionID":"s","callID":"{call}","tool":"Bash","input":{{"command":"{command}"}}}}"#
+        )
+    };
+    feed(&mut broker, &[&build("c1", "cargo build")]);
+    let frames = feed(
+        &mut broker,
+        &[
+            r#"{"type":"permission_response","permissionID":"per_1","response":"always","expiresIn":60}"#,
+        ],
+    );
+    assert_eq!(
+        decision(&frames, "c1")["reason"],
+        "the user allowed this call and granted its `always` patterns for the session for 1 minute"
+    );
+    let saved = store.last().unwrap();
+    assert_eq!(saved.sessions[0].grants[0].expires_at, Some(1_060_000));
+
+    clock.set(1_059_999);
+    let frames = feed(&mut broker, &[&build("c2", "cargo build --release")]);
+    assert_eq!(decision(&frames, "c2")["source"], "grant");
+    assert_eq!(decision(&frames, "c2")["rule"]["expiresAt"], 1_060_000);
+
+    clock.set(1_060_000);
+    let frames = feed(&mut broker, &[&build("c3", "cargo build -v")]);
+    assert_eq!(frames[0]["type"], "permission_request", "{frames:?}");
+    let saved = store.last().unwrap();
+    assert!(
+        saved.sessions.iter().all(|s| s.grants.is_empty()),
+        "{saved:?}"
+    );
+    assert_eq!(saved.sessions, broker.stored_state().sessions);
+    let frames = feed(&mut broker, &[r#"{"type":"list_grants"}"#]);
+    assert_eq!(frames[0]["grants"], serde_json::json!([]));
+}
+
+/// Stored grants whose end has passed while no broker ran are dropped by
+/// the first step of the broker that reads them (and the drop stored);
+/// the others keep their end.
+#[test]
+fn ended_stored_grants_are_dropped_at_the_first_step() {
+    let clock = ManualClock::new();
+    clock.set(5_000);
+    let store = MemoryStore::new();
+    let mut broker = support::in_process(clock, 0);
+    let grant = |id: &str, pattern: &str, expires_at: Option<u64>| StoredGrant {
+        grant_id: id.to_string(),
+        permission: "bash".to_string(),
+        pattern: format!("{pattern} *"),
+        literal: pattern.len(),
+        session_id: "s".to_string(),
+        mode: None,
+        expires_at,
+    };
+    let snapshot = Snapshot {
+        version: 1,
+        project_root: "/work/project".to_string(),
+        project_grants: vec![
+            grant("grant_ended", "make", Some(4_999)),
+            grant("grant_later", "npm test", Some(9_000)),
+        ],
+        sessions: vec![StoredSession {
+            session_id: "s".to_string(),
+            parent_id: None,
+            mode: "ask".to_string(),
+            permissions: None,
+            grants: vec![grant("grant_at", "cargo build", Some(5_000))],
+            started: false,
+            implicit: true,
+        }],
+        closed: Vec::new(),
+    };
+    // The store holds what the broker reads.
+    toolgate::store::Store::save(&mut store.clone(), &snapshot).unwrap();
+    assert!(broker.restore(Box::new(store.clone()), snapshot).is_empty());
+    let frames = feed(&mut broker, &[r#"{"type":"list_grants"}"#]);
+    assert_eq!(
+        frames[0]["grants"],
+        serde_json::json!([{"grantID":"grant_later","sessionID":"s","scope":"project",
+                            "permission":"bash","pattern":"npm test *","expiresAt":9000}])
+    );
+    let saved = store.last().unwrap();
+    let ids: Vec<&str> = saved
+        .project_grants
+        .iter()
+        .map(|grant| grant.grant_id.as_str())
+        .collect();
+    assert_eq!(ids, ["grant_later"]);
+    // The session was kept only for its grant: it is gone too.
+    assert!(saved.sessions.is_empty(), "{saved:?}");
 }

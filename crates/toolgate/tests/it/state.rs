@@ -38,6 +38,7 @@ fn grant(id: &str, permission: &str, pattern: &str, literal: usize, session: &st
         literal,
         session_id: session.to_string(),
         mode: None,
+        expires_at: None,
     }
 }
 
@@ -336,7 +337,7 @@ fn two_projects(name: &str) -> PathBuf {
 #[test]
 fn list_shows_every_grant_of_every_project() {
     let dir = two_projects("list");
-    let (rows, warnings) = list_grants(&dir).unwrap();
+    let (rows, warnings) = list_grants(&dir, 0).unwrap();
     assert_eq!(warnings.len(), 1, "{warnings:?}");
     assert!(
         warnings[0].contains("project-ffffffffffffffff.json"),
@@ -384,7 +385,7 @@ fn list_shows_every_grant_of_every_project() {
 #[test]
 fn list_of_a_missing_directory_is_an_error() {
     let dir = scratch("missing").join("nothing-here");
-    let err = list_grants(&dir).unwrap_err();
+    let err = list_grants(&dir, 0).unwrap_err();
     assert!(
         matches!(
             err,
@@ -472,19 +473,27 @@ fn the_table_keeps_each_grant_on_one_line() {
         permission: "bash".to_string(),
         pattern: pattern.to_string(),
         mode: None,
+        expires_at: None,
+        expires_in: None,
         project_root: "/r".to_string(),
         file: PathBuf::new(),
     };
     let table = grants_table(&[
         row("grant_1", "main", "printf 'a\nb'\t*"),
         row("grant_22", "", "ls *"),
+        GrantRow {
+            expires_at: Some(1_800_000),
+            expires_in: Some(1_799),
+            ..row("grant_3", "main", "git log *")
+        },
     ]);
     assert_eq!(
         table,
         "\
-GRANT     SCOPE    SESSION  PERMISSION  PATTERN           PROJECT
-grant_1   session  main     bash        printf 'a\\nb'\\t*  /r
-grant_22  session  \"\"       bash        ls *              /r
+GRANT     SCOPE    SESSION  PERMISSION  PATTERN           EXPIRES     PROJECT
+grant_1   session  main     bash        printf 'a\\nb'\\t*  never       /r
+grant_22  session  \"\"       bash        ls *              never       /r
+grant_3   session  main     bash        git log *         in 29m 59s  /r
 "
     );
 }

@@ -36,8 +36,8 @@
 //! In frames sent, `per_N` stands for the N-th permission id the broker wrote
 //! (counting across runs); the harness waits for it to appear. In the output,
 //! permission and grant ids are numbered in order of appearance across runs,
-//! timestamps are 0, the project root is `$ROOT` and the state directory
-//! `$STATE`. Every run is checked on its own for one decision per call.
+//! timestamps and grants' ends (`expiresAt`) are 0, the project root is
+//! `$ROOT` and the state directory `$STATE`. Every run is checked on its own for one decision per call.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may panic
 
 use std::collections::HashMap;
@@ -635,18 +635,29 @@ fn normalise(lines: &[String], root: &Path, state: &Path) -> String {
             }
         }
         if let Some(at) = line.find("\"timestamp\":") {
-            let start = at + "\"timestamp\":".len();
-            let end = start
-                + line[start..]
-                    .chars()
-                    .take_while(char::is_ascii_digit)
-                    .count();
-            line.replace_range(start..end, "0");
+            zero_number(&mut line, at + "\"timestamp\":".len());
+        }
+        // A grant's end is a time too: every one on the line.
+        let mut from = 0;
+        while let Some(at) = line[from..].find("\"expiresAt\":") {
+            let start = from + at + "\"expiresAt\":".len();
+            zero_number(&mut line, start);
+            from = start;
         }
         out.push_str(&line);
         out.push('\n');
     }
     out
+}
+
+/// The digits at `start` of `line` become `0`.
+fn zero_number(line: &mut String, start: usize) {
+    let end = start
+        + line[start..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .count();
+    line.replace_range(start..end, "0");
 }
 
 fn diff(expected: &str, actual: &str) -> String {
