@@ -481,8 +481,7 @@ impl Policy {
                     let known = builtin.lookup(&tool.name);
                     if known.known
                         && (known.kind != tool.kind
-                            || known.permission
-                                != tool.permission.as_deref().unwrap_or(&tool.name)
+                            || known.permission != tool.permission.as_deref().unwrap_or(&tool.name)
                             || tool.subject.is_some())
                     {
                         return Err(PolicyError::new(
