@@ -281,11 +281,9 @@ impl Tally {
         if call.last[..self.sides].iter().any(Option::is_none) {
             return;
         }
-        if self.check && call.recorded.is_none() {
-            if !call.seqs.is_empty() {
-                self.waiting.push_back((self.lines, key));
-                return;
-            }
+        if self.check && call.recorded.is_none() && !call.seqs.is_empty() {
+            self.waiting.push_back((self.lines, key));
+            return;
         }
         if let Some(call) = self.calls.remove(&key) {
             self.count(key, call);
