@@ -11,7 +11,8 @@ use std::collections::{HashMap, HashSet};
 
 use serde_json::{json, Value};
 
-use super::record::{Outcome, Recording};
+use super::event::{Event, Frame};
+use super::record::Outcome;
 
 /// Whether `value` is an audit record.
 pub fn is_record(value: &Value) -> bool {
@@ -22,29 +23,34 @@ pub fn is_record(value: &Value) -> bool {
         )
 }
 
-/// Read an audit log. `name` names it in warnings.
-pub fn read(text: &str, name: &str) -> Recording {
-    let mut recording = Recording::default();
-    let mut started: HashSet<String> = HashSet::new();
-    let mut modes: HashMap<String, String> = HashMap::new();
-    let mut answers: HashMap<(String, String), Value> = HashMap::new();
-    for (number, line) in text.lines().enumerate() {
+/// An audit log's reader: the sessions started and their modes, and the
+/// answers read whose decision record has not come yet.
+#[derive(Debug, Default)]
+pub struct Reader {
+    started: HashSet<String>,
+    modes: HashMap<String, String>,
+    answers: HashMap<(String, String), Value>,
+}
+
+impl Reader {
+    /// Read line `number` of an audit log (`name` names it in warnings).
+    pub fn line(&mut self, name: &str, number: usize, line: &str, out: &mut Vec<Event>) {
         let line = line.trim();
         if line.is_empty() {
-            continue;
+            return;
         }
         let record: Value = match serde_json::from_str(line) {
             Ok(record) => record,
             Err(err) => {
-                recording
-                    .warnings
-                    .push(format!("{name}:{}: not JSON ({err}); skipped", number + 1));
-                continue;
+                out.push(Event::Warning(format!(
+                    "{name}:{number}: not JSON ({err}); skipped"
+                )));
+                return;
             }
         };
-        if record.get("event").and_then(Value::as_str) == Some("answer") {
+        let text = |field: &str| record.get(field).and_then(Value::as_str);
+        if text("event") == Some("answer") {
             // The answer a person gave, replayed as given.
-            let text = |field: &str| record.get(field).and_then(Value::as_str);
             if let (Some(session), Some(call)) = (text("sessionID"), text("callID")) {
                 let mut fields = serde_json::Map::new();
                 for field in ["response", "message", "scope", "patterns", "expiresIn"] {
@@ -52,51 +58,49 @@ pub fn read(text: &str, name: &str) -> Recording {
                         fields.insert(field.to_string(), value.clone());
                     }
                 }
-                answers.insert(
+                self.answers.insert(
                     (session.to_string(), call.to_string()),
                     Value::Object(fields),
                 );
             }
-            continue;
+            return;
         }
-        if record.get("event").and_then(Value::as_str) != Some("decision") {
-            continue;
+        if text("event") != Some("decision") {
+            return;
         }
-        let text = |field: &str| record.get(field).and_then(Value::as_str);
         let (Some(session), Some(call), Some(tool)) =
             (text("sessionID"), text("callID"), text("tool"))
         else {
-            recording.warnings.push(format!(
-                "{name}:{}: a decision about no call toolgate could read; skipped",
-                number + 1
-            ));
-            continue;
+            out.push(Event::Warning(format!(
+                "{name}:{number}: a decision about no call toolgate could read; skipped"
+            )));
+            return;
         };
         let mode = text("mode");
         // The parent first (as the records name it), then the session.
         if let Some(parent) = text("parentID") {
-            if started.insert(parent.to_string()) {
-                recording
-                    .frames
-                    .push(json!({"type": "session_start", "sessionID": parent}));
+            if self.started.insert(parent.to_string()) {
+                out.push(Event::Frame(Frame::Built(
+                    json!({"type": "session_start", "sessionID": parent}),
+                )));
             }
         }
-        if started.insert(session.to_string()) {
+        if self.started.insert(session.to_string()) {
             let mut start = json!({"type": "session_start", "sessionID": session});
             if let Some(parent) = text("parentID") {
                 start["parentID"] = json!(parent);
             }
             if let Some(mode) = mode {
                 start["mode"] = json!(mode);
-                modes.insert(session.to_string(), mode.to_string());
+                self.modes.insert(session.to_string(), mode.to_string());
             }
-            recording.frames.push(start);
+            out.push(Event::Frame(Frame::Built(start)));
         } else if let Some(mode) = mode {
-            if modes.get(session).map(String::as_str) != Some(mode) {
-                recording
-                    .frames
-                    .push(json!({"type": "set_mode", "sessionID": session, "mode": mode}));
-                modes.insert(session.to_string(), mode.to_string());
+            if self.modes.get(session).map(String::as_str) != Some(mode) {
+                out.push(Event::Frame(Frame::Built(
+                    json!({"type": "set_mode", "sessionID": session, "mode": mode}),
+                )));
+                self.modes.insert(session.to_string(), mode.to_string());
             }
         }
         let mut frame = json!({"type": "tool_call", "sessionID": session, "callID": call,
@@ -104,19 +108,17 @@ pub fn read(text: &str, name: &str) -> Recording {
         if let Some(cwd) = text("cwd") {
             frame["cwd"] = json!(cwd);
         }
-        recording.frames.push(frame);
+        out.push(Event::Frame(Frame::Built(frame)));
         let key = (session.to_string(), call.to_string());
         if let Some(time) = record.get("time").and_then(Value::as_u64) {
             let waited = record.get("waitedMs").and_then(Value::as_u64).unwrap_or(0);
-            recording
-                .times
-                .insert(key.clone(), time.saturating_sub(waited));
+            out.push(Event::Time(key.clone(), time.saturating_sub(waited)));
         }
         let decision = text("decision").unwrap_or("");
         if text("source") == Some("user") {
             // A person's answer decided it: replayed as that answer (the
             // answer record, else what the decision says it was).
-            let outcome = match (answers.remove(&key), decision) {
+            let outcome = match (self.answers.remove(&key), decision) {
                 (Some(answer), _) => Outcome::Answered(answer),
                 (None, "allow") => Outcome::Answered(json!({"response": "once"})),
                 (None, _) => {
@@ -127,15 +129,12 @@ pub fn read(text: &str, name: &str) -> Recording {
                     Outcome::Answered(answer)
                 }
             };
-            recording.outcomes.insert(key.clone(), outcome);
+            out.push(Event::Outcome(key.clone(), outcome));
         }
-        recording.decisions.insert(
+        out.push(Event::Recorded(
             key,
-            (
-                decision.to_string(),
-                text("reason").unwrap_or("").to_string(),
-            ),
-        );
+            decision.to_string(),
+            text("reason").unwrap_or("").to_string(),
+        ));
     }
-    recording
 }

@@ -24,11 +24,12 @@
 //!   no outcome: a question about it is left unanswered.
 //! - Each call is judged at its record's `timestamp`, in its `cwd`.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use serde_json::{json, Value};
 
-use super::record::{epoch_ms, Outcome, Recording};
+use super::event::{Event, Frame};
+use super::record::{epoch_ms, Outcome, ReadFrom};
 
 /// The texts with which Claude Code tells the model a call was refused,
 /// read only where the record has no `permissionDecision` (older versions).
@@ -134,32 +135,68 @@ fn result_text(content: &Value) -> String {
     }
 }
 
-/// Read a transcript. `name` names it in warnings.
-pub fn read(text: &str, name: &str) -> Recording {
-    let mut recording = Recording::default();
-    let mut started: HashSet<String> = HashSet::new();
-    let mut modes: HashMap<String, &'static str> = HashMap::new();
-    let mut calls: HashSet<String> = HashSet::new();
-    let mut session_of: HashMap<String, String> = HashMap::new();
-    for (number, line) in text.lines().enumerate() {
+/// How many finished calls' ids are remembered, so that a block streamed
+/// again after its result is still known as the same call.
+const FINISHED: usize = 4096;
+
+/// A transcript's reader (a session's transcripts, one after the other:
+/// the sessions one started are not started again): the sessions started
+/// and their modes, and the calls whose result has not come yet.
+#[derive(Debug, Default)]
+pub struct Reader {
+    started: HashSet<String>,
+    /// The sessions in the order started.
+    order: Vec<String>,
+    modes: HashMap<String, &'static str>,
+    /// The calls whose result has not come yet: id → session.
+    session_of: HashMap<String, String>,
+    /// The latest calls that had their result (at most [`FINISHED`]).
+    finished: HashSet<String>,
+    finished_order: VecDeque<String>,
+    /// Where the outcomes were read from.
+    pub read_from: ReadFrom,
+}
+
+impl Reader {
+    fn start(&mut self, session: &str) -> bool {
+        if self.started.insert(session.to_string()) {
+            self.order.push(session.to_string());
+            return true;
+        }
+        false
+    }
+
+    fn finished(&mut self, id: &str) {
+        if self.finished.insert(id.to_string()) {
+            self.finished_order.push_back(id.to_string());
+        }
+        while self.finished_order.len() > FINISHED {
+            if let Some(old) = self.finished_order.pop_front() {
+                self.finished.remove(&old);
+            }
+        }
+    }
+
+    /// Read line `number` of a transcript (`name` names it in warnings).
+    pub fn line(&mut self, name: &str, number: usize, line: &str, out: &mut Vec<Event>) {
         if line.trim().is_empty() {
-            continue;
+            return;
         }
         let record: Value = match serde_json::from_str(line) {
             Ok(record) => record,
             Err(err) => {
-                recording
-                    .warnings
-                    .push(format!("{name}:{}: not JSON ({err}); skipped", number + 1));
-                continue;
+                out.push(Event::Warning(format!(
+                    "{name}:{number}: not JSON ({err}); skipped"
+                )));
+                return;
             }
         };
         let kind = record.get("type").and_then(Value::as_str).unwrap_or("");
         if kind != "assistant" && kind != "user" {
-            continue;
+            return;
         }
         let Some(main) = record.get("sessionId").and_then(Value::as_str) else {
-            continue;
+            return;
         };
         let agent = record
             .get("agentId")
@@ -170,44 +207,41 @@ pub fn read(text: &str, name: &str) -> Recording {
             None => main.to_string(),
         };
         // The session (and, for a sub-agent, its parent) is started first.
-        if agent.is_some() && started.insert(main.to_string()) {
-            recording
-                .frames
-                .push(json!({"type": "session_start", "sessionID": main}));
+        if agent.is_some() && self.start(main) {
+            out.push(Event::Frame(Frame::Built(
+                json!({"type": "session_start", "sessionID": main}),
+            )));
         }
         let recorded_mode = record
             .get("permissionMode")
             .and_then(Value::as_str)
             .and_then(mode);
-        if started.insert(session.clone()) {
+        if self.start(&session) {
             let mut start = json!({"type": "session_start", "sessionID": session});
             if agent.is_some() {
                 start["parentID"] = json!(main);
             }
             if let Some(mode) = recorded_mode {
                 start["mode"] = json!(mode);
-                modes.insert(session.clone(), mode);
+                self.modes.insert(session.clone(), mode);
             }
-            recording.frames.push(start);
+            out.push(Event::Frame(Frame::Built(start)));
         } else if let Some(mode) = recorded_mode {
-            if modes.get(&session) != Some(&mode) {
-                recording
-                    .frames
-                    .push(json!({"type": "set_mode", "sessionID": session, "mode": mode}));
-                modes.insert(session.clone(), mode);
+            if self.modes.get(&session) != Some(&mode) {
+                out.push(Event::Frame(Frame::Built(
+                    json!({"type": "set_mode", "sessionID": session, "mode": mode}),
+                )));
+                self.modes.insert(session.clone(), mode);
             }
         }
         let Some(blocks) = record.pointer("/message/content").and_then(Value::as_array) else {
-            continue;
+            return;
         };
         let time = record
             .get("timestamp")
             .and_then(Value::as_str)
             .and_then(epoch_ms);
         let cwd = record.get("cwd").and_then(Value::as_str);
-        if recording.cwd.is_none() {
-            recording.cwd = cwd.map(str::to_string);
-        }
         let results = blocks
             .iter()
             .filter(|block| block.get("type").and_then(Value::as_str) == Some("tool_result"))
@@ -219,13 +253,12 @@ pub fn read(text: &str, name: &str) -> Recording {
                         block.get("id").and_then(Value::as_str),
                         block.get("name").and_then(Value::as_str),
                     ) else {
-                        recording.warnings.push(format!(
-                            "{name}:{}: a tool_use without its id or name; skipped",
-                            number + 1
-                        ));
+                        out.push(Event::Warning(format!(
+                            "{name}:{number}: a tool_use without its id or name; skipped"
+                        )));
                         continue;
                     };
-                    if !calls.insert(id.to_string()) {
+                    if self.session_of.contains_key(id) || self.finished.contains(id) {
                         continue; // The same block, streamed again.
                     }
                     let mut frame = json!({"type": "tool_call", "sessionID": session, "callID": id,
@@ -233,25 +266,22 @@ pub fn read(text: &str, name: &str) -> Recording {
                     if let Some(cwd) = cwd {
                         frame["cwd"] = json!(cwd);
                     }
-                    recording.frames.push(frame);
+                    out.push(Event::Frame(Frame::Built(frame)));
                     if let Some(time) = time {
-                        recording
-                            .times
-                            .insert((session.clone(), id.to_string()), time);
+                        out.push(Event::Time((session.clone(), id.to_string()), time));
                     }
-                    session_of.insert(id.to_string(), session.clone());
+                    self.session_of.insert(id.to_string(), session.clone());
                 }
                 ("user", Some("tool_result")) => {
                     let Some(id) = block.get("tool_use_id").and_then(Value::as_str) else {
                         continue;
                     };
-                    let Some(call_session) = session_of.get(id) else {
+                    // A call not made here, or whose result came already.
+                    let Some(call_session) = self.session_of.remove(id) else {
                         continue;
                     };
-                    let key = (call_session.clone(), id.to_string());
-                    if recording.outcomes.contains_key(&key) {
-                        continue;
-                    }
+                    self.finished(id);
+                    let key = (call_session, id.to_string());
                     let text = result_text(block.get("content").unwrap_or(&Value::Null));
                     let error = block.get("is_error").and_then(Value::as_bool) == Some(true);
                     // The record's own permission decision, when it is about
@@ -262,11 +292,11 @@ pub fn read(text: &str, name: &str) -> Recording {
                         .and_then(|decision| permission_decision(decision, &text));
                     let outcome = match decided {
                         Some(outcome) => {
-                            recording.read_from.fields += 1;
+                            self.read_from.fields += 1;
                             outcome
                         }
                         None => {
-                            recording.read_from.text += 1;
+                            self.read_from.text += 1;
                             if error && REFUSALS.iter().any(|phrase| text.contains(phrase)) {
                                 Outcome::Refused(Some(text.clone()))
                             } else {
@@ -278,39 +308,63 @@ pub fn read(text: &str, name: &str) -> Recording {
                         .get("permissionDecision")
                         .filter(|_| results == 1)
                         .map(|decision| refusal_kind(decision, &record));
-                    let decision = match &outcome {
+                    let (verdict, reason) = match &outcome {
                         Outcome::Refused(_) => match refusal {
-                            Some(kind) => ("deny".to_string(), format!("{text} ({kind})")),
-                            None => ("deny".to_string(), text),
+                            Some(kind) => ("deny", format!("{text} ({kind})")),
+                            None => ("deny", text),
                         },
                         Outcome::Answered(answer) if answer["response"] == "reject" => {
-                            ("deny".to_string(), text)
+                            ("deny", text)
                         }
-                        Outcome::Allowed(by) => ("allow".to_string(), by.clone()),
-                        _ => ("allow".to_string(), "Claude Code ran it".to_string()),
+                        Outcome::Allowed(by) => ("allow", by.clone()),
+                        _ => ("allow", "Claude Code ran it".to_string()),
                     };
-                    recording.outcomes.insert(key.clone(), outcome);
-                    recording.decisions.insert(key, decision);
+                    out.push(Event::Outcome(key.clone(), outcome));
+                    out.push(Event::Recorded(key, verdict.to_string(), reason));
                 }
                 _ => {}
             }
         }
     }
-    for session in started {
-        recording
-            .frames
-            .push(json!({"type": "session_end", "sessionID": session}));
+
+    /// The end of the session's transcripts: every session started ends,
+    /// sub-agents' before their parent's.
+    pub fn finish(&mut self, out: &mut Vec<Event>) {
+        let mut ends = std::mem::take(&mut self.order);
+        ends.sort_by(|a, b| b.len().cmp(&a.len()).then(a.cmp(b)));
+        for session in ends {
+            out.push(Event::Frame(Frame::Built(
+                json!({"type": "session_end", "sessionID": session}),
+            )));
+        }
+        self.started.clear();
     }
-    // Sub-agents end before their parent (the order of `started` is not).
-    let (ends, rest): (Vec<Value>, Vec<Value>) = recording
-        .frames
-        .drain(..)
-        .partition(|frame| frame["type"] == "session_end");
-    recording.frames = rest;
-    let mut ends = ends;
-    ends.sort_by_key(|frame| std::cmp::Reverse(frame["sessionID"].as_str().map(str::len)));
-    recording.frames.extend(ends);
-    recording
+}
+
+/// The session a transcript is about and the working directory it
+/// recorded, from its first `lines` that say: the first user or assistant
+/// record's `sessionId`, and the first `cwd` of a record with content.
+pub fn peek(record: &Value, found: &mut (Option<String>, Option<String>)) {
+    let kind = record.get("type").and_then(Value::as_str).unwrap_or("");
+    if kind != "assistant" && kind != "user" {
+        return;
+    }
+    let Some(main) = record.get("sessionId").and_then(Value::as_str) else {
+        return;
+    };
+    if found.0.is_none() {
+        found.0 = Some(main.to_string());
+    }
+    if found.1.is_none()
+        && record
+            .pointer("/message/content")
+            .is_some_and(Value::is_array)
+    {
+        found.1 = record
+            .get("cwd")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+    }
 }
 
 #[cfg(test)]
@@ -358,7 +412,11 @@ mod tests {
             assistant("s", None, "t4", "Bash", json!({"command": "make"})),
             "{not json".to_string(),
         ];
-        let recording = read(&lines.join("\n"), "t.jsonl");
+        let recording = super::super::event::read_all(
+            super::super::Format::Claude,
+            &lines.join("\n"),
+            "t.jsonl",
+        );
         let frames: Vec<String> = recording
             .frames
             .iter()

@@ -1,5 +1,7 @@
-//! `toolgate replay FILE…`: the files found, read, replayed and reported.
+//! `toolgate replay FILE…`: the files found, looked at, then streamed
+//! through the replays and reported.
 
+use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -7,8 +9,13 @@ use std::sync::Arc;
 use toolgate_policy::Policy;
 use toolgate_protocol::ServerFrame;
 
-use super::report::{self, Answers, Comparison, Summary};
-use super::{run, Format};
+use super::driver::Replay;
+use super::event::{Event, Reader};
+use super::record::ReadFrom;
+use super::report::{self, Tally};
+use super::source::{self, Look, Source};
+use super::window::{Wait, Window};
+use super::Format;
 
 /// What to do with the replays.
 #[derive(Debug, Default)]
@@ -137,6 +144,78 @@ type Built = (Arc<Policy>, Vec<String>);
 /// when it cannot be built (said on stderr).
 pub type PolicyFor<'a> = dyn Fn(Option<&Path>, Option<&Path>) -> Option<Built> + 'a;
 
+/// Where the frames the replays write go: the output (the frames, for a
+/// plain replay), the reports, the progress line.
+struct Outlet<'a> {
+    out: std::io::BufWriter<std::io::StdoutLock<'a>>,
+    print_frames: bool,
+    failed: Option<std::io::Error>,
+    tally: Tally,
+    progress: Progress,
+    /// Which file (or session) is replayed, for the progress line.
+    file: usize,
+}
+
+impl Outlet<'_> {
+    fn frame(&mut self, side: usize, frame: &ServerFrame) {
+        if let ServerFrame::Decision(_) = frame {
+            self.progress.tick(self.file);
+        }
+        if !self.print_frames {
+            self.tally.see(side, frame);
+        } else if self.failed.is_none() {
+            let written = serde_json::to_writer(&mut self.out, frame)
+                .map_err(std::io::Error::other)
+                .and_then(|()| self.out.write_all(b"\n"));
+            if let Err(err) = written {
+                self.failed = Some(err);
+            }
+        }
+    }
+}
+
+/// Every file looked at, grouped into recordings: a Claude Code transcript
+/// and its sub-agents' transcripts (files of the same session, the main
+/// one first in sorted order) are one recording, replayed through one
+/// broker. `Err` is the exit code, said on stderr.
+fn recordings(files: &[PathBuf], from: Option<Format>) -> Result<Vec<Vec<Source>>, u8> {
+    let mut groups: Vec<Vec<Source>> = Vec::new();
+    for file in files {
+        let name = file.display().to_string();
+        let source = match source::look(file, from) {
+            Ok(Look::Replay(source)) => source,
+            Ok(Look::Empty) => {
+                crate::say!("toolgate replay: warning: {name} holds nothing to replay; skipped");
+                continue;
+            }
+            Ok(Look::Unknown) => {
+                crate::say!(
+                    "toolgate replay: {name}: not a recording toolgate can read (give --from)"
+                );
+                return Err(2);
+            }
+            Err(err) => {
+                crate::say!("toolgate replay: cannot read {name}: {err}");
+                return Err(2);
+            }
+        };
+        if let Some(last) = groups.last_mut().and_then(|group| group.first()) {
+            if last.format == Format::Claude
+                && source.format == Format::Claude
+                && source.session.is_some()
+                && source.session == last.session
+            {
+                if let Some(group) = groups.last_mut() {
+                    group.push(source);
+                }
+                continue;
+            }
+        }
+        groups.push(vec![source]);
+    }
+    Ok(groups)
+}
+
 /// Replay `paths` under the policy `policy(None)` (or, with `--compare`,
 /// `policy(Some(A))` and `policy(Some(B))`). The exit code: 0, 1 for
 /// differences (`--check`, `--compare`), 2 for input that cannot be used.
@@ -168,145 +247,78 @@ pub fn main(paths: &[PathBuf], options: &Options, policy: &PolicyFor<'_>) -> u8 
     let Some(flag_policies) = policies_for(None) else {
         return 2;
     };
-    let mut rooted: std::collections::HashMap<String, Vec<Built>> =
-        std::collections::HashMap::new();
+    // Every file looked at first (its opening lines only): what cannot be
+    // read stops the replay before anything is written.
+    let groups = match recordings(&files, options.from) {
+        Ok(groups) => groups,
+        Err(code) => return code,
+    };
+    let mut rooted: HashMap<String, Vec<Built>> = HashMap::new();
     let mut roots: Vec<String> = Vec::new();
     let mut notes = super::Notes::default();
+    let mut read_from = (0, 0);
     let print_frames = !options.summary && !options.check && options.compare.is_none();
     let stdout = std::io::stdout();
-    let mut out = std::io::BufWriter::new(stdout.lock());
-    let mut progress = Progress {
-        on: std::io::stderr().is_terminal(),
-        calls: 0,
-        files: files.len(),
+    let mut outlet = Outlet {
+        out: std::io::BufWriter::new(stdout.lock()),
+        print_frames,
+        failed: None,
+        tally: Tally::new(if options.compare.is_some() { 2 } else { 1 }, options.check),
+        progress: Progress {
+            on: std::io::stderr().is_terminal(),
+            calls: 0,
+            files: groups.len(),
+        },
+        file: 0,
     };
-    let mut summary = Summary::default();
-    let mut comparison = Comparison::default();
-    let mut differences = Vec::new();
-    let mut failed = None;
-    // Every file read first: a Claude Code transcript and its sub-agents'
-    // transcripts (files of the same session, the main one first in sorted
-    // order) are replayed as one recording, through one broker.
-    let mut recordings: Vec<(String, super::record::Recording, Format)> = Vec::new();
-    for file in &files {
-        let name = file.display().to_string();
-        let text = match std::fs::read_to_string(file) {
-            Ok(text) => text,
-            Err(err) => {
-                crate::say!("toolgate replay: cannot read {name}: {err}");
-                return 2;
-            }
-        };
-        if text
-            .lines()
-            .map(str::trim)
-            .all(|line| line.is_empty() || line.starts_with('#'))
-        {
-            crate::say!("toolgate replay: warning: {name} holds nothing to replay; skipped");
+    for (index, mut group) in groups.into_iter().enumerate() {
+        let Some(first) = group.first() else {
             continue;
-        }
-        let Some(format) = options.from.or_else(|| Format::detect(&text)) else {
-            crate::say!("toolgate replay: {name}: not a recording toolgate can read (give --from)");
-            return 2;
         };
-        let recording = format.read(&text, &name);
-        for warning in &recording.warnings {
-            crate::say!("toolgate replay: warning: {warning}");
-        }
-        if let Some((_, last, Format::Claude)) = recordings.last_mut() {
-            if format == Format::Claude
-                && recording.root_session().is_some()
-                && recording.root_session() == last.root_session()
-            {
-                last.merge(recording);
-                continue;
-            }
-        }
-        recordings.push((name, recording, format));
-    }
-    progress.files = recordings.len();
-    for (index, (name, recording, format)) in recordings.iter().enumerate() {
-        let name = name.clone();
+        let name = first.name.clone();
+        let format = first.format;
         // An agent's recording is judged where the agent ran: its recorded
         // working directory is the project root, unless one was given.
-        let recorded_root = match (format, &recording.cwd) {
-            (Format::Claude | Format::Codex, Some(cwd)) if !options.root_given => Some(cwd),
+        let recorded_root = match format {
+            Format::Claude if !options.root_given => group.iter().find_map(|s| s.cwd.clone()),
             _ => None,
         };
         let policies = match recorded_root {
             None => &flag_policies,
             Some(root) => {
-                if !rooted.contains_key(root) {
-                    let Some(built) = policies_for(Some(Path::new(root))) else {
+                if !rooted.contains_key(&root) {
+                    let Some(built) = policies_for(Some(Path::new(&root))) else {
                         return 2;
                     };
                     rooted.insert(root.clone(), built);
                     roots.push(root.clone());
                 }
-                match rooted.get(root) {
+                match rooted.get(&root) {
                     Some(policies) => policies,
                     None => &flag_policies,
                 }
             }
         };
-        let calls = if print_frames {
-            Default::default()
-        } else {
-            report::calls(recording)
+        outlet.file = index + 1;
+        outlet.tally.begin(&name);
+        let replayed = match replay(&mut group, format, policies, options.mode, &mut outlet) {
+            Ok(replayed) => replayed,
+            Err(code) => return code,
         };
-        let mut answers: Vec<Answers> = Vec::new();
-        for (policy, sources) in policies {
-            let mut seen = Answers::default();
-            let mut sink = |frame: &ServerFrame| {
-                if let ServerFrame::Decision(_) = frame {
-                    progress.tick(index + 1);
-                }
-                if !print_frames {
-                    seen.see(frame);
-                }
-                if print_frames && failed.is_none() {
-                    let written = serde_json::to_writer(&mut out, frame)
-                        .map_err(std::io::Error::other)
-                        .and_then(|()| out.write_all(b"\n"));
-                    if let Err(err) = written {
-                        failed = Some(err);
-                    }
-                }
-            };
-            let replayed = run(policy.clone(), sources, recording, options.mode, &mut sink);
-            if answers.is_empty() {
-                notes.add(&replayed);
-            }
-            answers.push(seen);
-        }
-        if let Some(err) = failed.take() {
+        notes.add(&replayed.0);
+        read_from.0 += replayed.1.fields;
+        read_from.1 += replayed.1.text;
+        outlet.tally.end();
+        if let Some(err) = outlet.failed.take() {
             crate::say!("toolgate replay: cannot write the frames: {err}");
             return 2;
         }
-        match answers.as_slice() {
-            [a, b] => comparison.add(&calls, a, b),
-            [answers] => {
-                summary.add(&calls, answers);
-                if options.check {
-                    differences.extend(report::differences(recording, &calls, answers, &name));
-                }
-            }
-            _ => {}
-        }
     }
-    progress.done();
+    outlet.progress.done();
     let mut code = 0;
     let mut text = String::new();
     if options.summary {
-        text.push_str(&summary.render());
-        let read_from = recordings
-            .iter()
-            .fold((0, 0), |(fields, text), (_, recording, _)| {
-                (
-                    fields + recording.read_from.fields,
-                    text + recording.read_from.text,
-                )
-            });
+        text.push_str(&outlet.tally.summary.render());
         text.push_str(&report::replay_notes(
             &notes,
             options.mode,
@@ -315,6 +327,7 @@ pub fn main(paths: &[PathBuf], options: &Options, policy: &PolicyFor<'_>) -> u8 
         ));
     }
     if options.check {
+        let differences = outlet.tally.differences();
         if differences.is_empty() {
             crate::say!("toolgate replay: every recorded decision was replayed alike");
         } else {
@@ -335,14 +348,125 @@ pub fn main(paths: &[PathBuf], options: &Options, policy: &PolicyFor<'_>) -> u8 
         }
     }
     if let Some((a, b)) = &options.compare {
+        let comparison = &outlet.tally.comparison;
         text.push_str(&comparison.render(&a.display().to_string(), &b.display().to_string()));
         if comparison.differs() {
             code = 1;
         }
     }
+    let out = &mut outlet.out;
     if let Err(err) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         crate::say!("toolgate replay: cannot write: {err}");
         return 2;
     }
     code
+}
+
+/// Replay one recording (a file, or a Claude Code session's files) under
+/// each of `policies` side by side, the lines read once: the notes of the
+/// first replay and where the outcomes were read from. `Err` is the exit
+/// code (a file that could not be read to the end, said on stderr).
+fn replay(
+    group: &mut [Source],
+    format: Format,
+    policies: &[Built],
+    mode: Option<toolgate_policy::Mode>,
+    outlet: &mut Outlet<'_>,
+) -> Result<(super::Notes, ReadFrom), u8> {
+    let mut replays: Vec<Replay> = Vec::new();
+    for (side, (policy, sources)) in policies.iter().enumerate() {
+        let replay = Replay::new(policy.clone(), sources, mode, &mut |frame: &ServerFrame| {
+            outlet.frame(side, frame)
+        });
+        replays.push(replay);
+    }
+    let mut reader = Reader::new(format);
+    let mut window = Window::new(Wait::of(format));
+    let mut events = Vec::new();
+    for source in group.iter_mut() {
+        let name = source.name.clone();
+        let read = source.lines(|number, line| {
+            reader.line(&name, number, line, &mut events);
+            outlet.tally.line();
+            take(&mut events, &mut window, &mut replays, outlet);
+            release(&mut window, false, &mut replays, outlet);
+        });
+        if let Err(err) = read {
+            crate::say!("toolgate replay: cannot read {name}: {err}");
+            return Err(2);
+        }
+    }
+    reader.finish(&mut events);
+    take(&mut events, &mut window, &mut replays, outlet);
+    release(&mut window, true, &mut replays, outlet);
+    let mut notes = None;
+    for (side, replay) in replays.into_iter().enumerate() {
+        let replayed = replay.finish(&mut |frame: &ServerFrame| outlet.frame(side, frame));
+        notes.get_or_insert(replayed);
+    }
+    Ok((notes.unwrap_or_default(), reader.read_from()))
+}
+
+/// Take in what the lines read said: frames wait in the window, what the
+/// recording says of a call goes to the replays (ahead of the call when it
+/// is still in the window) and the reports.
+fn take(
+    events: &mut Vec<Event>,
+    window: &mut Window,
+    replays: &mut [Replay],
+    outlet: &mut Outlet<'_>,
+) {
+    for event in events.drain(..) {
+        match event {
+            Event::Frame(frame) => window.push(frame),
+            Event::Outcome(key, outcome) => {
+                if window.holds(&key) {
+                    window.known(&key, Wait::Outcome);
+                    for replay in replays.iter_mut() {
+                        replay.ahead(key.clone(), outcome.clone());
+                    }
+                } else {
+                    for (side, replay) in replays.iter_mut().enumerate() {
+                        replay.late(&key, &outcome, &mut |frame: &ServerFrame| {
+                            outlet.frame(side, frame)
+                        });
+                    }
+                }
+            }
+            Event::Time(key, time) => {
+                if window.holds(&key) {
+                    window.known(&key, Wait::Time);
+                    for replay in replays.iter_mut() {
+                        replay.time(key.clone(), time);
+                    }
+                }
+            }
+            Event::Recorded(key, verdict, reason) => {
+                let ahead = window.holds(&key);
+                outlet.tally.recorded(key, verdict, reason, ahead);
+            }
+            Event::Question(id, key) => {
+                for replay in replays.iter_mut() {
+                    replay.question(id.clone(), key.clone());
+                }
+            }
+            Event::Warning(warning) => crate::say!("toolgate replay: warning: {warning}"),
+        }
+    }
+}
+
+/// Feed the replays every frame of the window that need not wait (all of
+/// them at the `end`).
+fn release(window: &mut Window, end: bool, replays: &mut [Replay], outlet: &mut Outlet<'_>) {
+    while let Some((frame, done)) = window.next(end) {
+        if !outlet.print_frames && frame.kind() == Some("tool_call") {
+            outlet.tally.fed(&frame);
+        }
+        for (side, replay) in replays.iter_mut().enumerate() {
+            replay.frame(&frame, &mut |out: &ServerFrame| outlet.frame(side, out));
+            if let Some(key) = &done {
+                replay.fed(key);
+            }
+        }
+    }
 }

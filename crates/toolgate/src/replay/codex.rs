@@ -22,7 +22,8 @@
 
 use serde_json::{json, Value};
 
-use super::record::{epoch_ms, Outcome, Recording};
+use super::event::{Event, Frame};
+use super::record::{epoch_ms, Outcome};
 
 /// Whether `value` is a Codex rollout line.
 pub fn is_record(value: &Value) -> bool {
@@ -50,24 +51,28 @@ fn mode(context: &Value) -> &'static str {
     }
 }
 
-/// Read a rollout. `name` names it in warnings.
-pub fn read(text: &str, name: &str) -> Recording {
-    let mut recording = Recording::default();
-    let mut session: Option<String> = None;
-    let mut cwd: Option<String> = None;
-    let mut current_mode: Option<&'static str> = None;
-    let mut started = false;
-    for (number, line) in text.lines().enumerate() {
+/// A rollout's reader: its session, working directory and mode.
+#[derive(Debug, Default)]
+pub struct Reader {
+    session: Option<String>,
+    cwd: Option<String>,
+    current_mode: Option<&'static str>,
+    started: bool,
+}
+
+impl Reader {
+    /// Read line `number` of a rollout (`name` names it in warnings).
+    pub fn line(&mut self, name: &str, number: usize, line: &str, out: &mut Vec<Event>) {
         if line.trim().is_empty() {
-            continue;
+            return;
         }
         let item: Value = match serde_json::from_str(line) {
             Ok(item) => item,
             Err(err) => {
-                recording
-                    .warnings
-                    .push(format!("{name}:{}: not JSON ({err}); skipped", number + 1));
-                continue;
+                out.push(Event::Warning(format!(
+                    "{name}:{number}: not JSON ({err}); skipped"
+                )));
+                return;
             }
         };
         let payload = &item["payload"];
@@ -76,36 +81,35 @@ pub fn read(text: &str, name: &str) -> Recording {
         };
         match item.get("type").and_then(Value::as_str) {
             Some("session_meta") => {
-                session = session.or_else(|| text_of(payload, "id"));
-                cwd = text_of(payload, "cwd").or(cwd);
-                continue;
+                self.session = self.session.take().or_else(|| text_of(payload, "id"));
+                self.cwd = text_of(payload, "cwd").or(self.cwd.take());
+                return;
             }
             Some("turn_context") => {
-                cwd = text_of(payload, "cwd").or(cwd);
+                self.cwd = text_of(payload, "cwd").or(self.cwd.take());
                 let mode = mode(payload);
-                let Some(id) = &session else { continue };
-                if !started {
-                    recording
-                        .frames
-                        .push(json!({"type": "session_start", "sessionID": id, "mode": mode}));
-                    started = true;
-                } else if current_mode != Some(mode) {
-                    recording
-                        .frames
-                        .push(json!({"type": "set_mode", "sessionID": id, "mode": mode}));
+                let Some(id) = &self.session else { return };
+                if !self.started {
+                    out.push(Event::Frame(Frame::Built(
+                        json!({"type": "session_start", "sessionID": id, "mode": mode}),
+                    )));
+                    self.started = true;
+                } else if self.current_mode != Some(mode) {
+                    out.push(Event::Frame(Frame::Built(
+                        json!({"type": "set_mode", "sessionID": id, "mode": mode}),
+                    )));
                 }
-                current_mode = Some(mode);
-                continue;
+                self.current_mode = Some(mode);
+                return;
             }
             Some("response_item") => {}
-            _ => continue,
+            _ => return,
         }
-        let Some(id) = session.clone() else {
-            recording.warnings.push(format!(
-                "{name}:{}: a call before the session_meta line; skipped",
-                number + 1
-            ));
-            continue;
+        let Some(id) = self.session.clone() else {
+            out.push(Event::Warning(format!(
+                "{name}:{number}: a call before the session_meta line; skipped"
+            )));
+            return;
         };
         let kind = payload.get("type").and_then(Value::as_str).unwrap_or("");
         let call_id = text_of(payload, "call_id");
@@ -120,11 +124,10 @@ pub fn read(text: &str, name: &str) -> Recording {
                         text_of(payload, "name").map(|tool| (tool, input))
                     }
                     _ => {
-                        recording.warnings.push(format!(
-                            "{name}:{}: the arguments of {} are not a JSON object; skipped",
-                            number + 1,
+                        out.push(Event::Warning(format!(
+                            "{name}:{number}: the arguments of {} are not a JSON object; skipped",
                             call_id.as_deref().unwrap_or("a call")
-                        ));
+                        )));
                         None
                     }
                 }
@@ -145,59 +148,64 @@ pub fn read(text: &str, name: &str) -> Recording {
                 Some(("shell".to_string(), input))
             }
             "function_call_output" | "custom_tool_call_output" | "local_shell_call_output" => {
-                let Some(call) = call_id else { continue };
+                let Some(call) = call_id else { return };
                 let output = match payload.get("output") {
                     Some(Value::String(text)) => text.clone(),
                     Some(other) => other.to_string(),
                     None => String::new(),
                 };
-                let key = (id.clone(), call);
+                let key = (id, call);
                 let refused = output.contains("rejected by user") || output.contains("Rejected(");
                 if refused {
-                    recording
-                        .outcomes
-                        .insert(key.clone(), Outcome::Refused(Some(output.clone())));
-                    recording
-                        .decisions
-                        .insert(key, ("deny".to_string(), output));
+                    out.push(Event::Outcome(
+                        key.clone(),
+                        Outcome::Refused(Some(output.clone())),
+                    ));
+                    out.push(Event::Recorded(key, "deny".to_string(), output));
                 } else {
-                    recording.outcomes.insert(key.clone(), Outcome::Ran);
-                    recording
-                        .decisions
-                        .insert(key, ("allow".to_string(), "Codex ran it".to_string()));
+                    out.push(Event::Outcome(key.clone(), Outcome::Ran));
+                    out.push(Event::Recorded(
+                        key,
+                        "allow".to_string(),
+                        "Codex ran it".to_string(),
+                    ));
                 }
-                continue;
+                return;
             }
-            _ => continue,
+            _ => return,
         };
         let (Some((tool, input)), Some(call)) = (call, call_id) else {
-            continue;
+            return;
         };
-        if !started {
-            recording
-                .frames
-                .push(json!({"type": "session_start", "sessionID": id}));
-            started = true;
+        if !self.started {
+            out.push(Event::Frame(Frame::Built(
+                json!({"type": "session_start", "sessionID": id}),
+            )));
+            self.started = true;
         }
         let mut frame = json!({"type": "tool_call", "sessionID": id, "callID": call, "tool": tool, "input": input});
-        if let Some(cwd) = &cwd {
+        if let Some(cwd) = &self.cwd {
             frame["cwd"] = json!(cwd);
         }
-        recording.frames.push(frame);
+        out.push(Event::Frame(Frame::Built(frame)));
         if let Some(time) = item
             .get("timestamp")
             .and_then(Value::as_str)
             .and_then(epoch_ms)
         {
-            recording.times.insert((id, call), time);
+            out.push(Event::Time((id, call), time));
         }
     }
-    if let (Some(id), true) = (session, started) {
-        recording
-            .frames
-            .push(json!({"type": "session_end", "sessionID": id}));
+
+    /// The end of the rollout: its session ends.
+    pub fn finish(&mut self, out: &mut Vec<Event>) {
+        if let (Some(id), true) = (&self.session, self.started) {
+            out.push(Event::Frame(Frame::Built(
+                json!({"type": "session_end", "sessionID": id}),
+            )));
+        }
+        self.started = false;
     }
-    recording
 }
 
 #[cfg(test)]
@@ -218,7 +226,8 @@ mod tests {
             json!({"timestamp": "2026-11-24T03:21:42.400Z", "type": "response_item", "payload": {"type": "function_call", "name": "exec_command", "arguments": "not json", "call_id": "c4"}}),
         ];
         let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
-        let recording = read(&text, "r.jsonl");
+        let recording =
+            super::super::event::read_all(super::super::Format::Codex, &text, "r.jsonl");
         let frames: Vec<String> = recording
             .frames
             .iter()

@@ -18,7 +18,7 @@ use std::borrow::Cow;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::record::Recording;
+use super::event::{Event, Frame};
 
 /// The frame types an agent (or an approver) sends.
 const CLIENT: &[&str] = &[
@@ -77,75 +77,80 @@ struct Head<'a> {
     reason: Option<Cow<'a, str>>,
 }
 
-/// Read a file of toolgate frames. `name` names it in warnings.
+/// Read line `number` of a file of toolgate frames (`name` names it in
+/// warnings).
 ///
-/// The agent's frames are kept as the recorded line (in
-/// [`Recording::raw`]) with a small object of their type and ids (in
-/// [`Recording::frames`]); what else they hold is read again from the line
-/// where a report needs it ([`super::report::calls`]).
-pub fn read(text: &str, name: &str) -> Recording {
-    let mut recording = Recording::default();
-    for (number, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let head: Head<'_> = match serde_json::from_str(line) {
-            Ok(head) => head,
-            Err(err) => {
-                // Fed as it is: the broker answers it as it did live (an
-                // error, a denial when its `callID` can be read).
-                recording.warnings.push(format!(
-                    "{name}:{}: not a JSON frame ({err}); replayed as it is",
-                    number + 1
-                ));
-                recording.push_raw(Value::Null, line);
-                continue;
-            }
-        };
-        let kind = head.kind.as_deref().unwrap_or("");
-        let key = || {
-            Some((
-                head.session.as_deref()?.to_string(),
-                head.call.as_deref()?.to_string(),
-            ))
-        };
-        if CLIENT.contains(&kind) {
-            let mut frame = serde_json::Map::new();
-            frame.insert("type".into(), Value::from(kind));
-            for (field, value) in [
-                ("sessionID", &head.session),
-                ("callID", &head.call),
-                ("permissionID", &head.permission),
-            ] {
-                if let Some(value) = value {
-                    frame.insert(field.into(), Value::from(value.as_ref()));
-                }
-            }
-            recording.push_raw(Value::Object(frame), line);
-        } else if kind == "decision" {
-            if let Some(key) = key() {
-                let verdict = head.decision.as_deref().unwrap_or("");
-                let reason = head.reason.as_deref().unwrap_or("");
-                recording
-                    .decisions
-                    .insert(key, (verdict.to_string(), reason.to_string()));
-            }
-        } else if kind == "permission_request" {
-            if let (Some(key), Some(id)) = (key(), head.permission.as_deref()) {
-                if let Some(time) = head.timestamp {
-                    recording.times.insert(key.clone(), time);
-                }
-                recording.questions.insert(id.to_string(), key);
-            }
-        } else if !SERVER.contains(&kind) {
-            // An agent's frame toolgate does not know: answered as live.
-            recording.warnings.push(format!(
-                "{name}:{}: not a toolgate frame (type {kind:?}); replayed as it is",
-                number + 1
-            ));
-            recording.push_raw(Value::Object(serde_json::Map::new()), line);
-        }
+/// The agent's frames are kept as the recorded line with their type and
+/// ids ([`Frame::Line`]); what else they hold is read again from the line
+/// where a report needs it. toolgate's `decision` frames are recorded
+/// decisions, its `permission_request` frames name the call each recorded
+/// permission id was about, and when it was asked.
+pub fn line(name: &str, number: usize, line: &str, out: &mut Vec<Event>) {
+    let line = line.trim();
+    if line.is_empty() || line.starts_with('#') {
+        return;
     }
-    recording
+    let head: Head<'_> = match serde_json::from_str(line) {
+        Ok(head) => head,
+        Err(err) => {
+            // Fed as it is: the broker answers it as it did live (an
+            // error, a denial when its `callID` can be read).
+            out.push(Event::Warning(format!(
+                "{name}:{number}: not a JSON frame ({err}); replayed as it is"
+            )));
+            out.push(Event::Frame(Frame::Line {
+                line: line.to_string(),
+                kind: None,
+                session: None,
+                call: None,
+                permission: None,
+            }));
+            return;
+        }
+    };
+    let kind = head.kind.as_deref().unwrap_or("");
+    let key = || {
+        Some((
+            head.session.as_deref()?.to_string(),
+            head.call.as_deref()?.to_string(),
+        ))
+    };
+    if let Some(client) = CLIENT.iter().find(|client| **client == kind) {
+        out.push(Event::Frame(Frame::Line {
+            line: line.to_string(),
+            kind: Some(client),
+            session: head.session.map(Cow::into_owned),
+            call: head.call.map(Cow::into_owned),
+            permission: head.permission.map(Cow::into_owned),
+        }));
+    } else if kind == "decision" {
+        if let Some(key) = key() {
+            let verdict = head.decision.as_deref().unwrap_or("");
+            let reason = head.reason.as_deref().unwrap_or("");
+            out.push(Event::Recorded(
+                key,
+                verdict.to_string(),
+                reason.to_string(),
+            ));
+        }
+    } else if kind == "permission_request" {
+        if let (Some(key), Some(id)) = (key(), head.permission.as_deref()) {
+            out.push(Event::Question(id.to_string(), key.clone()));
+            if let Some(time) = head.timestamp {
+                out.push(Event::Time(key, time));
+            }
+        }
+    } else if !SERVER.contains(&kind) {
+        // An agent's frame toolgate does not know: answered as live.
+        out.push(Event::Warning(format!(
+            "{name}:{number}: not a toolgate frame (type {kind:?}); replayed as it is"
+        )));
+        out.push(Event::Frame(Frame::Line {
+            line: line.to_string(),
+            kind: None,
+            session: None,
+            call: None,
+            permission: None,
+        }));
+    }
 }

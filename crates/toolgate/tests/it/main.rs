@@ -42,6 +42,7 @@ mod reminder_channels;
 mod replay_cli;
 mod replay_example;
 mod replay_readers;
+mod replay_stream;
 mod robustness;
 mod scope_chain;
 mod sessions;

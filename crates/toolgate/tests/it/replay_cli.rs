@@ -740,3 +740,52 @@ fn a_fifo_in_a_replayed_directory_is_skipped() {
         "{stdout}"
     );
 }
+
+/// `--mode` on the command line holds for the whole replay of toolgate's
+/// own frames too: a recorded `session_start` mode and a `set_mode` are set
+/// aside (and counted); without it they apply.
+#[test]
+fn a_mode_given_holds_over_recorded_modes() {
+    let dir = support::project_dir("replay-mode-given");
+    let root = dir.canonicalize().unwrap();
+    let frames = [
+        json!({"type":"session_start","sessionID":"s","mode":"auto"}),
+        json!({"type":"tool_call","sessionID":"s","callID":"w1","tool":"write","input":{"filePath":"a.txt","content":"x"}}),
+        json!({"type":"set_mode","sessionID":"s","mode":"auto"}),
+        json!({"type":"tool_call","sessionID":"s","callID":"w2","tool":"write","input":{"filePath":"b.txt","content":"x"}}),
+    ];
+    let text: String = frames.iter().map(|f| format!("{f}\n")).collect();
+    std::fs::write(root.join("r.jsonl"), text).unwrap();
+    let file = root.join("r.jsonl");
+    let run = |args: &[&str]| {
+        let mut argv = vec!["replay", "--project-root", root.to_str().unwrap()];
+        argv.extend_from_slice(args);
+        argv.push(file.to_str().unwrap());
+        toolgate(&root, &argv)
+    };
+    let verdicts = |out: &str| -> Vec<String> {
+        out.lines()
+            .map(|line| serde_json::from_str::<Value>(line).unwrap())
+            .filter(|frame| frame["type"] == "decision")
+            .map(|frame| {
+                format!(
+                    "{} {}",
+                    frame["decision"].as_str().unwrap(),
+                    frame["source"].as_str().unwrap()
+                )
+            })
+            .collect()
+    };
+    let (code, out, err) = run(&["--mode", "plan"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(verdicts(&out), ["deny mode", "deny mode"], "{out}");
+    let (_, summary, _) = run(&["--mode", "plan", "--summary"]);
+    assert!(
+        summary.contains("mode: plan for every session (--mode); 2 recorded modes set aside"),
+        "{summary}"
+    );
+    let (code, out, err) = run(&[]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(verdicts(&out), ["allow mode", "allow mode"], "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
