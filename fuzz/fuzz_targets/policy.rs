@@ -113,6 +113,7 @@ fuzz_target!(|data: &[u8]| {
         overrides,
         ask_timeout_seconds: None,
         read_only_agents: None,
+        managed: Vec::new(),
     }) {
         Ok(built) => built,
         Err(err) => {
