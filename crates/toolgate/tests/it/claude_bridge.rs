@@ -918,3 +918,76 @@ fn under_a_parent_through_a_broker() {
         "{sessions}"
     );
 }
+
+/// A managed policy holds in the bridge as everywhere: its deny beats
+/// `--permission` and `auto`, and its ask is put to the orchestrator (the
+/// one who can answer here) even in `auto`.
+#[test]
+fn a_managed_policy_holds_in_the_bridge() {
+    let dir = project_dir("bridge_managed");
+    let managed = dir.join("managed.json");
+    std::fs::write(
+        &managed,
+        r#"{"permission":{"bash":{"git push *":"deny","npm publish*":"ask"}}}"#,
+    )
+    .unwrap();
+    let initialize = r#"{"type":"control_request","request_id":"req_1","request":{"subtype":"initialize","hooks":null}}"#;
+    let script = vec![
+        json!(INIT),
+        hook(
+            "g1",
+            "Bash",
+            json!({"command": "git push origin main"}),
+            json!({"permission_mode": "bypassPermissions"}),
+        ),
+        hook(
+            "g2",
+            "Bash",
+            json!({"command": "npm publish"}),
+            json!({"permission_mode": "bypassPermissions"}),
+        ),
+        hook(
+            "g3",
+            "Bash",
+            json!({"command": "touch x"}),
+            json!({"permission_mode": "bypassPermissions"}),
+        ),
+    ];
+    let run = bridge_answering(
+        &dir,
+        &[
+            "--mode",
+            "auto",
+            "--permission",
+            r#"{"bash":"allow"}"#,
+            "--managed",
+            managed.to_str().unwrap(),
+        ],
+        &script,
+        &[initialize],
+        0,
+        &|line| {
+            match line["request"]["subtype"].as_str() {
+            Some("can_use_tool") => Reply::Line(json!({"type": "control_response", "response": {"subtype": "success", "request_id": line["request_id"], "response": {"behavior": "deny", "message": "not published"}}}).to_string()),
+            _ => Reply::Nothing,
+        }
+        },
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let output = |id: &str| hook_output(&run.sent, id);
+    assert_eq!(output("g1-h0")["permissionDecision"], "deny");
+    assert!(
+        output("g1-h0")["permissionDecisionReason"]
+            .as_str()
+            .unwrap()
+            .contains("managed rule `bash: git push *`"),
+        "{}",
+        output("g1-h0")
+    );
+    assert_eq!(output("g2-h0")["permissionDecision"], "ask");
+    assert_eq!(
+        answer_to(&run.sent, "g2")["response"]["response"],
+        json!({"behavior": "deny", "message": "not published"})
+    );
+    assert_eq!(output("g3-h0")["permissionDecision"], "allow");
+}
