@@ -12,7 +12,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may panic
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 use serde_json::{json, Value};
 
@@ -362,28 +361,7 @@ fn the_managed_mode_is_a_floor_for_the_flag_and_set_mode() {
 /// Run `toolgate ARGS` in `dir` with `env` (none of toolgate's own
 /// variables inherited): the exit code, stdout and stderr.
 fn run(dir: &Path, args: &[&str], env: &[(&str, &str)], input: &str) -> (i32, String, String) {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_toolgate"));
-    command.args(args).current_dir(dir);
-    for name in [
-        "TOOLGATE_MODE",
-        "TOOLGATE_PERMISSION",
-        "TOOLGATE_STATE_DIR",
-        "TOOLGATE_SOCKET",
-        "TOOLGATE_MANAGED",
-    ] {
-        command.env_remove(name);
-    }
-    for (key, value) in env {
-        command.env(key, value);
-    }
-    let mut child = command
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let _ = std::io::Write::write_all(&mut child.stdin.take().unwrap(), input.as_bytes());
-    let out = child.wait_with_output().unwrap();
+    let out = support::toolgate_process(dir, args, env, input.as_bytes());
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),

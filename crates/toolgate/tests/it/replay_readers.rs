@@ -17,12 +17,21 @@ fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/replay")
 }
 
-/// Replay `files` (relative to tests/replay) with `args`: exit code, stdout, stderr.
+/// Replay `files` (relative to tests/replay) with `args` and
+/// `--project-root /work/project`: exit code, stdout, stderr.
 fn replay(args: &[&str], files: &[&str]) -> (i32, String, String) {
+    let mut rooted = vec!["--project-root", "/work/project"];
+    rooted.extend_from_slice(args);
+    replay_at_recorded_root(&rooted, files)
+}
+
+/// Replay `files` (relative to tests/replay) with `args` only: without
+/// `--project-root`, an agent's recording is judged at its recorded `cwd`.
+fn replay_at_recorded_root(args: &[&str], files: &[&str]) -> (i32, String, String) {
     static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     let dir = support::project_dir(&format!("replay-readers-{run}"));
-    let mut argv = vec!["replay", "--project-root", "/work/project"];
+    let mut argv = vec!["replay"];
     argv.extend_from_slice(args);
     let paths: Vec<String> = files
         .iter()
@@ -195,22 +204,6 @@ fn formats_are_detected_in_a_directory() {
         "one broker per recording: the sub-agent's transcript joins its session's"
     );
     assert_eq!(decisions(&out).len(), 29);
-}
-
-/// Replay `files` (relative to tests/replay) with `args` and no
-/// `--project-root`: an agent's recording is judged at its recorded `cwd`.
-fn replay_at_recorded_root(args: &[&str], files: &[&str]) -> (i32, String, String) {
-    let dir = support::project_dir(&format!("replay-recorded-root-{}", args.len()));
-    let mut argv = vec!["replay"];
-    argv.extend_from_slice(args);
-    let paths: Vec<String> = files
-        .iter()
-        .map(|file| fixtures().join(file).to_string_lossy().into_owned())
-        .collect();
-    argv.extend(paths.iter().map(String::as_str));
-    let out = support::run(&dir, &argv, "");
-    let _ = std::fs::remove_dir_all(&dir);
-    out
 }
 
 const RISKY: &str = "claude/accept-edits-risky.jsonl";

@@ -380,8 +380,23 @@ pub fn hook_process(
     env: &[(&str, &str)],
     input: &[u8],
 ) -> std::process::Output {
+    let mut argv = vec!["hook", agent];
+    argv.extend_from_slice(args);
+    toolgate_process(dir, &argv, env, input)
+}
+
+/// Run `toolgate ARGS` in `dir` with `input` on stdin and `env` set, none
+/// of toolgate's own variables inherited: what it wrote, and how it exited.
+/// (A program that exits before reading all its input is not an error
+/// here: what it wrote says what it did.)
+pub fn toolgate_process(
+    dir: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+    input: &[u8],
+) -> std::process::Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_toolgate"));
-    command.arg("hook").arg(agent).args(args).current_dir(dir);
+    command.args(args).current_dir(dir);
     for name in [
         "TOOLGATE_MODE",
         "TOOLGATE_PERMISSION",
@@ -403,7 +418,7 @@ pub fn hook_process(
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(input).unwrap();
+    let _ = child.stdin.take().unwrap().write_all(input);
     child.wait_with_output().unwrap()
 }
 
