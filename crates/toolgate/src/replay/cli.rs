@@ -10,11 +10,10 @@ use toolgate_policy::Policy;
 use toolgate_protocol::ServerFrame;
 
 use super::driver::Replay;
-use super::event::{Event, Reader};
+use super::read::{self, Step, Unread};
 use super::record::ReadFrom;
 use super::report::{self, Tally};
 use super::source::{self, Look, Source};
-use super::window::{Wait, Window};
 use super::Format;
 
 /// What to do with the replays.
@@ -363,9 +362,10 @@ pub fn main(paths: &[PathBuf], options: &Options, policy: &PolicyFor<'_>) -> u8 
 }
 
 /// Replay one recording (a file, or a Claude Code session's files) under
-/// each of `policies` side by side, the lines read once: the notes of the
-/// first replay and where the outcomes were read from. `Err` is the exit
-/// code (a file that could not be read to the end, said on stderr).
+/// each of `policies` side by side, the lines read once (on a thread of
+/// their own, see [`super::read`]): the notes of the first replay and
+/// where the outcomes were read from. `Err` is the exit code (a file that
+/// could not be read to the end, said on stderr).
 fn replay(
     group: &mut [Source],
     format: Format,
@@ -380,93 +380,118 @@ fn replay(
         });
         replays.push(replay);
     }
-    let mut reader = Reader::new(format);
-    let mut window = Window::new(Wait::of(format));
-    let mut events = Vec::new();
-    for source in group.iter_mut() {
-        let name = source.name.clone();
-        let read = source.lines(|number, line| {
-            reader.line(&name, number, line, &mut events);
-            outlet.tally.line();
-            take(&mut events, &mut window, &mut replays, outlet);
-            release(&mut window, false, &mut replays, outlet);
-        });
-        if let Err(err) = read {
-            crate::say!("toolgate replay: cannot read {name}: {err}");
+    let judged: Vec<Arc<Policy>> = policies.iter().map(|(policy, _)| policy.clone()).collect();
+    let (to, batches) = std::sync::mpsc::sync_channel::<Vec<Step>>(read::BATCHES);
+    let (back, returned) = std::sync::mpsc::channel::<Vec<Step>>();
+    let first = group
+        .first()
+        .map(|source| source.name.clone())
+        .unwrap_or_default();
+    let in_flight = read::InFlight::default();
+    let read = std::thread::scope(|scope| {
+        let judged = &judged;
+        let in_flight = &in_flight;
+        let reading = std::thread::Builder::new()
+            .name("replay-read".to_string())
+            .spawn_scoped(scope, move || {
+                read::read(group, format, judged, to, returned, in_flight)
+            });
+        let reading = match reading {
+            Ok(reading) => reading,
+            Err(err) => {
+                return Err(Unread {
+                    name: first,
+                    error: format!("could not start a thread to read it: {err}"),
+                });
+            }
+        };
+        for mut batch in &batches {
+            in_flight.taken();
+            // The calls of the batch were prepared before it was sent:
+            // what the disk's link answers they used said is confirmed
+            // once (one look at each inotify queue), as `serve` does.
+            let epoch = crate::disk::globs::confirm();
+            for step in batch.drain(..) {
+                apply(step, epoch, &mut replays, outlet);
+            }
+            // The reading thread may be done and gone: nothing to return.
+            let _ = back.send(batch);
+        }
+        match reading.join() {
+            Ok(read) => read,
+            Err(_) => Err(Unread {
+                name: first,
+                error: "the thread reading it failed".to_string(),
+            }),
+        }
+    });
+    let read_from = match read {
+        Ok(read_from) => read_from,
+        Err(Unread { name, error }) => {
+            crate::say!("toolgate replay: cannot read {name}: {error}");
             return Err(2);
         }
-    }
-    reader.finish(&mut events);
-    take(&mut events, &mut window, &mut replays, outlet);
-    release(&mut window, true, &mut replays, outlet);
+    };
     let mut notes = None;
     for (side, replay) in replays.into_iter().enumerate() {
         let replayed = replay.finish(&mut |frame: &ServerFrame| outlet.frame(side, frame));
         notes.get_or_insert(replayed);
     }
-    Ok((notes.unwrap_or_default(), reader.read_from()))
+    Ok((notes.unwrap_or_default(), read_from))
 }
 
-/// Take in what the lines read said: frames wait in the window, what the
-/// recording says of a call goes to the replays (ahead of the call when it
-/// is still in the window) and the reports.
-fn take(
-    events: &mut Vec<Event>,
-    window: &mut Window,
-    replays: &mut [Replay],
-    outlet: &mut Outlet<'_>,
-) {
-    for event in events.drain(..) {
-        match event {
-            Event::Frame(frame) => window.push(frame),
-            Event::Outcome(key, outcome) => {
-                if window.holds(&key) {
-                    window.known(&key, Wait::Outcome);
-                    for replay in replays.iter_mut() {
-                        replay.ahead(key.clone(), outcome.clone());
-                    }
-                } else {
-                    for (side, replay) in replays.iter_mut().enumerate() {
-                        replay.late(&key, &outcome, &mut |frame: &ServerFrame| {
-                            outlet.frame(side, frame)
-                        });
-                    }
+/// Do one step the reading thread found, in its order: a frame fed to
+/// every replay, what the recording says of a call given to them, the
+/// reports told.
+fn apply(step: Step, epoch: u64, replays: &mut [Replay], outlet: &mut Outlet<'_>) {
+    match step {
+        Step::Line => outlet.tally.line(),
+        Step::Feed {
+            frame,
+            done,
+            mut decoded,
+        } => {
+            if !outlet.print_frames && frame.kind() == Some("tool_call") {
+                outlet.tally.fed(&frame);
+            }
+            for (side, replay) in replays.iter_mut().enumerate() {
+                let decoded = decoded.get_mut(side).and_then(Option::take).map(|mut d| {
+                    d.confirm_prepared(epoch);
+                    d
+                });
+                replay.frame(&frame, decoded, &mut |out: &ServerFrame| {
+                    outlet.frame(side, out)
+                });
+                if let Some(key) = &done {
+                    replay.fed(key);
                 }
             }
-            Event::Time(key, time) => {
-                if window.holds(&key) {
-                    window.known(&key, Wait::Time);
-                    for replay in replays.iter_mut() {
-                        replay.time(key.clone(), time);
-                    }
-                }
-            }
-            Event::Recorded(key, verdict, reason) => {
-                let ahead = window.holds(&key);
-                outlet.tally.recorded(key, verdict, reason, ahead);
-            }
-            Event::Question(id, key) => {
-                for replay in replays.iter_mut() {
-                    replay.question(id.clone(), key.clone());
-                }
-            }
-            Event::Warning(warning) => crate::say!("toolgate replay: warning: {warning}"),
         }
-    }
-}
-
-/// Feed the replays every frame of the window that need not wait (all of
-/// them at the `end`).
-fn release(window: &mut Window, end: bool, replays: &mut [Replay], outlet: &mut Outlet<'_>) {
-    while let Some((frame, done)) = window.next(end) {
-        if !outlet.print_frames && frame.kind() == Some("tool_call") {
-            outlet.tally.fed(&frame);
-        }
-        for (side, replay) in replays.iter_mut().enumerate() {
-            replay.frame(&frame, &mut |out: &ServerFrame| outlet.frame(side, out));
-            if let Some(key) = &done {
-                replay.fed(key);
+        Step::Ahead(key, outcome) => {
+            for replay in replays.iter_mut() {
+                replay.ahead(key.clone(), outcome.clone());
             }
         }
+        Step::Late(key, outcome) => {
+            for (side, replay) in replays.iter_mut().enumerate() {
+                replay.late(&key, &outcome, &mut |frame: &ServerFrame| {
+                    outlet.frame(side, frame)
+                });
+            }
+        }
+        Step::Time(key, time) => {
+            for replay in replays.iter_mut() {
+                replay.time(key.clone(), time);
+            }
+        }
+        Step::Recorded(key, verdict, reason, ahead) => {
+            outlet.tally.recorded(key, verdict, reason, ahead);
+        }
+        Step::Question(id, key) => {
+            for replay in replays.iter_mut() {
+                replay.question(id.clone(), key.clone());
+            }
+        }
+        Step::Warning(warning) => crate::say!("toolgate replay: warning: {warning}"),
     }
 }

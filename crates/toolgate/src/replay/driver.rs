@@ -16,7 +16,7 @@ use toolgate_protocol::ServerFrame;
 use super::event::Frame;
 use super::record::{CallKey, Outcome};
 use super::Notes;
-use crate::broker::{Broker, BrokerConfig, Input, OnAsk, Origin, Output};
+use crate::broker::{Broker, BrokerConfig, Decoded, Input, OnAsk, Origin, Output};
 use crate::clock::{ManualClock, SequentialIds};
 
 /// Where the frames a broker writes go, in order.
@@ -25,6 +25,11 @@ pub type Sink<'a> = dyn FnMut(&ServerFrame) + 'a;
 /// How many recorded permission ids are remembered (the latest): a
 /// recorded answer names a question asked shortly before it.
 pub const QUESTIONS: usize = 65_536;
+
+/// The hasher of the maps looked up for every call: foldhash, seeded at
+/// random (a recording cannot pick colliding ids); none is iterated, so
+/// the replay stays deterministic.
+type Fast = foldhash::fast::RandomState;
 
 /// The connection a replay's frames come from.
 const REPLAY: crate::broker::ConnId = 0;
@@ -36,13 +41,13 @@ pub struct Replay {
     /// The mode given for the whole replay, if one was.
     mode: Option<Mode>,
     /// The replay's open questions: call → its permission id here.
-    asked: HashMap<CallKey, String>,
+    asked: HashMap<CallKey, String, Fast>,
     /// Outcomes read ahead, for calls not decided yet.
-    outcomes: HashMap<CallKey, Outcome>,
+    outcomes: HashMap<CallKey, Outcome, Fast>,
     /// Times read ahead, for calls not fed yet.
-    times: HashMap<CallKey, u64>,
+    times: HashMap<CallKey, u64, Fast>,
     /// The recorded permission ids, by call, and their order.
-    questions: HashMap<String, CallKey>,
+    questions: HashMap<String, CallKey, Fast>,
     question_order: VecDeque<String>,
     /// A `session_end` was fed: every answer the recording holds was given.
     ending: bool,
@@ -82,10 +87,10 @@ impl Replay {
             clock,
             broker,
             mode,
-            asked: HashMap::new(),
-            outcomes: HashMap::new(),
-            times: HashMap::new(),
-            questions: HashMap::new(),
+            asked: HashMap::default(),
+            outcomes: HashMap::default(),
+            times: HashMap::default(),
+            questions: HashMap::default(),
             question_order: VecDeque::new(),
             ending: false,
             number: 0,
@@ -138,8 +143,10 @@ impl Replay {
         }
     }
 
-    /// Feed one frame of the recording, and answer what it asked.
-    pub fn frame(&mut self, frame: &Frame, sink: &mut Sink<'_>) {
+    /// Feed one frame of the recording, and answer what it asked. A
+    /// `tool_call` may come `decoded` (and prepared) already, on the
+    /// reading thread: it is judged exactly as its line would be.
+    pub fn frame(&mut self, frame: &Frame, decoded: Option<Decoded>, sink: &mut Sink<'_>) {
         let kind = frame.kind();
         if kind == Some("session_end") && !self.ending {
             // Every answer the recording holds has been given: what is
@@ -199,9 +206,21 @@ impl Replay {
             }
             _ => {}
         }
-        match frame {
-            Frame::Line { line, .. } => self.feed_line(line, sink),
-            Frame::Built(value) => self.feed(value, sink),
+        match (frame, decoded) {
+            (_, Some(decoded)) => {
+                self.number += 1;
+                let number = self.number;
+                self.step(
+                    Input::Decoded {
+                        conn: REPLAY,
+                        decoded,
+                        number,
+                    },
+                    sink,
+                );
+            }
+            (Frame::Line { line, .. }, None) => self.feed_line(line, sink),
+            (Frame::Built(value), None) => self.feed(value, sink),
         }
     }
 

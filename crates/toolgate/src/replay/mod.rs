@@ -22,6 +22,7 @@ pub mod codex;
 pub mod driver;
 pub mod event;
 pub mod frames;
+pub mod read;
 pub mod record;
 pub mod report;
 pub mod source;

@@ -50,7 +50,9 @@ struct Held {
 pub struct Window {
     wait: Wait,
     queue: VecDeque<(Frame, Option<CallKey>)>,
-    held: HashMap<CallKey, Held>,
+    /// Looked up for every frame and outcome: a fast hasher (foldhash,
+    /// seeded at random, so a recording cannot pick colliding ids).
+    held: HashMap<CallKey, Held, foldhash::fast::RandomState>,
 }
 
 impl Window {
@@ -59,7 +61,7 @@ impl Window {
         Window {
             wait,
             queue: VecDeque::new(),
-            held: HashMap::new(),
+            held: HashMap::default(),
         }
     }
 
@@ -70,11 +72,18 @@ impl Window {
             _ => None,
         };
         if let Some(key) = &key {
-            let held = self.held.entry(key.clone()).or_insert(Held {
-                count: 0,
-                known: self.wait == Wait::Nothing,
-            });
-            held.count += 1;
+            match self.held.get_mut(key) {
+                Some(held) => held.count += 1,
+                None => {
+                    self.held.insert(
+                        key.clone(),
+                        Held {
+                            count: 1,
+                            known: self.wait == Wait::Nothing,
+                        },
+                    );
+                }
+            }
         }
         self.queue.push_back((frame, key));
     }
