@@ -326,7 +326,8 @@ impl Store {
 
     /// Answer a question, and write the grants the answer makes, in one
     /// transaction: only the first answer of an open question whose lease
-    /// holds does anything ([`Settled::First`]).
+    /// holds does anything ([`Settled::First`]). The grants are written
+    /// with the question's id and `answered_by` as their author.
     pub async fn answer(
         &mut self,
         id: QuestionId,
@@ -356,6 +357,7 @@ impl Store {
                 for grant in grants {
                     let mut grant = grant.clone();
                     grant.question = Some(id);
+                    grant.made_by = Some(answered_by.to_string());
                     insert_grant(&tx, &grant).await?;
                 }
                 Settled::First(read_question(&row)?)
