@@ -514,7 +514,9 @@ mod tests {
     fn new_tokens_are_checked() {
         let uuid = "67e55044-10b1-426f-9247-bb680e5fe0c8";
         let long = "n".repeat(MAX_NAME_CHARS + 1);
-        let cases: &[(&str, Option<&str>, Option<u64>, Option<BadToken>)] = &[
+        // (name, project, lifetime, what is wrong)
+        type Case<'a> = (&'a str, Option<&'a str>, Option<u64>, Option<BadToken>);
+        let cases: &[Case] = &[
             ("ci", None, None, None),
             ("ci runner 1", Some("/work/p"), Some(1), None),
             ("x", None, Some(MAX_LIFETIME_SECS), None),
@@ -535,6 +537,31 @@ mod tests {
         for (name, project, secs, expected) in cases {
             let got = NewToken::new(name, Role::Agent, *project, *secs).err();
             assert_eq!(&got, expected, "{name:?} {project:?} {secs:?}");
+        }
+    }
+
+    proptest::proptest! {
+        /// Every 32 bytes make a well-formed token; changing one character
+        /// of it makes a token that is malformed or hashes otherwise, and
+        /// a prefix or extension of it is malformed.
+        #[test]
+        fn tokens_and_their_neighbours(
+            bytes in proptest::array::uniform32(proptest::num::u8::ANY),
+            at in 0usize..46,
+            with in proptest::char::range('!', '~'),
+            cut in 0usize..46,
+        ) {
+            let token = format!("{PREFIX}{}", URL_SAFE_NO_PAD.encode(bytes));
+            proptest::prop_assert!(well_formed(&token));
+            let mut changed: Vec<char> = token.chars().collect();
+            changed[at] = with;
+            let changed: String = changed.into_iter().collect();
+            if changed != token {
+                proptest::prop_assert!(!well_formed(&changed) || hash(&changed) != hash(&token));
+            }
+            proptest::prop_assert!(!well_formed(&token[..cut]));
+            let longer = format!("{token}{with}");
+            proptest::prop_assert!(!well_formed(&longer));
         }
     }
 }

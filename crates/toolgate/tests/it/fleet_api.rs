@@ -459,3 +459,54 @@ fn notifications_wake_and_a_lost_connection_says_so() {
         assert!(listener.is_closed());
     });
 }
+
+#[test]
+fn a_store_that_stops_is_a_lost_connection_and_keeps_what_was_committed() {
+    // A cluster of its own: stopping the process's one would stop every test's.
+    if pg::cluster().is_none() {
+        return;
+    }
+    let cluster = pg::Cluster::start().unwrap();
+    cluster.psql("postgres", "CREATE DATABASE restart");
+    let url = cluster.url("restart");
+    let runtime = runtime().unwrap();
+    let mut store = runtime.block_on(async {
+        let mut store = Store::connect(&url).await.unwrap();
+        store.migrate().await.unwrap();
+        store.listen(&Channel::ALL).await.unwrap();
+        store
+            .add_grant(&grant("grant_1", "/work/app"))
+            .await
+            .unwrap();
+        store
+    });
+    // As a crash would: no shutdown checkpoint.
+    cluster.stop();
+    runtime.block_on(async {
+        // Its own grant's notification may come first; then the end.
+        let wakeups = store.wakeups();
+        let closed = async { while wakeups.wait().await != Wake::Closed {} };
+        tokio::time::timeout(Duration::from_secs(10), closed)
+            .await
+            .unwrap();
+        let err = store.live_grants("/work/app").await.unwrap_err();
+        assert!(err.is_unreachable(), "{err:?}");
+        assert!(
+            err.to_string()
+                .starts_with("lost the connection to the store: "),
+            "{err}"
+        );
+        let err = Store::connect(&url).await.unwrap_err();
+        assert!(matches!(err, StoreError::Unreachable { .. }), "{err:?}");
+    });
+    cluster.start_again().unwrap();
+    runtime.block_on(async {
+        let mut store = Store::connect(&url).await.unwrap();
+        store.check_schema().await.unwrap();
+        let live = store.live_grants("/work/app").await.unwrap();
+        assert_eq!(live.len(), 1);
+        assert_eq!(live[0].grant.id, "grant_1");
+    });
+    drop(store);
+    drop(cluster);
+}

@@ -194,7 +194,9 @@ fn stores_that_cannot_be_used() {
         .unwrap()
         .port();
     let unreachable = format!("postgres://postgres@127.0.0.1:{port}/toolgate");
-    let cases: &[(&[&str], &[(&str, &str)], i32, &str)] = &[
+    // (arguments, environment, exit code, stderr)
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], i32, &'a str);
+    let cases: &[Case] = &[
         (
             &["store", "migrate", "--store", &unreachable],
             &[],

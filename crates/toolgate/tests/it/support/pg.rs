@@ -4,7 +4,9 @@
 //!
 //! The cluster lives in a temporary directory, listens on a free loopback
 //! port (its unix socket in that directory) with `trust` authentication,
-//! and runs with fsync off. initdb refuses root: as root the cluster runs
+//! and runs with fsync off (a commit still reaches the operating system
+//! before it is reported, so `pg_ctl stop -m immediate` loses nothing
+//! committed; only a crash of the machine would). initdb refuses root: as root the cluster runs
 //! as `postgres` if that user exists, else as `toolgate-test` (made with
 //! useradd when missing), and the directory is given to that user. It stops
 //! (`pg_ctl stop -m immediate`) and its directory goes when the [`Cluster`]
@@ -197,7 +199,7 @@ impl Cluster {
     /// Start the cluster (again) on its port.
     pub fn start_again(&self) -> Result<(), String> {
         let options = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off \
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off \
              -c full_page_writes=off -c max_connections=300 -c dynamic_shared_memory_type=mmap",
             self.port,
             self.dir.display()
@@ -229,11 +231,6 @@ impl Cluster {
     /// The URL of `database`.
     pub fn url(&self, database: &str) -> String {
         format!("postgres://postgres@127.0.0.1:{}/{database}", self.port)
-    }
-
-    /// The directory it lives in.
-    pub fn dir(&self) -> &Path {
-        &self.dir
     }
 
     /// Run `sql` in `database` with psql; its output (unaligned, tuples
