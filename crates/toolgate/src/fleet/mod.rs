@@ -276,6 +276,14 @@ impl Wakeups {
     }
 }
 
+/// Column `index` of `row`, as `T`.
+fn get<'a, T: tokio_postgres::types::FromSql<'a>>(
+    row: &'a tokio_postgres::Row,
+    index: usize,
+) -> Result<T, StoreError> {
+    row.try_get(index).map_err(StoreError::from_query)
+}
+
 /// How the CLI and tests run the store's async API from blocking code: a
 /// current-thread runtime with I/O and time.
 pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {

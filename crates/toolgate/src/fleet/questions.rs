@@ -15,8 +15,7 @@ use tokio_postgres::Row;
 use uuid::Uuid;
 
 use super::sessions::{insert_grant, NewGrant};
-use super::tokens::get;
-use super::{Store, StoreError};
+use super::{get, Store, StoreError};
 
 /// A broker's id in the store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -14,8 +14,7 @@ use tokio_postgres::Row;
 pub use toolgate_protocol::GrantScope;
 
 use super::questions::QuestionId;
-use super::tokens::get;
-use super::{Store, StoreError};
+use super::{get, Store, StoreError};
 
 /// Why a session is closed: it may run no calls until it is started again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -358,7 +357,7 @@ fn session(row: &Row) -> Result<Session, StoreError> {
     })
 }
 
-pub(super) fn read_grant(row: &Row) -> Result<Grant, StoreError> {
+fn read_grant(row: &Row) -> Result<Grant, StoreError> {
     let scope: String = get(row, 3)?;
     let scope = match scope.as_str() {
         "project" => GrantScope::Project,

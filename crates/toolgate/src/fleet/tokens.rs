@@ -21,7 +21,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::Row;
 use uuid::Uuid;
 
-use super::{Store, StoreError};
+use super::{get, Store, StoreError};
 
 /// What every token begins with, so a token is recognised in a file or a
 /// log (and secret scanners can be taught it).
@@ -435,14 +435,6 @@ fn role(row: &Row, index: usize) -> Result<Role, StoreError> {
     text.parse().map_err(|_| StoreError::Unreadable {
         what: format!("a token's role `{}`", crate::display::shown(&text)),
     })
-}
-
-/// Column `index` of `row`, as `T`.
-pub(super) fn get<'a, T: tokio_postgres::types::FromSql<'a>>(
-    row: &'a Row,
-    index: usize,
-) -> Result<T, StoreError> {
-    row.try_get(index).map_err(StoreError::from_query)
 }
 
 #[cfg(test)]
