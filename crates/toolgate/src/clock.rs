@@ -45,6 +45,37 @@ impl Clock for SystemClock {
     }
 }
 
+/// `ms` since the Unix epoch as an RFC 3339 UTC time to the second
+/// (`2026-11-24T03:21:39Z`), for people to read.
+pub fn utc_text(ms: u64) -> String {
+    let secs = ms / 1000;
+    let (days, rest) = ((secs / 86_400) as i64, secs % 86_400);
+    // The civil date of a day count (proleptic Gregorian; Howard Hinnant's
+    // `civil_from_days`).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rest / 3_600,
+        rest / 60 % 60,
+        rest % 60
+    )
+}
+
+/// Milliseconds since the Unix epoch of `time` (0 before it).
+pub fn epoch_ms(time: SystemTime) -> u64 {
+    time.duration_since(UNIX_EPOCH)
+        .map(|elapsed| elapsed.as_millis() as u64)
+        .unwrap_or(0)
+}
+
 /// Where the broker gets ids for permission requests and grants.
 pub trait IdSource: Send {
     /// A new `permissionID` (`per_...`).
@@ -119,5 +150,28 @@ impl Clock for ManualClock {
 
     fn monotonic_ms(&self) -> u64 {
         self.now_ms.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn utc_text_of_milliseconds() {
+        for (ms, text) in [
+            (0, "1970-01-01T00:00:00Z"),
+            (1_795_490_499_409, "2026-11-24T03:21:39Z"),
+            (951_825_600_500, "2000-02-29T12:00:00Z"),
+            (951_868_799_999, "2000-02-29T23:59:59Z"),
+            (951_868_800_000, "2000-03-01T00:00:00Z"),
+            (4_107_542_400_000, "2100-03-01T00:00:00Z"),
+        ] {
+            assert_eq!(super::utc_text(ms), text, "{ms}");
+            // The replay's reader reads it back (to the second).
+            assert_eq!(
+                crate::replay::record::epoch_ms(text),
+                Some(ms / 1000 * 1000),
+                "{text}"
+            );
+        }
     }
 }

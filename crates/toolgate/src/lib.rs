@@ -22,6 +22,9 @@ pub mod agent_setup;
 pub mod approver;
 // What is kept on disk: the state directory.
 pub mod store;
+// What brokers on many hosts share: the PostgreSQL store and its tokens.
+#[cfg(feature = "fleet")]
+pub mod fleet;
 // What the policy asks the disk: repositories and globs.
 pub mod disk;
 // Recorded sessions played back.

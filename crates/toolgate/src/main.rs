@@ -49,6 +49,10 @@ fn main() -> ExitCode {
         Some(Command::Replay(args)) => cli::replay::run(args, cli.serve),
         Some(Command::Grants(command)) => cli::state::grants(command, cli.serve.keep.state_dir),
         Some(Command::State(command)) => cli::state::state(command, cli.serve.keep.state_dir),
+        #[cfg(feature = "fleet")]
+        Some(Command::Store(command)) => cli::fleet::store(command),
+        #[cfg(feature = "fleet")]
+        Some(Command::Tokens(command)) => cli::fleet::tokens(command),
         Some(Command::Policy(command)) => cli::policy::run(command, cli.serve),
         Some(Command::Init(args)) => cli::init::run(args),
         Some(Command::Doctor(args)) => cli::doctor::run(args),

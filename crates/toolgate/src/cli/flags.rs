@@ -11,6 +11,7 @@
 //! | [`LineArgs`] | `--max-frame-bytes` | serve, mcp, claude-bridge |
 //! | [`ServeArgs`] | the four above, `--approver --listen` | serve |
 //! | [`BindArgs`] | `--parent --scope --scope-file` | hook, mcp, claude-bridge |
+//! | `StoreArgs` | `--store` | store migrate, tokens (feature `fleet`) |
 //!
 //! A client of a broker (`hook --socket`, `mcp --socket`, `claude-bridge
 //! --socket`) decides nothing
@@ -388,5 +389,28 @@ mod tests {
         let text = env.err().map(|err| err.to_string()).unwrap_or_default();
         assert!(text.starts_with("invalid TOOLGATE_MODE: "), "{text}");
         assert!(text.ends_with("use --on-ask deny"), "{text}");
+    }
+}
+
+/// Where the shared store is (`toolgate store`, `toolgate tokens`).
+#[cfg(feature = "fleet")]
+#[derive(Debug, Clone, Default, Args)]
+pub struct StoreArgs {
+    /// The shared store: a PostgreSQL URL, postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE
+    /// (or the key=value form). Also TOOLGATE_STORE, the better place for a
+    /// URL that holds a password (the command line is visible to others).
+    #[arg(long, value_name = "URL")]
+    pub store: Option<String>,
+}
+
+#[cfg(feature = "fleet")]
+impl StoreArgs {
+    /// The URL from --store, else TOOLGATE_STORE (empty is unset).
+    pub fn url(self) -> Option<String> {
+        self.store.filter(|url| !url.is_empty()).or_else(|| {
+            std::env::var(toolgate::fleet::STORE_ENV)
+                .ok()
+                .filter(|url| !url.is_empty())
+        })
     }
 }

@@ -6,6 +6,8 @@ pub mod check;
 pub mod claude_bridge;
 pub mod doctor;
 pub mod flags;
+#[cfg(feature = "fleet")]
+pub mod fleet;
 pub mod hook;
 pub mod init;
 #[cfg(unix)]
@@ -52,6 +54,16 @@ pub enum Command {
     /// frame instead.
     #[command(subcommand)]
     Grants(state::GrantsCommand),
+    /// The shared store of a fleet of brokers (PostgreSQL): `store migrate`.
+    /// See docs/fleet.md.
+    #[cfg(feature = "fleet")]
+    #[command(subcommand)]
+    Store(fleet::StoreCommand),
+    /// Bearer tokens in the shared store (--store): create, list, revoke,
+    /// verify. See docs/fleet.md.
+    #[cfg(feature = "fleet")]
+    #[command(subcommand)]
+    Tokens(fleet::TokensCommand),
     /// Look after a state directory (--state-dir) that a broker refused.
     #[command(subcommand)]
     State(state::StateCommand),

@@ -18,6 +18,13 @@ mod config_cli;
 mod descriptors;
 mod disk_full;
 mod docs;
+// The fleet's shared store (feature `fleet`), against a real PostgreSQL.
+#[cfg(feature = "fleet")]
+mod fleet_api;
+#[cfg(feature = "fleet")]
+mod fleet_store;
+#[cfg(feature = "fleet")]
+mod fleet_tokens;
 mod frames;
 mod git_repository;
 mod glob_disk;

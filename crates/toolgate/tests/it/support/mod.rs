@@ -3,6 +3,8 @@
 
 pub mod frame_invariant;
 pub mod oracle;
+#[cfg(feature = "fleet")]
+pub mod pg;
 pub mod sweep;
 
 use std::io::{BufRead, BufReader, Write};
@@ -355,6 +357,7 @@ pub fn run(cwd: &Path, args: &[&str], input: &str) -> (i32, String, String) {
         .env_remove("TOOLGATE_STATE_DIR")
         .env_remove("TOOLGATE_SOCKET")
         .env_remove("TOOLGATE_MANAGED")
+        .env_remove("TOOLGATE_STORE")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -406,6 +409,7 @@ pub fn toolgate_process(
         "TOOLGATE_SCOPE",
         "TOOLGATE_SCOPE_FILE",
         "TOOLGATE_MANAGED",
+        "TOOLGATE_STORE",
     ] {
         command.env_remove(name);
     }

@@ -1,0 +1,249 @@
+//! `toolgate store migrate` through the real binary against a real
+//! PostgreSQL (support::pg): an empty database, twice, four at once, a store
+//! newer than the binary, and stores that cannot be used.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may panic
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use crate::support::{self, pg};
+
+/// `toolgate ARGS` with `env`, nothing on stdin.
+fn toolgate(args: &[&str], env: &[(&str, &str)]) -> Output {
+    support::toolgate_process(Path::new("/"), args, env, b"")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// What `toolgate_schema` holds: `version|name` lines.
+fn schema_rows(cluster: &pg::Cluster, database: &str) -> String {
+    cluster.psql(
+        database,
+        "SELECT version, name FROM toolgate_schema ORDER BY version",
+    )
+}
+
+#[test]
+fn migrate_an_empty_database_then_again() {
+    let Some((database, cluster)) = pg::database("empty") else {
+        return;
+    };
+    let url = cluster.url(&database);
+    let out = toolgate(&["store", "migrate", "--store", &url], &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        format!("{url} migrated from schema version 0 to 1\n")
+    );
+    assert_eq!(text(&out.stderr), "");
+    assert_eq!(
+        schema_rows(cluster, &database),
+        "1|tokens, brokers, sessions, questions, grants\n"
+    );
+    let tables = cluster.psql(
+        &database,
+        "SELECT string_agg(tablename, ' ' ORDER BY tablename) FROM pg_tables \
+         WHERE tablename LIKE 'toolgate%'",
+    );
+    assert_eq!(
+        tables,
+        "toolgate_brokers toolgate_grants toolgate_questions toolgate_schema \
+         toolgate_sessions toolgate_tokens\n"
+    );
+    // Again, through the environment this time: nothing to do, nothing changed.
+    let out = toolgate(&["store", "migrate"], &[("TOOLGATE_STORE", &url)]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        format!("{url} is at schema version 1 already\n")
+    );
+    assert_eq!(
+        schema_rows(cluster, &database),
+        "1|tokens, brokers, sessions, questions, grants\n"
+    );
+}
+
+#[test]
+fn four_migrations_at_once_apply_each_step_once() {
+    let Some((database, cluster)) = pg::database("concurrent") else {
+        return;
+    };
+    let url = cluster.url(&database);
+    let children: Vec<_> = (0..4)
+        .map(|_| {
+            Command::new(env!("CARGO_BIN_EXE_toolgate"))
+                .args(["store", "migrate", "--store", &url])
+                .env_remove("TOOLGATE_STORE")
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let outputs: Vec<Output> = children
+        .into_iter()
+        .map(|child| child.wait_with_output().unwrap())
+        .collect();
+    let mut migrated = 0;
+    for out in &outputs {
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        let stdout = text(&out.stdout);
+        if stdout.contains("migrated from schema version 0 to 1") {
+            migrated += 1;
+        } else {
+            assert_eq!(stdout, format!("{url} is at schema version 1 already\n"));
+        }
+    }
+    assert_eq!(migrated, 1, "exactly one process applies the migration");
+    assert_eq!(
+        schema_rows(cluster, &database),
+        "1|tokens, brokers, sessions, questions, grants\n"
+    );
+}
+
+#[test]
+fn a_store_newer_than_the_binary_is_refused_and_left_alone() {
+    let Some((database, cluster)) = pg::database("newer") else {
+        return;
+    };
+    let url = cluster.url(&database);
+    assert_eq!(
+        toolgate(&["store", "migrate", "--store", &url], &[])
+            .status
+            .code(),
+        Some(0)
+    );
+    cluster.psql(
+        &database,
+        "INSERT INTO toolgate_schema (version, name) VALUES (2, 'from a newer toolgate')",
+    );
+    let refusal = "toolgate: the store's schema is at version 2, newer than this toolgate \
+                   knows (version 1): upgrade toolgate; it will not use or change that store\n";
+    for args in [
+        &["store", "migrate", "--store", &url][..],
+        &["tokens", "list", "--store", &url],
+        &[
+            "tokens", "create", "--store", &url, "--role", "agent", "--name", "x",
+        ],
+    ] {
+        let out = toolgate(args, &[]);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert_eq!(text(&out.stderr), refusal, "{args:?}");
+        assert_eq!(text(&out.stdout), "", "{args:?}");
+    }
+    assert_eq!(
+        schema_rows(cluster, &database),
+        "1|tokens, brokers, sessions, questions, grants\n2|from a newer toolgate\n"
+    );
+    assert_eq!(
+        cluster.psql(&database, "SELECT count(*) FROM toolgate_tokens"),
+        "0\n"
+    );
+}
+
+#[test]
+fn tokens_need_a_migrated_store() {
+    let Some((database, cluster)) = pg::database("unmigrated") else {
+        return;
+    };
+    let url = cluster.url(&database);
+    let out = toolgate(&["tokens", "list", "--store", &url], &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr),
+        "toolgate: the store's schema is at version 0 and this toolgate needs version 1: \
+         run `toolgate store migrate` first\n"
+    );
+    // Nothing was created by asking.
+    assert_eq!(
+        cluster.psql(
+            &database,
+            "SELECT count(*) FROM pg_tables WHERE tablename LIKE 'toolgate%'"
+        ),
+        "0\n"
+    );
+}
+
+#[test]
+fn a_database_that_does_not_exist_is_a_refused_login() {
+    let Some(cluster) = pg::cluster() else {
+        return;
+    };
+    let url = cluster.url("no_such_database");
+    let out = toolgate(&["store", "migrate", "--store", &url], &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr),
+        format!(
+            "toolgate: the store at {url} refused the connection: \
+             database \"no_such_database\" does not exist\n"
+        )
+    );
+}
+
+/// No server needed: what cannot be reached, parsed or found.
+#[test]
+fn stores_that_cannot_be_used() {
+    // A port nothing listens on any more.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let unreachable = format!("postgres://postgres@127.0.0.1:{port}/toolgate");
+    // (arguments, environment, exit code, stderr)
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], i32, &'a str);
+    let cases: &[Case] = &[
+        (
+            &["store", "migrate", "--store", &unreachable],
+            &[],
+            3,
+            "toolgate: cannot reach the store at {URL}: error connecting to server: \
+             Connection refused (os error 111)\n",
+        ),
+        (
+            &["tokens", "list"],
+            &[("TOOLGATE_STORE", &unreachable)],
+            3,
+            "toolgate: cannot reach the store at {URL}: error connecting to server: \
+             Connection refused (os error 111)\n",
+        ),
+        (
+            &["store", "migrate"],
+            &[],
+            2,
+            "toolgate: store migrate needs --store URL (or TOOLGATE_STORE)\n",
+        ),
+        (
+            &["tokens", "revoke", "ci"],
+            &[("TOOLGATE_STORE", "")],
+            2,
+            "toolgate: tokens revoke needs --store URL (or TOOLGATE_STORE)\n",
+        ),
+        (
+            &["store", "migrate", "--store", "postgres://[::1/db"],
+            &[],
+            2,
+            "toolgate: the store URL cannot be used (invalid connection string); \
+             expected postgres://USER@HOST:PORT/DATABASE\n",
+        ),
+    ];
+    for (args, env, code, stderr) in cases {
+        let out = toolgate(args, env);
+        assert_eq!(
+            out.status.code(),
+            Some(*code),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+        assert_eq!(
+            text(&out.stderr),
+            stderr.replace("{URL}", &unreachable),
+            "{args:?}"
+        );
+        assert_eq!(text(&out.stdout), "", "{args:?}");
+    }
+}
