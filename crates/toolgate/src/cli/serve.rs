@@ -71,7 +71,8 @@ pub fn run(args: ServeArgs) -> ExitCode {
         };
         say!("toolgate: listening on {}", path.display());
         return ended(toolgate::transport::socket::run(
-            listener,
+            Some(listener),
+            Vec::new(),
             broker,
             max_frame_bytes,
             reloader,
