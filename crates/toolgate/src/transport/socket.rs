@@ -321,12 +321,7 @@ async fn serve(
         )));
     }
     for more in more {
-        acceptors.push(more.spawn(
-            events.clone(),
-            shared.clone(),
-            ids.clone(),
-            max_frame_bytes,
-        ));
+        acceptors.push(more.spawn(events.clone(), shared.clone(), ids.clone(), max_frame_bytes));
     }
     drop(events);
     let acceptor = async {
@@ -630,15 +625,7 @@ pub async fn connection<R, W>(
     ));
     if first.is_empty() || send_lines(&events, conn, first).await {
         read_connection(
-            conn,
-            reading,
-            &events,
-            &shared,
-            &backlog,
-            &close,
-            state,
-            guard,
-            ended,
+            conn, reading, &events, &shared, &backlog, &close, state, guard, ended,
         )
         .await;
     }
