@@ -417,10 +417,10 @@ async fn allowed(stream: &UnixStream) -> bool {
 }
 
 /// The longest pause between two failing `accept`s.
-const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
+pub const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
 
 /// How often a run of failing `accept`s is reported.
-const ACCEPT_REPORT: Duration = Duration::from_secs(10);
+pub const ACCEPT_REPORT: Duration = Duration::from_secs(10);
 
 /// An `accept` that fails for want of descriptors (EMFILE, ENFILE) or
 /// memory fails again at once, the waiting connection still queued, until

@@ -8,7 +8,8 @@
 //! 1. The TLS handshake ([`HANDSHAKE`] at most; a client certificate
 //!    required and verified with `--tls-client-ca`). Anything that is not
 //!    TLS (plaintext JSON lines, say) fails here: no frame is read or
-//!    written.
+//!    written. At most [`UNPROVEN`] connections may be in their handshake
+//!    or before their `hello` at once; more are closed as they come.
 //! 2. The client speaks first: its first frame must be a `hello` with a
 //!    `token`, within [`HELLO_WAIT`]. The broker says nothing before it
 //!    (no `ready` that would tell an unknown peer the project, the mode
@@ -20,7 +21,8 @@
 //!    decided for it.
 //! 3. Accepted, it is opened with the owner like a socket connection
 //!    ([`socket::connection`]), its `hello` (without the token) handed
-//!    over as its first line: the broker answers with `ready`. From then
+//!    over as its first line: the broker greets it (`ready`) and answers
+//!    the `hello` (`ready` with its role), as on the socket. From then
 //!    on every line passes [`gate`] first (what the token may send), and
 //!    the [`verifier`] may end it: its token revoked or expired, it gets
 //!    one `error` frame and is closed, its open calls denied, within
@@ -57,6 +59,11 @@ pub const HELLO_WAIT: Duration = Duration::from_secs(10);
 /// How long a refused connection is given to read its `error` frame and
 /// close its side.
 const LINGER: Duration = Duration::from_secs(2);
+
+/// How many connections may be in their handshake or before their `hello`
+/// at once; more are closed as they come, so that peers without a token
+/// cannot hold the broker's memory or its store.
+pub const UNPROVEN: usize = 128;
 
 /// Why a remote listener could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -129,6 +136,7 @@ pub struct Remote {
 /// What each connection's task needs.
 struct Context {
     acceptor: TlsAcceptor,
+    unproven: Arc<tokio::sync::Semaphore>,
     verifier: Verifier,
     root: PathBuf,
     events: mpsc::Sender<Event>,
@@ -154,6 +162,7 @@ impl socket::Accept for Remote {
             } = *self;
             let context = Arc::new(Context {
                 acceptor: TlsAcceptor::from(tls),
+                unproven: Arc::new(tokio::sync::Semaphore::new(UNPROVEN)),
                 verifier: Verifier::start(store, shared.stopped.clone()),
                 root,
                 events,
@@ -191,7 +200,13 @@ async fn accept(listener: tokio::net::TcpListener, context: Arc<Context>) {
             Ok((stream, from)) => {
                 backoff.accepted();
                 while connections.try_join_next().is_some() {}
-                connections.spawn(connection(stream, from, context.clone()));
+                let Ok(unproven) = context.unproven.clone().try_acquire_owned() else {
+                    crate::say!(
+                        "toolgate: refused a remote connection from {from}: {UNPROVEN} others are still in their handshake or before their hello"
+                    );
+                    continue;
+                };
+                connections.spawn(connection(stream, from, context.clone(), unproven));
             }
             Err(err) => tokio::time::sleep(backoff.failed(&err)).await,
         }
@@ -202,7 +217,12 @@ async fn accept(listener: tokio::net::TcpListener, context: Arc<Context>) {
 
 /// One remote connection: handshake, `hello` and its token, then the
 /// socket's connection with the token's [`gate`].
-async fn connection(stream: tokio::net::TcpStream, from: SocketAddr, context: Arc<Context>) {
+async fn connection(
+    stream: tokio::net::TcpStream,
+    from: SocketAddr,
+    context: Arc<Context>,
+    unproven: tokio::sync::OwnedSemaphorePermit,
+) {
     let _ = stream.set_nodelay(true);
     let stopped = context.shared.stopped.clone();
     let handshake = tokio::select! {
@@ -242,8 +262,12 @@ async fn connection(stream: tokio::net::TcpStream, from: SocketAddr, context: Ar
         }),
     };
     let (hello, number, holder, ended) = match admitted {
-        Ok(admitted) => admitted,
+        Ok(admitted) => {
+            drop(unproven);
+            admitted
+        }
         Err(refusal) => {
+            drop(unproven);
             crate::say!(
                 "toolgate: refused a remote connection from {from}: {}",
                 refusal.logged.as_deref().unwrap_or(&refusal.told)
