@@ -320,10 +320,20 @@ impl Tls {
     /// Connect to 127.0.0.1:`port` as `localhost`, trusting `ca`, with a
     /// client certificate if `identity` names one; the handshake done.
     fn connect(port: u16, ca: &Path, identity: Option<(&Path, &Path)>) -> std::io::Result<Tls> {
+        Tls::connect_as("localhost", port, ca, identity)
+    }
+
+    /// [`Tls::connect`], expecting the certificate to be for `name`.
+    fn connect_as(
+        name: &str,
+        port: u16,
+        ca: &Path,
+        identity: Option<(&Path, &Path)>,
+    ) -> std::io::Result<Tls> {
         let config = toolgate::transport::tls::client_config(Some(ca), identity).unwrap();
         let mut tcp = TcpStream::connect(("127.0.0.1", port))?;
         tcp.set_read_timeout(Some(PATIENCE))?;
-        let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+        let name = rustls::pki_types::ServerName::try_from(name.to_string()).unwrap();
         let mut conn = rustls::ClientConnection::new(config, name).unwrap();
         while conn.is_handshaking() {
             conn.complete_io(&mut tcp)?;
@@ -713,6 +723,21 @@ fn plaintext_wrong_ca_and_mutual_tls() {
         err.contains("UnknownIssuer") || err.contains("unknown issuer"),
         "{err}"
     );
+    // A certificate that is not for the name dialled is refused too.
+    let elsewhere = Tls::connect_as("broker.elsewhere", broker.port, &broker.certs.ca, None);
+    let err = elsewhere
+        .err()
+        .expect("the handshake must fail")
+        .to_string();
+    assert!(err.contains("certificate not valid for name"), "{err}");
+    // By its IP address SAN it is trusted.
+    assert!(Tls::connect_as(
+        "127.0.0.1",
+        broker.port,
+        &broker.certs.ca,
+        Some((&certs.client_cert, &certs.client_key))
+    )
+    .is_ok());
     // No client certificate: the broker ends the session before any frame.
     let mut bare = Tls::connect(broker.port, &broker.certs.ca, None).unwrap();
     bare.send(&hello);
@@ -890,4 +915,66 @@ fn hook_and_approve_over_tls() {
     revoke(&url, "alice");
     let screen = tmux.wait_for("EXIT=1");
     assert!(screen.contains("was revoked"), "{screen}");
+}
+
+/// `toolgate mcp --remote`: the broker over TLS decides each `approve`
+/// call; a question no approver hears is denied, naming how to attach one.
+#[test]
+fn mcp_over_tls() {
+    let Some(url) = store("mcp") else {
+        return;
+    };
+    let broker = Broker::start("mcp", &url, false);
+    let token_file = broker.token_file("mcp", &token(&url, "agent", "mcp", &[]));
+    let remote = format!("tls://localhost:{}", broker.port);
+    let initialize = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+        "protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"test","version":"0"}}});
+    let approve = |id: u64, tool: &str, input: Value| {
+        json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":"approve",
+            "arguments":{"tool_name":tool,"input":input,"tool_use_id":format!("toolu_{id}")}}})
+    };
+    let file = broker.root.join("src/a.rs").to_string_lossy().into_owned();
+    let input = [
+        initialize,
+        json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
+        approve(1, "Read", json!({"file_path":file})),
+        approve(2, "Bash", json!({"command":"rm -rf build"})),
+    ]
+    .iter()
+    .map(|line| format!("{line}\n"))
+    .collect::<String>();
+    let out = support::toolgate_process(
+        &broker.root,
+        &[
+            "mcp",
+            "--remote",
+            &remote,
+            "--token-file",
+            token_file.to_str().unwrap(),
+            "--ca",
+            broker.certs.ca.to_str().unwrap(),
+        ],
+        &[],
+        input.as_bytes(),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let replies: Vec<Value> = text(&out.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let behavior = |id: u64| -> Value {
+        let reply = replies.iter().find(|reply| reply["id"] == id).unwrap();
+        serde_json::from_str(reply["result"]["content"][0]["text"].as_str().unwrap()).unwrap()
+    };
+    assert_eq!(behavior(1)["behavior"], "allow", "{replies:?}");
+    let denied = behavior(2);
+    assert_eq!(denied["behavior"], "deny", "{denied}");
+    let message = denied["message"].as_str().unwrap();
+    assert!(
+        message.contains(&format!(
+            "no approver is connected to the broker at {remote} (start one with `toolgate approve --remote {remote}`)"
+        )),
+        "{message}"
+    );
+    assert!(broker.decided("toolu_1"));
 }
