@@ -78,6 +78,7 @@ struct Envelope {
     role: Option<Value>,
     client: Option<Value>,
     join: Option<Value>,
+    token: Option<Value>,
 }
 
 /// Fills an envelope where it lies: it is large (a slot per field of every
@@ -127,6 +128,7 @@ impl<'de> Visitor<'de> for EnvelopeVisitor<'_> {
                 "role" => &mut envelope.role,
                 "client" => &mut envelope.client,
                 "join" => &mut envelope.join,
+                "token" => &mut envelope.token,
                 other => {
                     if unknown.iter().any(|seen| seen == other) {
                         return Err(de::Error::custom(format_args!("duplicate field `{other}`")));
@@ -579,10 +581,13 @@ impl Envelope {
                 "`sessionID` of hello names the subtree an observer watches: only `role` observer takes it".into(),
             ));
         }
+        // A token is a secret: no message repeats it.
+        let token = self.optional_str(&self.token, "token", "hello")?;
         Ok(ClientFrame::Hello(Hello {
             role,
             client,
             session_id,
+            token,
         }))
     }
 
@@ -1072,6 +1077,7 @@ mod tests {
             r#"{"type":"session_end","sessionID":"s"}"#,
             r#"{"type":"cancel","sessionID":"s","callID":"c1"}"#,
             r#"{"type":"hello","role":"approver","client":"tty"}"#,
+            r#"{"type":"hello","role":"approver","token":"tg_x"}"#,
             r#"{"type":"list_grants"}"#,
             r#"{"type":"shutdown","extra":1}"#,
         ] {
@@ -1124,6 +1130,19 @@ mod tests {
     #[test]
     fn decodes_frames_and_explains_failures() {
         let cases: &[(&str, &str)] = &[
+            (
+                r#"{"type":"hello","role":"agent","client":"hook","token":"tg_abc"}"#,
+                r#"ok {"type":"hello","role":"agent","client":"hook","token":"tg_abc"}"#,
+            ),
+            // The token is never repeated in a message.
+            (
+                r#"{"type":"hello","token":12345}"#,
+                "err invalid_frame call=- tool_call=false :: `token` of hello must be a string, not a number",
+            ),
+            (
+                r#"{"type":"hello","token":"tg_a","token":"tg_b"}"#,
+                "err invalid_frame call=- tool_call=false :: the frame is ambiguous: duplicate field `token` at line 1 column 38",
+            ),
             (
                 r#"{"type":"tool_call","callID":"c1","tool":"bash","input":{"command":"ls"}}"#,
                 r#"ok {"type":"tool_call","sessionID":"main","callID":"c1","tool":"bash","input":{"command":"ls"}}"#,

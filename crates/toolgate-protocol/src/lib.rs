@@ -341,6 +341,12 @@ pub struct Hello {
     /// session when absent).
     #[serde(rename = "sessionID", default, skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
+    /// A bearer token (`tg_…`): who the connection is on a remote (TLS)
+    /// listener, where the first frame must be a `hello` that carries one.
+    /// Ignored on stdio and on the Unix socket, whose peers are known by
+    /// their user.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
 }
 
 /// What a connection is, as said by `hello`.

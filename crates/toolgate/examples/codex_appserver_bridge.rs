@@ -2,7 +2,8 @@
 //! that answers the app-server's approval requests through toolgate.
 //!
 //! ```sh
-//! codex_appserver_bridge [--socket PATH | --toolgate BIN [--mode MODE]] -- codex app-server
+//! codex_appserver_bridge [--socket PATH | --remote tls://HOST:PORT --token-file FILE [--ca FILE]
+//!                         | --toolgate BIN [--mode MODE]] -- codex app-server
 //! ```
 //!
 //! Every JSON-RPC line passes through unchanged in both directions, except
@@ -17,7 +18,9 @@
 //!
 //! toolgate's `allow` is answered `{"decision":"accept"}`, anything else
 //! `{"decision":"decline"}`. toolgate is a running broker (`--socket PATH`
-//! or `TOOLGATE_SOCKET`), whose approvers may be asked, or else a
+//! or `TOOLGATE_SOCKET`; a remote one with `--remote`, `--token-file` and
+//! `--ca`, or `TOOLGATE_REMOTE`, `TOOLGATE_TOKEN_FILE` and `TOOLGATE_CA`),
+//! whose approvers may be asked, or else a
 //! `toolgate serve --on-ask deny` child: a question nobody can answer is a
 //! decline. Anything unexpected (toolgate gone, a line that is not JSON) is
 //! a decline too: the bridge fails closed.
@@ -31,8 +34,8 @@ use serde_json::{json, Value};
 
 /// Where decisions come from.
 enum Toolgate {
-    /// A running broker's socket.
-    Socket(std::path::PathBuf),
+    /// A running broker: its socket, or a remote broker.
+    Broker(toolgate::transport::client::Endpoint),
     /// A `toolgate serve` child on pipes.
     Child {
         input: std::process::ChildStdin,
@@ -45,16 +48,22 @@ impl Toolgate {
     fn allows(&mut self, call: &Value) -> Result<bool, String> {
         let call_id = call["callID"].as_str().unwrap_or_default().to_string();
         match self {
-            Toolgate::Socket(path) => {
-                // Only a broker of this user's is obeyed (see toolgate::transport::client::open).
+            Toolgate::Broker(broker) => {
+                // Only a broker of this user's is obeyed, or a remote one
+                // whose certificate is trusted (see toolgate::transport::client::open).
                 let stream = toolgate::transport::client::open(
-                    path,
+                    broker,
                     std::time::Instant::now() + toolgate::transport::client::CONNECT_WAIT,
                 )
                 .map_err(|err| err.to_string())?;
                 let mut writer = stream.try_clone().map_err(|err| err.to_string())?;
                 let mut reader = BufReader::new(stream);
-                let hello = json!({"type":"hello","role":"agent","client":"codex-bridge"});
+                // With a remote broker, the hello carries the token.
+                let hello = toolgate::transport::client::hello(
+                    broker,
+                    toolgate_protocol::Role::Agent,
+                    "codex-bridge",
+                );
                 writeln!(writer, "{hello}\n{call}").map_err(|err| err.to_string())?;
                 read_decision(&mut reader, &call_id, Some(&mut writer), call)
             }
@@ -154,7 +163,7 @@ fn quote(word: &str) -> String {
 fn main() -> std::process::ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(split) = args.iter().position(|arg| arg == "--") else {
-        eprintln!("usage: codex_appserver_bridge [--socket PATH | --toolgate BIN [--mode MODE]] -- CODEX_COMMAND...");
+        eprintln!("usage: codex_appserver_bridge [--socket PATH | --remote tls://HOST:PORT --token-file FILE [--ca FILE] | --toolgate BIN [--mode MODE]] -- CODEX_COMMAND...");
         return std::process::ExitCode::from(2);
     };
     let (own, codex) = (&args[..split], &args[split + 1..]);
@@ -163,9 +172,22 @@ fn main() -> std::process::ExitCode {
             .position(|arg| arg == name)
             .and_then(|i| own.get(i + 1).cloned())
     };
-    let socket = option("--socket").or_else(|| std::env::var("TOOLGATE_SOCKET").ok());
-    let toolgate = match socket {
-        Some(path) => Toolgate::Socket(path.into()),
+    let remote = toolgate::transport::client::RemoteSpec {
+        remote: option("--remote"),
+        token_file: option("--token-file").map(Into::into),
+        ca: option("--ca").map(Into::into),
+        ..Default::default()
+    };
+    let socket = option("--socket").map(std::path::PathBuf::from);
+    let broker = match toolgate::transport::client::chosen(socket.as_deref(), remote) {
+        Ok(broker) => broker,
+        Err(err) => {
+            eprintln!("codex_appserver_bridge: {err}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let toolgate = match broker {
+        Some(broker) => Toolgate::Broker(broker),
         None => {
             let bin = option("--toolgate").unwrap_or_else(|| "toolgate".into());
             let mut command = Command::new(bin);

@@ -3,7 +3,8 @@
 //!
 //! ```sh
 //! opencode_server_bridge --url http://127.0.0.1:4096 [--directory DIR]
-//!     [--socket PATH | --toolgate BIN [--mode MODE]]
+//!     [--socket PATH | --remote tls://HOST:PORT --token-file FILE [--ca FILE]
+//!      | --toolgate BIN [--mode MODE]]
 //! ```
 //!
 //! It reads the server's event stream (`GET /event`, server-sent events)
@@ -29,7 +30,9 @@
 //!   user answered in OpenCode's own interface): the call is withdrawn
 //!   from toolgate and not answered again.
 //!
-//! toolgate is a running broker (`--socket PATH` or `TOOLGATE_SOCKET`,
+//! toolgate is a running broker (`--socket PATH` or `TOOLGATE_SOCKET`; a
+//! remote one with `--remote`, `--token-file` and `--ca`, or
+//! `TOOLGATE_REMOTE`, `TOOLGATE_TOKEN_FILE` and `TOOLGATE_CA`;
 //! whose approvers may be asked; a question that comes back because no
 //! approver is connected is withdrawn and rejected) or a `toolgate serve
 //! --on-ask deny` child. Each question is judged on its own thread, so one
@@ -277,7 +280,7 @@ fn percent(text: &str) -> String {
 /// Where decisions come from.
 #[derive(Clone)]
 enum Toolgate {
-    Socket(std::path::PathBuf),
+    Broker(toolgate::transport::client::Endpoint),
     Child(
         Arc<
             Mutex<(
@@ -297,10 +300,11 @@ impl Toolgate {
     fn judge(&self, call: &Value, withdrawn: &Slot) -> Verdict {
         let call_id = call["callID"].as_str().unwrap_or_default().to_string();
         match self {
-            Toolgate::Socket(path) => {
-                // Only a broker of this user's is obeyed (see toolgate::transport::client::open).
+            Toolgate::Broker(broker) => {
+                // Only a broker of this user's is obeyed, or a remote one
+                // whose certificate is trusted (see toolgate::transport::client::open).
                 let stream = toolgate::transport::client::open(
-                    path,
+                    broker,
                     std::time::Instant::now() + toolgate::transport::client::CONNECT_WAIT,
                 )
                 .map_err(|err| format!("toolgate: {err}"))?;
@@ -308,7 +312,12 @@ impl Toolgate {
                 if let Ok(mut slot) = withdrawn.lock() {
                     *slot = stream.try_clone().ok().map(TcpLike);
                 }
-                let hello = json!({"type":"hello","role":"agent","client":"opencode-bridge"});
+                // With a remote broker, the hello carries the token.
+                let hello = toolgate::transport::client::hello(
+                    broker,
+                    toolgate_protocol::Role::Agent,
+                    "opencode-bridge",
+                );
                 writeln!(writer, "{hello}\n{call}").map_err(|err| err.to_string())?;
                 decision(
                     &mut BufReader::new(stream),
@@ -483,7 +492,7 @@ fn main() -> std::process::ExitCode {
             .and_then(|i| args.get(i + 1).cloned())
     };
     let Some(url) = option("--url") else {
-        eprintln!("usage: opencode_server_bridge --url http://HOST:PORT [--directory DIR] [--socket PATH | --toolgate BIN [--mode MODE]]");
+        eprintln!("usage: opencode_server_bridge --url http://HOST:PORT [--directory DIR] [--socket PATH | --remote tls://HOST:PORT --token-file FILE [--ca FILE] | --toolgate BIN [--mode MODE]]");
         return std::process::ExitCode::from(2);
     };
     let server = match Server::from_url(&url, option("--directory")) {
@@ -493,8 +502,22 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
-    let toolgate = match option("--socket").or_else(|| std::env::var("TOOLGATE_SOCKET").ok()) {
-        Some(path) => Toolgate::Socket(path.into()),
+    let remote = toolgate::transport::client::RemoteSpec {
+        remote: option("--remote"),
+        token_file: option("--token-file").map(Into::into),
+        ca: option("--ca").map(Into::into),
+        ..Default::default()
+    };
+    let socket = option("--socket").map(std::path::PathBuf::from);
+    let broker = match toolgate::transport::client::chosen(socket.as_deref(), remote) {
+        Ok(broker) => broker,
+        Err(err) => {
+            eprintln!("opencode_server_bridge: {err}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let toolgate = match broker {
+        Some(broker) => Toolgate::Broker(broker),
         None => {
             let mut command =
                 Command::new(option("--toolgate").unwrap_or_else(|| "toolgate".into()));

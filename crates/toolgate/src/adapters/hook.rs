@@ -354,12 +354,13 @@ pub fn decide(
     answer(&out, &caller, parsed.call, parsed.never_ask)
 }
 
-/// Decide the call `input` with the broker listening on `socket`, as one of
+/// Decide the call `input` with the broker at `broker` (its socket, or a
+/// remote broker), as one of
 /// its agent connections (client `NAME-hook`): its sessions, grants,
 /// doom-loop counts and approvers decide. A question no approver hears is
 /// withdrawn and answered `ask` (the agent prompts; `deny` where it cannot).
 /// The broker must answer before `wait` runs out (then: `deny`); no broker
-/// there is a `deny` naming the socket, never a fallback to a policy of
+/// there is a `deny` naming where it was looked for, never a fallback to a policy of
 /// this process's own, which could be looser than the broker's.
 #[cfg(unix)]
 pub fn decide_remote(
@@ -367,7 +368,7 @@ pub fn decide_remote(
     input: &Value,
     flag: Option<Mode>,
     binding: &Binding,
-    socket: &std::path::Path,
+    broker: &crate::transport::client::Endpoint,
     wait: std::time::Duration,
 ) -> Answer {
     use crate::transport::client::{Client, ClientError, Outcome};
@@ -409,14 +410,14 @@ pub fn decide_remote(
     };
     // Every step (connecting, writing, reading) ends by the deadline: a
     // broker that stopped answering holds the hook no longer than --wait.
-    let mut client = match Client::connect(socket, toolgate_protocol::Role::Agent, name, deadline)
+    let mut client = match Client::connect(broker, toolgate_protocol::Role::Agent, name, deadline)
     {
         Ok(client) => client,
         Err(ClientError::TimedOut) => {
             return Answer::deny(format!(
                 "toolgate hook: no decision within {} s (--wait): the broker at {} did not take the call (it is stopped or stuck); denied before the agent's own hook timeout",
                 wait.as_secs(),
-                socket.display()
+                broker.label()
             ))
         }
         Err(err) => return Answer::deny(format!("toolgate hook: {err}")),

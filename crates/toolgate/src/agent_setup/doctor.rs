@@ -569,10 +569,10 @@ fn check_gemini_trust(
 /// The broker at `socket` takes a connection and says `ready`.
 #[cfg(unix)]
 fn check_broker(socket: &Path, say: &mut impl FnMut(bool, String, Option<String>)) -> bool {
-    use crate::transport::client::Client;
+    use crate::transport::client::{Client, Endpoint};
     let deadline = Instant::now() + Duration::from_secs(3);
     match Client::connect(
-        socket,
+        &Endpoint::Socket(socket.to_path_buf()),
         toolgate_protocol::Role::Agent,
         "toolgate-doctor",
         deadline,

@@ -17,17 +17,18 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
 use crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use crossterm::style::{Attribute, Color, Print, ResetColor, SetAttribute, SetForegroundColor};
 use crossterm::{cursor, queue, terminal};
-use toolgate_protocol::{ClientFrame, PermissionRequest, ServerFrame};
+use toolgate_protocol::{ClientFrame, PermissionRequest, Role, ServerFrame};
 
 use super::view::{self, Choice, Line, Tone};
 use crate::display::shown;
+use crate::transport::client::Endpoint;
 
 /// How long a notice (a question resolved elsewhere, an error) stays shown.
 const NOTICE_FOR: Duration = Duration::from_secs(6);
@@ -408,19 +409,18 @@ enum FromBroker {
     Closed(String),
 }
 
-/// Run `toolgate approve` on `socket`: 0 after `q`, 1 when the connection
-/// is lost or cannot be made.
-pub fn run(socket: &Path) -> i32 {
+/// Run `toolgate approve` on the broker at `endpoint`: 0 after `q`, 1 when
+/// the connection is lost or cannot be made.
+pub fn run(endpoint: &Endpoint) -> i32 {
+    let label = endpoint.label();
     let stream = match crate::transport::client::open(
-        socket,
+        endpoint,
         Instant::now() + crate::transport::client::CONNECT_WAIT,
     ) {
         Ok(stream) => stream,
         Err(crate::transport::client::ClientError::NoBroker(_, error)) => {
             crate::say!(
-                "toolgate approve: no toolgate broker listens on {} ({error}); start it with `toolgate serve --listen unix:{}`",
-                socket.display(),
-                socket.display()
+                "toolgate approve: no toolgate broker listens on {label} ({error}); start it with `toolgate serve --listen unix:{label}`"
             );
             return 1;
         }
@@ -439,10 +439,16 @@ pub fn run(socket: &Path) -> i32 {
     let (sender, frames) = mpsc::channel();
     std::thread::spawn(move || {
         let reader = BufReader::new(stream);
+        // What the broker said last when it refused something: the reason
+        // a connection it closes was closed (a remote token refused).
+        let mut refusal = None;
         for line in reader.split(b'\n') {
             match line {
                 Ok(line) => match serde_json::from_slice::<ServerFrame>(&line) {
                     Ok(frame) => {
+                        if let ServerFrame::Error(error) = &frame {
+                            refusal = Some(error.message.clone());
+                        }
                         if sender.send(FromBroker::Frame(Box::new(frame))).is_err() {
                             return;
                         }
@@ -455,20 +461,23 @@ pub fn run(socket: &Path) -> i32 {
                 }
             }
         }
-        let _ = sender.send(FromBroker::Closed("the broker closed it".to_string()));
+        let why = match refusal {
+            Some(message) => format!("the broker closed it after saying: {}", shown(&message)),
+            None => "the broker closed it".to_string(),
+        };
+        let _ = sender.send(FromBroker::Closed(why));
     });
-    let hello = br#"{"type":"hello","role":"approver","client":"approve"}"#;
-    if let Err(error) = writer
-        .write_all(hello)
-        .and_then(|()| writer.write_all(b"\n"))
-    {
-        crate::say!(
-            "toolgate approve: the connection to {} was lost: {error}",
-            socket.display()
-        );
+    let hello = crate::transport::client::hello(endpoint, Role::Approver, "approve");
+    let written = serde_json::to_vec(&hello)
+        .map_err(std::io::Error::other)
+        .and_then(|mut line| {
+            line.push(b'\n');
+            writer.write_all(&line)
+        });
+    if let Err(error) = written {
+        crate::say!("toolgate approve: the connection to {label} was lost: {error}");
         return 1;
     }
-    let label = socket.display().to_string();
     let mut terminal = match Terminal::open() {
         Ok(terminal) => terminal,
         Err(error) => {
@@ -481,10 +490,7 @@ pub fn run(socket: &Path) -> i32 {
     match outcome {
         Ok(()) => 0,
         Err(why) => {
-            crate::say!(
-                "toolgate approve: the connection to {} was lost ({why})",
-                socket.display()
-            );
+            crate::say!("toolgate approve: the connection to {label} was lost ({why})");
             1
         }
     }

@@ -210,8 +210,9 @@ pub fn in_process_decider(
 }
 
 /// How `mcp` and the bridges decide: the broker on `--socket` (or
-/// `TOOLGATE_SOCKET`), else one in this process built from the policy
-/// flags; and where the agent's session is bound.
+/// `TOOLGATE_SOCKET`) or at `--remote` (or `TOOLGATE_REMOTE`), else one in
+/// this process built from the policy flags; and where the agent's session
+/// is bound.
 #[derive(Debug, clap::Args)]
 pub struct DeciderArgs {
     /// Ask the broker listening on this Unix socket (`toolgate serve
@@ -219,6 +220,8 @@ pub struct DeciderArgs {
     /// may answer what asks. Also TOOLGATE_SOCKET.
     #[arg(long, value_name = "PATH")]
     socket: Option<PathBuf>,
+    #[command(flatten)]
+    remote: super::flags::RemoteArgs,
     #[command(flatten)]
     bind: super::flags::BindArgs,
     #[command(flatten)]
@@ -231,10 +234,18 @@ pub struct DeciderArgs {
     line: LineArgs,
 }
 
+/// Where a client finds the broker that decides: an endpoint (a socket or
+/// a remote broker), or off Unix a socket's path, which cannot be used.
+#[cfg(unix)]
+pub type BrokerAt = toolgate::transport::client::Endpoint;
+/// See the Unix definition.
+#[cfg(not(unix))]
+pub type BrokerAt = PathBuf;
+
 /// What [`DeciderArgs`] resolve to.
 pub struct Decider {
-    /// The broker's socket, when one decides.
-    pub socket: Option<PathBuf>,
+    /// The broker, when one decides.
+    pub socket: Option<BrokerAt>,
     /// Where the agent's session is bound.
     pub binding: toolgate::adapters::bind::Binding,
     /// The flags an in-process broker is built from.
@@ -243,10 +254,16 @@ pub struct Decider {
 
 impl DeciderArgs {
     /// These flags with `outer`'s (given before the subcommand) where these
-    /// are unset, the socket falling back to `TOOLGATE_SOCKET` (empty: none).
-    /// `Err` says why the binding cannot be used.
+    /// are unset, the broker from the flags or the environment (see
+    /// `toolgate::transport::client::chosen`). `Err` says why the binding
+    /// or the broker named cannot be used.
     pub fn resolve(self, outer: super::flags::ServeArgs) -> Result<Decider, String> {
         let binding = self.bind.resolve()?;
+        #[cfg(unix)]
+        let socket =
+            toolgate::transport::client::chosen(self.socket.as_deref(), self.remote.spec())
+                .map_err(|err| err.to_string())?;
+        #[cfg(not(unix))]
         let socket = self
             .socket
             .or_else(|| std::env::var_os("TOOLGATE_SOCKET").map(PathBuf::from))
@@ -266,25 +283,38 @@ impl DeciderArgs {
     }
 }
 
-/// With `--socket`, the broker listening there decides with its own policy:
-/// the policy flags given (`given`, clap ids), and `more` that a command
-/// read elsewhere, are refused, said on stderr as `toolgate COMMAND: ...`
-/// (exit code 2).
+/// With `--socket` (or `--remote`), the broker there decides with its own
+/// policy: the policy flags given (`given`, clap ids), and `more` that a
+/// command read elsewhere, are refused, said on stderr as `toolgate
+/// COMMAND: ...` (exit code 2).
 pub fn refuse_policy_with_socket(
     command: &str,
     given: &[String],
     more: &[&str],
-    path: &std::path::Path,
+    broker: &BrokerAt,
 ) -> Result<(), ExitCode> {
     let mut named = super::flags::broker_flags(given, &["max_frame_bytes"]);
     named.extend(more.iter().map(|more| more.to_string()));
     if named.is_empty() {
         return Ok(());
     }
+    #[cfg(unix)]
+    let (flag, label) = (broker_flag(broker), broker.label());
+    #[cfg(not(unix))]
+    let (flag, label) = ("--socket", broker.display().to_string());
     say!(
-        "toolgate {command}: {} cannot be used with --socket: the broker listening on {} decides with its own policy (give these flags to `toolgate serve --listen`)",
+        "toolgate {command}: {} cannot be used with {flag}: the broker at {label} decides with its own policy (give these flags to `toolgate serve --listen`)",
         named.join(", "),
-        path.display()
     );
     Err(ExitCode::from(2))
+}
+
+/// The flag that names a broker of this kind: `--socket` or `--remote`.
+#[cfg(unix)]
+pub fn broker_flag(broker: &BrokerAt) -> &'static str {
+    match broker {
+        toolgate::transport::client::Endpoint::Socket(_) => "--socket",
+        #[cfg(feature = "fleet")]
+        toolgate::transport::client::Endpoint::Remote(_) => "--remote",
+    }
 }

@@ -66,7 +66,7 @@ pub fn run(args: ClaudeBridgeArgs, outer: ServeArgs, given: &[String]) -> ExitCo
 #[cfg(unix)]
 fn remote(
     session: String,
-    path: PathBuf,
+    path: super::broker::BrokerAt,
     binding: Binding,
     given: &[String],
     limit: usize,
@@ -84,7 +84,7 @@ fn remote(
 #[cfg(not(unix))]
 fn remote(
     _session: String,
-    _path: PathBuf,
+    _path: super::broker::BrokerAt,
     _binding: Binding,
     _given: &[String],
     _limit: usize,

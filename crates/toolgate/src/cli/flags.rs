@@ -9,9 +9,11 @@
 //! | [`AskArgs`] | `--on-ask --ask-timeout` | serve, mcp, claude-bridge |
 //! | [`KeepArgs`] | `--state-dir --audit` | serve, hook, mcp, claude-bridge |
 //! | [`LineArgs`] | `--max-frame-bytes` | serve, mcp, claude-bridge |
-//! | [`ServeArgs`] | the four above, `--approver --listen` | serve |
+//! | [`ServeArgs`] | the four above, `--approver --listen`, and (feature `fleet`) `TlsArgs` and `StoreArgs` | serve |
 //! | [`BindArgs`] | `--parent --scope --scope-file` | hook, mcp, claude-bridge |
-//! | `StoreArgs` | `--store` | store migrate, tokens (feature `fleet`) |
+//! | [`RemoteArgs`] | `--remote --token-file --ca --client-cert --client-key` | hook, mcp, approve, claude-bridge, link-bridge |
+//! | `TlsArgs` | `--tls-cert --tls-key --tls-client-ca` | serve (feature `fleet`) |
+//! | `StoreArgs` | `--store` | serve, store migrate, tokens (feature `fleet`) |
 //!
 //! A client of a broker (`hook --socket`, `mcp --socket`, `claude-bridge
 //! --socket`) decides nothing
@@ -203,12 +205,103 @@ pub struct ServeArgs {
     #[arg(long, value_name = "tty|command:PROG", value_parser = toolgate::approver::parse_spec)]
     pub approver: Option<toolgate::approver::Spec>,
 
-    /// Serve many connections on a Unix socket instead of stdin/stdout:
+    /// Serve many connections instead of stdin/stdout, on a Unix socket:
     /// `unix:PATH`, or `unix` for the default path ($XDG_RUNTIME_DIR/toolgate/
-    /// broker.sock, else /tmp/toolgate-UID/broker.sock). The socket is made
-    /// 0600 in a directory only you can enter; other users are refused.
-    #[arg(long, value_name = "unix:PATH")]
-    pub listen: Option<String>,
+    /// broker.sock, else /tmp/toolgate-UID/broker.sock); the socket is made
+    /// 0600 in a directory only you can enter, other users are refused. Or
+    /// (feature `fleet`) remote connections over TLS 1.3 with bearer tokens
+    /// on `tls:HOST:PORT` (port 0: one the system chooses, said on stderr),
+    /// with --tls-cert, --tls-key and --store (see docs/fleet.md, "Remote
+    /// connections"). May be given several times: one socket and any
+    /// number of TLS addresses, all serving one broker.
+    #[arg(long, value_name = "unix:PATH|tls:HOST:PORT")]
+    pub listen: Vec<String>,
+
+    #[cfg(feature = "fleet")]
+    #[command(flatten)]
+    pub tls: TlsArgs,
+
+    #[cfg(feature = "fleet")]
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
+/// How a client reaches a remote broker (`serve --listen tls:HOST:PORT`).
+/// Each flag falls back to its environment variable.
+#[derive(Debug, Clone, Default, Args)]
+pub struct RemoteArgs {
+    /// Ask the remote broker at tls://HOST:PORT (`toolgate serve --listen
+    /// tls:HOST:PORT`) instead of a local one, over TLS 1.3 with the token
+    /// in --token-file; HOST must be a name (or address) its certificate
+    /// is for. Also TOOLGATE_REMOTE. With no broker there, every call is
+    /// denied.
+    #[arg(long, value_name = "tls://HOST:PORT", conflicts_with = "socket")]
+    pub remote: Option<String>,
+    /// With --remote: the file holding the token (its first line; `toolgate
+    /// tokens create` prints it). It must be yours and closed to group and
+    /// others (chmod 600), or it is refused. Also TOOLGATE_TOKEN_FILE.
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// With --remote: the CA certificates (PEM) the broker's certificate
+    /// must chain to. Also TOOLGATE_CA. [default: the system's trust store]
+    #[arg(long, value_name = "FILE")]
+    pub ca: Option<PathBuf>,
+    /// With --remote: a client certificate (PEM) to present to a broker
+    /// that requires one (its --tls-client-ca), with --client-key. Also
+    /// TOOLGATE_CLIENT_CERT.
+    #[arg(long, value_name = "FILE")]
+    pub client_cert: Option<PathBuf>,
+    /// With --client-cert: its private key (PEM). Also TOOLGATE_CLIENT_KEY.
+    #[arg(long, value_name = "FILE")]
+    pub client_key: Option<PathBuf>,
+}
+
+impl RemoteArgs {
+    /// What the client library reads (see
+    /// `toolgate::transport::client::chosen`).
+    pub fn spec(self) -> toolgate::transport::client::RemoteSpec {
+        toolgate::transport::client::RemoteSpec {
+            remote: self.remote,
+            token_file: self.token_file,
+            ca: self.ca,
+            client_cert: self.client_cert,
+            client_key: self.client_key,
+        }
+    }
+}
+
+/// The TLS of `serve --listen tls:HOST:PORT` (feature `fleet`).
+#[cfg(feature = "fleet")]
+#[derive(Debug, Clone, Default, Args)]
+pub struct TlsArgs {
+    /// With --listen tls:…: the broker's certificate chain (PEM, its own
+    /// certificate first), for the names clients use to reach it.
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+    /// With --listen tls:…: the certificate's private key (PEM).
+    #[arg(long, value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+    /// With --listen tls:…: require of every remote client a certificate
+    /// this CA (PEM) issued (mutual TLS), besides its token.
+    #[arg(long, value_name = "FILE")]
+    pub tls_client_ca: Option<PathBuf>,
+}
+
+#[cfg(feature = "fleet")]
+impl TlsArgs {
+    /// See [`PolicyArgs::or`].
+    pub fn or(self, outer: TlsArgs) -> TlsArgs {
+        TlsArgs {
+            tls_cert: self.tls_cert.or(outer.tls_cert),
+            tls_key: self.tls_key.or(outer.tls_key),
+            tls_client_ca: self.tls_client_ca.or(outer.tls_client_ca),
+        }
+    }
+
+    /// Whether any of these flags was given.
+    pub fn any(&self) -> bool {
+        self.tls_cert.is_some() || self.tls_key.is_some() || self.tls_client_ca.is_some()
+    }
 }
 
 /// `--on-ask`.
@@ -346,7 +439,17 @@ impl ServeArgs {
             keep: self.keep.or(outer.keep),
             line: self.line.or(outer.line),
             approver: self.approver.or(outer.approver),
-            listen: self.listen.or(outer.listen),
+            listen: if self.listen.is_empty() {
+                outer.listen
+            } else {
+                self.listen
+            },
+            #[cfg(feature = "fleet")]
+            tls: self.tls.or(outer.tls),
+            #[cfg(feature = "fleet")]
+            store: StoreArgs {
+                store: self.store.store.or(outer.store.store),
+            },
         }
     }
 }

@@ -9,7 +9,9 @@ use clap::{Args, ValueEnum};
 use toolgate::say;
 
 use super::broker::{open, BrokerFlags, Opened};
-use super::flags::{broker_flags, AskArgs, BindArgs, KeepArgs, OnAskArg, PolicyArgs, ServeArgs};
+use super::flags::{
+    broker_flags, AskArgs, BindArgs, KeepArgs, OnAskArg, PolicyArgs, RemoteArgs, ServeArgs,
+};
 
 /// The flags of `toolgate hook`.
 #[derive(Debug, Args)]
@@ -25,12 +27,14 @@ pub struct HookArgs {
     /// denied.
     #[arg(long, value_name = "PATH")]
     socket: Option<PathBuf>,
-    /// With --socket: how long to wait for the broker's decision (a
+    /// With --socket or --remote: how long to wait for the broker's decision (a
     /// person may be answering) before denying, in seconds. Keep it
     /// below the agent's own hook timeout, which lets the call through
     /// when it runs out. [default: 50]
     #[arg(long, value_name = "SECS")]
     wait: Option<u64>,
+    #[command(flatten)]
+    remote: RemoteArgs,
     #[command(flatten)]
     bind: BindArgs,
     #[command(flatten)]
@@ -63,6 +67,7 @@ pub fn run(args: HookArgs, outer: ServeArgs, given: &[String]) -> ExitCode {
         target: agent,
         socket,
         wait,
+        remote,
         bind,
         policy,
         keep,
@@ -136,7 +141,12 @@ pub fn run(args: HookArgs, outer: ServeArgs, given: &[String]) -> ExitCode {
         Err(err) => return write(&deny(format!("toolgate hook: {err}"))),
     };
     #[cfg(unix)]
-    if let Some(path) = toolgate::transport::client::chosen_socket(socket.as_deref()) {
+    let broker = match toolgate::transport::client::chosen(socket.as_deref(), remote.spec()) {
+        Ok(broker) => broker,
+        Err(err) => return write(&deny(format!("toolgate hook: {err}"))),
+    };
+    #[cfg(unix)]
+    if let Some(broker) = broker {
         // The broker there has its own policy and state: flags that would
         // set up a policy here would be silently ignored, so they are
         // refused; the mode is passed on (the stricter applies).
@@ -145,7 +155,7 @@ pub fn run(args: HookArgs, outer: ServeArgs, given: &[String]) -> ExitCode {
             return write(&deny(format!(
                 "toolgate hook: {} belong to the broker at {} (give them to `toolgate serve --listen`), not to a hook that asks it",
                 given.join(", "),
-                path.display()
+                broker.label()
             )));
         }
         let flag = match policy.chosen_mode() {
@@ -154,11 +164,11 @@ pub fn run(args: HookArgs, outer: ServeArgs, given: &[String]) -> ExitCode {
         };
         let wait = std::time::Duration::from_secs(wait.unwrap_or(50));
         return write(&hook::decide_remote(
-            agent, &input, flag, &binding, &path, wait,
+            agent, &input, flag, &binding, &broker, wait,
         ));
     }
     #[cfg(not(unix))]
-    let _ = (socket, wait);
+    let _ = (socket, wait, remote);
     // Questions are put to the user by the agent itself: the broker only
     // has to say that one would be asked.
     let flags = BrokerFlags {

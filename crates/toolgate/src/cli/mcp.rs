@@ -1,7 +1,6 @@
 //! `toolgate mcp`: Claude Code's permission-prompt tool as an MCP server on
 //! stdio (see `toolgate::adapters::mcp`), deciding in-process or asking a broker.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
@@ -62,12 +61,13 @@ pub fn run(args: McpArgs, outer: ServeArgs, given: &[String]) -> ExitCode {
     }
 }
 
-/// `toolgate mcp --socket PATH` until end of input: every call is put to the
-/// broker listening there. `Err` for policy flags, which belong to the broker.
+/// `toolgate mcp --socket PATH` (or `--remote tls://HOST:PORT`) until end
+/// of input: every call is put to the broker there. `Err` for policy flags,
+/// which belong to the broker.
 #[cfg(unix)]
 fn remote(
     session: String,
-    path: PathBuf,
+    path: super::broker::BrokerAt,
     binding: toolgate::adapters::bind::Binding,
     given: &[String],
     limit: usize,
@@ -84,7 +84,7 @@ fn remote(
 #[cfg(not(unix))]
 fn remote(
     _session: String,
-    _path: PathBuf,
+    _path: super::broker::BrokerAt,
     _binding: toolgate::adapters::bind::Binding,
     _given: &[String],
     _limit: usize,

@@ -148,6 +148,10 @@ pub enum Command {
         /// $XDG_RUNTIME_DIR/toolgate/broker.sock, else /tmp/toolgate-$UID/broker.sock.
         #[arg(long, value_name = "PATH")]
         socket: Option<PathBuf>,
+        /// A remote broker instead (`--remote tls://HOST:PORT --token-file
+        /// FILE`), with an approver's (or admin's) token.
+        #[command(flatten)]
+        remote: flags::RemoteArgs,
     },
 }
 
@@ -225,17 +229,20 @@ fn long_name(command: &clap::Command, id: &str) -> String {
         .map_or_else(|| id.to_string(), |long| format!("--{long}"))
 }
 
-/// `toolgate approve`: the socket from --socket, else TOOLGATE_SOCKET, else
-/// the default path.
-pub fn approve(socket: Option<PathBuf>) -> ExitCode {
-    let socket = socket
-        .or_else(|| {
-            std::env::var_os("TOOLGATE_SOCKET")
-                .filter(|value| !value.is_empty())
-                .map(PathBuf::from)
-        })
-        .unwrap_or_else(toolgate::transport::socket::default_path);
-    match toolgate::approver::tui::run(&socket) {
+/// `toolgate approve`: the socket from --socket, else the remote broker of
+/// --remote, else TOOLGATE_SOCKET, else TOOLGATE_REMOTE, else the default
+/// socket.
+pub fn approve(socket: Option<PathBuf>, remote: flags::RemoteArgs) -> ExitCode {
+    use toolgate::transport::client::{self, Endpoint};
+    let endpoint = match client::chosen(socket.as_deref(), remote.spec()) {
+        Ok(Some(endpoint)) => endpoint,
+        Ok(None) => Endpoint::Socket(toolgate::transport::socket::default_path()),
+        Err(err) => {
+            toolgate::say!("toolgate approve: {err}");
+            return ExitCode::from(1);
+        }
+    };
+    match toolgate::approver::tui::run(&endpoint) {
         0 => ExitCode::SUCCESS,
         _ => ExitCode::from(1),
     }

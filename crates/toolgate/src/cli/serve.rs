@@ -13,17 +13,25 @@ use super::flags::ServeArgs;
 /// `toolgate serve`.
 pub fn run(args: ServeArgs) -> ExitCode {
     let spec = args.approver.clone();
-    let listen = match args.listen.as_deref().map(listen_path).transpose() {
-        Ok(listen) => listen,
+    let listens = match Listens::parse(&args.listen) {
+        Ok(listens) => listens,
         Err(err) => {
             say!("toolgate: {err}");
             return ExitCode::from(2);
         }
     };
-    if spec.is_some() && listen.is_some() {
+    if spec.is_some() && !listens.is_empty() {
         say!("toolgate: --approver works with stdin/stdout only; with --listen, run `toolgate approve` beside the broker");
         return ExitCode::from(2);
     }
+    #[cfg(feature = "fleet")]
+    let remote = match remote::prepare(&listens, args.tls.clone(), args.store.clone()) {
+        Ok(remote) => remote,
+        Err(err) => {
+            say!("toolgate: {err}");
+            return ExitCode::from(2);
+        }
+    };
     let Opened {
         broker,
         settings,
@@ -61,17 +69,35 @@ pub fn run(args: ServeArgs) -> ExitCode {
         root: policy.project_root.clone(),
     });
     #[cfg(unix)]
-    if let Some(path) = listen {
-        let listener = match toolgate::transport::socket::listen(&path) {
-            Ok(listener) => listener,
-            Err(err) => {
-                say!("toolgate: {err}");
-                return ExitCode::from(2);
-            }
+    if !listens.is_empty() {
+        let listener = match &listens.unix {
+            None => None,
+            Some(path) => match toolgate::transport::socket::listen(path) {
+                Ok(listener) => Some(listener),
+                Err(err) => {
+                    say!("toolgate: {err}");
+                    return ExitCode::from(2);
+                }
+            },
         };
-        say!("toolgate: listening on {}", path.display());
+        #[allow(unused_mut)] // remote listeners only with the feature `fleet`
+        let mut more: Vec<Box<dyn toolgate::transport::socket::Accept>> = Vec::new();
+        #[cfg(feature = "fleet")]
+        if let Some(remote) = remote {
+            match remote.bind(policy.project_root.clone()) {
+                Ok(remote) => more.push(Box::new(remote)),
+                Err(err) => {
+                    say!("toolgate: {err}");
+                    return ExitCode::from(2);
+                }
+            }
+        }
+        if let Some(path) = &listens.unix {
+            say!("toolgate: listening on {}", path.display());
+        }
         return ended(toolgate::transport::socket::run(
             listener,
+            more,
             broker,
             max_frame_bytes,
             reloader,
@@ -110,6 +136,44 @@ fn ended(result: std::io::Result<()>) -> ExitCode {
     ExitCode::from(1)
 }
 
+/// What the `--listen` flags name: at most one socket, any number of TLS
+/// addresses (`HOST:PORT`).
+#[derive(Debug, Default)]
+struct Listens {
+    unix: Option<PathBuf>,
+    #[cfg_attr(not(feature = "fleet"), allow(dead_code))] // read with `fleet`
+    tls: Vec<String>,
+}
+
+impl Listens {
+    fn parse(values: &[String]) -> Result<Listens, String> {
+        let mut listens = Listens::default();
+        for value in values {
+            if let Some(address) = value.strip_prefix("tls:") {
+                if !cfg!(feature = "fleet") {
+                    return Err(format!(
+                        "--listen {value:?}: this toolgate was built without the `fleet` feature, which remote connections need"
+                    ));
+                }
+                listens.tls.push(address.to_string());
+                continue;
+            }
+            let path = listen_path(value)?;
+            if listens.unix.is_some() {
+                return Err(format!(
+                    "--listen {value:?}: one Unix socket per broker (--listen unix: was given twice)"
+                ));
+            }
+            listens.unix = Some(path);
+        }
+        Ok(listens)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.unix.is_none() && self.tls.is_empty()
+    }
+}
+
 /// The socket path `--listen` names: `unix:PATH`, or `unix` for the default.
 fn listen_path(value: &str) -> Result<PathBuf, String> {
     #[cfg(unix)]
@@ -119,7 +183,7 @@ fn listen_path(value: &str) -> Result<PathBuf, String> {
             _ => match value.strip_prefix("unix:") {
                 Some(path) => Ok(PathBuf::from(path)),
                 None => Err(format!(
-                    "--listen {value:?}: expected unix:PATH (or unix for the default path)"
+                    "--listen {value:?}: expected unix:PATH (or unix for the default path), or tls:HOST:PORT"
                 )),
             },
         }
@@ -129,5 +193,88 @@ fn listen_path(value: &str) -> Result<PathBuf, String> {
         Err(format!(
             "--listen {value:?}: Unix sockets need a Unix system"
         ))
+    }
+}
+
+/// The remote listeners of `--listen tls:HOST:PORT` (feature `fleet`).
+#[cfg(feature = "fleet")]
+mod remote {
+    use std::path::PathBuf;
+    use std::sync::Arc;
+
+    use super::Listens;
+    use crate::cli::flags::{StoreArgs, TlsArgs};
+
+    /// The TLS listeners to open, checked before the broker starts.
+    pub struct Prepared {
+        addresses: Vec<String>,
+        tls: Arc<rustls::ServerConfig>,
+        store: String,
+    }
+
+    /// What `--listen tls:…` needs, checked: the certificate and key
+    /// (loaded), and the store's URL. `None` without a TLS address (and then
+    /// no TLS flag may be given).
+    pub fn prepare(
+        listens: &Listens,
+        tls: TlsArgs,
+        store: StoreArgs,
+    ) -> Result<Option<Prepared>, String> {
+        if listens.tls.is_empty() {
+            if tls.any() {
+                return Err(
+                    "--tls-cert, --tls-key and --tls-client-ca are for --listen tls:HOST:PORT, which was not given"
+                        .to_string(),
+                );
+            }
+            return Ok(None);
+        }
+        let (Some(cert), Some(key)) = (&tls.tls_cert, &tls.tls_key) else {
+            return Err(
+                "--listen tls:… needs --tls-cert FILE and --tls-key FILE (the broker's certificate and key, PEM)"
+                    .to_string(),
+            );
+        };
+        let Some(store) = store.url() else {
+            return Err(format!(
+                "--listen tls:… needs the store that holds the tokens: --store URL (or {})",
+                toolgate::fleet::STORE_ENV
+            ));
+        };
+        if let Err(err) = store.parse::<tokio_postgres::Config>() {
+            return Err(format!(
+                "the store URL cannot be used ({err}); expected postgres://USER@HOST:PORT/DATABASE"
+            ));
+        }
+        let config =
+            toolgate::transport::tls::server_config(cert, key, tls.tls_client_ca.as_deref())
+                .map_err(|err| err.to_string())?;
+        Ok(Some(Prepared {
+            addresses: listens.tls.clone(),
+            tls: config,
+            store,
+        }))
+    }
+
+    impl Prepared {
+        /// Bind every address, each said on stderr with the port it got:
+        /// `toolgate: listening on tls:127.0.0.1:40123`.
+        pub fn bind(self, root: PathBuf) -> Result<toolgate::transport::remote::Remote, String> {
+            let mut listeners = Vec::new();
+            for address in &self.addresses {
+                let bound = toolgate::transport::remote::Bound::bind(address)
+                    .map_err(|err| err.to_string())?;
+                listeners.push(bound);
+            }
+            for bound in &listeners {
+                toolgate::say!("toolgate: listening on tls:{}", bound.address());
+            }
+            Ok(toolgate::transport::remote::Remote {
+                listeners,
+                tls: self.tls,
+                store: self.store,
+                root,
+            })
+        }
     }
 }

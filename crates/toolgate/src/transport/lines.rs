@@ -300,7 +300,7 @@ impl<R: tokio::io::AsyncRead + Unpin> AsyncReader<R> {
 }
 
 /// The UTF-8 byte order mark, skipped at the very start of the input only.
-const BOM: &[u8] = b"\xEF\xBB\xBF";
+pub(crate) const BOM: &[u8] = b"\xEF\xBB\xBF";
 
 /// Decode one line (1-based `number`) as the broker reads it. A UTF-8 byte
 /// order mark at the start of the first line is skipped; one anywhere else

@@ -27,17 +27,19 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::BytesMut;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::UnixStream;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio_util::codec::Decoder;
 use tokio_util::sync::CancellationToken;
 use toolgate_protocol::{ErrorCode, ServerFrame};
 
-use crate::broker::{Broker, ConnId};
+use crate::broker::{Broker, ConnId, Decoded};
 use crate::owner::{Backlog, Chunk, Event, Lines, Outbox, Owner, Shared, Sink};
-use crate::transport::lines::{decode, LineCodec};
+use crate::transport::lines::{decode, Line, LineCodec};
 use crate::transport::signals::{self, Reloader};
 
 /// How many frames may wait for a connection that does not read; past it
@@ -219,8 +221,13 @@ pub(crate) fn peer_uid(stream: &std::os::unix::net::UnixStream) -> io::Result<Op
 /// frame stops the broker; then deny what is open, let every connection
 /// have its frames, and remove the socket. `reloader` says how SIGHUP loads
 /// the policy; without it signals are not watched.
+///
+/// `listener` may be absent when `more` listens instead (the remote
+/// listeners of `serve --listen tls:…`, which take connections of their own
+/// kind and hand them to the same owner).
 pub fn run(
-    listener: Listener,
+    listener: Option<Listener>,
+    more: Vec<Box<dyn Accept>>,
     broker: Broker,
     max_frame_bytes: usize,
     reloader: Option<Reloader>,
@@ -230,7 +237,13 @@ pub fn run(
         .thread_name("toolgate-socket")
         .enable_all()
         .build()?;
-    let result = runtime.block_on(serve(&listener, broker, max_frame_bytes, reloader));
+    let result = runtime.block_on(serve(
+        listener.as_ref(),
+        more,
+        broker,
+        max_frame_bytes,
+        reloader,
+    ));
     // A client that never reads its last frames does not hold the exit.
     runtime.shutdown_timeout(Duration::from_millis(100));
     drop(listener);
@@ -249,21 +262,73 @@ const EVENTS: usize = 64;
 /// written what is queued for them.
 const FLUSH_PATIENCE: Duration = Duration::from_secs(5);
 
+/// A listener of another kind than the Unix socket (the TLS listeners of
+/// `serve --listen tls:…`): it accepts its own connections on the socket's
+/// runtime and hands each to the same owner, through [`connection`].
+pub trait Accept: Send {
+    /// Accept connections until `shared.stopped`; then wait for each to
+    /// end. Connection ids come from `ids`, shared with every listener.
+    fn spawn(
+        self: Box<Self>,
+        events: mpsc::Sender<Event>,
+        shared: Shared,
+        ids: Arc<ConnIds>,
+        max_frame_bytes: usize,
+    ) -> tokio::task::JoinHandle<()>;
+}
+
+/// The ids of connections, unique across every listener of one broker.
+#[derive(Debug)]
+pub struct ConnIds(AtomicU64);
+
+impl Default for ConnIds {
+    fn default() -> ConnIds {
+        ConnIds(AtomicU64::new(1))
+    }
+}
+
+impl ConnIds {
+    /// The next connection's id.
+    pub fn next(&self) -> ConnId {
+        self.0.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
 async fn serve(
-    listener: &Listener,
+    listener: Option<&Listener>,
+    more: Vec<Box<dyn Accept>>,
     broker: Broker,
     max_frame_bytes: usize,
     reloader: Option<Reloader>,
 ) -> io::Result<()> {
-    let accepting = listener.listener.try_clone()?;
-    accepting.set_nonblocking(true)?;
-    let accepting = tokio::net::UnixListener::from_std(accepting)?;
     let (events, mut received) = mpsc::channel::<Event>(EVENTS);
     if let Some(reloader) = reloader {
         signals::watch(reloader, events.clone());
     }
     let (mut owner, shared) = Owner::new(broker, Some(QUEUE));
-    let acceptor = tokio::spawn(accept(accepting, events, shared, max_frame_bytes));
+    let ids = Arc::new(ConnIds::default());
+    let mut acceptors = Vec::new();
+    if let Some(listener) = listener {
+        let accepting = listener.listener.try_clone()?;
+        accepting.set_nonblocking(true)?;
+        let accepting = tokio::net::UnixListener::from_std(accepting)?;
+        acceptors.push(tokio::spawn(accept(
+            accepting,
+            events.clone(),
+            shared.clone(),
+            ids.clone(),
+            max_frame_bytes,
+        )));
+    }
+    for more in more {
+        acceptors.push(more.spawn(events.clone(), shared.clone(), ids.clone(), max_frame_bytes));
+    }
+    drop(events);
+    let acceptor = async {
+        for acceptor in acceptors {
+            let _ = acceptor.await;
+        }
+    };
     let signal = owner.run(&mut received, &mut crate::owner::NoLocal).await;
     drop(received);
     // Every connection's outbox is dropped: its writer ends once it wrote
@@ -287,11 +352,11 @@ async fn accept(
     listener: tokio::net::UnixListener,
     events: mpsc::Sender<Event>,
     shared: Shared,
+    ids: Arc<ConnIds>,
     max_frame_bytes: usize,
 ) {
     let mut connections = tokio::task::JoinSet::new();
     let mut backoff = AcceptBackoff::default();
-    let mut next_conn: ConnId = 1;
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
@@ -311,14 +376,14 @@ async fn accept(
             continue;
         }
         while connections.try_join_next().is_some() {}
-        let conn = next_conn;
-        next_conn += 1;
+        let (reading, writing) = stream.into_split();
         connections.spawn(connection(
-            conn,
-            stream,
+            ids.next(),
+            reading,
+            writing,
             events.clone(),
             shared.clone(),
-            max_frame_bytes,
+            Peer::plain(max_frame_bytes),
         ));
     }
     drop(events);
@@ -352,10 +417,10 @@ async fn allowed(stream: &UnixStream) -> bool {
 }
 
 /// The longest pause between two failing `accept`s.
-const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
+pub const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
 
 /// How often a run of failing `accept`s is reported.
-const ACCEPT_REPORT: Duration = Duration::from_secs(10);
+pub const ACCEPT_REPORT: Duration = Duration::from_secs(10);
 
 /// An `accept` that fails for want of descriptors (EMFILE, ENFILE) or
 /// memory fails again at once, the waiting connection still queued, until
@@ -365,7 +430,7 @@ const ACCEPT_REPORT: Duration = Duration::from_secs(10);
 /// and then at most once per [`ACCEPT_REPORT`] (with how many failed
 /// meanwhile), and says when accepting works again.
 #[derive(Default)]
-struct AcceptBackoff {
+pub struct AcceptBackoff {
     /// The pause after the next failure; zero while `accept` works.
     pause: Duration,
     /// Failures not yet reported.
@@ -378,7 +443,7 @@ struct AcceptBackoff {
 
 impl AcceptBackoff {
     /// A failure: how long to pause before the next `accept`.
-    fn failed(&mut self, err: &io::Error) -> Duration {
+    pub fn failed(&mut self, err: &io::Error) -> Duration {
         self.unreported += 1;
         let now = std::time::Instant::now();
         if self
@@ -399,7 +464,8 @@ impl AcceptBackoff {
         self.pause
     }
 
-    fn accepted(&mut self) {
+    /// An `accept` worked (said once after a run of failures).
+    pub fn accepted(&mut self) {
         if self.reported {
             tracing::warn!(
                 failures = self.unreported,
@@ -412,17 +478,134 @@ impl AcceptBackoff {
     }
 }
 
+/// What a connection brings beyond its stream: where its reading stands
+/// (a TLS connection read its `hello` before it was opened), lines to hand
+/// the owner first, what checks each line before the owner sees it, and
+/// what ends it from outside. A Unix socket's connection has none of these
+/// ([`Peer::plain`]).
+pub struct Peer {
+    /// The codec and what it buffered, and the last line's number.
+    pub reading: Reading,
+    /// Handed to the owner right after the connection is opened.
+    pub first: Lines,
+    /// Decodes each line in the owner's stead, refusing what this
+    /// connection may not send (`None`: [`decode`]).
+    pub guard: Option<Box<dyn Guard>>,
+    /// Set to a last line (an `error` frame) when the connection must end
+    /// (its token was revoked): the line is written, the connection closed
+    /// and its open calls denied.
+    pub ended: Option<watch::Receiver<Option<Bytes>>>,
+}
+
+impl Peer {
+    /// A connection with nothing more than its stream.
+    pub fn plain(max_frame_bytes: usize) -> Peer {
+        Peer {
+            reading: Reading::new(max_frame_bytes),
+            first: Vec::new(),
+            guard: None,
+            ended: None,
+        }
+    }
+}
+
+/// Where a connection's reading stands: its codec, the bytes read and not
+/// yet framed, and the number of the last line framed.
+pub struct Reading {
+    codec: LineCodec,
+    buf: BytesMut,
+    number: u64,
+    max_frame_bytes: usize,
+}
+
+impl Reading {
+    /// Nothing read yet.
+    pub fn new(max_frame_bytes: usize) -> Reading {
+        Reading {
+            codec: LineCodec::new(max_frame_bytes),
+            buf: BytesMut::new(),
+            number: 0,
+            max_frame_bytes,
+        }
+    }
+
+    /// The longest line.
+    pub fn max_frame_bytes(&self) -> usize {
+        self.max_frame_bytes
+    }
+
+    /// The next line from `reading` and its number; `None` at the end of
+    /// the input (or when it fails). For a connection's first lines, before
+    /// it is handed to the owner.
+    pub async fn next_line<R: AsyncRead + Unpin>(
+        &mut self,
+        reading: &mut R,
+    ) -> Option<(Line<Bytes>, u64)> {
+        loop {
+            if let Ok(Some(line)) = self.codec.decode(&mut self.buf) {
+                self.number += 1;
+                return Some((line, self.number));
+            }
+            self.buf.reserve(READ_CHUNK);
+            match reading.read_buf(&mut self.buf).await {
+                Ok(0) | Err(_) => {
+                    let line = self.codec.decode_eof(&mut self.buf).ok().flatten()?;
+                    self.number += 1;
+                    return Some((line, self.number));
+                }
+                Ok(_) => {}
+            }
+        }
+    }
+}
+
+/// What reads a connection's lines in the owner's stead: a TLS
+/// connection's token decides what it may send.
+pub trait Guard: Send {
+    /// Line `number`, decoded as [`decode`] would, or refused.
+    fn decode(&mut self, line: Line<&[u8]>, number: u64, max_frame_bytes: usize) -> Decoded;
+}
+
+/// Wait for the last line `ended` is set to; never, when there is none.
+async fn farewell(ended: &mut Option<watch::Receiver<Option<Bytes>>>) -> Bytes {
+    loop {
+        let Some(watching) = ended.as_mut() else {
+            return std::future::pending().await;
+        };
+        if let Some(line) = watching.borrow_and_update().clone() {
+            return line;
+        }
+        if watching.changed().await.is_err() {
+            // Whoever could end it has gone: it never will.
+            *ended = None;
+        }
+    }
+}
+
+/// How long a connection's last line may take to be written.
+const FAREWELL_WRITE: Duration = Duration::from_secs(1);
+
 /// One connection: opened with the owner, read until its peer closes (or
-/// the broker stops, or it stopped reading), closed with the owner (its
-/// open calls denied), and written until its outbox is dropped.
-async fn connection(
+/// the broker stops, or it stopped reading, or it was ended), closed with
+/// the owner (its open calls denied), and written until its outbox is
+/// dropped.
+pub async fn connection<R, W>(
     conn: ConnId,
-    stream: UnixStream,
+    reading: R,
+    writing: W,
     events: mpsc::Sender<Event>,
     shared: Shared,
-    max_frame_bytes: usize,
-) {
-    let (reading, writing) = stream.into_split();
+    peer: Peer,
+) where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let Peer {
+        reading: state,
+        first,
+        guard,
+        ended,
+    } = peer;
     let (outbox, chunks) = Outbox::new();
     let backlog = outbox.backlog.clone();
     let close = outbox.close.clone();
@@ -438,17 +621,14 @@ async fn connection(
         chunks,
         backlog.clone(),
         close.clone(),
+        ended.clone(),
     ));
-    read_connection(
-        conn,
-        reading,
-        &events,
-        &shared,
-        &backlog,
-        &close,
-        max_frame_bytes,
-    )
-    .await;
+    if first.is_empty() || send_lines(&events, conn, first).await {
+        read_connection(
+            conn, reading, &events, &shared, &backlog, &close, state, guard, ended,
+        )
+        .await;
+    }
     if !shared.stopped.is_cancelled() {
         let _ = events.send(Event::Closed { conn }).await;
     }
@@ -459,18 +639,25 @@ async fn connection(
 /// Write what the owner queued for a connection: every chunk waiting at
 /// once (one system call for a flood, one per frame when calls come one at
 /// a time). After a failed write the rest is dropped; a connection told to
-/// close stops at once.
-async fn write_connection(
-    mut writing: tokio::net::unix::OwnedWriteHalf,
+/// close stops at once; one that was ended writes its last line and stops.
+async fn write_connection<W: AsyncWrite + Unpin>(
+    mut writing: W,
     mut chunks: mpsc::UnboundedReceiver<Chunk>,
     backlog: Arc<Backlog>,
     close: CancellationToken,
+    mut ended: Option<watch::Receiver<Option<Bytes>>>,
 ) {
     let mut broken = false;
     loop {
         let next = tokio::select! {
             next = chunks.recv() => next,
             () = close.cancelled() => break,
+            last = farewell(&mut ended) => {
+                if !broken {
+                    let _ = tokio::time::timeout(FAREWELL_WRITE, writing.write_all(&last)).await;
+                }
+                break;
+            }
         };
         let Some(first) = next else {
             break;
@@ -485,30 +672,37 @@ async fn write_connection(
         }
         backlog.written(count);
     }
-    let _ = writing.shutdown().await;
+    let _ = tokio::time::timeout(FAREWELL_WRITE, writing.shutdown()).await;
 }
 
 /// Read lines until the peer closes, the broker stops or the connection
 /// must close. The complete lines already read (at most [`BATCH`]) are
 /// framed, decoded and prepared here, then handed to the owner as one event.
-async fn read_connection(
+#[allow(clippy::too_many_arguments)] // one connection's parts, each its own
+async fn read_connection<R: AsyncRead + Unpin>(
     conn: ConnId,
-    mut reading: tokio::net::unix::OwnedReadHalf,
+    mut reading: R,
     events: &mpsc::Sender<Event>,
     shared: &Shared,
     backlog: &Backlog,
     close: &CancellationToken,
-    max_frame_bytes: usize,
+    state: Reading,
+    mut guard: Option<Box<dyn Guard>>,
+    mut ended: Option<watch::Receiver<Option<Bytes>>>,
 ) {
-    let mut codec = LineCodec::new(max_frame_bytes);
-    let mut buf = BytesMut::new();
-    let mut number = 0u64;
+    let Reading {
+        mut codec,
+        mut buf,
+        mut number,
+        max_frame_bytes,
+    } = state;
     loop {
         if backlog.frames() >= HIGH_WATER {
             let read_on = tokio::select! {
                 read_on = backlog.below(HIGH_WATER, Some(STALL)) => read_on,
                 () = close.cancelled() => return,
                 () = shared.stopped.cancelled() => return,
+                _ = farewell(&mut ended) => return,
             };
             if !read_on {
                 tracing::warn!(
@@ -525,8 +719,9 @@ async fn read_connection(
             read = reading.read_buf(&mut buf) => read,
             () = close.cancelled() => return,
             () = shared.stopped.cancelled() => return,
+            _ = farewell(&mut ended) => return,
         };
-        let ended = match read {
+        let ended_input = match read {
             Ok(count) => count == 0,
             Err(err) => {
                 tracing::debug!(%err, conn, "reading a connection failed; closing it");
@@ -540,7 +735,7 @@ async fn read_connection(
         let policy = shared.policy.borrow().clone();
         let mut lines: Lines = Vec::new();
         loop {
-            let line = match ended {
+            let line = match ended_input {
                 true => codec.decode_eof(&mut buf),
                 false => codec.decode(&mut buf),
             };
@@ -548,7 +743,10 @@ async fn read_connection(
                 break;
             };
             number += 1;
-            let mut decoded = decode(line.as_slice(), number, max_frame_bytes);
+            let mut decoded = match guard.as_mut() {
+                Some(guard) => guard.decode(line.as_slice(), number, max_frame_bytes),
+                None => decode(line.as_slice(), number, max_frame_bytes),
+            };
             decoded.prepare(&policy);
             lines.push((number, decoded));
             if lines.len() == BATCH {
@@ -561,7 +759,7 @@ async fn read_connection(
         if !lines.is_empty() && !send_lines(events, conn, lines).await {
             return;
         }
-        if ended {
+        if ended_input {
             return;
         }
     }

@@ -159,6 +159,7 @@ where
             role: toolgate_protocol::Role::Approver,
             client: Some(name.to_string()),
             session_id: None,
+            token: None,
         };
         owner.step(Input::Frame {
             conn: APPROVER,

@@ -1,9 +1,9 @@
 //! Deciding with the broker listening on a Unix socket (`toolgate serve
-//! --listen unix:PATH`): each call is a future on the server's runtime, on
-//! a connection of its own, so a call a person takes long over, or a broker
-//! that is stopped, holds nothing but that future.
+//! --listen unix:PATH`) or a remote one (`--listen tls:HOST:PORT`): each
+//! call is a future on the server's runtime, on a connection of its own, so
+//! a call a person takes long over, or a broker that is stopped, holds
+//! nothing but that future.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -12,15 +12,15 @@ use toolgate_protocol::{Role, Source};
 
 use super::decide::{Approval, Decide, Started, Verdict};
 use crate::adapters::bind::Binding;
-use crate::transport::client::{self, ClientError, Connection, Outcome, CONNECT_WAIT};
+use crate::transport::client::{self, ClientError, Connection, Endpoint, Outcome, CONNECT_WAIT};
 
-/// Decides with the broker listening on a Unix socket, as a client of it
+/// Decides with the broker at an [`Endpoint`], as a client of it
 /// (role `agent`, client `mcp`): the broker's policy, sessions and grants
 /// apply, and its approvers answer what asks. Fail closed: no broker there,
 /// a connection that breaks or an error from the broker is a denial; a
 /// question no approver can see is withdrawn and [`Verdict::Ask`].
 pub struct Remote {
-    path: PathBuf,
+    endpoint: Endpoint,
     session: String,
     binding: Binding,
     calls: u64,
@@ -28,11 +28,11 @@ pub struct Remote {
 }
 
 impl Remote {
-    /// Ask the broker at `path`, in `session` (whose mode is the broker's),
-    /// bound as `binding` says before each call.
-    pub fn new(path: PathBuf, session: String, binding: Binding) -> Remote {
+    /// Ask the broker at `endpoint`, in `session` (whose mode is the
+    /// broker's), bound as `binding` says before each call.
+    pub fn new(endpoint: Endpoint, session: String, binding: Binding) -> Remote {
         Remote {
-            path,
+            endpoint,
             session,
             binding,
             calls: 0,
@@ -85,7 +85,7 @@ impl Decide for Remote {
         let asking = Asking {
             client: self.client,
             frames,
-            path: self.path.clone(),
+            endpoint: self.endpoint.clone(),
             session,
             call,
         };
@@ -129,7 +129,7 @@ const WITHDRAWN: &str = "toolgate: the call was withdrawn before the broker deci
 /// One call put to the broker.
 struct Asking {
     client: &'static str,
-    path: PathBuf,
+    endpoint: Endpoint,
     session: String,
     call: String,
     /// The binding's `session_start`, if any, and the `tool_call`.
@@ -174,7 +174,7 @@ impl Asking {
                 }
             }
         };
-        let shown = self.path.display();
+        let shown = self.endpoint.label();
         match decided {
             Ok(Outcome::Decided(decision)) if decision.source == Source::Cancel => {
                 Ok(Verdict::Deny(WITHDRAWN.to_string()))
@@ -195,8 +195,13 @@ impl Asking {
                     .outgoing
                     .withdraw(&self.session, &self.call)
                     .await;
+                let flag = match &self.endpoint {
+                    Endpoint::Socket(_) => "--socket",
+                    #[cfg(feature = "fleet")]
+                    Endpoint::Remote(_) => "--remote",
+                };
                 Ok(Verdict::Ask(format!(
-                    "toolgate: {why}; no approver is connected to the broker at {shown} (start one with `toolgate approve --socket {shown}`)"
+                    "toolgate: {why}; no approver is connected to the broker at {shown} (start one with `toolgate approve {flag} {shown}`)"
                 )))
             }
             Err(ClientError::Protocol(message)) => {
@@ -212,8 +217,8 @@ impl Asking {
     /// Connect, be greeted and send the call, within [`CONNECT_WAIT`].
     async fn take(&self) -> Result<Connection, String> {
         let deadline = Instant::now() + CONNECT_WAIT;
-        let shown = self.path.display();
-        let mut connection = Connection::open(&self.path, Role::Agent, self.client, deadline)
+        let shown = self.endpoint.label();
+        let mut connection = Connection::open(&self.endpoint, Role::Agent, self.client, deadline)
             .await
             .map_err(|err| refused(&shown, err))?;
         let sending = async {

@@ -3,15 +3,14 @@
 
 use std::io::{self, BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
-use std::path::Path;
 use std::time::Instant;
 
 use serde_json::Value;
 use toolgate_protocol::{Decision, Role, ServerFrame};
 
 use super::{
-    greeted, hello, left, of_call, open, readied, timed_out, withdrawal, ClientError, Outcome,
-    WITHDRAW_WRITE,
+    greeted, hello, left, of_call, open, readied, timed_out, withdrawal, ClientError, Endpoint,
+    Outcome, WITHDRAW_WRITE,
 };
 
 /// One connection to a broker.
@@ -24,21 +23,22 @@ pub struct Client {
 }
 
 impl Client {
-    /// Connect to `path` as `role`, naming the client `name`, by
-    /// `deadline` (see [`open`]).
+    /// Connect to the broker at `endpoint` as `role`, naming the client
+    /// `name`, by `deadline` (see [`open`]).
     pub fn connect(
-        path: &Path,
+        endpoint: &Endpoint,
         role: Role,
         name: &str,
         deadline: Instant,
     ) -> Result<Client, ClientError> {
-        Client::handshake(open(path, deadline)?, role, name, deadline)
+        Client::handshake(open(endpoint, deadline)?, endpoint, role, name, deadline)
     }
 
-    /// Greet the broker at the other end of `stream` (from [`open`]) as
-    /// `role`, naming the client `name`, by `deadline`.
+    /// Greet the broker at `endpoint`, at the other end of `stream` (from
+    /// [`open`]), as `role`, naming the client `name`, by `deadline`.
     pub fn handshake(
         stream: UnixStream,
+        endpoint: &Endpoint,
         role: Role,
         name: &str,
         deadline: Instant,
@@ -50,8 +50,13 @@ impl Client {
             ready: Value::Null,
         };
         client.bound_writes(Some(deadline))?;
-        greeted(&client.recv_value(Some(deadline))?)?;
-        client.send(&hello(role, name))?;
+        if endpoint.greets() {
+            greeted(&client.recv_value(Some(deadline))?)?;
+            client.send(&hello(endpoint, role, name))?;
+        } else {
+            client.send(&hello(endpoint, role, name))?;
+            greeted(&client.recv_value(Some(deadline))?)?;
+        }
         client.ready = readied(client.recv_value(Some(deadline))?)?;
         Ok(client)
     }

@@ -25,8 +25,18 @@
 //! greeting, a call's outcome, the trust checks): [`Client`], blocking, for
 //! short-lived processes (`hook`, `approve`), and [`Connection`], on tokio,
 //! for a process that waits on many calls at once (`mcp`).
+//!
+//! A broker is reached at an [`Endpoint`]: its Unix socket, or (feature
+//! `fleet`) a remote broker over TLS with a bearer token (`--remote
+//! tls://HOST:PORT --token-file FILE`, see [`remote`]). Both give a client
+//! a Unix stream to speak on, so everything after connecting is the same,
+//! but for who speaks first: a socket's broker greets (`ready`) before the
+//! client's `hello`; a remote broker says nothing until a `hello` with a
+//! token was accepted, then greets and answers it, as the socket's does.
 
 mod blocking;
+#[cfg(feature = "fleet")]
+pub mod remote;
 mod tasks;
 
 pub use blocking::Client;
@@ -40,6 +50,94 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use toolgate_protocol::{Decision, PermissionRequest, Role, ServerFrame};
+
+/// Where a broker is.
+#[derive(Debug, Clone)]
+pub enum Endpoint {
+    /// A broker's Unix socket (`serve --listen unix:PATH`).
+    Socket(PathBuf),
+    /// A remote broker (`serve --listen tls:HOST:PORT`).
+    #[cfg(feature = "fleet")]
+    Remote(std::sync::Arc<remote::Remote>),
+}
+
+impl Endpoint {
+    /// The broker as messages name it: the socket's path, or
+    /// `tls://HOST:PORT`.
+    pub fn label(&self) -> String {
+        match self {
+            Endpoint::Socket(path) => path.display().to_string(),
+            #[cfg(feature = "fleet")]
+            Endpoint::Remote(remote) => format!("tls://{}", remote.address()),
+        }
+    }
+
+    /// Whether the broker says `ready` before the client's `hello` (a
+    /// socket's does; a remote broker greets only once the `hello` with
+    /// its token is accepted, then answers it with a second `ready`).
+    pub fn greets(&self) -> bool {
+        matches!(self, Endpoint::Socket(_))
+    }
+}
+
+/// What the command line says of a remote broker: `--remote`,
+/// `--token-file`, `--ca`, `--client-cert`, `--client-key` (each unset one
+/// read from `TOOLGATE_REMOTE`, `TOOLGATE_TOKEN_FILE`, `TOOLGATE_CA`,
+/// `TOOLGATE_CLIENT_CERT`, `TOOLGATE_CLIENT_KEY`).
+#[derive(Debug, Clone, Default)]
+pub struct RemoteSpec {
+    /// `tls://HOST:PORT`.
+    pub remote: Option<String>,
+    /// The file holding the token.
+    pub token_file: Option<PathBuf>,
+    /// The CA certificates (PEM) the broker's certificate must chain to.
+    pub ca: Option<PathBuf>,
+    /// A client certificate (PEM), for a broker that requires one.
+    pub client_cert: Option<PathBuf>,
+    /// Its key (PEM).
+    pub client_key: Option<PathBuf>,
+}
+
+/// The variable that names a remote broker when `--remote` is not given.
+pub const REMOTE_ENV: &str = "TOOLGATE_REMOTE";
+
+/// Which broker a client asks: `socket` (`--socket`), else the remote
+/// broker `remote` names (`--remote`), else `TOOLGATE_SOCKET`, else
+/// `TOOLGATE_REMOTE` (both variables set is an error: which one was
+/// meant?). `None` means "decide in-process". A remote broker named but
+/// unusable (a token file others can read, a CA file missing, …) is an
+/// error the caller turns into a denial.
+pub fn chosen(socket: Option<&Path>, remote: RemoteSpec) -> Result<Option<Endpoint>, ClientError> {
+    if let Some(path) = socket {
+        return Ok(Some(Endpoint::Socket(path.to_path_buf())));
+    }
+    let env = |name: &str| std::env::var_os(name).filter(|value| !value.is_empty());
+    if remote.remote.is_none() {
+        match (env("TOOLGATE_SOCKET"), env(REMOTE_ENV)) {
+            (Some(_), Some(_)) => return Err(ClientError::Ambiguous),
+            (Some(path), None) => return Ok(Some(Endpoint::Socket(PathBuf::from(path)))),
+            (None, None) => return Ok(None),
+            (None, Some(_)) => {}
+        }
+    }
+    remote_endpoint(remote)
+}
+
+#[cfg(feature = "fleet")]
+fn remote_endpoint(spec: RemoteSpec) -> Result<Option<Endpoint>, ClientError> {
+    match remote::Remote::from_spec(spec) {
+        Ok(remote) => Ok(remote.map(|remote| Endpoint::Remote(std::sync::Arc::new(remote)))),
+        Err(err) => Err(ClientError::BadRemote(err.to_string())),
+    }
+}
+
+#[cfg(not(feature = "fleet"))]
+fn remote_endpoint(_: RemoteSpec) -> Result<Option<Endpoint>, ClientError> {
+    Err(ClientError::BadRemote(
+        "this toolgate was built without the `fleet` feature: it cannot reach a remote broker"
+            .to_string(),
+    ))
+}
 
 /// The socket a client should use: `flag`, else `TOOLGATE_SOCKET`; `None`
 /// means "decide in-process".
@@ -56,6 +154,15 @@ pub fn chosen_socket(flag: Option<&Path>) -> Option<PathBuf> {
 pub enum ClientError {
     /// Nothing listens on the socket.
     NoBroker(PathBuf, io::Error),
+    /// No remote broker answers at the address (`tls://HOST:PORT`).
+    NoRemote(String, io::Error),
+    /// The TLS handshake with the remote broker (`tls://HOST:PORT`) failed:
+    /// a certificate not to be trusted, a name it is not for.
+    Handshake(String, io::Error),
+    /// The remote broker cannot be used as named (why).
+    BadRemote(String),
+    /// Both `TOOLGATE_SOCKET` and `TOOLGATE_REMOTE` name a broker.
+    Ambiguous,
     /// The broker refused the connection (another user).
     Refused(String),
     /// The socket may not be trusted (see [`open`]): its path, and why.
@@ -78,6 +185,18 @@ impl std::fmt::Display for ClientError {
                 "no toolgate broker listens on {} ({err}); start one with `toolgate serve --listen unix:{}`",
                 path.display(),
                 path.display()
+            ),
+            ClientError::NoRemote(address, err) => write!(
+                f,
+                "no toolgate broker answers at {address} ({err})"
+            ),
+            ClientError::Handshake(address, err) => write!(
+                f,
+                "will not trust the broker at {address}: the TLS handshake failed ({err})"
+            ),
+            ClientError::BadRemote(why) => f.write_str(why),
+            ClientError::Ambiguous => f.write_str(
+                "both TOOLGATE_SOCKET and TOOLGATE_REMOTE are set: unset one, or give --socket or --remote",
             ),
             ClientError::Refused(why) => write!(f, "the broker refused the connection: {why}"),
             ClientError::Untrusted(path, why) => write!(
@@ -118,12 +237,25 @@ fn timed_out(err: &io::Error) -> bool {
     )
 }
 
+/// Connect to the broker at `endpoint` by `deadline`: [`open_socket`] for
+/// a socket; for a remote broker, the local end of a bridge to its TLS
+/// session (see [`remote`]). Nothing is sent; the stream has no timeouts
+/// of its own. Say [`hello`] next: after the broker's `ready` when
+/// [`Endpoint::greets`], else at once (the greeting follows it).
+pub fn open(endpoint: &Endpoint, deadline: Instant) -> Result<UnixStream, ClientError> {
+    match endpoint {
+        Endpoint::Socket(path) => open_socket(path, deadline),
+        #[cfg(feature = "fleet")]
+        Endpoint::Remote(remote) => remote::open(remote, deadline),
+    }
+}
+
 /// Connect to the broker at `path` by `deadline`, if it is one this user
 /// can trust: the socket's directory (symbolic links resolved) belongs to
 /// the user and nobody else can enter it, the socket belongs to the user,
 /// and the process listening on it runs as the user. Nothing is sent; the
 /// stream has no timeouts of its own.
-pub fn open(path: &Path, deadline: Instant) -> Result<UnixStream, ClientError> {
+pub fn open_socket(path: &Path, deadline: Instant) -> Result<UnixStream, ClientError> {
     let real = trusted(path)?;
     let stream = connect_by(&real, deadline).map_err(|err| {
         if timed_out(&err) {
@@ -232,15 +364,26 @@ fn greeted(first: &Value) -> Result<(), ClientError> {
     }
 }
 
-/// The `hello` a client says as `role`, naming itself `name`.
-fn hello(role: Role, name: &str) -> Value {
-    serde_json::json!({"type": "hello", "role": role.as_str(), "client": name})
+/// The `hello` a client says to the broker at `endpoint` as `role`, naming
+/// itself `name`: with the token, for a remote broker.
+pub fn hello(endpoint: &Endpoint, role: Role, name: &str) -> Value {
+    #[allow(unused_mut)] // a token only with the feature `fleet`
+    let mut hello = serde_json::json!({"type": "hello", "role": role.as_str(), "client": name});
+    #[cfg(feature = "fleet")]
+    if let (Endpoint::Remote(remote), Value::Object(fields)) = (endpoint, &mut hello) {
+        fields.insert("token".into(), Value::String(remote.token().to_string()));
+    }
+    #[cfg(not(feature = "fleet"))]
+    let _ = endpoint;
+    hello
 }
 
-/// The broker's answer to `hello`: its `ready`.
+/// The broker's answer to `hello`: its `ready` (an `error` refuses us: a
+/// remote broker that will not take the token says why).
 fn readied(ready: Value) -> Result<Value, ClientError> {
     match ready.get("type").and_then(Value::as_str) {
         Some("ready") => Ok(ready),
+        Some("error") => greeted(&ready).map(|()| ready),
         _ => Err(ClientError::Protocol(ready.to_string())),
     }
 }

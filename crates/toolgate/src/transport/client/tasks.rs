@@ -20,7 +20,8 @@ use tokio::net::UnixStream;
 use toolgate_protocol::{Role, ServerFrame};
 
 use super::{
-    greeted, hello, of_call, peer_trusted, readied, trusted, withdrawal, ClientError, Outcome,
+    greeted, hello, of_call, peer_trusted, readied, trusted, withdrawal, ClientError, Endpoint,
+    Outcome,
 };
 use crate::transport::lines::{AsyncReader, Line};
 
@@ -45,15 +46,19 @@ pub struct Incoming(AsyncReader<OwnedReadHalf>);
 pub struct Outgoing(OwnedWriteHalf);
 
 impl Connection {
-    /// Connect to `path` (see [`super::open`]) as `role`, naming the client
-    /// `name`, and be greeted, all by `deadline`.
+    /// Connect to the broker at `endpoint` (see [`super::open`]) as
+    /// `role`, naming the client `name`, and be greeted, all by `deadline`.
     pub async fn open(
-        path: &Path,
+        endpoint: &Endpoint,
         role: Role,
         name: &str,
         deadline: Instant,
     ) -> Result<Connection, ClientError> {
-        let stream = connect(path, deadline).await?;
+        let stream = match endpoint {
+            Endpoint::Socket(path) => connect(path, deadline).await?,
+            #[cfg(feature = "fleet")]
+            Endpoint::Remote(remote) => super::remote::connect(remote, deadline).await?,
+        };
         let (reading, writing) = stream.into_split();
         let mut connection = Connection {
             incoming: Incoming(AsyncReader::new(reading, MAX_LINE)),
@@ -61,8 +66,19 @@ impl Connection {
             ready: Value::Null,
         };
         let greeting = async {
-            greeted(&connection.incoming.recv_value().await?)?;
-            connection.outgoing.send(&hello(role, name)).await?;
+            if endpoint.greets() {
+                greeted(&connection.incoming.recv_value().await?)?;
+                connection
+                    .outgoing
+                    .send(&hello(endpoint, role, name))
+                    .await?;
+            } else {
+                connection
+                    .outgoing
+                    .send(&hello(endpoint, role, name))
+                    .await?;
+                greeted(&connection.incoming.recv_value().await?)?;
+            }
             readied(connection.incoming.recv_value().await?)
         };
         connection.ready = within(deadline, greeting).await?;

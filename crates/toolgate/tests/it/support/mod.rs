@@ -6,6 +6,8 @@ pub mod oracle;
 #[cfg(feature = "fleet")]
 pub mod pg;
 pub mod sweep;
+#[cfg(unix)]
+pub mod tmux;
 
 use std::io::{BufRead, BufReader, Write};
 use std::panic::Location;
@@ -410,6 +412,11 @@ pub fn toolgate_process(
         "TOOLGATE_SCOPE_FILE",
         "TOOLGATE_MANAGED",
         "TOOLGATE_STORE",
+        "TOOLGATE_REMOTE",
+        "TOOLGATE_TOKEN_FILE",
+        "TOOLGATE_CA",
+        "TOOLGATE_CLIENT_CERT",
+        "TOOLGATE_CLIENT_KEY",
     ] {
         command.env_remove(name);
     }
