@@ -1044,10 +1044,7 @@ mod tests {
             let nobody = 65534;
             std::os::unix::fs::lchown(&file, Some(nobody), None).unwrap();
             assert_eq!(std::fs::metadata(&file).unwrap().uid(), nobody);
-            assert_eq!(
-                said(&file),
-                refused("it is owned by uid 65534, not root")
-            );
+            assert_eq!(said(&file), refused("it is owned by uid 65534, not root"));
             std::os::unix::fs::lchown(&file, Some(0), None).unwrap();
             std::os::unix::fs::lchown(&etc, Some(nobody), None).unwrap();
             assert_eq!(

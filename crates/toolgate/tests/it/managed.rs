@@ -3,7 +3,9 @@
 //! `TOOLGATE_PERMISSION`, a grant kept in the state directory and the
 //! answers to questions (an `always` given before, a `once` given after the
 //! policy was reloaded); a managed ask cannot be granted away; the managed
-//! mode is a floor for `--mode` and `set_mode`; a managed policy that cannot
+//! mode is a floor for `--mode` and `set_mode`, and a reload that moves it
+//! tells each session it moves (on stdio and on a socket, where only the
+//! session's own connections and observers hear it); a managed policy that cannot
 //! be used stops every command that builds a policy (exit 2, or a hook's
 //! denial); `ready.policySources`, `check`, the audit log, `policy
 //! validate`, `hook`, `mcp` and `replay` name it. The system's
@@ -356,6 +358,174 @@ fn the_managed_mode_is_a_floor_for_the_flag_and_set_mode() {
     assert_eq!(stricter["mode"], "plan");
     assert!(stricter.get("reason").is_none(), "{stricter}");
     broker.finish();
+}
+
+/// A reload that moves the managed floor is news for each session it moves,
+/// up (`auto` held to `ask`: a call `auto` allowed now asks) and back down
+/// (the pending call `auto` allows is then decided), with a `reason` naming
+/// the managed policy; a session stricter than the floor hears nothing. A
+/// managed policy that cannot be read on reload changes nothing: the floor
+/// in force stays.
+#[test]
+fn a_reload_that_moves_the_floor_tells_each_session_it_moves() {
+    let root = support::project_dir("moved-root");
+    let dir = support::project_dir("moved-files");
+    let managed = write(&dir, "m.json", &json!({}));
+    let origin = format!("managed:{}", managed.display());
+    let managed_arg = managed.to_string_lossy().into_owned();
+    let mut broker = serve(&root, &["--managed", &managed_arg], &[]);
+    let changes = |lines: &[String]| -> Vec<Value> {
+        lines
+            .iter()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .filter(|frame| frame["type"] == "mode_changed")
+            .collect()
+    };
+    let started = |broker: &Broker, id: &str| {
+        frame(broker, "session_started", |frame| {
+            frame["type"] == "session_started" && frame["sessionID"] == id
+        })
+    };
+    broker.send(r#"{"type":"session_start","sessionID":"s","mode":"auto"}"#);
+    assert_eq!(started(&broker, "s")["mode"], "auto");
+    broker.send(r#"{"type":"session_start","sessionID":"p","mode":"plan"}"#);
+    assert_eq!(started(&broker, "p")["mode"], "plan");
+    let edit = json!({"file_path": "a.rs", "old_string": "a", "new_string": "b"});
+    broker.send(&call("c1", "Edit", edit.clone()));
+    assert_eq!(said(&decision(&broker, "c1")), "allow mode -");
+
+    // Up: `s` is held to `ask`; `p`, in plan, stays.
+    write(&dir, "m.json", &json!({"mode": "ask"}));
+    broker.signal("HUP");
+    broker.wait_for("the first mode_changed", |lines| changes(lines).len() == 1);
+    let up = &changes(&broker.lines())[0];
+    assert_eq!(up["sessionID"], "s");
+    assert_eq!(up["mode"], "ask");
+    assert_eq!(up["previous"], "auto");
+    assert_eq!(
+        up["reason"],
+        format!("the managed policy ({origin}) keeps every session at ask mode or stricter, so auto acts as ask")
+    );
+    assert!(
+        up["reminder"]
+            .as_str()
+            .unwrap()
+            .contains("Ask mode is active"),
+        "{up}"
+    );
+    broker.send(&call("c2", "Edit", edit.clone()));
+    let asked = request(&broker, "c2");
+
+    // Down: back in `auto`, which allows the pending call.
+    write(&dir, "m.json", &json!({}));
+    broker.signal("HUP");
+    let c2 = decision(&broker, "c2");
+    assert_eq!(said(&c2), "allow mode -");
+    let down = &changes(&broker.lines())[1];
+    assert_eq!(down["sessionID"], "s");
+    assert_eq!(down["mode"], "auto");
+    assert_eq!(down["previous"], "ask");
+    assert_eq!(
+        down["reason"],
+        format!("the managed policy ({origin}) no longer keeps sessions at ask mode or stricter, so the session is back in auto mode")
+    );
+    // The news before what follows from it.
+    let lines = broker.lines();
+    let at = |pick: &dyn Fn(&Value) -> bool| {
+        lines
+            .iter()
+            .position(|line| pick(&serde_json::from_str::<Value>(line).unwrap()))
+            .unwrap()
+    };
+    let news = at(&|frame| frame["type"] == "mode_changed" && frame["mode"] == "auto");
+    let resolved = at(&|frame| {
+        frame["type"] == "permission_resolved" && frame["permissionID"] == asked["permissionID"]
+    });
+    let decided = at(&|frame| frame["type"] == "decision" && frame["callID"] == "c2");
+    assert!(news < resolved && resolved < decided, "{lines:#?}");
+
+    // A managed policy that cannot be read on reload leaves the floor in force.
+    write(&dir, "m.json", &json!({"mode": "ask"}));
+    broker.signal("HUP");
+    broker.wait_for("the third mode_changed", |lines| changes(lines).len() == 3);
+    std::fs::remove_file(&managed).unwrap();
+    broker.signal("HUP");
+    broker.wait_for_stderr(&format!(
+        "toolgate: SIGHUP received: the policy was not reloaded: {origin}: cannot read the managed policy: No such file or directory (os error 2); toolgate does not run without the rules it sets; keeping the policy in force"
+    ));
+    broker.send(&call("c3", "Edit", edit));
+    request(&broker, "c3");
+    let (status, lines, stderr) = broker.finish();
+    assert!(status.success(), "{stderr}");
+    // Three moves of `s`, nothing for `p`, nothing for the failed reload.
+    let told: Vec<String> = changes(&lines)
+        .iter()
+        .map(|frame| format!("{} {}", frame["sessionID"], frame["mode"]))
+        .collect();
+    assert_eq!(told, [r#""s" "ask""#, r#""s" "auto""#, r#""s" "ask""#]);
+}
+
+/// On a socket, a session's move is news for the connections that started
+/// it, set its mode or sent calls in it (and for observers), not for the
+/// others.
+#[cfg(unix)]
+#[test]
+fn a_moved_floor_is_news_for_the_connections_of_each_session_and_observers() {
+    use std::time::Duration;
+    let dir = support::project_dir("moved-socket");
+    let root = dir.join("project");
+    std::fs::create_dir_all(&root).unwrap();
+    let files = support::project_dir("moved-socket-files");
+    let managed = write(&files, "m.json", &json!({}));
+    let managed_arg = managed.to_string_lossy().into_owned();
+    let broker =
+        support::Listening::start(&dir, &root, &["--mode", "auto", "--managed", &managed_arg]);
+    let socket = broker.socket.clone();
+    let hello = |client: &str| json!({"type": "hello", "client": client});
+    let mut watcher = support::Peer::connect(
+        &socket,
+        json!({"type": "hello", "role": "observer", "client": "dashboard"}),
+    );
+    let mut starter = support::Peer::connect(&socket, hello("orchestrator"));
+    let mut agent = support::Peer::connect(&socket, hello("agent"));
+    let mut other = support::Peer::connect(&socket, hello("other"));
+    let mut idle = support::Peer::connect(&socket, hello("idle"));
+    starter.send(json!({"type": "session_start", "sessionID": "s", "mode": "auto"}));
+    starter.until("session_started");
+    agent.send(
+        json!({"type": "tool_call", "sessionID": "s", "callID": "c1", "tool": "Edit",
+        "input": {"file_path": "a.rs", "old_string": "a", "new_string": "b"}}),
+    );
+    assert_eq!(agent.until("decision").pop().unwrap()["decision"], "allow");
+    other.send(json!({"type": "set_mode", "sessionID": "t", "mode": "auto"}));
+    other.until("mode_changed");
+    watcher.quiet(Duration::from_millis(300));
+
+    write(&files, "m.json", &json!({"mode": "ask"}));
+    let status = std::process::Command::new("kill")
+        .args(["-HUP", &broker.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let news = |peer: &mut support::Peer| {
+        let changed = peer.until("mode_changed").pop().unwrap();
+        assert_eq!(changed["mode"], "ask", "{changed}");
+        changed["sessionID"].as_str().unwrap().to_string()
+    };
+    assert_eq!(news(&mut starter), "s");
+    assert_eq!(news(&mut agent), "s");
+    assert_eq!(news(&mut other), "t");
+    assert_eq!(news(&mut watcher), "s");
+    assert_eq!(news(&mut watcher), "t");
+    for peer in [
+        &mut starter,
+        &mut agent,
+        &mut other,
+        &mut watcher,
+        &mut idle,
+    ] {
+        assert_eq!(peer.quiet(Duration::from_millis(300)), Vec::<Value>::new());
+    }
 }
 
 /// Run `toolgate ARGS` in `dir` with `env` (none of toolgate's own
