@@ -8,9 +8,11 @@
 //! session's own connections and observers hear it); a managed policy that cannot
 //! be used stops every command that builds a policy (exit 2, or a hook's
 //! denial); `ready.policySources`, `check`, the audit log, `policy
-//! validate`, `hook`, `mcp` and `replay` name it. The system's
-//! `/etc/toolgate/managed.json` is not touched here: its lookup is
-//! unit-tested with an injected path (`setup::tests`).
+//! validate`, `hook`, `mcp` and `replay` name it. The machine's
+//! `/etc/toolgate/managed.json` is never touched: its lookup and its
+//! owner and mode checks are unit-tested with an injected path
+//! (`setup::tests`), and through the binary in a mount namespace where
+//! `/etc` is an overlay holding a file of the test's own.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may panic
 
 use std::path::{Path, PathBuf};
@@ -599,6 +601,150 @@ fn a_managed_policy_that_cannot_be_used_stops_toolgate() {
         answer["hookSpecificOutput"]["permissionDecision"], "deny",
         "{answer}"
     );
+}
+
+/// The system's `/etc/toolgate/managed.json`, seen by the real binary in a
+/// mount namespace of its own where `/etc` is an overlay holding it (the
+/// machine's `/etc` is not touched): used when only root can change it;
+/// writable by others, owned by another user, or in a directory others can
+/// write, it stops `check` and `serve` (exit 2, naming what is wrong) and a
+/// hook denies. Skipped where a mount namespace or an overlay cannot be had.
+#[cfg(unix)]
+#[test]
+fn the_system_managed_policy_is_refused_when_others_could_change_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = support::project_dir("system");
+    let upper = dir.join("upper");
+    let work = dir.join("work");
+    let etc = upper.join("toolgate");
+    std::fs::create_dir_all(&etc).unwrap();
+    std::fs::create_dir_all(&work).unwrap();
+    let file = write(
+        &etc,
+        "managed.json",
+        &json!({"permission": {"bash": {"git push *": "deny"}}}),
+    );
+    let mode = |path: &Path, mode: u32| {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap()
+    };
+    mode(&upper, 0o755);
+    mode(&etc, 0o755);
+    mode(&file, 0o644);
+    let script = format!(
+        "mount --make-rprivate / && mount -t overlay overlay -o lowerdir=/etc,upperdir='{}',workdir='{}' /etc && exec \"$@\"",
+        upper.display(),
+        work.display()
+    );
+    let wrapper = ["unshare", "-m", "sh", "-c", script.as_str(), "sh"];
+    let probe = std::process::Command::new("unshare")
+        .args([
+            "-m",
+            "sh",
+            "-c",
+            &script,
+            "sh",
+            "test",
+            "-f",
+            "/etc/toolgate/managed.json",
+        ])
+        .output();
+    match probe {
+        Ok(out) if out.status.success() => {}
+        other => {
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
+                "skipped: no overlay over /etc in a mount namespace here ({other:?})"
+            );
+            return;
+        }
+    }
+    let run = |args: &[&str]| {
+        let out = support::toolgate_process_via(&wrapper, &dir, args, &[], b"");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let push = ["check", "--", "bash", "git push origin main"];
+    // Root's, writable by no one else: in force.
+    let (code, stdout, stderr) = run(&push);
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(
+        stdout.contains("decided by `bash: git push *` deny (managed:/etc/toolgate/managed.json)"),
+        "{stdout}"
+    );
+    let refused = |why: &str| {
+        format!(
+            "toolgate: invalid policy: managed:/etc/toolgate/managed.json: cannot trust the managed policy: {why}; the system's managed policy, and every directory above it, must be owned by root and writable by no one else; toolgate does not run without the rules it sets\n"
+        )
+    };
+    let hook_input =
+        json!({"session_id": "s", "hook_event_name": "PreToolUse", "tool_name": "Read",
+        "tool_input": {"file_path": "a.rs"}, "cwd": dir})
+        .to_string();
+    // What to spoil (a mode, or an owner), how it is mended, and what is said.
+    enum Change {
+        Mode(u32),
+        Owner(u32),
+    }
+    let apply = |path: &Path, change: &Change| match change {
+        Change::Mode(bits) => mode(path, *bits),
+        Change::Owner(uid) => std::os::unix::fs::chown(path, Some(*uid), None).unwrap(),
+    };
+    let mut cases = vec![
+        (
+            file.clone(),
+            Change::Mode(0o666),
+            Change::Mode(0o644),
+            refused("it is writable by its group or others (mode 0o666)"),
+        ),
+        (
+            etc.clone(),
+            Change::Mode(0o777),
+            Change::Mode(0o755),
+            refused("its directory /etc/toolgate is writable by its group or others (mode 0o777)"),
+        ),
+    ];
+    // Only root can give a file away.
+    if rustix::process::geteuid().is_root() {
+        cases.push((
+            file.clone(),
+            Change::Owner(65534),
+            Change::Owner(0),
+            refused("it is owned by uid 65534, not root"),
+        ));
+        cases.push((
+            etc.clone(),
+            Change::Owner(65534),
+            Change::Owner(0),
+            refused("its directory /etc/toolgate is owned by uid 65534, not root"),
+        ));
+    }
+    for (path, spoil, mend, expected) in &cases {
+        apply(path, spoil);
+        for args in [&push[..], &["serve"][..]] {
+            let (code, stdout, stderr) = run(args);
+            assert_eq!((code, stdout.as_str()), (2, ""), "{args:?}: {stderr}");
+            assert_eq!(stderr, *expected, "{args:?}");
+        }
+        // A hook denies rather than letting the call through.
+        let out = support::toolgate_process_via(
+            &wrapper,
+            &dir,
+            &["hook", "claude"],
+            &[],
+            hook_input.as_bytes(),
+        );
+        let answer = support::hook_answer(&out);
+        assert_eq!(
+            answer["hookSpecificOutput"]["permissionDecision"], "deny",
+            "{answer}"
+        );
+        apply(path, mend);
+        assert_eq!(run(&push).0, 1, "mended: {expected}");
+    }
 }
 
 #[test]
