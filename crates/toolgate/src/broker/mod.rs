@@ -298,14 +298,20 @@ impl Broker {
     /// managed floor that moved is news first: each session whose
     /// effective mode moved with it is told (`Broker::floor_moved`).
     fn replace_policy(&mut self, policy: Arc<Policy>, ask_timeout_ms: u64, ob: &mut Outbox<'_>) {
-        // A moved managed floor moves the sessions it holds (or held).
+        // A moved managed floor moves the sessions it holds (or held): the
+        // sessions the broker holds, parents first, then those it forgot
+        // that a connection still uses (an agent's implicit session).
         let before: Vec<(String, toolgate_policy::Mode)> =
             if self.policy.mode_floor == policy.mode_floor {
                 Vec::new()
             } else {
+                let forgotten = self.conns.sessions_named().into_iter().filter(|id| {
+                    !self.sessions.contains_key(id) && self.sessions.closed_why(id).is_none()
+                });
                 self.sessions
                     .in_tree_order()
                     .into_iter()
+                    .chain(forgotten)
                     .map(|id| {
                         let mode = self.effective_mode(&id);
                         (id, mode)

@@ -520,6 +520,19 @@ impl Connections {
         conns
     }
 
+    /// Every session an open connection (other than an observer) sent
+    /// calls in, started or set the mode of, whether the broker still holds
+    /// it or forgot it (an idle implicit session), in id order.
+    pub(super) fn sessions_named(&self) -> Vec<String> {
+        let named: std::collections::BTreeSet<&String> = self
+            .open
+            .values()
+            .filter(|peer| peer.role != Role::Observer)
+            .flat_map(|peer| peer.sessions.iter().chain(&peer.steered))
+            .collect();
+        named.into_iter().cloned().collect()
+    }
+
     /// The names of the open connections that sent calls in `session`.
     pub(super) fn clients_in(&self, session: &str) -> Vec<String> {
         let mut conns: Vec<ConnId> = self

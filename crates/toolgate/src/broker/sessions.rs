@@ -619,7 +619,8 @@ impl Broker {
 
     /// A reload replaced `old`, whose managed floor was another: each
     /// session whose effective mode moved with the floor (`before`: each
-    /// session's effective mode under `old`, parents first) gets
+    /// session's effective mode under `old`, parents first; a session the
+    /// broker forgot but a connection still uses is in the default mode) gets
     /// `mode_changed` with a `reason` naming the managed policy, addressed
     /// to the connections that sent calls in it, started it or set its mode
     /// (and to observers), and leaves its plan-mode grants behind if it

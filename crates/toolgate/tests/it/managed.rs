@@ -469,7 +469,8 @@ fn a_reload_that_moves_the_floor_tells_each_session_it_moves() {
 
 /// On a socket, a session's move is news for the connections that started
 /// it, set its mode or sent calls in it (and for observers), not for the
-/// others.
+/// others; a session the broker forgot (only seen in a call) is news for
+/// the connection using it, one that ended for nobody.
 #[cfg(unix)]
 #[test]
 fn a_moved_floor_is_news_for_the_connections_of_each_session_and_observers() {
@@ -492,6 +493,8 @@ fn a_moved_floor_is_news_for_the_connections_of_each_session_and_observers() {
     let mut agent = support::Peer::connect(&socket, hello("agent"));
     let mut other = support::Peer::connect(&socket, hello("other"));
     let mut idle = support::Peer::connect(&socket, hello("idle"));
+    let mut implicit = support::Peer::connect(&socket, hello("implicit"));
+    let mut ended = support::Peer::connect(&socket, hello("ended"));
     starter.send(json!({"type": "session_start", "sessionID": "s", "mode": "auto"}));
     starter.until("session_started");
     agent.send(
@@ -501,6 +504,17 @@ fn a_moved_floor_is_news_for_the_connections_of_each_session_and_observers() {
     assert_eq!(agent.until("decision").pop().unwrap()["decision"], "allow");
     other.send(json!({"type": "set_mode", "sessionID": "t", "mode": "auto"}));
     other.until("mode_changed");
+    // A session only seen in a call, forgotten once it was decided, and
+    // one that ended.
+    implicit.send(
+        json!({"type": "tool_call", "sessionID": "u", "callID": "c2", "tool": "Read",
+        "input": {"file_path": "a.rs"}}),
+    );
+    implicit.until("decision");
+    ended.send(json!({"type": "session_start", "sessionID": "v", "mode": "auto"}));
+    ended.until("session_started");
+    ended.send(json!({"type": "session_end", "sessionID": "v"}));
+    ended.until("session_ended");
     watcher.quiet(Duration::from_millis(300));
 
     write(&files, "m.json", &json!({"mode": "ask"}));
@@ -517,14 +531,18 @@ fn a_moved_floor_is_news_for_the_connections_of_each_session_and_observers() {
     assert_eq!(news(&mut starter), "s");
     assert_eq!(news(&mut agent), "s");
     assert_eq!(news(&mut other), "t");
+    assert_eq!(news(&mut implicit), "u");
     assert_eq!(news(&mut watcher), "s");
     assert_eq!(news(&mut watcher), "t");
+    assert_eq!(news(&mut watcher), "u");
     for peer in [
         &mut starter,
         &mut agent,
         &mut other,
         &mut watcher,
         &mut idle,
+        &mut implicit,
+        &mut ended,
     ] {
         assert_eq!(peer.quiet(Duration::from_millis(300)), Vec::<Value>::new());
     }
