@@ -661,6 +661,9 @@ fn plan_mode_extra(registry: &Registry, entry: &str) -> Result<Wildcard, String>
     if entry.contains(['*', '?']) {
         return Err("it is a wildcard, and entries name concrete tools: a pattern would admit every tool it matches, writers and tools added later included (list each tool that only reads, such as `mcp__docs__search`)".to_string());
     }
+    if crate::mcp_caller::is_mcp_caller(entry) {
+        return Err("its calls are judged as the MCP tools they name (`mcp__SERVER__TOOL`), writers included: list each MCP tool that only reads, such as `mcp__docs__search`".to_string());
+    }
     let folded = Wildcard::new(&entry.to_lowercase());
     let closed =
         |(_, spec): &(&str, &ToolSpec)| spec.kind.is_writer() || spec.kind == Kind::ExitPlan;
@@ -815,6 +818,8 @@ mod tests {
             ("*_command", WILDCARD),
             ("mcp__github__get_*", WILDCARD),
             ("?", WILDCARD),
+            // A tool that calls MCP tools by name is judged as the tool it calls.
+            ("use_mcp_tool", "its calls are judged as the MCP tools they name (`mcp__SERVER__TOOL`), writers included: list each MCP tool that only reads, such as `mcp__docs__search`"),
             // Commands are not tool names.
             ("rm -rf build", "it is a command, not a tool name; plan mode never allows shell commands that are not read-only (read-only ones are listed in planModeReadOnlyCommands)"),
             ("Bash(rm:*)", "it is a command, not a tool name; plan mode never allows shell commands that are not read-only (read-only ones are listed in planModeReadOnlyCommands)"),

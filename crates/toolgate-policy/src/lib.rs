@@ -9,7 +9,9 @@
 //! they carry, each as if sent alone; the batch gets the strictest answer and one
 //! question for the calls that ask ([`Question::calls`], [`Question::approve`]).
 //! The shapes and limits are in [`batch`]
-//! ([`is_batch`], [`MAX_CALLS`], [`MAX_DEPTH`]).
+//! ([`is_batch`], [`MAX_CALLS`], [`MAX_DEPTH`]). A tool that calls one MCP
+//! tool by name (Roo Code's `use_mcp_tool`) is judged as the call
+//! `mcp__SERVER__TOOL` it makes ([`mcp_caller`]).
 //!
 //! The crate is pure: it does no I/O, reads no clock and no environment, and
 //! knows nothing of the wire protocol. The broker owns sessions, pending
@@ -44,6 +46,7 @@ mod evaluate;
 mod globs;
 mod grants;
 pub mod lint;
+pub mod mcp_caller;
 mod mode;
 mod names;
 pub mod opencode;
@@ -71,6 +74,7 @@ pub use globs::{
     has_glob_chars, segment_matches, unsupported_glob, GlobExpansion, GlobOracle, SegmentPattern,
 };
 pub use grants::{Grant, GrantAdded, GrantPattern, GrantSpec, Grants};
+pub use mcp_caller::{is_mcp_caller, mcp_call, McpCall, MCP_CALLERS};
 pub use mode::{mode_answer, Action, Kind, Mode, UnknownMode};
 pub use names::OPENCODE_PERMISSIONS;
 pub use paths::{normalize, RootedPath};
@@ -441,6 +445,11 @@ pub struct CheckTrace {
     /// `subject` declaration, or the MCP default): where this step's
     /// subject came from. `None` for every other step.
     pub origin: Option<SubjectOrigin>,
+    /// For a step of an MCP call made through a tool that calls one by name
+    /// ([`mcp_caller`]): that tool's permission (`use_mcp_tool`) and the
+    /// MCP tool's name (`mcp__SERVER__TOOL`), which its rules were matched
+    /// against (a deny or ask among them tightens). `None` otherwise.
+    pub via: Option<(String, String)>,
 }
 
 /// Where a step's subject came from, for a tool whose subject is read from

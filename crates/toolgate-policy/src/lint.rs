@@ -23,6 +23,11 @@
 //! - **Managed allow with nothing to except**: a managed `allow` only makes
 //!   an exception to its own layer's earlier deny and ask rules; with none
 //!   that overlaps it, it changes nothing.
+//! - **`use_mcp_tool` allow**: a `use_mcp_tool` call is judged as the MCP
+//!   call it makes, and the rules of `use_mcp_tool` only tighten it
+//!   ([`crate::mcp_caller`]): an allow there lifts only an earlier deny or
+//!   ask of `use_mcp_tool` itself; with none that overlaps it, it changes
+//!   nothing (the MCP tool's own rules allow).
 
 use crate::mode::{mode_answer, Action, Kind, Mode};
 use crate::rules::Rule;
@@ -105,6 +110,26 @@ pub fn lint(policy: &Policy) -> Vec<Lint> {
                     message: format!(
                         "{} changes nothing: a managed allow only makes an exception to the earlier deny and ask rules of its own managed policy, and none of them overlaps it; it never allows what another layer asks or denies",
                         text(rule)
+                    ),
+                });
+            }
+        }
+        if rule.action == Action::Allow
+            && crate::mcp_caller::is_mcp_caller(rule.permission.as_str())
+        {
+            let excepts = rules[..index].iter().any(|earlier| {
+                earlier.action != Action::Allow
+                    && earlier.permission.matches(rule.permission.as_str())
+                    && (shadows(earlier, rule) || shadows(rule, earlier))
+            });
+            if !excepts {
+                out.push(Lint {
+                    origin: origin.clone(),
+                    key: key(rule),
+                    message: format!(
+                        "{} allows nothing: a `{}` call is judged as the MCP tool it calls (`mcp__SERVER__TOOL`), and its own rules can only tighten that; allow the MCP tools (`\"mcp__SERVER__*\": \"allow\"`)",
+                        text(rule),
+                        rule.permission.as_str()
                     ),
                 });
             }
@@ -276,6 +301,12 @@ mod tests {
             (r#"{"permission":{"webfetch":"ask"}}"#, Some(Mode::ReadOnly), None, vec![
                 "p.json permission.webfetch.\"*\": `webfetch: *` ask never asks: readonly mode never asks: what would ask is denied",
             ]),
+            // A `use_mcp_tool` allow loosens nothing, unless it excepts one of
+            // its own earlier denials.
+            (r#"{"permission":{"use_mcp_tool":{"*":"allow","mcp__github__*":"deny"}}}"#, None, None, vec![
+                "p.json permission.use_mcp_tool.\"*\": `use_mcp_tool: *` allow allows nothing: a `use_mcp_tool` call is judged as the MCP tool it calls (`mcp__SERVER__TOOL`), and its own rules can only tighten that; allow the MCP tools (`\"mcp__SERVER__*\": \"allow\"`)",
+            ]),
+            (r#"{"permission":{"use_mcp_tool":{"*":"deny","mcp__docs__*":"allow"}}}"#, None, None, vec![]),
             // An override that repeats the file changes nothing; one that differs does.
             (r#"{"permission":{"bash":{"rm *":"deny"}}}"#, None, Some(r#"{"bash":{"rm -rf *":"deny","git *":"allow"}}"#), vec![
                 "--permission permission.bash.\"rm -rf *\": `bash: rm -rf *` deny has no effect: `bash: rm *` deny (from p.json) already decides the same for every subject it matches",

@@ -10,7 +10,9 @@
 //!   `mcp_` (`my_*`: it can only match tools toolgate does not know);
 //! - a known permission name is kept: the permission of a tool the registry
 //!   knows (built in, or declared in the policy file's `tools`, with its
-//!   `permission`), or one of OpenCode's ([`OPENCODE_PERMISSIONS`]);
+//!   `permission`), one of OpenCode's ([`OPENCODE_PERMISSIONS`]), or
+//!   `use_mcp_tool` (its rules see the MCP tool it calls, see
+//!   [`crate::mcp_caller`]);
 //! - an MCP name (`mcp__server__tool`) is kept;
 //! - a tool name whose permission is another name (`Read`, `write_file`) is
 //!   an error naming that permission: rules are keyed by permission name, so
@@ -94,9 +96,12 @@ fn permission_of<'a>(registry: &'a Registry, name: &'a str) -> &'a str {
         .map_or(name, |(_, spec)| spec.permission.as_str())
 }
 
-/// Every permission name the registry or OpenCode knows.
+/// Every permission name the registry or OpenCode knows, and the tools
+/// that call an MCP tool by name (their rules tighten the calls they make,
+/// see [`crate::mcp_caller`]).
 fn permission_names(registry: &Registry) -> Vec<&str> {
     let mut names: Vec<&str> = OPENCODE_PERMISSIONS.to_vec();
+    names.extend(crate::mcp_caller::MCP_CALLERS);
     for (_, spec) in registry.known() {
         if !names.contains(&spec.permission.as_str()) {
             names.push(&spec.permission);

@@ -143,6 +143,9 @@ fn step_json(step: &CheckTrace) -> Value {
     if let Some(origin) = &step.origin {
         value["from"] = origin_json(origin);
     }
+    if let Some((permission, name)) = &step.via {
+        value["via"] = json!({"permission": permission, "name": name});
+    }
     if step.command {
         value["readOnly"] = json!(step.not_read_only.is_none());
         if let Some(why) = &step.not_read_only {
@@ -192,6 +195,14 @@ pub fn to_json(request: &Request<'_>, spec: &ToolSpec, evaluation: &Evaluation) 
             "reason": question.reason,
         })),
     });
+    if let Some(mcp) = mcp_call(request) {
+        value["calls"] = json!({
+            "tool": mcp.name,
+            "serverName": mcp.server,
+            "toolName": mcp.tool,
+            "arguments": mcp.arguments,
+        });
+    }
     if let Some((asked, origin)) = request.floor {
         value["modeFloor"] = json!({"asked": asked.as_str(), "origin": origin});
     }
@@ -203,6 +214,15 @@ pub fn to_json(request: &Request<'_>, spec: &ToolSpec, evaluation: &Evaluation) 
         value["question"]["managed"] = json!(managed);
     }
     value
+}
+
+/// The MCP call a tool that calls one by name (`use_mcp_tool`) makes, when
+/// its input can be read (see [`toolgate_policy::mcp_caller`]).
+pub fn mcp_call(request: &Request<'_>) -> Option<toolgate_policy::McpCall> {
+    if !toolgate_policy::is_mcp_caller(request.tool) {
+        return None;
+    }
+    toolgate_policy::mcp_call(request.input).ok()
 }
 
 /// The fields a tool's subject is read from, when it is read from named
@@ -258,6 +278,16 @@ pub fn to_text(request: &Request<'_>, spec: &ToolSpec, evaluation: &Evaluation) 
         shown(&evaluation.permission),
         evaluation.kind.as_str()
     ));
+    if let Some(mcp) = mcp_call(request) {
+        out.push_str(&format!(
+            "calls      `{}` (server `{}`, tool `{}`) with `arguments` as its input: judged as that call; the rules of `{}` are matched against `{}` and can only tighten\n",
+            shown(&mcp.name),
+            shown(&mcp.server),
+            shown(&mcp.tool),
+            shown(request.tool),
+            shown(&mcp.name)
+        ));
+    }
     let fields = spec.subject_fields();
     if !fields.is_empty() {
         let names: Vec<String> = fields.iter().map(|field| format!("`{field}`")).collect();
@@ -313,6 +343,13 @@ pub fn to_text(request: &Request<'_>, spec: &ToolSpec, evaluation: &Evaluation) 
         }
         for inner in &step.inner {
             out.push_str(&format!("  also     rules match `{}` too\n", shown(inner)));
+        }
+        if let Some((permission, name)) = &step.via {
+            out.push_str(&format!(
+                "  via      `{}` rules match `{}` too (a deny or ask among them tightens)\n",
+                shown(permission),
+                shown(name)
+            ));
         }
         if step.mode_reason.is_empty() {
             out.push_str("  mode     has no say here: the rules decide\n");

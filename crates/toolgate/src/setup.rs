@@ -8,7 +8,8 @@
 //! toolgate policy or an OpenCode config and says which layers are in force.
 //! [`managed_files`] decides which managed policies are in force (the
 //! system's `/etc/toolgate/managed.json`, `TOOLGATE_MANAGED`, `--managed`:
-//! every one of them, since each can only tighten).
+//! every one of them, since each can only tighten); the system's is used
+//! only when root alone can change it ([`Untrusted`] says who else could).
 //! What cannot be used is a [`ConfigError`], whose kind says where it is
 //! (the policy file, a managed policy, a flag, the environment) and whose
 //! `Display` is the text shown.
@@ -40,6 +41,15 @@ pub enum ConfigError {
         file: String,
         /// The cause.
         source: std::io::Error,
+    },
+    /// The system's managed policy ([`SYSTEM_MANAGED`]) could be changed
+    /// by someone other than root: toolgate does not run under rules that
+    /// anyone might have rewritten.
+    ManagedUntrusted {
+        /// The managed policy's absolute path.
+        file: String,
+        /// Who else could change it, and through what.
+        why: Untrusted,
     },
     /// `--opencode` with `--policy` (one given before the subcommand, the
     /// other after it).
@@ -80,6 +90,11 @@ impl std::fmt::Display for ConfigError {
                 f,
                 "managed:{file}: cannot read the managed policy: {source}; toolgate does not run without the rules it sets"
             ),
+            ConfigError::ManagedUntrusted { file, why } => write!(
+                f,
+                "managed:{file}: cannot trust the managed policy: {}; the system's managed policy, and every directory above it, must be owned by root and writable by no one else; toolgate does not run without the rules it sets",
+                why.text(Path::new(file))
+            ),
             ConfigError::OpenCodeWithPolicy => write!(
                 f,
                 "--opencode reads OpenCode's own configuration as the policy, and --policy names a policy file: give one"
@@ -108,6 +123,7 @@ impl std::error::Error for ConfigError {
             ConfigError::Policy(err) => Some(err),
             ConfigError::Environment { source, .. } => Some(source),
             ConfigError::AgentWithoutConfig { .. }
+            | ConfigError::ManagedUntrusted { .. }
             | ConfigError::ModesDiffer { .. }
             | ConfigError::OpenCodeWithPolicy => None,
         }
@@ -269,7 +285,8 @@ pub const SYSTEM_MANAGED: &str = "/etc/toolgate/managed.json";
 /// 1. `system` ([`SYSTEM_MANAGED`] outside tests) when anything is at that
 ///    path: a file that exists but cannot be read (a dangling link, a
 ///    directory, no permission, or a directory above it that cannot be
-///    searched) is an error, never skipped;
+///    searched) is an error, never skipped, and so is one that someone
+///    other than root could change (see [`Untrusted`]);
 /// 2. `TOOLGATE_MANAGED`, for containers and wrappers that cannot write
 ///    `/etc`;
 /// 3. `--managed FILE`.
@@ -303,17 +320,118 @@ pub fn managed_files(settings: &Settings, system: &Path) -> Result<Vec<PathBuf>,
     Ok(files)
 }
 
+/// Where the system's managed policy is, and who may own it and the
+/// directories above it besides root: nobody for [`SYSTEM_MANAGED`] (`0`),
+/// the user running them in tests.
+#[derive(Debug, Clone, Copy)]
+struct System<'a> {
+    path: &'a Path,
+    owner: u32,
+}
+
+/// Why the system's managed policy cannot be trusted: a file, directory or
+/// link on the way to it that someone other than root could change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Untrusted {
+    /// Owned by another user, who could rewrite or replace it.
+    Owner {
+        /// The file, directory or link.
+        path: PathBuf,
+        /// Its owner.
+        uid: u32,
+    },
+    /// Writable by its group or by others. A directory with the sticky bit
+    /// (`/tmp`) passes: no one can replace what root owns in it.
+    Writable {
+        /// The file or directory.
+        path: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+    },
+}
+
+impl Untrusted {
+    /// What is wrong, about the managed policy `file`: `it is ...`, `its
+    /// directory /etc/toolgate is ...`, or for the target of a link `/opt/m.json,
+    /// where it leads, is ...`.
+    fn text(&self, file: &Path) -> String {
+        let (path, what) = match self {
+            Untrusted::Owner { path, uid } => (path, format!("owned by uid {uid}, not root")),
+            Untrusted::Writable { path, mode } => (
+                path,
+                format!("writable by its group or others (mode {mode:#o})"),
+            ),
+        };
+        if path == file {
+            format!("it is {what}")
+        } else if file.starts_with(path) {
+            format!("its directory {} is {what}", path.display())
+        } else {
+            format!("{}, where it leads, is {what}", path.display())
+        }
+    }
+}
+
+/// Whether only root (or `system.owner`) can change the system's managed
+/// policy, as sudo asks of sudoers and OpenSSH of its keys: the file, every
+/// directory above it and every link on the way, as named and as the links
+/// resolve, owned by them; none of them writable by group or others (a
+/// directory with the sticky bit excepted). `Err`: the way cannot be read.
+#[cfg(unix)]
+fn untrusted(system: System<'_>) -> std::io::Result<Option<Untrusted>> {
+    use std::os::unix::fs::MetadataExt;
+    let real = std::fs::canonicalize(system.path)?;
+    for path in [system.path, real.as_path()] {
+        let steps: Vec<std::path::Component<'_>> = path.components().collect();
+        let mut prefix = PathBuf::new();
+        for (n, step) in steps.iter().enumerate() {
+            prefix.push(step);
+            let meta = std::fs::symlink_metadata(&prefix)?;
+            if meta.uid() != 0 && meta.uid() != system.owner {
+                return Ok(Some(Untrusted::Owner {
+                    path: prefix,
+                    uid: meta.uid(),
+                }));
+            }
+            // A link's own mode means nothing; where it leads is checked.
+            if meta.file_type().is_symlink() {
+                continue;
+            }
+            let mode = meta.mode() & 0o7777;
+            let sticky = meta.is_dir() && mode & 0o1000 != 0 && n + 1 < steps.len();
+            if mode & 0o022 != 0 && !sticky {
+                return Ok(Some(Untrusted::Writable { path: prefix, mode }));
+            }
+        }
+    }
+    Ok(None)
+}
+
+#[cfg(not(unix))]
+fn untrusted(_system: System<'_>) -> std::io::Result<Option<Untrusted>> {
+    Ok(None)
+}
+
 /// Each managed policy of [`managed_files`], read and checked, with its
-/// origin (`managed:PATH`).
+/// origin (`managed:PATH`). The system's is read only when root alone can
+/// change it ([`untrusted`]).
 fn read_managed(
     settings: &Settings,
-    system: &Path,
+    system: System<'_>,
 ) -> Result<Vec<(String, PolicyFile)>, ConfigError> {
-    managed_files(settings, system)?
+    managed_files(settings, system.path)?
         .into_iter()
         .map(|path| {
             let file = path.to_string_lossy().into_owned();
             let origin = format!("managed:{file}");
+            if path == system.path {
+                match untrusted(system) {
+                    Ok(None) => {}
+                    Ok(Some(why)) => return Err(ConfigError::ManagedUntrusted { file, why }),
+                    Err(source) => return Err(ConfigError::ManagedUnreadable { file, source }),
+                }
+            }
             let text = std::fs::read_to_string(&path)
                 .map_err(|source| ConfigError::ManagedUnreadable { file, source })?;
             Ok((origin.clone(), PolicyFile::parse_managed(&text, &origin)?))
@@ -547,11 +665,17 @@ fn owner_of(path: &Path) -> Option<u32> {
 /// The policy, its warnings and its sources, with the system's managed
 /// policy at [`SYSTEM_MANAGED`].
 pub fn load(settings: &Settings) -> Result<Loaded, ConfigError> {
-    load_with(settings, Path::new(SYSTEM_MANAGED))
+    load_with(
+        settings,
+        System {
+            path: Path::new(SYSTEM_MANAGED),
+            owner: 0,
+        },
+    )
 }
 
-/// [`load`] with the system's managed policy at `system`.
-fn load_with(settings: &Settings, system: &Path) -> Result<Loaded, ConfigError> {
+/// [`load`] with the system's managed policy at `system.path`.
+fn load_with(settings: &Settings, system: System<'_>) -> Result<Loaded, ConfigError> {
     let home = settings.home.as_deref();
     let absolute = |path: &Path, base: &Path| normalize(&path.to_string_lossy(), base, home);
 
@@ -701,7 +825,26 @@ mod tests {
             std::env::temp_dir().join(format!("toolgate-setup-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
+        // Writable by no one else whatever the umask: a system managed
+        // policy in it is trusted (see `untrusted`).
+        set_mode(&dir, 0o755);
         dir
+    }
+
+    /// Write `text` to `path`, writable by its owner alone.
+    fn write_private(path: &Path, text: &str) {
+        std::fs::write(path, text).unwrap();
+        set_mode(path, 0o644);
+    }
+
+    fn set_mode(path: &Path, mode: u32) {
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+        }
+        #[cfg(not(unix))]
+        let _ = (path, mode);
     }
 
     fn settings(cwd: &Path) -> Settings {
@@ -711,11 +854,20 @@ mod tests {
         }
     }
 
+    /// The system's managed policy at `path`, which the user running the
+    /// tests may own (as root may).
+    fn system_at(path: &Path) -> System<'_> {
+        System {
+            path,
+            owner: rustix::process::geteuid().as_raw(),
+        }
+    }
+
     #[test]
     fn every_managed_policy_applies_and_the_system_one_cannot_be_switched_off() {
         let dir = scratch("managed");
         let system = dir.join("etc-managed.json");
-        std::fs::write(&system, r#"{"permission":{"bash":{"rm *":"deny"}}}"#).unwrap();
+        write_private(&system, r#"{"permission":{"bash":{"rm *":"deny"}}}"#);
         std::fs::write(dir.join("env.json"), r#"{"mode":"ask"}"#).unwrap();
         std::fs::write(dir.join("flag.json"), r#"{"permission":{"edit":"ask"}}"#).unwrap();
         let mut given = settings(&dir);
@@ -737,7 +889,7 @@ mod tests {
             managed_files(&given, &system).unwrap(),
             vec![system.clone(), dir.join("env.json")]
         );
-        let loaded = load_with(&given, &system).unwrap();
+        let loaded = load_with(&given, system_at(&system)).unwrap();
         let origin = |path: &Path| format!("managed:{}", path.display());
         assert_eq!(
             loaded.sources,
@@ -765,8 +917,8 @@ mod tests {
         // A dangling link, a directory, a file that is not a policy.
         let link = dir.join("link.json");
         std::os::unix::fs::symlink(dir.join("nowhere.json"), &link).unwrap();
-        let text = |system: &Path| {
-            load_with(&given, system)
+        let text = |path: &Path| {
+            load_with(&given, system_at(path))
                 .map(|_| ())
                 .unwrap_err()
                 .to_string()
@@ -785,7 +937,7 @@ mod tests {
             text(&dir)
         );
         let bad = dir.join("bad.json");
-        std::fs::write(&bad, r#"{"tools":{}}"#).unwrap();
+        write_private(&bad, r#"{"tools":{}}"#);
         assert_eq!(
             text(&bad),
             format!(
@@ -798,13 +950,135 @@ mod tests {
             managed: Some(dir.join("missing.json")),
             ..given.clone()
         };
-        let err = load_with(&named, &dir.join("absent.json"))
+        let err = load_with(&named, system_at(&dir.join("absent.json")))
             .map(|_| ())
             .unwrap_err();
         assert!(
             matches!(err, ConfigError::ManagedUnreadable { .. }),
             "{err}"
         );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    /// The system's managed policy is refused, never skipped, when someone
+    /// other than root could change it: the file, a directory above it, or
+    /// what a link leads to. (Owners other than the user running the tests
+    /// need root to set up: those cases are skipped otherwise.)
+    #[cfg(unix)]
+    #[test]
+    fn a_system_managed_policy_others_could_change_stops_the_load() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = scratch("untrusted");
+        let given = settings(&dir);
+        let etc = dir.join("etc");
+        std::fs::create_dir(&etc).unwrap();
+        set_mode(&etc, 0o755);
+        let file = etc.join("managed.json");
+        write_private(&file, r#"{"mode":"ask"}"#);
+        let load = |path: &Path| load_with(&given, system_at(path)).map(|loaded| loaded.sources);
+        let said = |path: &Path| load(path).map(|_| ()).unwrap_err().to_string();
+        let refused = |why: &str| {
+            format!(
+                "managed:{}: cannot trust the managed policy: {why}; the system's managed policy, and every directory above it, must be owned by root and writable by no one else; toolgate does not run without the rules it sets",
+                file.display()
+            )
+        };
+        // Owned by its user, writable by no one else: used.
+        assert_eq!(
+            load(&file).unwrap().last(),
+            Some(&format!("managed:{}", file.display()))
+        );
+        // Writable by others, or by its group.
+        for mode in [0o666, 0o646, 0o664] {
+            set_mode(&file, mode);
+            assert_eq!(
+                said(&file),
+                refused(&format!(
+                    "it is writable by its group or others (mode {mode:#o})"
+                ))
+            );
+            let err = load(&file).unwrap_err();
+            assert!(
+                matches!(
+                    &err,
+                    ConfigError::ManagedUntrusted {
+                        why: Untrusted::Writable { .. },
+                        ..
+                    }
+                ),
+                "{err}"
+            );
+        }
+        set_mode(&file, 0o444);
+        assert!(load(&file).is_ok());
+        // Its directory writable by others: anyone could put another file
+        // in its place. With the sticky bit (as `/tmp`) no one can.
+        set_mode(&etc, 0o777);
+        assert_eq!(
+            said(&file),
+            refused(&format!(
+                "its directory {} is writable by its group or others (mode 0o777)",
+                etc.display()
+            ))
+        );
+        set_mode(&etc, 0o1777);
+        assert!(load(&file).is_ok());
+        set_mode(&etc, 0o755);
+        // A link to a file that is writable by others: where it leads counts.
+        let target = dir.join("real.json");
+        write_private(&target, r#"{"mode":"ask"}"#);
+        let link = etc.join("link.json");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        assert!(load(&link).is_ok());
+        set_mode(&target, 0o666);
+        assert_eq!(
+            load(&link).unwrap_err().to_string(),
+            format!(
+                "managed:{}: cannot trust the managed policy: {}, where it leads, is writable by its group or others (mode 0o666); the system's managed policy, and every directory above it, must be owned by root and writable by no one else; toolgate does not run without the rules it sets",
+                link.display(),
+                target.display()
+            )
+        );
+        set_mode(&target, 0o644);
+        // Another owner: only root can hand a file to someone else.
+        if rustix::process::geteuid().is_root() {
+            let nobody = 65534;
+            std::os::unix::fs::lchown(&file, Some(nobody), None).unwrap();
+            assert_eq!(std::fs::metadata(&file).unwrap().uid(), nobody);
+            assert_eq!(said(&file), refused("it is owned by uid 65534, not root"));
+            std::os::unix::fs::lchown(&file, Some(0), None).unwrap();
+            std::os::unix::fs::lchown(&etc, Some(nobody), None).unwrap();
+            assert_eq!(
+                said(&file),
+                refused(&format!(
+                    "its directory {} is owned by uid 65534, not root",
+                    etc.display()
+                ))
+            );
+            std::os::unix::fs::lchown(&etc, Some(0), None).unwrap();
+            // A link on the way must be root's too.
+            std::os::unix::fs::lchown(&link, Some(nobody), None).unwrap();
+            assert_eq!(
+                load(&link).unwrap_err().to_string(),
+                format!(
+                    "managed:{}: cannot trust the managed policy: it is owned by uid 65534, not root; the system's managed policy, and every directory above it, must be owned by root and writable by no one else; toolgate does not run without the rules it sets",
+                    link.display()
+                )
+            );
+        } else {
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
+                "skipped: the cases of another owner need root"
+            );
+        }
+        // `--managed` and `TOOLGATE_MANAGED` name a file the user chose:
+        // not checked.
+        set_mode(&target, 0o666);
+        let named = Settings {
+            managed: Some(target.clone()),
+            ..given.clone()
+        };
+        assert!(load_with(&named, system_at(&dir.join("absent.json"))).is_ok());
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -39,6 +39,15 @@ impl Policy {
                         }
                     }
                 }
+                if let Some(via) = check.via.as_deref() {
+                    for rule in self.rules.rules() {
+                        if rule.permission.matches(&via.permission)
+                            && rule.pattern.matches(&via.name)
+                        {
+                            matched.push((rule_ref(rule), via.name.clone()));
+                        }
+                    }
+                }
                 CheckTrace {
                     permission: check.permission.to_string(),
                     subject: check.subject.clone(),
@@ -54,6 +63,10 @@ impl Policy {
                     reason: outcome.reason.to_string(),
                     rule: outcome.rule.clone(),
                     origin: check.origin.as_deref().cloned(),
+                    via: check
+                        .via
+                        .as_deref()
+                        .map(|via| (via.permission.clone(), via.name.clone())),
                 }
             })
             .collect()

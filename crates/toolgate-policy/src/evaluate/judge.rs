@@ -79,6 +79,17 @@ impl Policy {
                 }
             }
         }
+        // An MCP call made through `use_mcp_tool`: a deny or ask of that
+        // tool's rules on the MCP tool's name tightens the answer; an allow
+        // there never loosens it.
+        if let Some(via) = check.via.as_deref() {
+            if let Some(rule) = self.rule_for(&via.permission, &via.name) {
+                if tightens(rule, &outcome, level) {
+                    level = hold(rule, &via.permission);
+                    outcome = rule_outcome(rule, &via.name);
+                }
+            }
+        }
         // A command whose program the analysis cannot name (`"$RM" -rf x`,
         // `coproc rm x`, `echo 'rm x' | sh`) could run any program, and a
         // subject field the call does not give (or gives as no text) could

@@ -94,6 +94,21 @@ struct Check {
     /// named fields; an unknown one ([`crate::SubjectRead::Unknown`]) meets every
     /// deny or ask rule of the permission, as `runs_unknown` does.
     origin: Option<Box<SubjectOrigin>>,
+    /// For a check of an MCP call made through a tool that calls one by
+    /// name (`use_mcp_tool`, see [`crate::mcp_caller`]): that tool's
+    /// permission and the MCP tool's name, which its rules are matched
+    /// against to tighten the answer.
+    via: Option<Box<Via>>,
+}
+
+/// The tool an MCP call was made through, as a check of that call meets
+/// its rules: a deny or ask among them tightens, an allow loosens nothing.
+#[derive(Clone)]
+struct Via {
+    /// The calling tool's permission (`use_mcp_tool`).
+    permission: String,
+    /// The MCP tool's name (`mcp__SERVER__TOOL`), the subject its rules see.
+    name: String,
 }
 
 /// What decides a check's mode answer, once the session's mode is known.
@@ -127,6 +142,9 @@ impl std::fmt::Debug for Prepared {
 enum Body {
     /// A tool that calls tools: judged through its calls when evaluated.
     Batch,
+    /// A tool that calls one MCP tool by name (`use_mcp_tool`): judged as
+    /// that call once the calling tool has passed the session's scope.
+    Calls(Box<Calls>),
     /// Unusable input: denied, once the scope has had its say.
     Invalid {
         permission: String,
@@ -141,6 +159,43 @@ enum Body {
         each: Vec<(serde_json::Map<String, serde_json::Value>, Prepared)>,
     },
     Ready(Box<Ready>),
+}
+
+/// The MCP call a `use_mcp_tool` call makes, prepared as that call.
+struct Calls {
+    /// The calling tool's permission, for the session's scope.
+    permission: String,
+    /// The MCP tool's name (`mcp__SERVER__TOOL`).
+    tool: String,
+    /// Its input: the call's `arguments`.
+    input: serde_json::Map<String, serde_json::Value>,
+    /// The MCP call, prepared; each check of its own permission carries
+    /// [`Check::via`].
+    body: Body,
+}
+
+impl Body {
+    /// An MCP call made through `via`: each check of the MCP tool's own
+    /// permission (not `external_directory`, not a read a word reaches)
+    /// meets `via`'s rules too.
+    fn called_via(&mut self, via: &Via) {
+        match self {
+            Body::Ready(ready) => {
+                for check in &mut ready.checks {
+                    if check.permission == ready.permission {
+                        check.via = Some(Box::new(via.clone()));
+                    }
+                }
+            }
+            Body::Each { each, .. } => {
+                for (_, prepared) in each {
+                    prepared.body.called_via(via);
+                }
+            }
+            Body::Calls(calls) => calls.body.called_via(via),
+            Body::Batch | Body::Invalid { .. } => {}
+        }
+    }
 }
 
 /// The checks of a call, without what the session decides.
@@ -285,5 +340,6 @@ fn fixed_check(permission: &'static str, subject: String, always: GrantPattern) 
         reached: None,
         runs_unknown: false,
         origin: None,
+        via: None,
     }
 }

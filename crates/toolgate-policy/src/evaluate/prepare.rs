@@ -10,7 +10,7 @@ use std::path::Path;
 use toolgate_shell::SimpleCommand;
 
 use super::answer::narrower_options;
-use super::{external_check, Basis, Body, Check, Ready, TargetKind};
+use super::{external_check, Basis, Body, Calls, Check, Ready, TargetKind, Via};
 use crate::grants::GrantPattern;
 use crate::mode::{Action, Kind};
 use crate::paths::{normalize, RootedPath};
@@ -22,10 +22,47 @@ use crate::tools::{
 use crate::{Call, Policy, SubjectOrigin, SubjectRead};
 
 impl Policy {
+    /// `use_mcp_tool`: the MCP call it makes, prepared as that call, each
+    /// check of the MCP tool's permission carrying the calling tool's rules
+    /// ([`super::Check::via`]); unusable input is denied.
+    fn prepare_mcp_caller(&self, call: &Call<'_>) -> Body {
+        let permission = self.registry.lookup(call.tool).permission.clone();
+        let mcp = match crate::mcp_caller::mcp_call(call.input) {
+            Ok(mcp) => mcp,
+            Err(reason) => {
+                return Body::Invalid {
+                    permission,
+                    kind: Kind::Other,
+                    reason: format!("the `{}` call is unusable: {reason}", call.tool),
+                }
+            }
+        };
+        let mut body = self.prepare_body(&Call {
+            tool: &mcp.name,
+            input: &mcp.arguments,
+            cwd: call.cwd,
+        });
+        let via = Via {
+            permission: permission.clone(),
+            name: mcp.name.clone(),
+        };
+        body.called_via(&via);
+        Body::Calls(Box::new(Calls {
+            permission,
+            tool: mcp.name,
+            input: mcp.arguments,
+            body,
+        }))
+    }
+
     pub(super) fn prepare_body(&self, call: &Call<'_>) -> Body {
         // Tools that call tools are judged by their calls (batch.rs).
         if crate::batch::is_batch(call.tool) {
             return Body::Batch;
+        }
+        // A tool that calls one MCP tool by name is judged as that call.
+        if crate::mcp_caller::is_mcp_caller(call.tool) {
+            return self.prepare_mcp_caller(call);
         }
         let spec = self.registry.lookup(call.tool);
         let invalid = |reason: String| Body::Invalid {
@@ -140,6 +177,7 @@ impl Policy {
                 reached: None,
                 runs_unknown: false,
                 origin: None,
+                via: None,
             }
         };
 
@@ -268,6 +306,7 @@ impl Policy {
                         reached: None,
                         runs_unknown,
                         origin: None,
+                        via: None,
                     });
                 }
             }
@@ -534,6 +573,7 @@ impl Policy {
                     reached: None,
                     runs_unknown: runs_unknown(simple),
                     origin: None,
+                    via: None,
                 });
             }
         }

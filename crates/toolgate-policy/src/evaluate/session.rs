@@ -10,7 +10,7 @@ use std::path::Path;
 
 use super::answer::{combine, merge_options, push_unique};
 use super::judge::{kind_reason, shell_reason};
-use super::{fixed_check, Basis, Body, Outcome, Prepared, Ready};
+use super::{fixed_check, Basis, Body, Calls, Outcome, Prepared, Ready};
 use crate::grants::GrantPattern;
 use crate::mode::{mode_answer, Action, Kind};
 use crate::paths::{normalize, RootedPath};
@@ -28,6 +28,8 @@ impl Policy {
         context: &Context<'_>,
     ) -> Evaluation {
         let (permission, kind) = match &prepared.body {
+            // The calling tool (`use_mcp_tool`) meets the scope first.
+            Body::Calls(calls) => (calls.permission.as_str(), Kind::Other),
             Body::Batch => return self.evaluate_batch(call, context),
             Body::Invalid {
                 permission, kind, ..
@@ -62,6 +64,7 @@ impl Policy {
             trace: Vec::new(),
         };
         let ready = match prepared.body {
+            Body::Calls(calls) => return self.finish_calls(call, prepared.policy, *calls, context),
             Body::Batch => return self.evaluate_batch(call, context),
             Body::Invalid {
                 permission,
@@ -144,6 +147,28 @@ impl Policy {
         let mut evaluation = combine(checks, outcomes, permission, kind, mode, title, plan);
         evaluation.trace = trace;
         evaluation
+    }
+
+    /// The MCP call a `use_mcp_tool` call makes, once the calling tool
+    /// passed the session's scope: judged as if sent alone (its checks
+    /// carry the calling tool's rules, see [`super::Check::via`]).
+    fn finish_calls(
+        &self,
+        call: &Call<'_>,
+        policy: u64,
+        calls: Calls,
+        context: &Context<'_>,
+    ) -> Evaluation {
+        let inner = Call {
+            tool: &calls.tool,
+            input: &calls.input,
+            cwd: call.cwd,
+        };
+        let prepared = Prepared {
+            policy,
+            body: calls.body,
+        };
+        self.finish(&inner, prepared, context)
     }
 
     /// A call whose input was split by [`variants`](crate::tools::variants):

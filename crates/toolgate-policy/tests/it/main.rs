@@ -9,6 +9,7 @@ mod evaluate;
 mod glob_oracle;
 mod layers;
 mod managed;
+mod mcp_caller;
 mod plan_corpus;
 mod registry;
 mod reminder;

@@ -294,11 +294,36 @@ impl Broker {
     /// pending call whose answer under it is no longer "ask", as a mode
     /// change does (`permission_resolved`, then the decision); the others
     /// keep their question. Sessions keep the mode they are in; a new
-    /// default mode applies to sessions that appear after the reload.
+    /// default mode applies to sessions that appear after the reload. A
+    /// managed floor that moved is news first: each session whose
+    /// effective mode moved with it is told (`Broker::floor_moved`).
     fn replace_policy(&mut self, policy: Arc<Policy>, ask_timeout_ms: u64, ob: &mut Outbox<'_>) {
-        self.policy = policy;
+        // A moved managed floor moves the sessions it holds (or held): the
+        // sessions the broker holds, parents first, then those it forgot
+        // that a connection still uses (an agent's implicit session).
+        let before: Vec<(String, toolgate_policy::Mode)> =
+            if self.policy.mode_floor == policy.mode_floor {
+                Vec::new()
+            } else {
+                let forgotten = self.conns.sessions_named().into_iter().filter(|id| {
+                    !self.sessions.contains_key(id) && self.sessions.closed_why(id).is_none()
+                });
+                self.sessions
+                    .in_tree_order()
+                    .into_iter()
+                    .chain(forgotten)
+                    .map(|id| {
+                        let mode = self.effective_mode(&id);
+                        (id, mode)
+                    })
+                    .collect()
+            };
+        let old = std::mem::replace(&mut self.policy, policy);
         self.reminders = Default::default();
         self.config.ask_timeout_ms = ask_timeout_ms;
+        if !before.is_empty() {
+            self.floor_moved(&old, before, ob);
+        }
         // Sessions in the order of their oldest pending call.
         for session_id in self.questions.sessions_by_age() {
             self.revisit_session(&session_id, "the policy was reloaded", None, ob);

@@ -25,9 +25,10 @@ use crate::convert;
 #[derive(Default)]
 pub(super) struct Observers {
     watching: Vec<Watcher>,
-    /// Answers taken in this step: where in the step's outputs each goes
-    /// (before the frames that followed from it).
-    answered: Vec<(usize, wire::PermissionAnswered)>,
+    /// News for observers that is in no output of this step (answers
+    /// taken, a mode change nobody else hears): where in the step's outputs
+    /// each goes (an answer before the frames that followed from it).
+    notes: Vec<(usize, ServerFrame)>,
     /// The questions observers were shown (a question put again to an
     /// approver that connects later is not news).
     shown: HashSet<String>,
@@ -67,8 +68,15 @@ impl Observers {
     /// An answer was taken; `at`: where the outputs that followed from it
     /// begin.
     pub(super) fn answered(&mut self, at: usize, answered: wire::PermissionAnswered) {
+        self.note(at, ServerFrame::PermissionAnswered(answered));
+    }
+
+    /// News for observers at `at` in the step's outputs, whether or not an
+    /// output carries it too (a `mode_changed` a reload brings: a copy in
+    /// the outputs is then not copied again).
+    pub(super) fn note(&mut self, at: usize, frame: ServerFrame) {
         if !self.watching.is_empty() {
-            self.answered.push((at, answered));
+            self.notes.push((at, frame));
         }
     }
 }
@@ -103,16 +111,20 @@ impl Broker {
     /// Copy to each observer what this step made (the outputs from `from`
     /// on) about the sessions it watches.
     pub(super) fn observe(&mut self, from: usize, out: &mut Vec<Output>) {
-        let answered = std::mem::take(&mut self.observers.answered);
+        let notes = std::mem::take(&mut self.observers.notes);
         if self.observers.watching.is_empty() {
             return;
         }
         let end = out.len();
-        let mut answered = answered.into_iter().peekable();
+        let mut notes = notes.into_iter().peekable();
         let mut step_keys: HashSet<String> = HashSet::new();
         for index in from..=end {
-            while let Some((_, note)) = answered.next_if(|(at, _)| *at <= index) {
-                let frame = ServerFrame::PermissionAnswered(note);
+            while let Some((_, frame)) = notes.next_if(|(at, _)| *at <= index) {
+                if let Some((_, Some(key))) = observed(&frame) {
+                    if !step_keys.insert(key) {
+                        continue;
+                    }
+                }
                 self.copy_to_observers(&frame, false, None, out);
             }
             if index == end {
@@ -200,24 +212,7 @@ impl Broker {
                 .into_iter()
                 .filter(|id| self.sessions.contains_key(id))
                 .collect(),
-            None => {
-                let mut roots: Vec<&String> = self
-                    .sessions
-                    .iter()
-                    .filter(|(_, session)| {
-                        session
-                            .parent
-                            .as_deref()
-                            .is_none_or(|parent| !self.sessions.contains_key(parent))
-                    })
-                    .map(|(id, _)| id)
-                    .collect();
-                roots.sort();
-                roots
-                    .into_iter()
-                    .flat_map(|root| self.sessions.subtree(root))
-                    .collect()
-            }
+            None => self.sessions.in_tree_order(),
         };
         let sessions = ids
             .into_iter()

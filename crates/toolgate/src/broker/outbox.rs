@@ -212,6 +212,21 @@ impl<'a> Outbox<'a> {
         self.reply(ServerFrame::ModeChanged(changed));
     }
 
+    /// A session's mode changed with no caller to tell (a reload moved the
+    /// managed floor): each of `to` hears it, and so does every other
+    /// connection whose call in that session this step decides later.
+    pub(super) fn mode_changed_to(&mut self, to: &[ConnId], changed: wire::ModeChanged) {
+        let at = self.out.len();
+        for &conn in to {
+            self.push(To::Owner(conn), ServerFrame::ModeChanged(changed.clone()));
+        }
+        self.news.push(News {
+            at,
+            told: to.len(),
+            changed,
+        });
+    }
+
     /// A decision about a call of `session_id` goes to `owner`, which is not
     /// the caller: a mode change of that session earlier in this step is
     /// news for it too, so it gets a copy of it in its place.

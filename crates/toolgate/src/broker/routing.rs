@@ -323,6 +323,12 @@ struct Peer {
     last_session: Option<String>,
     /// When `sessions` is pruned of the sessions the broker forgot.
     prune_at: usize,
+    /// The sessions it started or set the mode of: with `sessions`, the
+    /// ones a change of mode no frame of theirs caused (a reload moving the
+    /// managed floor) is news for.
+    steered: std::collections::HashSet<String>,
+    /// When `steered` is pruned of the sessions the broker forgot.
+    steered_prune_at: usize,
 }
 
 /// An open question: who made the call, who was asked, and the request as
@@ -499,6 +505,34 @@ impl Connections {
         })
     }
 
+    /// The open connections, other than observers, that sent calls in
+    /// `session`, started it or set its mode, in the order they opened:
+    /// those a change of its mode that none of them asked for is news for.
+    pub(super) fn heard_in(&self, session: &str) -> Vec<ConnId> {
+        let mut conns: Vec<ConnId> = self
+            .open
+            .iter()
+            .filter(|(_, peer)| peer.role != Role::Observer)
+            .filter(|(_, peer)| peer.sessions.contains(session) || peer.steered.contains(session))
+            .map(|(conn, _)| *conn)
+            .collect();
+        conns.sort_unstable();
+        conns
+    }
+
+    /// Every session an open connection (other than an observer) sent
+    /// calls in, started or set the mode of, whether the broker still holds
+    /// it or forgot it (an idle implicit session), in id order.
+    pub(super) fn sessions_named(&self) -> Vec<String> {
+        let named: std::collections::BTreeSet<&String> = self
+            .open
+            .values()
+            .filter(|peer| peer.role != Role::Observer)
+            .flat_map(|peer| peer.sessions.iter().chain(&peer.steered))
+            .collect();
+        named.into_iter().cloned().collect()
+    }
+
     /// The names of the open connections that sent calls in `session`.
     pub(super) fn clients_in(&self, session: &str) -> Vec<String> {
         let mut conns: Vec<ConnId> = self
@@ -523,6 +557,16 @@ impl Connections {
 }
 
 impl Peer {
+    /// It started `session` or set its mode (`held`: as for [`Peer::used`]).
+    fn steered(&mut self, session: &str, held: impl Fn(&str) -> bool) {
+        if self.steered.insert(session.to_string())
+            && self.steered.len() > self.steered_prune_at.max(256)
+        {
+            self.steered.retain(|id| held(id));
+            self.steered_prune_at = 2 * self.steered.len();
+        }
+    }
+
     /// It sent a call in `session`; `held`: whether the broker still holds
     /// a session (those it forgot are pruned now and then, so a connection
     /// that runs through many sessions does not grow without end).
@@ -674,9 +718,18 @@ impl Broker {
             Parsed::Blank | Parsed::Unreadable(_) => return,
         };
         let observer = peer.role == Role::Observer;
-        if let ClientFrame::ToolCall(call) = &frame {
-            let sessions = &self.sessions;
-            peer.used(&call.session_id, |id| sessions.contains_key(id));
+        let sessions = &self.sessions;
+        match &frame {
+            ClientFrame::ToolCall(call) => {
+                peer.used(&call.session_id, |id| sessions.contains_key(id))
+            }
+            ClientFrame::SessionStart(wire::SessionStart { session_id, .. })
+            | ClientFrame::SetMode(wire::SetMode { session_id, .. })
+                if !observer =>
+            {
+                peer.steered(session_id, |id| sessions.contains_key(id))
+            }
+            _ => {}
         }
         // Error frames about a frame that decoded carry the ids it names (a
         // tool call's one error, a duplicate, names them itself: its ids

@@ -252,6 +252,27 @@ impl Sessions {
         }
     }
 
+    /// Every session held, parents before children: the roots (sessions
+    /// with no parent held) in id order, each followed by its subtree.
+    pub(super) fn in_tree_order(&self) -> Vec<String> {
+        let mut roots: Vec<&String> = self
+            .table
+            .iter()
+            .filter(|(_, session)| {
+                session
+                    .parent
+                    .as_deref()
+                    .is_none_or(|parent| !self.table.contains_key(parent))
+            })
+            .map(|(id, _)| id)
+            .collect();
+        roots.sort();
+        roots
+            .into_iter()
+            .flat_map(|root| self.subtree(root))
+            .collect()
+    }
+
     /// A session's ancestors, its parent first (bounded, in case of a bug:
     /// the parent links never form a cycle).
     pub(super) fn ancestors(&self, session_id: &str) -> Vec<String> {
@@ -593,6 +614,76 @@ impl Broker {
                     ob,
                 );
             }
+        }
+    }
+
+    /// A reload replaced `old`, whose managed floor was another: each
+    /// session whose effective mode moved with the floor (`before`: each
+    /// session's effective mode under `old`, parents first; a session the
+    /// broker forgot but a connection still uses is in the default mode) gets
+    /// `mode_changed` with a `reason` naming the managed policy, addressed
+    /// to the connections that sent calls in it, started it or set its mode
+    /// (and to observers), and leaves its plan-mode grants behind if it
+    /// left plan mode, as after `set_mode`. Its pending calls are judged
+    /// again after this, with every other session's.
+    pub(super) fn floor_moved(
+        &mut self,
+        old: &Policy,
+        before: Vec<(String, Mode)>,
+        ob: &mut Outbox<'_>,
+    ) {
+        let moved: Vec<(String, Mode, Mode)> = before
+            .into_iter()
+            .filter_map(|(id, previous)| {
+                let now = self.effective_mode(&id);
+                (now != previous).then_some((id, previous, now))
+            })
+            .collect();
+        if moved.is_empty() {
+            return;
+        }
+        let ids: Vec<String> = moved.iter().map(|(id, _, _)| id.clone()).collect();
+        let previous: Vec<Mode> = moved.iter().map(|(_, previous, _)| *previous).collect();
+        let left_plan = self.end_plan_grants(&ids, &previous);
+        let changes: Vec<Change> = left_plan
+            .iter()
+            .map(|id| self.sessions.stored_change(id))
+            .collect();
+        // On disk before it is reported; should that fail, the grants are
+        // gone from memory all the same and the frames say so.
+        let saved = if changes.is_empty() {
+            None
+        } else {
+            self.store
+                .persist_now(self.clock.as_ref(), &changes, || {
+                    "the end of plan mode's grants when the managed floor moved".to_string()
+                })
+                .err()
+        };
+        for (id, previous, now) in moved {
+            // The mode the session and its ancestors ask for, unfloored.
+            let asked = self.sessions.effective_mode(&id, self.policy.default_mode);
+            let reason = match (&self.policy.mode_floor, &old.mode_floor) {
+                (Some((floor, origin)), _) if now != asked => format!(
+                    "the managed policy ({origin}) keeps every session at {floor} mode or stricter, so {asked} acts as {floor}"
+                ),
+                (_, Some((floor, origin))) => format!(
+                    "the managed policy ({origin}) no longer keeps sessions at {floor} mode or stricter, so the session is back in {asked} mode"
+                ),
+                // A floor moved, so one of the two holds.
+                (_, None) => "the policy was reloaded".to_string(),
+            };
+            let changed = wire::ModeChanged {
+                session_id: id.clone(),
+                mode: now.as_str().to_string(),
+                previous: previous.as_str().to_string(),
+                reason: Some(reason),
+                reminder: Some(self.reminder(&id, now)),
+                not_saved: saved.clone().filter(|_| left_plan.contains(&id)),
+            };
+            self.observers
+                .note(ob.len(), ServerFrame::ModeChanged(changed.clone()));
+            ob.mode_changed_to(&self.conns.heard_in(&id), changed);
         }
     }
 

@@ -100,6 +100,12 @@ pub fn run(mut check: CheckArgs, outer: ServeArgs) -> ExitCode {
         Ok(evaluation) => evaluation,
         Err(err) => return usage(err),
     };
+    // A `use_mcp_tool` call is judged as the MCP call it makes: that tool's
+    // registry entry is the one to show.
+    let spec = match toolgate::check::mcp_call(&request) {
+        Some(mcp) => policy.registry.lookup(&mcp.name).into_owned(),
+        None => spec,
+    };
     let text = if check.json {
         toolgate::check::to_json(&request, &spec, &evaluation).to_string() + "\n"
     } else {

@@ -164,6 +164,33 @@ fn check_shows_the_answer_and_each_step() {
             "rule",
             vec!["mcp__gw__invoke * → deny rule"],
         ),
+        // Roo Code's `use_mcp_tool` is judged as the MCP call it makes.
+        (
+            vec![
+                "--permission",
+                mcp,
+                "--input",
+                r#"{"server_name":"gw","tool_name":"invoke","arguments":"{\"name\":\"gmail_delete_all\"}"}"#,
+                "--",
+                "use_mcp_tool",
+            ],
+            1,
+            "deny",
+            "rule",
+            vec!["mcp__gw__invoke gmail_delete_all → deny rule"],
+        ),
+        (
+            vec![
+                "--input",
+                r#"{"server_name":"gw","tool_name":7}"#,
+                "--",
+                "use_mcp_tool",
+            ],
+            1,
+            "deny",
+            "invalid",
+            vec![],
+        ),
     ];
     let mut failures = Vec::new();
     for (args, code, decision, source, expected) in &cases {
@@ -278,6 +305,62 @@ fn check_lists_the_rules_that_lost_and_the_always_patterns() {
         "  rule     `bash: npm *` allow (",
         "  rule     `bash: *` ask (--permission) decides `npm publish --tag x`",
         "  always   would grant `npm publish *`",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in\n{text}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A `use_mcp_tool` call shows the MCP call it makes, the subject fields of
+/// that tool, and on each step the `use_mcp_tool` rules that tighten it.
+#[test]
+fn check_shows_the_mcp_call_use_mcp_tool_makes() {
+    let dir = support::project_dir("check-use-mcp");
+    let root = dir.canonicalize().unwrap();
+    let rules = r#"{"mcp__gw__invoke":{"*":"allow"},"use_mcp_tool":{"mcp__gw__*":"ask"}}"#;
+    let input =
+        r#"{"server_name":"gw","tool_name":"invoke","arguments":"{\"name\":\"gmail_list\"}"}"#;
+    let args = [
+        "--permission",
+        rules,
+        "--input",
+        input,
+        "--",
+        "use_mcp_tool",
+    ];
+    let (code, answer) = check(&root, &args);
+    assert_eq!(code, 3, "{answer}");
+    assert_eq!(answer["permission"], "mcp__gw__invoke");
+    assert_eq!(
+        answer["calls"],
+        json!({"tool": "mcp__gw__invoke", "serverName": "gw", "toolName": "invoke", "arguments": {"name": "gmail_list"}})
+    );
+    assert_eq!(
+        answer["subjectFields"],
+        json!({"fields": ["name", "command", "path", "url"], "declared": false})
+    );
+    let step = &answer["steps"][0];
+    assert_eq!(step["subject"], "gmail_list");
+    assert_eq!(
+        step["via"],
+        json!({"permission": "use_mcp_tool", "name": "mcp__gw__invoke"})
+    );
+    assert_eq!(
+        step["reason"],
+        "the `--permission` rule `use_mcp_tool: mcp__gw__*` asks before `mcp__gw__invoke`"
+    );
+    let mut argv = vec!["check", "--project-root", root.to_str().unwrap()];
+    argv.extend_from_slice(&args);
+    let (code, text, _) = support::run(&root, &argv, "");
+    assert_eq!(code, 3);
+    for line in [
+        "tool       use_mcp_tool → permission `mcp__gw__invoke`, kind other (a tool toolgate does not know: judged as other tools)\n",
+        "calls      `mcp__gw__invoke` (server `gw`, tool `invoke`) with `arguments` as its input: judged as that call; the rules of `use_mcp_tool` are matched against `mcp__gw__invoke` and can only tighten\n",
+        "subject    read from `name`, `command`, `path`, `url` (the default for MCP tools): each one given is judged\n",
+        "step 1     mcp__gw__invoke `gmail_list`\n",
+        "  via      `use_mcp_tool` rules match `mcp__gw__invoke` too (a deny or ask among them tightens)\n",
+        "  rule     `mcp__gw__invoke: *` allow (--permission) matches `gmail_list`\n",
+        "  rule     `use_mcp_tool: mcp__gw__*` ask (--permission) decides `mcp__gw__invoke`\n",
     ] {
         assert!(text.contains(line), "missing {line:?} in\n{text}");
     }
@@ -399,6 +482,22 @@ fn check_and_serve_never_disagree() {
         ("mcp__gw__invoke", json!({})),
         ("mcp__sh__run", json!({"command": "git status; rm -rf src"})),
         ("mcp__fs__read", json!({"path": "./.env"})),
+        (
+            "use_mcp_tool",
+            json!({"server_name": "gw", "tool_name": "invoke", "arguments": "{\"name\":\"gmail_delete_all\"}"}),
+        ),
+        (
+            "use_mcp_tool",
+            json!({"server_name": "gw", "tool_name": "invoke", "arguments": {"name": "gmail_send_x"}}),
+        ),
+        (
+            "use_mcp_tool",
+            json!({"server_name": "sh", "tool_name": "run", "arguments": "{\"command\":\"git status\"}"}),
+        ),
+        (
+            "use_mcp_tool",
+            json!({"server_name": 3, "tool_name": "run"}),
+        ),
         ("exit_plan_mode", json!({"plan": "do it"})),
         ("todowrite", json!({"todos": []})),
         ("bash", json!({"command": 7})),

@@ -3,12 +3,16 @@
 //! `TOOLGATE_PERMISSION`, a grant kept in the state directory and the
 //! answers to questions (an `always` given before, a `once` given after the
 //! policy was reloaded); a managed ask cannot be granted away; the managed
-//! mode is a floor for `--mode` and `set_mode`; a managed policy that cannot
+//! mode is a floor for `--mode` and `set_mode`, and a reload that moves it
+//! tells each session it moves (on stdio and on a socket, where only the
+//! session's own connections and observers hear it); a managed policy that cannot
 //! be used stops every command that builds a policy (exit 2, or a hook's
 //! denial); `ready.policySources`, `check`, the audit log, `policy
-//! validate`, `hook`, `mcp` and `replay` name it. The system's
-//! `/etc/toolgate/managed.json` is not touched here: its lookup is
-//! unit-tested with an injected path (`setup::tests`).
+//! validate`, `hook`, `mcp` and `replay` name it. The machine's
+//! `/etc/toolgate/managed.json` is never touched: its lookup and its
+//! owner and mode checks are unit-tested with an injected path
+//! (`setup::tests`), and through the binary in a mount namespace where
+//! `/etc` is an overlay holding a file of the test's own.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may panic
 
 use std::path::{Path, PathBuf};
@@ -358,6 +362,192 @@ fn the_managed_mode_is_a_floor_for_the_flag_and_set_mode() {
     broker.finish();
 }
 
+/// A reload that moves the managed floor is news for each session it moves,
+/// up (`auto` held to `ask`: a call `auto` allowed now asks) and back down
+/// (the pending call `auto` allows is then decided), with a `reason` naming
+/// the managed policy; a session stricter than the floor hears nothing. A
+/// managed policy that cannot be read on reload changes nothing: the floor
+/// in force stays.
+#[test]
+fn a_reload_that_moves_the_floor_tells_each_session_it_moves() {
+    let root = support::project_dir("moved-root");
+    let dir = support::project_dir("moved-files");
+    let managed = write(&dir, "m.json", &json!({}));
+    let origin = format!("managed:{}", managed.display());
+    let managed_arg = managed.to_string_lossy().into_owned();
+    let mut broker = serve(&root, &["--managed", &managed_arg], &[]);
+    let changes = |lines: &[String]| -> Vec<Value> {
+        lines
+            .iter()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .filter(|frame| frame["type"] == "mode_changed")
+            .collect()
+    };
+    let started = |broker: &Broker, id: &str| {
+        frame(broker, "session_started", |frame| {
+            frame["type"] == "session_started" && frame["sessionID"] == id
+        })
+    };
+    broker.send(r#"{"type":"session_start","sessionID":"s","mode":"auto"}"#);
+    assert_eq!(started(&broker, "s")["mode"], "auto");
+    broker.send(r#"{"type":"session_start","sessionID":"p","mode":"plan"}"#);
+    assert_eq!(started(&broker, "p")["mode"], "plan");
+    let edit = json!({"file_path": "a.rs", "old_string": "a", "new_string": "b"});
+    broker.send(&call("c1", "Edit", edit.clone()));
+    assert_eq!(said(&decision(&broker, "c1")), "allow mode -");
+
+    // Up: `s` is held to `ask`; `p`, in plan, stays.
+    write(&dir, "m.json", &json!({"mode": "ask"}));
+    broker.signal("HUP");
+    broker.wait_for("the first mode_changed", |lines| changes(lines).len() == 1);
+    let up = &changes(&broker.lines())[0];
+    assert_eq!(up["sessionID"], "s");
+    assert_eq!(up["mode"], "ask");
+    assert_eq!(up["previous"], "auto");
+    assert_eq!(
+        up["reason"],
+        format!("the managed policy ({origin}) keeps every session at ask mode or stricter, so auto acts as ask")
+    );
+    assert!(
+        up["reminder"]
+            .as_str()
+            .unwrap()
+            .contains("Ask mode is active"),
+        "{up}"
+    );
+    broker.send(&call("c2", "Edit", edit.clone()));
+    let asked = request(&broker, "c2");
+
+    // Down: back in `auto`, which allows the pending call.
+    write(&dir, "m.json", &json!({}));
+    broker.signal("HUP");
+    let c2 = decision(&broker, "c2");
+    assert_eq!(said(&c2), "allow mode -");
+    let down = &changes(&broker.lines())[1];
+    assert_eq!(down["sessionID"], "s");
+    assert_eq!(down["mode"], "auto");
+    assert_eq!(down["previous"], "ask");
+    assert_eq!(
+        down["reason"],
+        format!("the managed policy ({origin}) no longer keeps sessions at ask mode or stricter, so the session is back in auto mode")
+    );
+    // The news before what follows from it.
+    let lines = broker.lines();
+    let at = |pick: &dyn Fn(&Value) -> bool| {
+        lines
+            .iter()
+            .position(|line| pick(&serde_json::from_str::<Value>(line).unwrap()))
+            .unwrap()
+    };
+    let news = at(&|frame| frame["type"] == "mode_changed" && frame["mode"] == "auto");
+    let resolved = at(&|frame| {
+        frame["type"] == "permission_resolved" && frame["permissionID"] == asked["permissionID"]
+    });
+    let decided = at(&|frame| frame["type"] == "decision" && frame["callID"] == "c2");
+    assert!(news < resolved && resolved < decided, "{lines:#?}");
+
+    // A managed policy that cannot be read on reload leaves the floor in force.
+    write(&dir, "m.json", &json!({"mode": "ask"}));
+    broker.signal("HUP");
+    broker.wait_for("the third mode_changed", |lines| changes(lines).len() == 3);
+    std::fs::remove_file(&managed).unwrap();
+    broker.signal("HUP");
+    broker.wait_for_stderr(&format!(
+        "toolgate: SIGHUP received: the policy was not reloaded: {origin}: cannot read the managed policy: No such file or directory (os error 2); toolgate does not run without the rules it sets; keeping the policy in force"
+    ));
+    broker.send(&call("c3", "Edit", edit));
+    request(&broker, "c3");
+    let (status, lines, stderr) = broker.finish();
+    assert!(status.success(), "{stderr}");
+    // Three moves of `s`, nothing for `p`, nothing for the failed reload.
+    let told: Vec<String> = changes(&lines)
+        .iter()
+        .map(|frame| format!("{} {}", frame["sessionID"], frame["mode"]))
+        .collect();
+    assert_eq!(told, [r#""s" "ask""#, r#""s" "auto""#, r#""s" "ask""#]);
+}
+
+/// On a socket, a session's move is news for the connections that started
+/// it, set its mode or sent calls in it (and for observers), not for the
+/// others; a session the broker forgot (only seen in a call) is news for
+/// the connection using it, one that ended for nobody.
+#[cfg(unix)]
+#[test]
+fn a_moved_floor_is_news_for_the_connections_of_each_session_and_observers() {
+    use std::time::Duration;
+    let dir = support::project_dir("moved-socket");
+    let root = dir.join("project");
+    std::fs::create_dir_all(&root).unwrap();
+    let files = support::project_dir("moved-socket-files");
+    let managed = write(&files, "m.json", &json!({}));
+    let managed_arg = managed.to_string_lossy().into_owned();
+    let broker =
+        support::Listening::start(&dir, &root, &["--mode", "auto", "--managed", &managed_arg]);
+    let socket = broker.socket.clone();
+    let hello = |client: &str| json!({"type": "hello", "client": client});
+    let mut watcher = support::Peer::connect(
+        &socket,
+        json!({"type": "hello", "role": "observer", "client": "dashboard"}),
+    );
+    let mut starter = support::Peer::connect(&socket, hello("orchestrator"));
+    let mut agent = support::Peer::connect(&socket, hello("agent"));
+    let mut other = support::Peer::connect(&socket, hello("other"));
+    let mut idle = support::Peer::connect(&socket, hello("idle"));
+    let mut implicit = support::Peer::connect(&socket, hello("implicit"));
+    let mut ended = support::Peer::connect(&socket, hello("ended"));
+    starter.send(json!({"type": "session_start", "sessionID": "s", "mode": "auto"}));
+    starter.until("session_started");
+    agent.send(
+        json!({"type": "tool_call", "sessionID": "s", "callID": "c1", "tool": "Edit",
+        "input": {"file_path": "a.rs", "old_string": "a", "new_string": "b"}}),
+    );
+    assert_eq!(agent.until("decision").pop().unwrap()["decision"], "allow");
+    other.send(json!({"type": "set_mode", "sessionID": "t", "mode": "auto"}));
+    other.until("mode_changed");
+    // A session only seen in a call, forgotten once it was decided, and
+    // one that ended.
+    implicit.send(
+        json!({"type": "tool_call", "sessionID": "u", "callID": "c2", "tool": "Read",
+        "input": {"file_path": "a.rs"}}),
+    );
+    implicit.until("decision");
+    ended.send(json!({"type": "session_start", "sessionID": "v", "mode": "auto"}));
+    ended.until("session_started");
+    ended.send(json!({"type": "session_end", "sessionID": "v"}));
+    ended.until("session_ended");
+    watcher.quiet(Duration::from_millis(300));
+
+    write(&files, "m.json", &json!({"mode": "ask"}));
+    let status = std::process::Command::new("kill")
+        .args(["-HUP", &broker.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let news = |peer: &mut support::Peer| {
+        let changed = peer.until("mode_changed").pop().unwrap();
+        assert_eq!(changed["mode"], "ask", "{changed}");
+        changed["sessionID"].as_str().unwrap().to_string()
+    };
+    assert_eq!(news(&mut starter), "s");
+    assert_eq!(news(&mut agent), "s");
+    assert_eq!(news(&mut other), "t");
+    assert_eq!(news(&mut implicit), "u");
+    assert_eq!(news(&mut watcher), "s");
+    assert_eq!(news(&mut watcher), "t");
+    assert_eq!(news(&mut watcher), "u");
+    for peer in [
+        &mut starter,
+        &mut agent,
+        &mut other,
+        &mut watcher,
+        &mut idle,
+        &mut implicit,
+        &mut ended,
+    ] {
+        assert_eq!(peer.quiet(Duration::from_millis(300)), Vec::<Value>::new());
+    }
+}
+
 /// Run `toolgate ARGS` in `dir` with `env` (none of toolgate's own
 /// variables inherited): the exit code, stdout and stderr.
 fn run(dir: &Path, args: &[&str], env: &[(&str, &str)], input: &str) -> (i32, String, String) {
@@ -429,6 +619,150 @@ fn a_managed_policy_that_cannot_be_used_stops_toolgate() {
         answer["hookSpecificOutput"]["permissionDecision"], "deny",
         "{answer}"
     );
+}
+
+/// The system's `/etc/toolgate/managed.json`, seen by the real binary in a
+/// mount namespace of its own where `/etc` is an overlay holding it (the
+/// machine's `/etc` is not touched): used when only root can change it;
+/// writable by others, owned by another user, or in a directory others can
+/// write, it stops `check` and `serve` (exit 2, naming what is wrong) and a
+/// hook denies. Skipped where a mount namespace or an overlay cannot be had.
+#[cfg(unix)]
+#[test]
+fn the_system_managed_policy_is_refused_when_others_could_change_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = support::project_dir("system");
+    let upper = dir.join("upper");
+    let work = dir.join("work");
+    let etc = upper.join("toolgate");
+    std::fs::create_dir_all(&etc).unwrap();
+    std::fs::create_dir_all(&work).unwrap();
+    let file = write(
+        &etc,
+        "managed.json",
+        &json!({"permission": {"bash": {"git push *": "deny"}}}),
+    );
+    let mode = |path: &Path, mode: u32| {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap()
+    };
+    mode(&upper, 0o755);
+    mode(&etc, 0o755);
+    mode(&file, 0o644);
+    let script = format!(
+        "mount --make-rprivate / && mount -t overlay overlay -o lowerdir=/etc,upperdir='{}',workdir='{}' /etc && exec \"$@\"",
+        upper.display(),
+        work.display()
+    );
+    let wrapper = ["unshare", "-m", "sh", "-c", script.as_str(), "sh"];
+    let probe = std::process::Command::new("unshare")
+        .args([
+            "-m",
+            "sh",
+            "-c",
+            &script,
+            "sh",
+            "test",
+            "-f",
+            "/etc/toolgate/managed.json",
+        ])
+        .output();
+    match probe {
+        Ok(out) if out.status.success() => {}
+        other => {
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
+                "skipped: no overlay over /etc in a mount namespace here ({other:?})"
+            );
+            return;
+        }
+    }
+    let run = |args: &[&str]| {
+        let out = support::toolgate_process_via(&wrapper, &dir, args, &[], b"");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let push = ["check", "--", "bash", "git push origin main"];
+    // Root's, writable by no one else: in force.
+    let (code, stdout, stderr) = run(&push);
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(
+        stdout.contains("decided by `bash: git push *` deny (managed:/etc/toolgate/managed.json)"),
+        "{stdout}"
+    );
+    let refused = |why: &str| {
+        format!(
+            "toolgate: invalid policy: managed:/etc/toolgate/managed.json: cannot trust the managed policy: {why}; the system's managed policy, and every directory above it, must be owned by root and writable by no one else; toolgate does not run without the rules it sets\n"
+        )
+    };
+    let hook_input =
+        json!({"session_id": "s", "hook_event_name": "PreToolUse", "tool_name": "Read",
+        "tool_input": {"file_path": "a.rs"}, "cwd": dir})
+        .to_string();
+    // What to spoil (a mode, or an owner), how it is mended, and what is said.
+    enum Change {
+        Mode(u32),
+        Owner(u32),
+    }
+    let apply = |path: &Path, change: &Change| match change {
+        Change::Mode(bits) => mode(path, *bits),
+        Change::Owner(uid) => std::os::unix::fs::chown(path, Some(*uid), None).unwrap(),
+    };
+    let mut cases = vec![
+        (
+            file.clone(),
+            Change::Mode(0o666),
+            Change::Mode(0o644),
+            refused("it is writable by its group or others (mode 0o666)"),
+        ),
+        (
+            etc.clone(),
+            Change::Mode(0o777),
+            Change::Mode(0o755),
+            refused("its directory /etc/toolgate is writable by its group or others (mode 0o777)"),
+        ),
+    ];
+    // Only root can give a file away.
+    if rustix::process::geteuid().is_root() {
+        cases.push((
+            file.clone(),
+            Change::Owner(65534),
+            Change::Owner(0),
+            refused("it is owned by uid 65534, not root"),
+        ));
+        cases.push((
+            etc.clone(),
+            Change::Owner(65534),
+            Change::Owner(0),
+            refused("its directory /etc/toolgate is owned by uid 65534, not root"),
+        ));
+    }
+    for (path, spoil, mend, expected) in &cases {
+        apply(path, spoil);
+        for args in [&push[..], &["serve"][..]] {
+            let (code, stdout, stderr) = run(args);
+            assert_eq!((code, stdout.as_str()), (2, ""), "{args:?}: {stderr}");
+            assert_eq!(stderr, *expected, "{args:?}");
+        }
+        // A hook denies rather than letting the call through.
+        let out = support::toolgate_process_via(
+            &wrapper,
+            &dir,
+            &["hook", "claude"],
+            &[],
+            hook_input.as_bytes(),
+        );
+        let answer = support::hook_answer(&out);
+        assert_eq!(
+            answer["hookSpecificOutput"]["permissionDecision"], "deny",
+            "{answer}"
+        );
+        apply(path, mend);
+        assert_eq!(run(&push).0, 1, "mended: {expected}");
+    }
 }
 
 #[test]

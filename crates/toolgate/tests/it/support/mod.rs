@@ -400,7 +400,28 @@ pub fn toolgate_process(
     env: &[(&str, &str)],
     input: &[u8],
 ) -> std::process::Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_toolgate"));
+    toolgate_process_via(&[], dir, args, env, input)
+}
+
+/// [`toolgate_process`] run by `wrapper` (a program and its arguments,
+/// before toolgate's path and `args`): `unshare`, `setpriv`, ...; none runs
+/// toolgate itself.
+pub fn toolgate_process_via(
+    wrapper: &[&str],
+    dir: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+    input: &[u8],
+) -> std::process::Output {
+    let toolgate = env!("CARGO_BIN_EXE_toolgate");
+    let mut command = match wrapper.split_first() {
+        Some((program, rest)) => {
+            let mut command = Command::new(program);
+            command.args(rest).arg(toolgate);
+            command
+        }
+        None => Command::new(toolgate),
+    };
     command.args(args).current_dir(dir);
     for name in [
         "TOOLGATE_MODE",
