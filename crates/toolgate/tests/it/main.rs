@@ -59,5 +59,7 @@ mod state;
 mod stopped_broker;
 mod transcripts;
 mod untrusted_broker;
+#[cfg(feature = "fleet")]
+mod web; // the web approval page over HTTP (needs PostgreSQL)
 mod wire;
 mod wire_frames;
