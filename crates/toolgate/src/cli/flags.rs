@@ -11,7 +11,8 @@
 //! | [`LineArgs`] | `--max-frame-bytes` | serve, mcp, claude-bridge |
 //! | [`ServeArgs`] | the four above, `--approver --listen` | serve |
 //! | [`BindArgs`] | `--parent --scope --scope-file` | hook, mcp, claude-bridge |
-//! | `StoreArgs` | `--store` | store migrate, tokens (feature `fleet`) |
+//! | `StoreArgs` | `--store` | serve, store migrate, tokens, web (feature `fleet`) |
+//! | `PageArgs` | `--http --tls-cert --tls-key` | serve, web (feature `fleet`) |
 //!
 //! A client of a broker (`hook --socket`, `mcp --socket`, `claude-bridge
 //! --socket`) decides nothing
@@ -209,6 +210,16 @@ pub struct ServeArgs {
     /// 0600 in a directory only you can enter; other users are refused.
     #[arg(long, value_name = "unix:PATH")]
     pub listen: Option<String>,
+
+    /// The shared store (for the web page of `--http`).
+    #[cfg(feature = "fleet")]
+    #[command(flatten)]
+    pub store: StoreArgs,
+
+    /// The web approval page beside the broker (`--http`).
+    #[cfg(feature = "fleet")]
+    #[command(flatten)]
+    pub page: PageArgs,
 }
 
 /// `--on-ask`.
@@ -347,6 +358,16 @@ impl ServeArgs {
             line: self.line.or(outer.line),
             approver: self.approver.or(outer.approver),
             listen: self.listen.or(outer.listen),
+            #[cfg(feature = "fleet")]
+            store: StoreArgs {
+                store: self.store.store.or(outer.store.store),
+            },
+            #[cfg(feature = "fleet")]
+            page: PageArgs {
+                http: self.page.http.or(outer.page.http),
+                tls_cert: self.page.tls_cert.or(outer.page.tls_cert),
+                tls_key: self.page.tls_key.or(outer.page.tls_key),
+            },
         }
     }
 }
@@ -401,6 +422,24 @@ pub struct StoreArgs {
     /// URL that holds a password (the command line is visible to others).
     #[arg(long, value_name = "URL")]
     pub store: Option<String>,
+}
+
+/// Where the web approval page is served (`serve --http`, `web`).
+#[cfg(feature = "fleet")]
+#[derive(Debug, Clone, Default, Args)]
+pub struct PageArgs {
+    /// Serve the web approval page (the store's open questions, answered
+    /// from a browser with an approver token) on HOST:PORT; port 0 takes a
+    /// free port, said on stderr. Needs --store. See docs/web.md.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub http: Option<String>,
+    /// The page's certificate chain (PEM): serve it over HTTPS (TLS 1.3)
+    /// instead of HTTP. Needs --tls-key.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
 }
 
 #[cfg(feature = "fleet")]

@@ -24,6 +24,18 @@ pub fn run(args: ServeArgs) -> ExitCode {
         say!("toolgate: --approver works with stdin/stdout only; with --listen, run `toolgate approve` beside the broker");
         return ExitCode::from(2);
     }
+    // The web approval page, on a thread of its own, before the broker
+    // starts: a page that cannot be served stops the start.
+    #[cfg(feature = "fleet")]
+    match super::web::prepare(args.page, args.store) {
+        Ok(Some((addr, config))) => {
+            if let Err(code) = super::web::spawn(addr, config) {
+                return code;
+            }
+        }
+        Ok(None) => {}
+        Err(code) => return code,
+    }
     let Opened {
         broker,
         settings,

@@ -6,6 +6,7 @@
 //! - [`auth`]: logins (a cookie, a CSRF token), the `Origin` check, forms;
 //! - [`feed`]: one task following the store's questions, publishing the
 //!   list every page shows;
+//! - [`tls`]: the server configuration of `--tls-cert` and `--tls-key`;
 //! - this file: the HTTP/1.1 server (hyper), its routes and headers.
 //!
 //! Routes: `GET /` (the log-in form, or the questions once logged in),
@@ -16,6 +17,7 @@
 
 pub mod auth;
 pub mod feed;
+pub mod tls;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -96,10 +98,20 @@ pub enum WebError {
 pub struct Config {
     /// The store's URL.
     pub store: String,
-    /// Whether the page is served over HTTPS (cookies are `Secure`, origins
-    /// `https://`).
-    pub secure: bool,
+    /// HTTPS with this configuration (cookies are then `Secure` and origins
+    /// `https://`); `None`: plain HTTP.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
 }
+
+impl Config {
+    /// Whether the page is served over HTTPS.
+    pub fn secure(&self) -> bool {
+        self.tls.is_some()
+    }
+}
+
+/// How long a client may take over the TLS handshake.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The page's state, shared by every connection.
 struct App {
@@ -151,6 +163,28 @@ pub async fn serve(listener: TcpListener, config: Config) -> Result<(), WebError
         };
         let app = app.clone();
         tokio::spawn(async move {
+            match app.config.tls.clone() {
+                None => connection(app, stream).await,
+                Some(tls) => {
+                    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                        Ok(Ok(stream)) => connection(app, stream).await,
+                        Ok(Err(err)) => tracing::debug!("a TLS handshake failed: {err}"),
+                        Err(_) => tracing::debug!("a TLS handshake took too long"),
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// Serve one connection (plain or TLS) until it closes.
+async fn connection<S>(app: Arc<App>, stream: S)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    {
+        {
             let service = hyper::service::service_fn(move |request| {
                 let app = app.clone();
                 async move { Ok::<_, Infallible>(app.handle(request).await) }
@@ -163,7 +197,7 @@ pub async fn serve(listener: TcpListener, config: Config) -> Result<(), WebError
             if let Err(err) = served {
                 tracing::debug!("an approval page connection ended: {err}");
             }
-        });
+        }
     }
 }
 
@@ -292,7 +326,7 @@ impl App {
     /// The login the request's cookie names, with its cookie id.
     fn login_of(&self, request: &Request<Incoming>) -> Option<(String, Login)> {
         let cookies = header_text(request, header::COOKIE)?;
-        let id = auth::cookie(cookies, auth::cookie_name(self.config.secure))?;
+        let id = auth::cookie(cookies, auth::cookie_name(self.config.secure()))?;
         let login = self.logins.get(id)?;
         Some((id.to_string(), login))
     }
@@ -300,7 +334,7 @@ impl App {
     /// Whether a request that changes something comes from the page.
     fn from_page(&self, request: &Request<Incoming>) -> bool {
         auth::same_origin(
-            self.config.secure,
+            self.config.secure(),
             header_text(request, header::HOST),
             header_text(request, header::ORIGIN),
             header_text(request, header::REFERER),
@@ -362,7 +396,7 @@ impl App {
         match self.logins.add(&identity, token) {
             Ok((id, login)) => {
                 let life = login.until.saturating_duration_since(Instant::now());
-                see_other("/", Some(auth::set_cookie(self.config.secure, &id, life)))
+                see_other("/", Some(auth::set_cookie(self.config.secure(), &id, life)))
             }
             Err(err) => {
                 tracing::warn!("the approval page could not make a login: {err}");
@@ -382,7 +416,7 @@ impl App {
             );
         }
         let Some((id, login)) = self.login_of(&request) else {
-            return see_other("/", Some(auth::clear_cookie(self.config.secure)));
+            return see_other("/", Some(auth::clear_cookie(self.config.secure())));
         };
         let header = header_text(&request, header::HeaderName::from_static("x-csrf-token"))
             .map(str::to_string);
@@ -397,7 +431,7 @@ impl App {
             );
         }
         self.logins.remove(&id);
-        see_other("/", Some(auth::clear_cookie(self.config.secure)))
+        see_other("/", Some(auth::clear_cookie(self.config.secure())))
     }
 
     /// `GET /events`: the list now, then again after each change; a

@@ -31,9 +31,14 @@ impl Page {
     /// Start `toolgate web --http 127.0.0.1:0 --store URL` and wait for
     /// the address it says.
     pub fn start(url: &str) -> Page {
+        Page::spawn(&["web", "--http", "127.0.0.1:0", "--store", url])
+    }
+
+    /// Start toolgate with `args` and wait for the page's address on stderr.
+    pub fn spawn(args: &[&str]) -> Page {
         let mut child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
-            .args(["web", "--http", "127.0.0.1:0", "--store", url])
-            .stdin(Stdio::null())
+            .args(args)
+            .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -43,8 +48,9 @@ impl Page {
         stderr.read_line(&mut line).unwrap();
         let addr = line
             .trim()
-            .strip_prefix("toolgate: the approval page is at http://")
-            .and_then(|rest| rest.strip_suffix('/'))
+            .strip_prefix("toolgate: the approval page is at ")
+            .and_then(|rest| rest.split_once("://"))
+            .and_then(|(_, rest)| rest.strip_suffix('/'))
             .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
             .to_string();
         // Keep draining stderr so the server never blocks on it.
@@ -91,7 +97,20 @@ pub fn http(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body
     stream
         .set_read_timeout(Some(Duration::from_secs(20)))
         .unwrap();
-    let mut request = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    exchange(&mut stream, addr, method, path, headers, body)
+}
+
+/// One request on `stream` (`host` in its `Host` header); the response
+/// read to the end of the stream.
+pub fn exchange(
+    stream: &mut (impl Read + Write),
+    host: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Reply {
+    let mut request = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
     for (name, value) in headers {
         request.push_str(&format!("{name}: {value}\r\n"));
     }
@@ -103,9 +122,20 @@ pub fn http(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body
     request.push_str(body);
     stream.write_all(request.as_bytes()).unwrap();
     let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).unwrap();
+    let mut buffer = [0u8; 16384];
+    loop {
+        match stream.read(&mut buffer) {
+            Ok(0) => break,
+            Ok(count) => raw.extend_from_slice(&buffer[..count]),
+            // A TLS peer that closes without close_notify.
+            Err(err) if err.kind() == std::io::ErrorKind::UnexpectedEof => break,
+            Err(err) => panic!("reading the response: {err}"),
+        }
+    }
     let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .unwrap_or_else(|| panic!("no HTTP response: {text:?}"));
     let mut lines = head.split("\r\n");
     let status = lines
         .next()
@@ -659,4 +689,160 @@ fn agent_and_token_text_is_escaped_in_every_page() {
         .unwrap()
         .starts_with("text/javascript"));
     assert!(!script.body.contains("innerHTML") && !script.body.contains("insertAdjacentHTML"));
+}
+
+#[test]
+fn serve_http_runs_the_page_beside_a_broker() {
+    let Some((url, broker)) = store("web_serve") else {
+        return;
+    };
+    let alice = token(&url, "alice", Role::Approver);
+    let page = Page::spawn(&["serve", "--http", "127.0.0.1:0", "--store", &url]);
+    let (cookie, _) = login(&page, &alice);
+    let id = ask(&url, broker, request(1, "from serve", "rm a"));
+    let mut events = Events::open(&page, &cookie);
+    events.until("the question", |s| ids(s) == [id.to_string()]);
+}
+
+#[test]
+fn the_page_refuses_flags_it_cannot_use() {
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+            .args(args)
+            .env_remove("TOOLGATE_STORE")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, stderr) = run(&["web", "--http", "127.0.0.1:0", "--store", ""]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--http needs --store"), "{stderr}");
+    let (code, stderr) = run(&["web", "--store", "postgres://x@127.0.0.1:1/x"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("web needs --http"), "{stderr}");
+    let (code, stderr) = run(&["serve", "--http", "127.0.0.1:0"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    let (code, stderr) = run(&[
+        "web",
+        "--http",
+        "127.0.0.1:0",
+        "--store",
+        "postgres://x@127.0.0.1:1/x",
+        "--tls-cert",
+        "/nonexistent.pem",
+        "--tls-key",
+        "/nonexistent.key",
+    ]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("cannot read the certificate chain /nonexistent.pem"),
+        "{stderr}"
+    );
+    let (code, stderr) = run(&[
+        "web",
+        "--http",
+        "127.0.0.1:0",
+        "--store",
+        "postgres://x@127.0.0.1:1/x",
+        "--tls-cert",
+        "a",
+    ]);
+    assert_eq!(code, Some(2), "--tls-cert without --tls-key: {stderr}");
+    // Nothing listens on port 1: unreachable.
+    let (code, stderr) = run(&[
+        "web",
+        "--http",
+        "127.0.0.1:0",
+        "--store",
+        "postgres://x@127.0.0.1:1/x",
+    ]);
+    assert_eq!(code, Some(3), "{stderr}");
+}
+
+#[test]
+fn over_https_the_cookie_is_secure_and_plain_http_gets_nothing() {
+    let Some((url, _)) = store("web_https") else {
+        return;
+    };
+    let alice = token(&url, "alice", Role::Approver);
+    let made = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let dir = crate::support::state_dir("web_https");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&cert, made.cert.pem()).unwrap();
+    std::fs::write(&key, made.signing_key.serialize_pem()).unwrap();
+    let page = Page::spawn(&[
+        "web",
+        "--http",
+        "127.0.0.1:0",
+        "--store",
+        &url,
+        "--tls-cert",
+        cert.to_str().unwrap(),
+        "--tls-key",
+        key.to_str().unwrap(),
+    ]);
+    let port = page.addr.rsplit_once(':').unwrap().1.to_string();
+    let host = format!("localhost:{port}");
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(made.cert.der().clone()).unwrap();
+    let config = std::sync::Arc::new(
+        rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth(),
+    );
+    let https = |method: &str, path: &str, headers: &[(&str, &str)], body: &str| {
+        let tcp = TcpStream::connect(&page.addr).unwrap();
+        tcp.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+        let connection = rustls::ClientConnection::new(config.clone(), name).unwrap();
+        let mut stream = rustls::StreamOwned::new(connection, tcp);
+        exchange(&mut stream, &host, method, path, headers, body)
+    };
+    let front = https("GET", "/", &[], "");
+    assert_eq!(front.status, 200);
+    assert!(front.body.contains("name=\"token\""));
+    let origin = format!("https://{host}");
+    let reply = https(
+        "POST",
+        "/login",
+        &[("Origin", &origin)],
+        &form(&[("token", &alice)]),
+    );
+    assert_eq!(reply.status, 303, "{reply:?}");
+    let cookie = reply.header("set-cookie").unwrap();
+    assert!(cookie.starts_with("__Host-toolgate="), "{cookie}");
+    for piece in ["; Secure", "HttpOnly", "SameSite=Strict", "Path=/"] {
+        assert!(cookie.contains(piece), "{cookie}");
+    }
+    // An http:// origin is another origin.
+    let downgraded = https(
+        "POST",
+        "/login",
+        &[("Origin", &format!("http://{host}"))],
+        &form(&[("token", &alice)]),
+    );
+    assert_eq!(downgraded.status, 403);
+    // Plain HTTP on the TLS port: no HTTP answer at all.
+    let mut plain = TcpStream::connect(&page.addr).unwrap();
+    plain
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    plain
+        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut answer = Vec::new();
+    let _ = plain.read_to_end(&mut answer);
+    assert!(
+        !String::from_utf8_lossy(&answer).contains("HTTP/1.1 200"),
+        "{answer:?}"
+    );
 }
