@@ -278,7 +278,7 @@ fn app_page(login: &Login) -> Reply {
     reply(StatusCode::OK, "text/html; charset=utf-8", page)
 }
 
-fn header_text<'a>(request: &'a Request<Incoming>, name: header::HeaderName) -> Option<&'a str> {
+fn header_text(request: &Request<Incoming>, name: header::HeaderName) -> Option<&str> {
     request
         .headers()
         .get(name)
@@ -332,7 +332,7 @@ impl App {
     }
 
     /// Whether a request that changes something comes from the page.
-    fn from_page(&self, request: &Request<Incoming>) -> bool {
+    fn sent_by_page(&self, request: &Request<Incoming>) -> bool {
         auth::same_origin(
             self.config.secure(),
             header_text(request, header::HOST),
@@ -352,7 +352,7 @@ impl App {
     }
 
     async fn login(&self, request: Request<Incoming>) -> Reply {
-        if !self.from_page(&request) {
+        if !self.sent_by_page(&request) {
             return login_page(
                 StatusCode::FORBIDDEN,
                 "refused: the request did not come from this page",
@@ -409,7 +409,7 @@ impl App {
     }
 
     async fn logout(&self, request: Request<Incoming>) -> Reply {
-        if !self.from_page(&request) {
+        if !self.sent_by_page(&request) {
             return message(
                 StatusCode::FORBIDDEN,
                 "refused: the request did not come from this page",
@@ -493,7 +493,7 @@ impl App {
         let Some((_, login)) = self.login_of(&request) else {
             return message(StatusCode::UNAUTHORIZED, "log in first");
         };
-        if !self.from_page(&request) {
+        if !self.sent_by_page(&request) {
             return message(
                 StatusCode::FORBIDDEN,
                 "refused: the request did not come from this page",
