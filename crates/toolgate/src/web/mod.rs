@@ -707,3 +707,106 @@ pub fn run(addr: &str, config: Config, bound: impl FnOnce(SocketAddr)) -> Result
         serve(listener, config).await
     })
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+
+    #[test]
+    fn forms_make_permission_responses() {
+        let request = json!({"permissionID": "per_1", "alwaysOptions": [["a"], ["b", "c"], ["*"]]});
+        let plan = json!({"permissionID": "per_2", "kind": "plan", "alwaysOptions": []});
+        let base = |extra: Value| {
+            let mut answer = json!({"type": "permission_response"});
+            for (key, value) in extra.as_object().unwrap() {
+                answer[key] = value.clone();
+            }
+            answer
+        };
+        // (request, form, the answer or the start of the refusal)
+        let table: Vec<(&Value, &str, Result<Value, &str>)> = vec![
+            (
+                &request,
+                "choice=once",
+                Ok(base(json!({"permissionID": "per_1", "response": "once"}))),
+            ),
+            (
+                &request,
+                "choice=reject&message=no+%3Cb%3E",
+                Ok(base(
+                    json!({"permissionID": "per_1", "response": "reject", "message": "no <b>"}),
+                )),
+            ),
+            (
+                &request,
+                "choice=reject&message=+",
+                Ok(base(json!({"permissionID": "per_1", "response": "reject"}))),
+            ),
+            (
+                &request,
+                "choice=always&level=2",
+                Ok(base(json!({"permissionID": "per_1", "response": "always"}))),
+            ),
+            (
+                &request,
+                "choice=always&level=1&lifetime=1800",
+                Ok(base(json!({"permissionID": "per_1", "response": "always",
+                               "patterns": ["b", "c"], "expiresIn": 1800}))),
+            ),
+            (
+                &request,
+                "choice=always&level=3",
+                Err("the question offers no `always` option 3"),
+            ),
+            (
+                &request,
+                "choice=always&level=x",
+                Err("`level` is not a number"),
+            ),
+            (
+                &request,
+                "choice=always&lifetime=0",
+                Err("`lifetime` must be whole seconds"),
+            ),
+            (
+                &request,
+                "choice=always&lifetime=315360001",
+                Err("`lifetime` must be whole seconds"),
+            ),
+            (
+                &request,
+                "choice=maybe",
+                Err("`choice` must be once, always or reject"),
+            ),
+            (&request, "", Err("`choice` must be once, always or reject")),
+            (
+                &plan,
+                "choice=always",
+                Ok(base(json!({"permissionID": "per_2", "response": "always"}))),
+            ),
+            (
+                &plan,
+                "choice=always&lifetime=60",
+                Err("a plan approval's `always` has no lifetime"),
+            ),
+        ];
+        for (request, body, expected) in table {
+            let got = response(request, &auth::form(body.as_bytes()));
+            match (got, expected) {
+                (Ok(got), Ok(expected)) => assert_eq!(got, expected, "{body}"),
+                (Err(got), Err(start)) => assert!(got.starts_with(start), "{body}: {got}"),
+                (got, expected) => panic!("{body}: {got:?}, expected {expected:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn html_is_escaped() {
+        assert_eq!(
+            html_escape(r#"<a href="x">'&'</a>"#),
+            "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;"
+        );
+    }
+}
