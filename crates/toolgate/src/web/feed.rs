@@ -213,7 +213,12 @@ pub fn render(question: &Question, host: &str) -> Value {
     let parsed: Option<PermissionRequest> = serde_json::from_value(question.request.clone()).ok();
     let (lines, options, plan) = match &parsed {
         Some(request) => {
-            let lines = view::about(request, None, &not_here);
+            let mut lines = view::about(request, None, &not_here);
+            // The session, client, tool, title and reason lines come first;
+            // the page shows them in the question's header instead.
+            if let Some(first) = lines.iter().position(|line| line.tone == Tone::Heading) {
+                lines.drain(..first);
+            }
             let options: Vec<Vec<String>> = request
                 .always_options
                 .iter()
@@ -252,6 +257,12 @@ pub fn render(question: &Question, host: &str) -> Value {
         "parent": text("parentID"),
         "tool": text("permission").or_else(|| text("tool")),
         "toolName": text("toolName"),
+        "client": question
+            .request
+            .get("metadata")
+            .and_then(|metadata| metadata.get("client"))
+            .and_then(Value::as_str)
+            .map(|text| shown(text).into_owned()),
         "title": text("title"),
         "reason": reason,
         "lines": lines,

@@ -195,11 +195,13 @@ impl Cdp {
         result["result"]["value"].clone()
     }
 
-    /// Wait until `expression` is true.
+    /// Wait until `expression` is true (a page still loading, whose body
+    /// is not there yet, counts as not yet).
     fn wait(&mut self, what: &str, expression: &str) {
         let deadline = Instant::now() + Duration::from_secs(30);
+        let guarded = format!("(() => {{ try {{ return ({expression}) === true; }} catch (e) {{ return false; }} }})()");
         loop {
-            if self.eval(expression) == json!(true) {
+            if self.eval(&guarded) == json!(true) {
                 return;
             }
             assert!(

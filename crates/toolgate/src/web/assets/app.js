@@ -55,6 +55,7 @@
     node.appendChild(el("h2", "title mono", tool + ": " + (q.title || "")));
     let where = "host " + q.host + " · session " + q.session;
     if (q.parent) where += " (sub-session of " + q.parent + ")";
+    if (q.client) where += " · " + q.client;
     where += " · " + q.project;
     node.appendChild(el("div", "where", where));
     if (q.reason) node.appendChild(el("div", "reason", "Why it asks: " + q.reason));
