@@ -25,6 +25,9 @@ pub mod store;
 // What brokers on many hosts share: the PostgreSQL store and its tokens.
 #[cfg(feature = "fleet")]
 pub mod fleet;
+// The web approval page over that store.
+#[cfg(feature = "fleet")]
+pub mod web;
 // What the policy asks the disk: repositories and globs.
 pub mod disk;
 // Recorded sessions played back.

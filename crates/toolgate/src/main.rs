@@ -53,6 +53,8 @@ fn main() -> ExitCode {
         Some(Command::Store(command)) => cli::fleet::store(command),
         #[cfg(feature = "fleet")]
         Some(Command::Tokens(command)) => cli::fleet::tokens(command),
+        #[cfg(feature = "fleet")]
+        Some(Command::Web(args)) => cli::web::run(args),
         Some(Command::Policy(command)) => cli::policy::run(command, cli.serve),
         Some(Command::Init(args)) => cli::init::run(args),
         Some(Command::Doctor(args)) => cli::doctor::run(args),

@@ -132,6 +132,19 @@ pub fn detail(
     root: Option<&Path>,
     read: &dyn Fn(&Path) -> FileRead,
 ) -> Vec<Line> {
+    let mut lines = about(request, root, read);
+    always_lines(&mut lines, request, level);
+    lines
+}
+
+/// What [`detail`] shows before the `always` options: the session, tool,
+/// title, why it asks, and the command, diff, plan or input. The web page
+/// shows these and offers the options as buttons of its own.
+pub fn about(
+    request: &PermissionRequest,
+    root: Option<&Path>,
+    read: &dyn Fn(&Path) -> FileRead,
+) -> Vec<Line> {
     let mut lines = Vec::new();
     let mut session = format!("session  {}", shown(&request.session_id));
     if let Some(parent) = &request.parent_id {
@@ -184,7 +197,6 @@ pub fn detail(
         let text = serde_json::to_string_pretty(input).unwrap_or_default();
         block(&mut lines, &text, Tone::Plain);
     }
-    always_lines(&mut lines, request, level);
     lines
 }
 

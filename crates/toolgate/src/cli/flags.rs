@@ -13,7 +13,9 @@
 //! | [`BindArgs`] | `--parent --scope --scope-file` | hook, mcp, claude-bridge |
 //! | [`RemoteArgs`] | `--remote --token-file --ca --client-cert --client-key` | hook, mcp, approve, claude-bridge, link-bridge |
 //! | `TlsArgs` | `--tls-cert --tls-key --tls-client-ca` | serve (feature `fleet`) |
-//! | `StoreArgs` | `--store` | serve, store migrate, tokens (feature `fleet`) |
+//! | `StoreArgs` | `--store` | serve, store migrate, tokens, web (feature `fleet`) |
+//! | `PageArgs` | `--http` | serve, web (feature `fleet`) |
+//! | `PageCertArgs` | `--tls-cert --tls-key` | web (feature `fleet`) |
 //!
 //! A client of a broker (`hook --socket`, `mcp --socket`, `claude-bridge
 //! --socket`) decides nothing
@@ -224,6 +226,12 @@ pub struct ServeArgs {
     #[cfg(feature = "fleet")]
     #[command(flatten)]
     pub store: StoreArgs,
+
+    /// The web approval page beside the broker (`--http`; HTTPS with
+    /// --tls-cert and --tls-key).
+    #[cfg(feature = "fleet")]
+    #[command(flatten)]
+    pub page: PageArgs,
 }
 
 /// How a client reaches a remote broker (`serve --listen tls:HOST:PORT`).
@@ -270,15 +278,17 @@ impl RemoteArgs {
     }
 }
 
-/// The TLS of `serve --listen tls:HOST:PORT` (feature `fleet`).
+/// The TLS of `serve --listen tls:HOST:PORT` and of its page (`--http`;
+/// feature `fleet`).
 #[cfg(feature = "fleet")]
 #[derive(Debug, Clone, Default, Args)]
 pub struct TlsArgs {
-    /// With --listen tls:…: the broker's certificate chain (PEM, its own
-    /// certificate first), for the names clients use to reach it.
+    /// With --listen tls:… (and --http: the page over HTTPS): the broker's
+    /// certificate chain (PEM, its own certificate first), for the names
+    /// clients use to reach it.
     #[arg(long, value_name = "FILE")]
     pub tls_cert: Option<PathBuf>,
-    /// With --listen tls:…: the certificate's private key (PEM).
+    /// With --tls-cert: the certificate's private key (PEM).
     #[arg(long, value_name = "FILE")]
     pub tls_key: Option<PathBuf>,
     /// With --listen tls:…: require of every remote client a certificate
@@ -450,6 +460,10 @@ impl ServeArgs {
             store: StoreArgs {
                 store: self.store.store.or(outer.store.store),
             },
+            #[cfg(feature = "fleet")]
+            page: PageArgs {
+                http: self.page.http.or(outer.page.http),
+            },
         }
     }
 }
@@ -504,6 +518,31 @@ pub struct StoreArgs {
     /// URL that holds a password (the command line is visible to others).
     #[arg(long, value_name = "URL")]
     pub store: Option<String>,
+}
+
+/// Where the web approval page is served (`serve --http`, `web`).
+#[cfg(feature = "fleet")]
+#[derive(Debug, Clone, Default, Args)]
+pub struct PageArgs {
+    /// Serve the web approval page (the store's open questions, answered
+    /// from a browser with an approver token) on HOST:PORT; port 0 takes a
+    /// free port, said on stderr. Needs --store. See docs/web.md.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub http: Option<String>,
+}
+
+/// The certificate of `toolgate web`'s page (`serve` has [`TlsArgs`], the
+/// same two flags for its TLS listeners and its page).
+#[cfg(feature = "fleet")]
+#[derive(Debug, Clone, Default, Args)]
+pub struct PageCertArgs {
+    /// The page's certificate chain (PEM): serve it over HTTPS (TLS 1.3)
+    /// instead of HTTP. Needs --tls-key.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
 }
 
 #[cfg(feature = "fleet")]

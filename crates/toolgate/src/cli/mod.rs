@@ -17,6 +17,8 @@ pub mod policy;
 pub mod replay;
 pub mod serve;
 pub mod state;
+#[cfg(feature = "fleet")]
+pub mod web;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -64,6 +66,11 @@ pub enum Command {
     #[cfg(feature = "fleet")]
     #[command(subcommand)]
     Tokens(fleet::TokensCommand),
+    /// Serve the web approval page alone: the open questions of every
+    /// broker sharing the store (--store), answered from a browser with an
+    /// approver token. See docs/web.md.
+    #[cfg(feature = "fleet")]
+    Web(web::WebArgs),
     /// Look after a state directory (--state-dir) that a broker refused.
     #[command(subcommand)]
     State(state::StateCommand),

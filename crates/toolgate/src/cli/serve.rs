@@ -25,13 +25,33 @@ pub fn run(args: ServeArgs) -> ExitCode {
         return ExitCode::from(2);
     }
     #[cfg(feature = "fleet")]
-    let remote = match remote::prepare(&listens, args.tls.clone(), args.store.clone()) {
+    let page = args.page.http.clone().filter(|addr| !addr.is_empty());
+    #[cfg(feature = "fleet")]
+    let remote = match remote::prepare(
+        &listens,
+        args.tls.clone(),
+        args.store.clone(),
+        page.is_some(),
+    ) {
         Ok(remote) => remote,
         Err(err) => {
             say!("toolgate: {err}");
             return ExitCode::from(2);
         }
     };
+    // The web approval page, on a thread of its own, before the broker
+    // starts: a page that cannot be served stops the start. Over HTTPS
+    // with the broker's certificate (--tls-cert, --tls-key).
+    #[cfg(feature = "fleet")]
+    match super::web::prepare(page, args.tls.tls_cert.zip(args.tls.tls_key), args.store) {
+        Ok(Some((addr, config))) => {
+            if let Err(code) = super::web::spawn(addr, config) {
+                return code;
+            }
+        }
+        Ok(None) => {}
+        Err(code) => return code,
+    }
     let Opened {
         broker,
         settings,
@@ -214,16 +234,24 @@ mod remote {
 
     /// What `--listen tls:…` needs, checked: the certificate and key
     /// (loaded), and the store's URL. `None` without a TLS address (and then
-    /// no TLS flag may be given).
+    /// no TLS flag may be given, but for the certificate and key of the
+    /// web page, `page`).
     pub fn prepare(
         listens: &Listens,
         tls: TlsArgs,
         store: StoreArgs,
+        page: bool,
     ) -> Result<Option<Prepared>, String> {
         if listens.tls.is_empty() {
+            if page && tls.tls_client_ca.is_none() {
+                if tls.tls_cert.is_some() != tls.tls_key.is_some() {
+                    return Err("--tls-cert and --tls-key go together".to_string());
+                }
+                return Ok(None);
+            }
             if tls.any() {
                 return Err(
-                    "--tls-cert, --tls-key and --tls-client-ca are for --listen tls:HOST:PORT, which was not given"
+                    "--tls-cert, --tls-key and --tls-client-ca are for --listen tls:HOST:PORT (the certificate and key also for --http), which was not given"
                         .to_string(),
                 );
             }

@@ -61,5 +61,9 @@ mod state;
 mod stopped_broker;
 mod transcripts;
 mod untrusted_broker;
+#[cfg(feature = "fleet")]
+mod web; // the web approval page over HTTP (needs PostgreSQL)
+#[cfg(feature = "fleet")]
+mod web_browser; // the page in headless chromium (needs PostgreSQL and chromium)
 mod wire;
 mod wire_frames;
