@@ -726,6 +726,46 @@ fn the_page_refuses_flags_it_cannot_use() {
     assert!(stderr.contains("web needs --http"), "{stderr}");
     let (code, stderr) = run(&["serve", "--http", "127.0.0.1:0"]);
     assert_eq!(code, Some(2), "{stderr}");
+    // serve's page is served with the broker's certificate flags.
+    let (code, stderr) = run(&[
+        "serve",
+        "--http",
+        "127.0.0.1:0",
+        "--store",
+        "postgres://x@127.0.0.1:1/x",
+        "--tls-cert",
+        "/nonexistent.pem",
+        "--tls-key",
+        "/nonexistent.key",
+    ]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("cannot read the certificate chain /nonexistent.pem"),
+        "{stderr}"
+    );
+    let (code, stderr) = run(&[
+        "serve",
+        "--http",
+        "127.0.0.1:0",
+        "--store",
+        "postgres://x@127.0.0.1:1/x",
+        "--tls-cert",
+        "/nonexistent.pem",
+    ]);
+    assert_eq!(code, Some(2), "--tls-cert without --tls-key: {stderr}");
+    assert!(stderr.contains("go together"), "{stderr}");
+    // A client CA is for TLS listeners only.
+    let (code, stderr) = run(&[
+        "serve",
+        "--http",
+        "127.0.0.1:0",
+        "--store",
+        "postgres://x@127.0.0.1:1/x",
+        "--tls-client-ca",
+        "/nonexistent.pem",
+    ]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--listen tls:"), "{stderr}");
     let (code, stderr) = run(&[
         "web",
         "--http",
