@@ -49,6 +49,7 @@ fn question(broker: BrokerId, n: usize) -> NewQuestion {
         project: "/work/app".to_string(),
         session_id: "main".to_string(),
         request: json!({"type": "permission_request", "permissionID": format!("per_{n}")}),
+        offers: None,
     }
 }
 
