@@ -9,9 +9,9 @@
 //! | [`AskArgs`] | `--on-ask --ask-timeout` | serve, mcp, claude-bridge |
 //! | [`KeepArgs`] | `--state-dir --audit` | serve, hook, mcp, claude-bridge |
 //! | [`LineArgs`] | `--max-frame-bytes` | serve, mcp, claude-bridge |
-//! | [`ServeArgs`] | the four above, `--approver --listen` | serve |
+//! | [`ServeArgs`] | the four above, `--approver --listen`, and `--store` (feature `fleet`) | serve |
 //! | [`BindArgs`] | `--parent --scope --scope-file` | hook, mcp, claude-bridge |
-//! | `StoreArgs` | `--store` | store migrate, tokens (feature `fleet`) |
+//! | `StoreArgs` | `--store` | serve, store migrate, tokens (feature `fleet`) |
 //!
 //! A client of a broker (`hook --socket`, `mcp --socket`, `claude-bridge
 //! --socket`) decides nothing
@@ -209,6 +209,12 @@ pub struct ServeArgs {
     /// 0600 in a directory only you can enter; other users are refused.
     #[arg(long, value_name = "unix:PATH")]
     pub listen: Option<String>,
+
+    /// Share sessions, grants and questions with every broker on this
+    /// store (docs/fleet.md).
+    #[cfg(feature = "fleet")]
+    #[command(flatten)]
+    pub store: StoreArgs,
 }
 
 /// `--on-ask`.
@@ -347,6 +353,10 @@ impl ServeArgs {
             line: self.line.or(outer.line),
             approver: self.approver.or(outer.approver),
             listen: self.listen.or(outer.listen),
+            #[cfg(feature = "fleet")]
+            store: StoreArgs {
+                store: self.store.store.or(outer.store.store),
+            },
         }
     }
 }
