@@ -22,6 +22,8 @@ mod docs;
 #[cfg(feature = "fleet")]
 mod fleet_api;
 #[cfg(feature = "fleet")]
+mod fleet_share;
+#[cfg(feature = "fleet")]
 mod fleet_store;
 #[cfg(feature = "fleet")]
 mod fleet_tokens;
