@@ -16,7 +16,7 @@
 //! each step made ([`Broker::take_shared_writes`]) and steps the broker
 //! with what it says. The frames of a step that made a write its frames
 //! report (a session started or ended, a mode set, a revocation) are held
-//! ([`Holding`]) until the link says that write is committed, or could not
+//! (`Holding`) until the link says that write is committed, or could not
 //! be (they then say `notSaved`); a connection's later frames queue behind
 //! its held ones, so each connection still gets its frames in order, and
 //! the others are not held up. The owner never waits for the store.

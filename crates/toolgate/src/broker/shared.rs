@@ -973,6 +973,12 @@ impl Broker {
             News::AskFailed { question } => self.ask_failed(question, out),
             News::Answered { question, outcome } => self.answered(question, outcome, out),
             News::Changes(changes) => {
+                tracing::debug!(
+                    questions = changes.questions.len(),
+                    grants = changes.grants.len(),
+                    sessions = changes.sessions.len(),
+                    "heard from the store"
+                );
                 self.shared.heard_at = self.clock.monotonic_ms();
                 self.shared.online = true;
                 self.apply_changes(changes, out);

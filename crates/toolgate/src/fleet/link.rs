@@ -17,7 +17,7 @@
 //!   commit was lost with the connection is simply written again. A
 //!   question is not kept: the broker asks it again once the store is back.
 //! - **Reading**: a notification (any channel) reads every table from the
-//!   last revision seen ([`Cursor`]); every renewal (each third of the
+//!   last revision seen (`Cursor`); every renewal (each third of the
 //!   lease) also reads the project's open questions and live grants whole,
 //!   so a change whose notification was lost arrives within one renewal.
 //!   Every (re)connection reads the same way before it says `Online`.

@@ -40,6 +40,11 @@ impl Node {
     /// `toolgate serve --listen unix:… --store URL --mode ask` for `root`,
     /// waited for.
     fn start(name: &str, url: &str, root: &Path) -> Node {
+        Node::with_lease(name, url, root, LEASE_MS)
+    }
+
+    /// The same with a lease of `lease_ms`.
+    fn with_lease(name: &str, url: &str, root: &Path, lease_ms: u64) -> Node {
         static COUNT: AtomicU32 = AtomicU32::new(0);
         // A short path: a socket's path is limited to about 100 bytes.
         let dir = std::env::temp_dir().join(format!(
@@ -70,8 +75,8 @@ impl Node {
             command.env_remove(variable);
         }
         let child = command
-            .env("TOOLGATE_LEASE_MS", LEASE_MS.to_string())
-            .env("RUST_LOG", "info")
+            .env("TOOLGATE_LEASE_MS", lease_ms.to_string())
+            .env("RUST_LOG", "debug,tokio_postgres=info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr)
@@ -532,4 +537,153 @@ fn a_cut_notification_connection_is_made_again_and_what_it_missed_is_read() {
          AND query LIKE 'LISTEN%'",
         "2",
     );
+}
+
+/// A cluster of this test's own (stopping the process's one would stop
+/// every test's) with a database `name`, and its URL.
+fn own_cluster(name: &str) -> Option<(pg::Cluster, String)> {
+    pg::cluster()?;
+    let cluster = pg::Cluster::start().unwrap();
+    cluster.psql("postgres", &format!("CREATE DATABASE {name}"));
+    let url = cluster.url(name);
+    Some((cluster, url))
+}
+
+#[test]
+fn a_store_stopped_and_started_again_loses_no_question_and_no_reported_change() {
+    let Some((cluster, url)) = own_cluster("restart") else {
+        return;
+    };
+    let root = project_dir("restart");
+    // A lease longer than the restart: the question outlives it.
+    let a = Node::with_lease("a", &url, &root, 20_000);
+    let c = Node::with_lease("c", &url, &root, 20_000);
+    let mut carol = c.approver("carol");
+    let mut agent = a.agent("agent");
+    let started = agent.ask(
+        json!({"type": "session_start", "sessionID": "s1"}),
+        "session_started",
+    );
+    assert!(started.get("notSaved").is_none(), "{started}");
+    agent.send(call("s1", "c1", "touch f1"));
+    let asked = wait(&mut carol, "the question on C", |f| {
+        kind(f, "permission_request")
+    });
+    // As a crash would.
+    cluster.stop();
+    // A change made meanwhile is in force and said not to be saved yet.
+    let changed = agent.ask(
+        json!({"type": "set_mode", "sessionID": "s3", "mode": "readonly"}),
+        "mode_changed",
+    );
+    assert_eq!(changed["mode"], "readonly");
+    let not_saved = changed["notSaved"].as_str().unwrap_or_default();
+    assert!(
+        not_saved.starts_with("not in the shared store yet"),
+        "{changed}"
+    );
+    // A question nobody here can be asked is denied at once.
+    let denied = agent.ask(call("s2", "c2", "touch f2"), "decision");
+    assert_eq!(denied["decision"], "deny", "{denied}");
+    let reason = denied["reason"].as_str().unwrap();
+    assert!(reason.ends_with("so nobody can be asked"), "{reason}");
+    cluster.start_again().unwrap();
+    // The change reaches the store once it is back.
+    wait_sql(
+        &cluster,
+        "restart",
+        "SELECT mode FROM toolgate_sessions WHERE session_id = 's3'",
+        "readonly",
+    );
+    // The question asked before the stop is still open, and answered from C
+    // (once C is back: until then it says it cannot reach the store).
+    let begun = Instant::now();
+    loop {
+        carol.send(answer(&asked, "once"));
+        let Some(refusal) = carol.quiet(Duration::from_millis(300)).into_iter().next() else {
+            break;
+        };
+        assert_eq!(refusal["type"], "error", "{refusal}");
+        let message = refusal["message"].as_str().unwrap();
+        assert!(message.contains("cannot be reached now"), "{message}");
+        assert!(begun.elapsed() < PATIENCE, "C never came back");
+    }
+    let decision = wait(&mut agent, "the decision on A", |f| kind(f, "decision"));
+    assert_eq!(decision["callID"], "c1");
+    assert_eq!(decision["decision"], "allow", "{decision}");
+    assert_eq!(decision["source"], "user", "{decision}");
+    drop((a, c));
+    drop(cluster);
+}
+
+#[test]
+fn grants_are_not_used_past_the_staleness_bound_and_always_becomes_once() {
+    let Some((cluster, url)) = own_cluster("stale") else {
+        return;
+    };
+    let root = project_dir("stale");
+    // A lease of 1 s: grants are used for 2 s after the store was last heard.
+    let a = Node::with_lease("a", &url, &root, 1000);
+    let mut alice = a.approver("alice");
+    let mut agent = a.agent("agent");
+    agent.send(call("s1", "c1", "git commit -m one"));
+    let asked = wait(&mut alice, "the question", |f| {
+        kind(f, "permission_request")
+    });
+    alice.send(
+        json!({"type": "permission_response", "permissionID": asked["permissionID"],
+                      "response": "always", "scope": "project"}),
+    );
+    let decision = wait(&mut agent, "the decision", |f| kind(f, "decision"));
+    assert_eq!(decision["decision"], "allow", "{decision}");
+    let granted = agent.ask(call("s1", "c2", "git commit -m two"), "decision");
+    assert_eq!(granted["source"], "grant", "{granted}");
+    cluster.stop();
+    // Past the bound (twice the lease) the grant is not used: the call asks
+    // this broker's approver, and its `always` counts as `once`.
+    std::thread::sleep(Duration::from_millis(2500));
+    agent.send(call("s1", "c3", "git commit -m three"));
+    let asked = wait(&mut alice, "the question", |f| {
+        kind(f, "permission_request")
+    });
+    assert_eq!(asked["callID"], "c3");
+    alice.send(
+        json!({"type": "permission_response", "permissionID": asked["permissionID"],
+                      "response": "always", "scope": "project"}),
+    );
+    let decision = wait(&mut agent, "the decision", |f| kind(f, "decision"));
+    assert_eq!(decision["decision"], "allow", "{decision}");
+    assert_eq!(decision["source"], "user", "{decision}");
+    let reason = decision["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("counts as `once` and granted nothing"),
+        "{reason}"
+    );
+    cluster.start_again().unwrap();
+    // Heard from again: the grant is used again.
+    let begun = Instant::now();
+    for n in 4.. {
+        // (A command of its own each time: the same one again and again
+        // would be asked about as a loop.)
+        agent.send(call("s1", &format!("c{n}"), &format!("git commit -m {n}")));
+        // Not back yet: the call asks alice, who rejects it.
+        if let Some(asked) = alice
+            .quiet(Duration::from_millis(200))
+            .into_iter()
+            .find(|f| kind(f, "permission_request"))
+        {
+            alice.send(answer(&asked, "reject"));
+        }
+        let decision = wait(&mut agent, "the decision", |f| kind(f, "decision"));
+        if decision["source"] == "grant" {
+            break;
+        }
+        assert_eq!(decision["decision"], "deny", "{decision}");
+        assert!(
+            begun.elapsed() < PATIENCE,
+            "the grant never came back: {decision}"
+        );
+    }
+    drop(a);
+    drop(cluster);
 }
