@@ -687,3 +687,131 @@ fn grants_are_not_used_past_the_staleness_bound_and_always_becomes_once() {
     drop(a);
     drop(cluster);
 }
+
+/// A TCP proxy to the store that can be cut as a network partition cuts:
+/// nothing more is forwarded either way, and no connection is closed.
+struct Proxy {
+    port: u16,
+    cut: Arc<AtomicBool>,
+}
+
+impl Proxy {
+    fn start(upstream: u16) -> Proxy {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let cut = Arc::new(AtomicBool::new(false));
+        let cutting = cut.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                let cut = cutting.clone();
+                std::thread::spawn(move || {
+                    let Ok(server) = std::net::TcpStream::connect(("127.0.0.1", upstream)) else {
+                        return;
+                    };
+                    let pump = |mut from: std::net::TcpStream,
+                                mut to: std::net::TcpStream,
+                                cut: Arc<AtomicBool>| {
+                        use std::io::{Read, Write};
+                        let mut buffer = [0u8; 16 * 1024];
+                        loop {
+                            match from.read(&mut buffer) {
+                                Ok(0) | Err(_) => return,
+                                // Cut: swallowed, never answered, never closed.
+                                Ok(_) if cut.load(Ordering::SeqCst) => {}
+                                Ok(n) => {
+                                    if to.write_all(&buffer[..n]).is_err() {
+                                        return;
+                                    }
+                                }
+                            }
+                        }
+                    };
+                    let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+                    let cut2 = cut.clone();
+                    std::thread::spawn(move || pump(c2, s2, cut2));
+                    pump(server, client, cut);
+                });
+            }
+        });
+        Proxy { port, cut }
+    }
+
+    fn cut(&self) {
+        self.cut.store(true, Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn a_revocation_reaches_a_cut_off_broker_within_the_bound_or_its_grants_go_unused() {
+    let Some((url, cluster, database)) = store("cut_off") else {
+        return;
+    };
+    let root = project_dir("cut_off");
+    let port: u16 = url
+        .rsplit(':')
+        .next()
+        .and_then(|tail| tail.split('/').next())
+        .and_then(|port| port.parse().ok())
+        .unwrap();
+    let proxy = Proxy::start(port);
+    let through = url.replace(&format!(":{port}/"), &format!(":{}/", proxy.port));
+    // B reaches the store through the proxy; its lease is 1 s, so the bound
+    // (twice the lease) is 2 s.
+    let a = Node::with_lease("a", &url, &root, 1000);
+    let b = Node::with_lease("b", &through, &root, 1000);
+    let mut alice = a.approver("alice");
+    let mut agent_a = a.agent("agent-a");
+    agent_a.send(call("s1", "c1", "git commit -m one"));
+    let asked = wait(&mut alice, "the question", |f| {
+        kind(f, "permission_request")
+    });
+    alice.send(
+        json!({"type": "permission_response", "permissionID": asked["permissionID"],
+                      "response": "always", "scope": "project"}),
+    );
+    wait(&mut agent_a, "the decision", |f| kind(f, "decision"));
+    let mut agent_b = b.agent("agent-b");
+    let grants = grants_until(&mut agent_b, |grants| grants.len() == 1);
+    let on_b = agent_b.ask(call("s2", "c2", "git commit -m two"), "decision");
+    assert_eq!(on_b["source"], "grant", "{on_b}");
+    // B is cut off; the grant is revoked on A meanwhile.
+    proxy.cut();
+    let revoked = agent_a.ask(
+        json!({"type": "revoke_grant", "grantID": grants[0]["grantID"]}),
+        "grants",
+    );
+    assert!(revoked.get("notSaved").is_none(), "{revoked}");
+    let revoked_at = Instant::now();
+    assert_eq!(
+        cluster
+            .psql(
+                &database,
+                "SELECT count(*) FROM toolgate_grants WHERE revoked_at IS NOT NULL"
+            )
+            .trim(),
+        "1"
+    );
+    // B never hears of it; from the bound on, it does not use the grant.
+    let bound = Duration::from_millis(2 * 1000);
+    for n in 3.. {
+        let decision = agent_b.ask(
+            call("s2", &format!("c{n}"), &format!("git commit -m {n}")),
+            "decision",
+        );
+        let at = revoked_at.elapsed();
+        if decision["source"] == "grant" {
+            assert!(
+                at < bound,
+                "the revoked grant allowed a call {at:?} after its revocation"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+            continue;
+        }
+        // Nobody can be asked from B now (once it knows): the call is denied.
+        assert_eq!(decision["decision"], "deny", "{decision}");
+        let reason = decision["reason"].as_str().unwrap();
+        assert!(reason.contains("nobody can be asked"), "{reason}");
+        break;
+    }
+    drop(proxy);
+}
