@@ -511,7 +511,8 @@ impl Owner {
             self.step(Input::Shared(News::Offline {
                 why: "the link to the store ended".to_string(),
             }));
-            self.release(None);
+            // Nothing will commit what waits: it goes now, saying so.
+            self.release(Some("the link to the store ended"));
             self.flush();
             return;
         };
