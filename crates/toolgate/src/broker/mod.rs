@@ -45,7 +45,7 @@ mod persistence;
 mod questions;
 mod routing;
 mod sessions;
-mod shared;
+pub(crate) mod shared;
 
 /// What to do when the answer is "ask".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

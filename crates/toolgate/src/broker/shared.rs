@@ -404,7 +404,7 @@ pub fn offers(question: &Question) -> Value {
 /// The grants an answer makes, from the question's `offers`: none but for
 /// `always`; the option its `patterns` name, else the question's `always`.
 /// `Err` names `patterns` that are not one of the options.
-fn answer_grants(
+pub(crate) fn answer_grants(
     offers: Option<&Value>,
     response: &wire::PermissionResponse,
     session_id: &str,
@@ -481,7 +481,7 @@ fn grant_spec(row: &GrantRow) -> Option<GrantSpec> {
 }
 
 /// An answer as the store keeps it: the `permission_response` frame.
-fn answer_value(response: &wire::PermissionResponse) -> Value {
+pub(crate) fn answer_value(response: &wire::PermissionResponse) -> Value {
     let mut value = serde_json::to_value(response).unwrap_or(Value::Null);
     if let Value::Object(map) = &mut value {
         map.insert(
@@ -493,7 +493,7 @@ fn answer_value(response: &wire::PermissionResponse) -> Value {
 }
 
 /// The answer a store row holds.
-fn read_answer(value: Option<&Value>) -> Option<wire::PermissionResponse> {
+pub(crate) fn read_answer(value: Option<&Value>) -> Option<wire::PermissionResponse> {
     match toolgate_protocol::decode_value(value?) {
         Ok(wire::ClientFrame::PermissionResponse(response)) => Some(response),
         _ => None,

@@ -844,6 +844,40 @@ async fn apply(config: &Config, store: &mut Store, write: &Write) -> Result<Opti
     }
 }
 
+/// The grants `answer` (a `permission_response` frame) to `question`
+/// makes, from the question's `offers` (schema version 2), with new ids:
+/// what whoever takes an answer (a broker, the web page) passes to
+/// [`Store::answer`], so that they are written in the answer's transaction.
+/// `Err` says why the answer cannot be read, or names `patterns` that are
+/// none of the question's options (nothing is written then).
+pub fn answer_grants(
+    question: &Question,
+    answer: &serde_json::Value,
+    by: &str,
+) -> Result<Vec<NewGrant>, String> {
+    let response = crate::broker::shared::read_answer(Some(answer))
+        .ok_or_else(|| "the answer is not a permission_response".to_string())?;
+    let config = Config {
+        url: String::new(),
+        project: question.project.clone(),
+        broker: question.broker,
+        host: String::new(),
+        pid: 0,
+        lease: LEASE,
+    };
+    let rows = crate::broker::shared::answer_grants(
+        question.offers.as_ref(),
+        &response,
+        &question.session_id,
+        ms(SystemTime::now()),
+        || format!("grant_{}", Uuid::new_v4()),
+    )?;
+    Ok(rows
+        .iter()
+        .map(|row| new_grant(&config, row, by, question.id.uuid()))
+        .collect())
+}
+
 fn ms(time: SystemTime) -> u64 {
     time.duration_since(UNIX_EPOCH)
         .map(|elapsed| u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX))
