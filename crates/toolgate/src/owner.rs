@@ -10,8 +10,18 @@
 //! frame lines ([`crate::transport::lines`]), decode them and prepare their
 //! calls (`Decoded::prepare`) under the policy the owner last published, so
 //! a flood keeps a reader's CPU and the owner's busy at once.
+//!
+//! A broker that shares a store (`serve --store`, see docs/fleet.md) has a
+//! link: the owner starts it ([`Broker::take_link`]), hands it the writes
+//! each step made ([`Broker::take_shared_writes`]) and steps the broker
+//! with what it says. The frames of a step that made a write its frames
+//! report (a session started or ended, a mode set, a revocation) are held
+//! (`Holding`) until the link says that write is committed, or could not
+//! be (they then say `notSaved`); a connection's later frames queue behind
+//! its held ones, so each connection still gets its frames in order, and
+//! the others are not held up. The owner never waits for the store.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,7 +31,8 @@ use tokio_util::sync::CancellationToken;
 use toolgate_policy::Policy;
 use toolgate_protocol::{ClientFrame, PermissionResponse};
 
-use crate::broker::{Broker, ConnId, Decoded, Input, Output};
+use crate::broker::{Broker, ConnId, Decoded, Input, LinkHandle, News, Output, Write};
+use toolgate_protocol::ServerFrame;
 
 /// Lines a reader decoded, each with its number on its connection.
 pub type Lines = Vec<(u64, Decoded)>;
@@ -273,6 +284,116 @@ pub struct Owner {
     answers: HashMap<ConnId, u64>,
     policy: watch::Sender<Arc<Policy>>,
     stopped: CancellationToken,
+    /// The link to a fleet's store, while the owner runs.
+    link: Option<Box<dyn LinkHandle>>,
+    /// Frames waiting for the writes they report.
+    holding: Holding,
+}
+
+/// How long, once the broker stopped, the link may take to commit what is
+/// queued and retire the broker from the store.
+const LINK_PATIENCE: Duration = Duration::from_secs(5);
+
+/// Frames held until the store commits the writes they report, per
+/// connection, in order.
+#[derive(Default)]
+struct Holding {
+    /// Every write up to this one is committed or failed.
+    settled: u64,
+    /// Writes that could not be committed, and why.
+    failed: BTreeMap<u64, String>,
+    /// Each connection's held frames, in order; each with the range of
+    /// writes it reports (`None`: it only waits behind the others).
+    queues: HashMap<ConnId, VecDeque<Held>>,
+}
+
+/// A held frame, with the first and last write it reports (`None`: it only
+/// waits behind a connection's other held frames).
+type Held = (Option<(u64, u64)>, ServerFrame);
+
+impl Holding {
+    /// Whether frames for `conn` must queue behind held ones.
+    fn holds(&self, conn: ConnId) -> bool {
+        !self.queues.is_empty() && self.queues.contains_key(&conn)
+    }
+
+    fn push(&mut self, conn: ConnId, writes: Option<(u64, u64)>, frame: ServerFrame) {
+        self.queues
+            .entry(conn)
+            .or_default()
+            .push_back((writes, frame));
+    }
+
+    /// The write `seq` is settled (`failed`: not committed, and why).
+    fn settle(&mut self, seq: u64, failed: Option<String>) {
+        if let Some(why) = failed {
+            self.failed.insert(seq, why);
+        }
+        self.settled = self.settled.max(seq);
+    }
+
+    /// The frames whose writes are settled, in each connection's order;
+    /// those whose write failed say so (`notSaved`). With `all`, every
+    /// frame, the unsettled saying `unsettled`.
+    fn release(&mut self, all: Option<&str>) -> Vec<(ConnId, ServerFrame)> {
+        let mut ready = Vec::new();
+        for (conn, queue) in &mut self.queues {
+            while let Some((writes, _)) = queue.front() {
+                let settled = writes.is_none_or(|(_, last)| last <= self.settled);
+                if !settled && all.is_none() {
+                    break;
+                }
+                let Some((writes, mut frame)) = queue.pop_front() else {
+                    break;
+                };
+                if let Some((first, last)) = writes {
+                    let why = self
+                        .failed
+                        .range(first..=last)
+                        .next()
+                        .map(|(_, why)| why.as_str())
+                        .or(if settled { None } else { all });
+                    if let Some(why) = why {
+                        not_saved(&mut frame, why);
+                    }
+                }
+                ready.push((*conn, frame));
+            }
+        }
+        self.queues.retain(|_, queue| !queue.is_empty());
+        if self.queues.is_empty() {
+            self.failed.clear();
+        }
+        ready
+    }
+}
+
+/// Say in a frame that reports a change that it is not saved, and why.
+fn not_saved(frame: &mut ServerFrame, why: &str) {
+    let field = match frame {
+        ServerFrame::SessionEnded(frame) => &mut frame.not_saved,
+        ServerFrame::SessionStarted(frame) => &mut frame.not_saved,
+        ServerFrame::ModeChanged(frame) => &mut frame.not_saved,
+        ServerFrame::Grants(frame) => &mut frame.not_saved,
+        ServerFrame::Error(frame) => &mut frame.not_saved,
+        _ => return,
+    };
+    field.get_or_insert_with(|| format!("not in the shared store yet ({why}): in force on this broker, and written to the store once it can be"));
+}
+
+/// What woke the loop.
+enum Next {
+    Event(Option<Event>),
+    Link(Option<News>),
+    Tick,
+}
+
+/// The link's next news, or never without a link.
+async fn link_news(link: &mut Option<Box<dyn LinkHandle>>) -> Option<News> {
+    match link {
+        Some(link) => std::future::poll_fn(|cx| link.poll_news(cx)).await,
+        None => std::future::pending().await,
+    }
 }
 
 impl Owner {
@@ -293,6 +414,8 @@ impl Owner {
             answers: HashMap::new(),
             policy,
             stopped: stopped.clone(),
+            link: None,
+            holding: Holding::default(),
         };
         let shared = Shared {
             policy: watching,
@@ -315,23 +438,37 @@ impl Owner {
         local: &mut dyn Local,
     ) -> Option<(&'static str, usize)> {
         let mut signal = None;
+        if let Some(link) = self.broker.take_link() {
+            self.link = Some(link.start());
+        }
         loop {
             let deadline = self.broker.next_deadline().map(|at| {
                 let wait = at.saturating_sub(self.broker.now_ms());
                 tokio::time::Instant::now() + Duration::from_millis(wait)
             });
-            // The channel first: what a reader thread sent before it gave
-            // its reading back is handled before `local` reads on.
-            let event = tokio::select! {
+            // The store's news first (a few a second; a flood on the
+            // channel must not hold it back), then the channel: what a
+            // reader thread sent before it gave its reading back is
+            // handled before `local` reads on.
+            let next = tokio::select! {
                 biased;
-                event = events.recv() => event,
-                event = std::future::poll_fn(|cx| local.poll_event(cx)) => Some(event),
+                news = link_news(&mut self.link) => Next::Link(news),
+                event = events.recv() => Next::Event(event),
+                event = std::future::poll_fn(|cx| local.poll_event(cx)) => Next::Event(Some(event)),
                 () = tokio::time::sleep_until(deadline.unwrap_or_else(tokio::time::Instant::now)),
-                    if deadline.is_some() => {
+                    if deadline.is_some() => Next::Tick,
+            };
+            let event = match next {
+                Next::Tick => {
                     self.step(Input::Tick);
                     self.flush();
                     continue;
                 }
+                Next::Link(news) => {
+                    self.link_said(news);
+                    continue;
+                }
+                Next::Event(event) => event,
             };
             let event = match event {
                 None => break,
@@ -360,7 +497,88 @@ impl Owner {
             }
         }
         self.stopped.cancel();
+        self.finish_link().await;
         signal
+    }
+
+    /// What the link said: a write settled (its frames go out), or news
+    /// for the broker.
+    fn link_said(&mut self, news: Option<News>) {
+        let Some(news) = news else {
+            // The link's task ended: nothing more is shared.
+            tracing::warn!("the link to the shared store ended; this broker goes on alone");
+            self.link = None;
+            self.step(Input::Shared(News::Offline {
+                why: "the link to the store ended".to_string(),
+            }));
+            // Nothing will commit what waits: it goes now, saying so.
+            self.release(Some("the link to the store ended"));
+            self.flush();
+            return;
+        };
+        if let News::Settled { seq, failed } = &news {
+            self.holding.settle(*seq, failed.clone());
+        }
+        self.step(Input::Shared(news));
+        self.release(None);
+        self.flush();
+    }
+
+    /// Hand over the held frames whose writes are settled (`all`: every
+    /// one, those not settled saying so).
+    fn release(&mut self, all: Option<&str>) {
+        for (conn, frame) in self.holding.release(all) {
+            if self.deliver(conn, frame) {
+                self.flush();
+            }
+        }
+    }
+
+    /// The broker stopped: the writes its last steps made are committed
+    /// (or said not to be) before their frames go, and the broker leaves
+    /// the store, within [`LINK_PATIENCE`].
+    async fn finish_link(&mut self) {
+        let Some(mut link) = self.link.take() else {
+            return;
+        };
+        let until = tokio::time::Instant::now() + LINK_PATIENCE;
+        while !self.holding.queues.is_empty() {
+            let news =
+                tokio::time::timeout_at(until, std::future::poll_fn(|cx| link.poll_news(cx))).await;
+            match news {
+                Ok(Some(News::Settled { seq, failed })) => {
+                    self.holding.settle(seq, failed);
+                    self.release(None);
+                }
+                Ok(Some(_)) => {}
+                Ok(None) | Err(_) => break,
+            }
+        }
+        self.release(Some("the broker stopped before the store confirmed it"));
+        self.flush();
+        let left = until.saturating_duration_since(tokio::time::Instant::now());
+        link.finish(left.max(Duration::from_secs(1))).await;
+    }
+
+    /// Hand the writes the last step made to the link: the range of those
+    /// whose frames wait for them.
+    fn send_writes(&mut self) -> Option<(u64, u64)> {
+        let writes: Vec<(u64, Write)> = self.broker.take_shared_writes();
+        let mut reported: Option<(u64, u64)> = None;
+        for (seq, write) in writes {
+            if write.reported() {
+                reported = Some(reported.map_or((seq, seq), |(first, _)| (first, seq)));
+            }
+            match &mut self.link {
+                Some(link) => link.send(seq, write),
+                // No link (it ended): nothing will commit it.
+                None => {
+                    self.holding
+                        .settle(seq, Some("the link to the store ended".to_string()));
+                }
+            }
+        }
+        reported
     }
 
     /// Act on one event; the signal that stopped the broker, if it did.
@@ -399,6 +617,7 @@ impl Owner {
                 }
                 self.flush();
                 self.sinks.remove(&conn);
+                self.holding.queues.remove(&conn);
                 return None;
             }
             Event::End => self.step(Input::Stop),
@@ -468,35 +687,23 @@ impl Owner {
     /// in the cache, and handed over by [`Owner::flush`].
     pub fn step(&mut self, input: Input<'_>) {
         self.broker.step(input, &mut self.out);
+        let writes = self.send_writes();
         let mut full = false;
-        for Output { to, frame } in self.out.drain(..) {
+        let mut out = std::mem::take(&mut self.out);
+        for Output { to, frame } in out.drain(..) {
             let conn = to.conn();
-            match self.sinks.get(&conn) {
-                // Closed already: a decision for a call whose connection went.
-                None => {}
-                Some(Sink::Approver(_)) => self.held.push((conn, frame)),
-                Some(Sink::Lines(_)) => {
-                    let index = match self.chunks.iter().position(|(c, ..)| *c == conn) {
-                        Some(index) => index,
-                        None => {
-                            let chunk = match self.spare.capacity() {
-                                0 => Vec::with_capacity(512),
-                                _ => std::mem::take(&mut self.spare),
-                            };
-                            self.chunks.push((conn, chunk, 0));
-                            self.chunks.len() - 1
-                        }
-                    };
-                    let (_, chunk, count) = &mut self.chunks[index];
-                    // A frame that cannot be written is left out, never the
-                    // frames around it.
-                    match toolgate_protocol::write_line(chunk, &frame) {
-                        Ok(()) => *count += 1,
-                        Err(err) => tracing::warn!(%err, "a frame could not be written"),
-                    }
-                    full |= chunk.len() >= CHUNK;
-                }
+            // Frames that report a write wait for its commit; a
+            // connection's later frames wait behind them.
+            if writes.is_some() || self.holding.holds(conn) {
+                self.holding.push(conn, writes, frame);
+                continue;
             }
+            full |= self.deliver(conn, frame);
+        }
+        self.out = out;
+        if self.link.is_none() && !self.holding.queues.is_empty() {
+            // Nothing will commit them: they go now, saying so.
+            self.release(None);
         }
         // A flood's frames go out in chunks of about [`CHUNK`] bytes, not a
         // whole batch at once: the writer starts sooner and no buffer of a
@@ -504,6 +711,40 @@ impl Owner {
         // batch.
         if full {
             self.flush();
+        }
+    }
+
+    /// Encode `frame` for `conn` (or keep it for its in-process approver):
+    /// whether its chunk is full.
+    fn deliver(&mut self, conn: ConnId, frame: ServerFrame) -> bool {
+        match self.sinks.get(&conn) {
+            // Closed already: a decision for a call whose connection went.
+            None => false,
+            Some(Sink::Approver(_)) => {
+                self.held.push((conn, frame));
+                false
+            }
+            Some(Sink::Lines(_)) => {
+                let index = match self.chunks.iter().position(|(c, ..)| *c == conn) {
+                    Some(index) => index,
+                    None => {
+                        let chunk = match self.spare.capacity() {
+                            0 => Vec::with_capacity(512),
+                            _ => std::mem::take(&mut self.spare),
+                        };
+                        self.chunks.push((conn, chunk, 0));
+                        self.chunks.len() - 1
+                    }
+                };
+                let (_, chunk, count) = &mut self.chunks[index];
+                // A frame that cannot be written is left out, never the
+                // frames around it.
+                match toolgate_protocol::write_line(chunk, &frame) {
+                    Ok(()) => *count += 1,
+                    Err(err) => tracing::warn!(%err, "a frame could not be written"),
+                }
+                chunk.len() >= CHUNK
+            }
         }
     }
 

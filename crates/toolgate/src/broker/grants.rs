@@ -46,6 +46,12 @@ impl ProjectGrants {
         Some(stored_grant(&grant, self.owner(&grant.id)))
     }
 
+    /// Add a grant from a fleet's store, made by `owner`: whether it is new
+    /// (or lengthens an equal one).
+    pub(super) fn add_shared(&mut self, id: String, spec: &GrantSpec, owner: &str) -> bool {
+        self.add(id, spec, owner).is_some()
+    }
+
     /// Drop the grants whose lifetime is over at `now`; returns them.
     fn expire(&mut self, now: u64) -> Vec<Grant> {
         let expired = self.grants.expire(now);
@@ -56,7 +62,7 @@ impl ProjectGrants {
     }
 
     /// Remove a grant by id; false when there is none.
-    fn remove(&mut self, id: &str) -> bool {
+    pub(super) fn remove(&mut self, id: &str) -> bool {
         if self.grants.remove(id).is_none() {
             return false;
         }
@@ -253,6 +259,8 @@ impl Broker {
             holder.map(|holder| self.sessions.stored_change(&holder))
         };
         if let Some(change) = removed {
+            // In a fleet's store too: every broker drops it.
+            self.share_revocation(id, ob.caller());
             // On disk before it is reported; should that fail, the grant is
             // gone from memory all the same and the frame says so.
             let saved = self.store.persist_now(self.clock.as_ref(), &[change], || {

@@ -32,6 +32,10 @@ use sessions::Sessions;
 pub use persistence::Lost;
 pub use routing::{ConnId, Decoded, Input, Output, To};
 pub use sessions::MAX_DEPTH;
+pub use shared::{
+    offers, Changes, CloseWhy, GrantRow, Link, LinkHandle, News, Outcome, QuestionRow,
+    QuestionState, SessionRow, Setup, Write,
+};
 
 pub mod audit;
 mod grants;
@@ -41,6 +45,7 @@ mod persistence;
 mod questions;
 mod routing;
 mod sessions;
+pub(crate) mod shared;
 
 /// What to do when the answer is "ask".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,6 +92,8 @@ pub struct Broker {
     audit: Option<audit::Audit>,
     /// The observer connections.
     observers: observe::Observers,
+    /// What is shared with other brokers through a store (`serve --store`).
+    shared: shared::Shared,
     /// The reminder of each mode for a session with no scope and no
     /// whole-permission grant (most sessions): pure in the policy and the
     /// settings, so built once per policy rather than once per decision.
@@ -131,6 +138,7 @@ impl Broker {
             origin: Origin::default(),
             conns: routing::Connections::default(),
             observers: observe::Observers::default(),
+            shared: shared::Shared::default(),
             audit: None,
             reminders: Default::default(),
         }
@@ -234,6 +242,10 @@ impl Broker {
                 self.tool_call(call, hash, ahead.prepared, ob)
             }
             ClientFrame::PermissionResponse(response) => {
+                // Another broker's question, asked through the store.
+                if self.shared.active() && self.answer_remote(&response, ob) {
+                    return;
+                }
                 let session = self.questions.session_of(&response.permission_id);
                 self.response(response, ob);
                 if let Some(session) = session {

@@ -209,7 +209,11 @@ impl<'a> Outbox<'a> {
             told,
             changed: changed.clone(),
         });
-        self.reply(ServerFrame::ModeChanged(changed));
+        // A change no connection asked for (a fleet's store applied an
+        // answer given on another broker) reaches only the owners above.
+        if self.caller.is_some() {
+            self.reply(ServerFrame::ModeChanged(changed));
+        }
     }
 
     /// A session's mode changed with no caller to tell (a reload moved the

@@ -42,6 +42,8 @@ pub(super) struct Pending {
     /// After an `always` with `patterns`: the option chosen, when narrower
     /// than the request's `always`.
     pub(super) chosen: Option<Vec<String>>,
+    /// Said after the decision's reason (an `always` that counted as `once`).
+    pub(super) note: Option<String>,
     pub(super) question: Question,
     pub(super) deadline: Option<u64>,
     /// `(permission, subject)` pairs that still ask, from the latest
@@ -389,6 +391,10 @@ impl Broker {
             }
         }
         let now = self.grant_clock();
+        // Grants not heard of for too long (a fleet's store cut off) are
+        // not used: the call asks instead.
+        let usable = self.grants_usable();
+        let none = toolgate_policy::Grants::default();
         let Some(session) = self.sessions.get_mut(&call.session_id) else {
             return;
         };
@@ -404,8 +410,8 @@ impl Broker {
         };
         let context = Context {
             mode,
-            grants: &session.grants,
-            project_grants: self.grants.all(),
+            grants: if usable { &session.grants } else { &none },
+            project_grants: if usable { self.grants.all() } else { &none },
             scope: &session.scope,
             approvals: &[],
             repeats,
@@ -428,6 +434,7 @@ impl Broker {
             answered: None,
             granted: None,
             chosen: None,
+            note: None,
             question: Question::default(),
             deadline: None,
             asking: Vec::new(),
@@ -447,8 +454,17 @@ impl Broker {
         forget: bool,
         ob: &mut Outbox<'_>,
     ) {
+        // A fleet's broker cut off from its store asks only its own
+        // approvers: with none, nobody can be asked.
+        let nobody = evaluation.action == Action::Ask
+            && self.config.on_ask == OnAsk::Wait
+            && self.nobody_to_ask(
+                self.conns
+                    .owner_of(&pending.session_id, &pending.call_id)
+                    .or(ob.caller()),
+            );
         match (evaluation.action, evaluation.question) {
-            (Action::Ask, Some(question)) if self.config.on_ask == OnAsk::Wait => {
+            (Action::Ask, Some(question)) if self.config.on_ask == OnAsk::Wait && !nobody => {
                 let permission_id = self.ids.permission_id();
                 pending.deadline = match self.config.ask_timeout_ms {
                     0 => None,
@@ -483,13 +499,19 @@ impl Broker {
                     .entry(&pending.session_id, self.policy.default_mode)
                     .live
                     .insert(pending.call_id.clone(), permission_id.clone());
-                self.questions.ask(permission_id, pending);
+                let shared = self.shared.active().then(|| pending.question.clone());
+                self.questions.ask(permission_id.clone(), pending);
+                if let Some(question) = shared {
+                    self.share_question(&permission_id, &question);
+                }
             }
             (Action::Ask, _) => {
-                let reason = format!(
-                    "{}; toolgate runs with --on-ask deny, so nothing is asked",
-                    evaluation.reason
-                );
+                let why = if nobody {
+                    "the shared store cannot be reached and no approver is connected to this broker, so nobody can be asked"
+                } else {
+                    "toolgate runs with --on-ask deny, so nothing is asked"
+                };
+                let reason = format!("{}; {why}", evaluation.reason);
                 let reminder =
                     (mode == Mode::Plan).then(|| self.reminder(&pending.session_id, mode));
                 if forget {
@@ -551,6 +573,10 @@ impl Broker {
                         }
                     }
                     _ => evaluation.reason,
+                };
+                let reason = match &pending.note {
+                    Some(note) => format!("{reason}; {note}"),
+                    None => reason,
                 };
                 // An allowed delegation that carries permissions starts its
                 // sub-task's session with them; one whose permissions
@@ -666,7 +692,7 @@ impl Broker {
     }
 
     pub(super) fn response(&mut self, response: wire::PermissionResponse, ob: &mut Outbox<'_>) {
-        let id = response.permission_id;
+        let id = response.permission_id.clone();
         // `patterns` must name one of the lists the request offered; anything
         // else grants nothing and leaves the question open.
         let mut option: Option<toolgate_policy::AlwaysOption> = None;
@@ -720,7 +746,13 @@ impl Broker {
                 return;
             }
         }
-        let Some(mut pending) = self.take_pending(&id) else {
+        // In a fleet, a question in the store is answered there: the
+        // store's first answer decides.
+        if self.defer_answer(&response, ob) {
+            return;
+        }
+        let Some(mut pending) = self.take_pending(&id, "answered on the broker that asked it")
+        else {
             let (code, message) = if self.questions.was_resolved(&id) {
                 (
                     ErrorCode::AlreadyResolved,
@@ -804,9 +836,18 @@ impl Broker {
                     .extend(pending.question.approve.iter().cloned());
                 // A managed rule's question is asked every time: its
                 // `always` grants nothing and counts as `once`.
-                let always =
+                let mut always =
                     response.response == wire::Reply::Always && pending.question.managed.is_none();
                 pending.answered = Some(response.response);
+                // A fleet's grants live in its store: a question answered
+                // here without it (the store could not be reached) grants
+                // nothing, so that no broker holds a grant the others cannot
+                // see or revoke.
+                if always && self.shared.active() && !self.shared.applying {
+                    always = false;
+                    pending.answered = Some(wire::Reply::Once);
+                    pending.note = Some("the answer was `always`, but the shared store could not be reached, so it counts as `once` and granted nothing".to_string());
+                }
                 // What `always` grants: the chosen option, else the request's `always`.
                 let granted = match (always, option) {
                     (false, _) => Vec::new(),
@@ -838,8 +879,13 @@ impl Broker {
                 };
                 if always {
                     let scope = response.scope.unwrap_or(wire::GrantScope::Session);
-                    // The grants are on disk before the decision that reports them.
-                    let saved = self.record_grants(&pending.session_id, &granted, scope);
+                    // The grants are on disk before the decision that reports
+                    // them (a fleet's: written with the answer, in memory already).
+                    let saved = if self.shared.applying {
+                        Ok(())
+                    } else {
+                        self.record_grants(&pending.session_id, &granted, scope)
+                    };
                     pending.granted = Some(Granted {
                         scope,
                         lifetime: response.expires_in,
@@ -884,8 +930,10 @@ impl Broker {
         let no_grants = Grants::default();
         let no_scope = Scope::default();
         let mode = self.effective_mode(&pending.session_id);
+        let usable = self.grants_usable();
         let (grants, scope) = match self.sessions.get(&pending.session_id) {
-            Some(session) => (&session.grants, &session.scope),
+            Some(session) if usable => (&session.grants, &session.scope),
+            Some(session) => (&no_grants, &session.scope),
             None => (&no_grants, &no_scope),
         };
         let evaluation = self.policy.evaluate(
@@ -897,7 +945,11 @@ impl Broker {
             &Context {
                 mode,
                 grants,
-                project_grants: self.grants.all(),
+                project_grants: if usable {
+                    self.grants.all()
+                } else {
+                    &no_grants
+                },
                 scope,
                 approvals: &pending.approvals,
                 repeats: pending.repeats,
@@ -939,7 +991,7 @@ impl Broker {
                 self.questions.set_asking(&id, asking);
                 continue;
             }
-            if let Some(pending) = self.take_pending(&id) {
+            if let Some(pending) = self.take_pending(&id, why) {
                 let resolved = wire::PermissionResolved {
                     permission_id: id.clone(),
                     session_id: pending.session_id.clone(),
@@ -986,7 +1038,7 @@ impl Broker {
         reason: String,
         ob: &mut Outbox<'_>,
     ) {
-        let Some(pending) = self.take_pending(id) else {
+        let Some(pending) = self.take_pending(id, &reason) else {
             return;
         };
         let resolved = wire::PermissionResolved {
@@ -1010,10 +1062,11 @@ impl Broker {
         self.decide(decision, ob);
     }
 
-    /// Take an open question (answered or ended) from the questions and
-    /// from its session's live calls.
-    pub(super) fn take_pending(&mut self, id: &str) -> Option<Pending> {
+    /// Take an open question (answered or ended, `why`) from the questions
+    /// and from its session's live calls (and cancel it in a fleet's store).
+    pub(super) fn take_pending(&mut self, id: &str, why: &str) -> Option<Pending> {
         let pending = self.questions.take(id)?;
+        self.question_ended(id, why);
         if let Some(session) = self.sessions.get_mut(&pending.session_id) {
             session.live.remove(&pending.call_id);
         }

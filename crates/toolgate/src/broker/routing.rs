@@ -128,6 +128,8 @@ pub enum Input<'a> {
         /// Its ask timeout, in milliseconds (0 waits forever).
         ask_timeout_ms: u64,
     },
+    /// News from the shared store (see [`Broker::share`]).
+    Shared(super::News),
 }
 
 /// One input line, decoded: what the broker makes of a line before it
@@ -309,9 +311,16 @@ pub(super) struct Connections {
     sole_approver: Option<ConnId>,
     /// Calls with an open question: session → call → (owner, permission id).
     owners: HashMap<String, HashMap<String, (ConnId, String)>>,
-    /// Open questions by permission id.
+    /// Open questions by permission id (another broker's too: owned by
+    /// [`REMOTE`]).
     asked: HashMap<String, Asked>,
+    /// The broker shares a store: a question nobody here hears waits for
+    /// the fleet's approvers instead of going back to the call's connection.
+    pub(super) fleet: bool,
 }
+
+/// The owner of another broker's question (no connection of this broker).
+pub(super) const REMOTE: ConnId = ConnId::MAX;
 
 #[derive(Default, Clone)]
 struct Peer {
@@ -375,7 +384,7 @@ impl Connections {
             .copied()
             .filter(|&c| c != owner)
             .collect();
-        let addressees = if !others.is_empty() || self.sole_approver.is_some() {
+        let addressees = if !others.is_empty() || self.sole_approver.is_some() || self.fleet {
             others
         } else {
             vec![owner]
@@ -399,6 +408,76 @@ impl Connections {
                 resolved: false,
             },
         );
+    }
+
+    /// Another broker's question (through the store): to every approver.
+    pub(super) fn ask_remote(
+        &mut self,
+        request: Box<wire::PermissionRequest>,
+        ob: &mut Outbox<'_>,
+    ) {
+        let addressees = self.approvers.clone();
+        for &conn in &addressees {
+            ob.push(
+                To::Approver(conn),
+                ServerFrame::PermissionRequest(request.clone()),
+            );
+        }
+        self.asked.insert(
+            request.permission_id.clone(),
+            Asked {
+                owner: REMOTE,
+                addressees,
+                request,
+                resolved: false,
+            },
+        );
+    }
+
+    /// Another broker's question closed: the connections it was put to
+    /// (but `except`, whose answer closed it) hear why.
+    pub(super) fn end_remote(
+        &mut self,
+        resolved: wire::PermissionResolved,
+        except: Option<ConnId>,
+        ob: &mut Outbox<'_>,
+    ) {
+        let Some(asked) = self.asked.remove(&resolved.permission_id) else {
+            return;
+        };
+        for conn in asked.addressees {
+            if Some(conn) != except {
+                ob.push(
+                    To::Approver(conn),
+                    ServerFrame::PermissionResolved(resolved.clone()),
+                );
+            }
+        }
+    }
+
+    /// The connection that owns the open call `call_id` of `session_id`.
+    pub(super) fn owner_of(&self, session_id: &str, call_id: &str) -> Option<ConnId> {
+        self.owners
+            .get(session_id)
+            .and_then(|calls| calls.get(call_id))
+            .map(|(owner, _)| *owner)
+    }
+
+    /// How many connections a question was put to.
+    pub(super) fn addressees(&self, permission_id: &str) -> usize {
+        self.asked
+            .get(permission_id)
+            .map_or(0, |asked| asked.addressees.len())
+    }
+
+    /// Whether an approver other than `conn` is connected.
+    pub(super) fn has_approver_besides(&self, conn: Option<ConnId>) -> bool {
+        self.approvers.iter().any(|&c| Some(c) != conn)
+    }
+
+    /// Whether `conn` is open.
+    pub(super) fn is_open(&self, conn: ConnId) -> bool {
+        self.open.contains_key(&conn)
     }
 
     /// A question ended without its own answer: the news goes to the
@@ -648,6 +727,7 @@ impl Broker {
                 policy,
                 ask_timeout_ms,
             } => self.replace_policy(policy, ask_timeout_ms, &mut Outbox::new(out, None, None)),
+            Input::Shared(news) => self.shared_news(news, out),
         }
     }
 
@@ -902,7 +982,7 @@ impl Broker {
     fn leave_approvers(&mut self, conn: ConnId, ob: &mut Outbox<'_>) {
         self.conns.approvers.retain(|&c| c != conn);
         let mut orphans: Vec<(u64, String)> = Vec::new();
-        let owner_answers = self.conns.sole_approver.is_none();
+        let owner_answers = self.conns.sole_approver.is_none() && !self.conns.fleet;
         for (id, asked) in &mut self.conns.asked {
             asked.addressees.retain(|&c| c != conn);
             // Back to the connection that made the call, unless only the

@@ -408,7 +408,7 @@ impl Sessions {
         repaired
     }
 
-    fn restore_session(
+    pub(super) fn restore_session(
         &mut self,
         policy: &Policy,
         stored: &StoredSession,
@@ -552,6 +552,7 @@ impl Broker {
             .chain(left_plan.into_iter().filter(|id| id != session_id))
             .map(|id| self.sessions.stored_change(&id))
             .collect();
+        self.share_session(session_id);
         // On disk before it is reported; should that fail, the mode applies
         // in memory all the same and its frames say so.
         let saved = self
@@ -886,6 +887,7 @@ impl Broker {
         }
         // The whole session: also reopens it if it was closed.
         changes.push(self.sessions.stored_change(&id));
+        self.share_session(&id);
         let mode = self.effective_mode(&id);
         // Synced with the batch, before its frames are written; a failed
         // write is said in the frame, and the session runs in memory either way.
@@ -903,23 +905,37 @@ impl Broker {
         // and calls already waiting are judged again.
         let subtree = self.sessions.subtree(&id);
         for child in subtree.iter().skip(1) {
-            let parent_scope = self.sessions.scope_of(
-                self.sessions
-                    .get(child)
-                    .and_then(|session| session.parent.as_deref()),
-            );
-            if let Some(session) = self.sessions.get_mut(child) {
-                session.scope = match &session.rules {
-                    Some(rules) => match self.policy.scope_layer(child, rules.clone()) {
-                        Ok(layer) => parent_scope.with(layer),
-                        Err(_) => parent_scope.with(ScopeLayer::deny_all(child)),
-                    },
-                    None => parent_scope,
-                };
-            }
+            self.rescope_one(child);
         }
         for session in subtree {
             self.revisit_session(&session, "the session was started with a scope", None, ob);
+        }
+    }
+
+    /// The scope of `session_id` again from its parent's and its own
+    /// narrowing (a narrowing that cannot be used denies every tool).
+    fn rescope_one(&mut self, session_id: &str) {
+        let parent_scope = self.sessions.scope_of(
+            self.sessions
+                .get(session_id)
+                .and_then(|session| session.parent.as_deref()),
+        );
+        if let Some(session) = self.sessions.get_mut(session_id) {
+            session.scope = match &session.rules {
+                Some(rules) => match self.policy.scope_layer(session_id, rules.clone()) {
+                    Ok(layer) => parent_scope.with(layer),
+                    Err(_) => parent_scope.with(ScopeLayer::deny_all(session_id)),
+                },
+                None => parent_scope,
+            };
+        }
+    }
+
+    /// The scopes of `session_id` and every session under it again, as a
+    /// restore computes them (a session read from a fleet's store changed).
+    pub(super) fn rescope(&mut self, session_id: &str) {
+        for session in self.sessions.subtree(session_id) {
+            self.rescope_one(&session);
         }
     }
 
@@ -934,6 +950,7 @@ impl Broker {
             self.end_subtree(session_id, ob, &mut changes);
         }
         self.sessions.close(session_id, Closed::Refused);
+        self.share_close(session_id, Closed::Refused);
         changes.push(Change::Closed(
             Closed::Refused.stored(session_fingerprint(session_id)),
         ));
@@ -962,6 +979,7 @@ impl Broker {
                 return;
             }
             self.sessions.close(session_id, Closed::Ended);
+            self.share_close(session_id, Closed::Ended);
             changes.push(Change::Closed(
                 Closed::Ended.stored(session_fingerprint(session_id)),
             ));
@@ -1019,6 +1037,7 @@ impl Broker {
                 changes.push(Change::RemoveSession(ended.clone()));
             }
             self.sessions.close(&ended, Closed::Ended);
+            self.share_close(&ended, Closed::Ended);
             changes.push(Change::Closed(
                 Closed::Ended.stored(session_fingerprint(&ended)),
             ));

@@ -9,7 +9,7 @@
 //! | [`AskArgs`] | `--on-ask --ask-timeout` | serve, mcp, claude-bridge |
 //! | [`KeepArgs`] | `--state-dir --audit` | serve, hook, mcp, claude-bridge |
 //! | [`LineArgs`] | `--max-frame-bytes` | serve, mcp, claude-bridge |
-//! | [`ServeArgs`] | the four above, `--approver --listen`, and (feature `fleet`) `TlsArgs` and `StoreArgs` | serve |
+//! | [`ServeArgs`] | the four above, `--approver --listen`, and (feature `fleet`) `TlsArgs`, `StoreArgs` and `PageArgs` | serve |
 //! | [`BindArgs`] | `--parent --scope --scope-file` | hook, mcp, claude-bridge |
 //! | [`RemoteArgs`] | `--remote --token-file --ca --client-cert --client-key` | hook, mcp, approve, claude-bridge, link-bridge |
 //! | `TlsArgs` | `--tls-cert --tls-key --tls-client-ca` | serve (feature `fleet`) |
@@ -223,6 +223,9 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub tls: TlsArgs,
 
+    /// Share sessions, grants and questions with every broker on this
+    /// store (docs/fleet.md); also where TLS connections' tokens are
+    /// checked and what the page (`--http`) shows.
     #[cfg(feature = "fleet")]
     #[command(flatten)]
     pub store: StoreArgs,

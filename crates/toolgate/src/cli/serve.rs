@@ -1,5 +1,6 @@
 //! `toolgate serve` (and `toolgate` with no subcommand): decide the calls
-//! of a client on stdin/stdout, or of many on a Unix socket (`--listen`).
+//! of a client on stdin/stdout, or of many on a Unix socket (`--listen`),
+//! alone or sharing a store with other brokers (`--store`, docs/fleet.md).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -22,6 +23,15 @@ pub fn run(args: ServeArgs) -> ExitCode {
     };
     if spec.is_some() && !listens.is_empty() {
         say!("toolgate: --approver works with stdin/stdout only; with --listen, run `toolgate approve` beside the broker");
+        return ExitCode::from(2);
+    }
+    #[cfg(feature = "fleet")]
+    let store = args.store.clone().url();
+    #[cfg(feature = "fleet")]
+    if store.is_some()
+        && (args.keep.state_dir.is_some() || super::broker::state_dir_env().is_some())
+    {
+        say!("toolgate: --store and --state-dir (or TOOLGATE_STATE_DIR) cannot be used together: with a store, the store keeps the state");
         return ExitCode::from(2);
     }
     #[cfg(feature = "fleet")]
@@ -52,8 +62,9 @@ pub fn run(args: ServeArgs) -> ExitCode {
         Ok(None) => {}
         Err(code) => return code,
     }
+    #[cfg_attr(not(feature = "fleet"), allow(unused_mut))] // joins a fleet
     let Opened {
-        broker,
+        mut broker,
         settings,
         policy,
         max_frame_bytes,
@@ -84,6 +95,12 @@ pub fn run(args: ServeArgs) -> ExitCode {
             }
         }
     };
+    #[cfg(feature = "fleet")]
+    if let Some(url) = store {
+        if let Err(code) = fleet::join(&mut broker, url, &policy.project_root) {
+            return code;
+        }
+    }
     let reloader = Some(Reloader {
         settings,
         root: policy.project_root.clone(),
@@ -191,6 +208,87 @@ impl Listens {
 
     fn is_empty(&self) -> bool {
         self.unix.is_none() && self.tls.is_empty()
+    }
+}
+
+/// Joining a fleet: the store named by `--store` or `TOOLGATE_STORE`.
+#[cfg(feature = "fleet")]
+mod fleet {
+    use std::path::Path;
+    use std::process::ExitCode;
+    use std::time::Duration;
+
+    use toolgate::broker::{Broker, Setup};
+    use toolgate::fleet::link::{self, Config};
+    use toolgate::fleet::questions::BrokerId;
+    use toolgate::fleet::{runtime, StoreError};
+    use toolgate::say;
+
+    /// Migrate the store, register this broker with its lease and read the
+    /// project's state into `broker`; the link starts with the transport.
+    /// Exit code 3 when the store cannot be reached, 1 when it refuses
+    /// (a schema newer than this toolgate, a login refused), 2 for a URL
+    /// that cannot be used.
+    pub fn join(broker: &mut Broker, url: String, root: &Path) -> Result<(), ExitCode> {
+        let lease = lease();
+        let config = Config {
+            url,
+            project: root.to_string_lossy().into_owned(),
+            broker: BrokerId::random(),
+            host: host(),
+            pid: std::process::id(),
+            lease,
+        };
+        let whoami = format!("{} (pid {})", config.host, config.pid);
+        let id = config.broker;
+        let joined = match runtime() {
+            Ok(runtime) => runtime.block_on(link::join(config)),
+            Err(err) => {
+                say!("toolgate: cannot start the runtime: {err}");
+                return Err(ExitCode::from(1));
+            }
+        };
+        let (changes, starter) = match joined {
+            Ok(joined) => joined,
+            Err(err) => {
+                say!("toolgate: {err}");
+                return Err(ExitCode::from(match err {
+                    StoreError::BadUrl { .. } => 2,
+                    err if err.is_unreachable() => 3,
+                    _ => 1,
+                }));
+            }
+        };
+        let setup = Setup {
+            link: Box::new(starter),
+            whoami,
+            stale: lease * 2,
+        };
+        for warning in broker.share(setup, changes) {
+            say!("toolgate: warning: {warning}");
+        }
+        tracing::info!(target: "toolgate", broker = %id, lease_ms = lease.as_millis() as u64, "sharing the store");
+        Ok(())
+    }
+
+    /// The lease: [`link::LEASE`], or `TOOLGATE_LEASE_MS` (for tests).
+    fn lease() -> Duration {
+        std::env::var(link::LEASE_ENV)
+            .ok()
+            .and_then(|ms| ms.trim().parse::<u64>().ok())
+            .filter(|ms| *ms >= 300)
+            .map(Duration::from_millis)
+            .unwrap_or(link::LEASE)
+    }
+
+    /// This host's name.
+    fn host() -> String {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .map(|name| name.trim().to_string())
+            .filter(|name| !name.is_empty())
+            .unwrap_or_else(|| "localhost".to_string())
     }
 }
 

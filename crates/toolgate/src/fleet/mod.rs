@@ -13,13 +13,16 @@
 //! - [`tokens`]: bearer tokens (made, listed, revoked, verified);
 //! - [`sessions`]: sessions and grants;
 //! - [`questions`]: brokers with their leases, and questions whose first
-//!   answer wins.
+//!   answer wins;
+//! - [`link`]: a broker's link to the store (`serve --store`): its writes,
+//!   its lease, and what it reads of the others'.
 //!
 //! A [`Store`] is one connection. Its methods take `&mut self`: what needs
 //! a transaction has the connection to itself, so a task that shares a
 //! store puts it behind its own lock or opens another.
 
 mod error;
+pub mod link;
 pub mod questions;
 pub mod schema;
 pub mod sessions;

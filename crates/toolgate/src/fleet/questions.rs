@@ -94,6 +94,9 @@ pub struct NewQuestion {
     pub session_id: String,
     /// What approvers are shown: the `permission_request` frame.
     pub request: serde_json::Value,
+    /// What an `always` answer grants (see `migrations/v2.sql`), so that
+    /// whichever broker takes the answer writes its grants; `None`: nothing.
+    pub offers: Option<serde_json::Value>,
 }
 
 /// A question as the store holds it.
@@ -125,6 +128,8 @@ pub struct Question {
     pub created_at: SystemTime,
     /// The revision of its last change.
     pub revision: i64,
+    /// What an `always` answer grants ([`NewQuestion::offers`]).
+    pub offers: Option<serde_json::Value>,
 }
 
 /// What an answer or a cancel did.
@@ -141,7 +146,7 @@ pub enum Settled {
 
 const QUESTION_COLUMNS: &str = "id, broker_id, project, session_id, state, request, answer, \
                                 answered_by, answered_at, cancelled, lease_until, created_at, \
-                                revision";
+                                revision, offers";
 
 const BROKER_COLUMNS: &str = "id, host, pid, version, started_at, lease_until";
 
@@ -151,7 +156,9 @@ fn secs(lease: Duration) -> f64 {
 }
 
 impl Store {
-    /// Register a broker with a lease of `lease` from now.
+    /// Register a broker with a lease of `lease` from now. Registering an
+    /// id again (a broker whose lease lapsed while it was cut off from the
+    /// store) renews its row: its lapsed questions stay lapsed.
     pub async fn register_broker(
         &mut self,
         id: BrokerId,
@@ -166,6 +173,7 @@ impl Store {
                 &format!(
                     "INSERT INTO toolgate_brokers (id, host, pid, version, lease_until)
                      VALUES ($1, $2, $3, $4, now() + $5 * interval '1 second')
+                     ON CONFLICT (id) DO UPDATE SET lease_until = EXCLUDED.lease_until
                      RETURNING {BROKER_COLUMNS}"
                 ),
                 &[
@@ -293,16 +301,19 @@ impl Store {
     }
 
     /// Put a question in the store, open, held by its broker's lease.
-    /// [`StoreError::LeaseLost`] when that lease has lapsed.
+    /// [`StoreError::LeaseLost`] when that lease has lapsed. Asking an id
+    /// the store holds already (a retry after a lost connection) changes
+    /// nothing and returns the question as it is.
     pub async fn ask(&mut self, question: &NewQuestion) -> Result<Question, StoreError> {
         let row = self
             .client
             .query_opt(
                 &format!(
                     "INSERT INTO toolgate_questions
-                       (id, broker_id, project, session_id, request, lease_until)
-                     SELECT $1, id, $3, $4, $5, lease_until FROM toolgate_brokers
+                       (id, broker_id, project, session_id, request, offers, lease_until)
+                     SELECT $1, id, $3, $4, $5, $6, lease_until FROM toolgate_brokers
                      WHERE id = $2 AND lease_until > now()
+                     ON CONFLICT (id) DO NOTHING
                      RETURNING {QUESTION_COLUMNS}"
                 ),
                 &[
@@ -311,15 +322,19 @@ impl Store {
                     &question.project,
                     &question.session_id,
                     &question.request,
+                    &question.offers,
                 ],
             )
             .await
             .map_err(StoreError::from_query)?;
         match row {
             Some(row) => read_question(&row),
-            None => Err(StoreError::LeaseLost {
-                broker: question.broker.to_string(),
-            }),
+            None => match self.question(question.id).await? {
+                Some(asked) => Ok(asked),
+                None => Err(StoreError::LeaseLost {
+                    broker: question.broker.to_string(),
+                }),
+            },
         }
     }
 
@@ -514,5 +529,6 @@ fn read_question(row: &Row) -> Result<Question, StoreError> {
         lease_until: get(row, 10)?,
         created_at: get(row, 11)?,
         revision: get(row, 12)?,
+        offers: get(row, 13)?,
     })
 }

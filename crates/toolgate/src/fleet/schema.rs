@@ -25,11 +25,18 @@ pub struct Migration {
 }
 
 /// Every migration, in order; `MIGRATIONS[i].version == i + 1`.
-pub const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "tokens, brokers, sessions, questions, grants",
-    sql: include_str!("migrations/v1.sql"),
-}];
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "tokens, brokers, sessions, questions, grants",
+        sql: include_str!("migrations/v1.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "what an answer to a question grants",
+        sql: include_str!("migrations/v2.sql"),
+    },
+];
 
 /// The schema version this binary reads and writes.
 pub const VERSION: i32 = MIGRATIONS.len() as i32;
@@ -46,12 +53,14 @@ const SCHEMA_TABLE: &str = "CREATE TABLE IF NOT EXISTS toolgate_schema (
     applied_at timestamptz NOT NULL DEFAULT now()
 )";
 
-/// What [`migrate`] did.
+/// What [`migrate`] did: the steps this call applied, from `from` to `to`
+/// (equal when it applied none; another process may have applied the
+/// steps between, or after).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Migrated {
-    /// The version the store was at.
+    /// The version before the first step this call applied.
     pub from: i32,
-    /// The version it is at now ([`VERSION`]).
+    /// The version after the last step it applied.
     pub to: i32,
 }
 
@@ -88,7 +97,7 @@ pub async fn check(client: &Client) -> Result<(), StoreError> {
 /// store newer than that.
 pub async fn migrate(client: &mut Client) -> Result<Migrated, StoreError> {
     let known = VERSION;
-    let mut from = None;
+    let mut applied: Option<(i32, i32)> = None;
     loop {
         let tx = client.transaction().await.map_err(StoreError::from_query)?;
         tx.execute("SELECT pg_advisory_xact_lock($1)", &[&LOCK])
@@ -102,14 +111,14 @@ pub async fn migrate(client: &mut Client) -> Result<Migrated, StoreError> {
             .await
             .and_then(|row| row.try_get(0))
             .map_err(StoreError::from_query)?;
-        let from = *from.get_or_insert(found);
         if found > known {
             return Err(StoreError::TooNew { found, known });
         }
         let Some(next) = MIGRATIONS.get(found as usize) else {
             // Nothing to do: the lock ends with the transaction.
             tx.commit().await.map_err(StoreError::from_query)?;
-            return Ok(Migrated { from, to: found });
+            let (from, to) = applied.unwrap_or((found, found));
+            return Ok(Migrated { from, to });
         };
         tx.batch_execute(next.sql)
             .await
@@ -124,6 +133,7 @@ pub async fn migrate(client: &mut Client) -> Result<Migrated, StoreError> {
         .await
         .map_err(StoreError::from_query)?;
         tx.commit().await.map_err(StoreError::from_query)?;
+        applied = Some((applied.map_or(found, |(from, _)| from), next.version));
     }
 }
 

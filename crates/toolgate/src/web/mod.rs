@@ -556,7 +556,13 @@ impl App {
             Ok(response) => response,
             Err(why) => return message(StatusCode::BAD_REQUEST, &why),
         };
-        match store.answer(id, &response, &login.name, &[]).await {
+        // What an `always` grants, from the question's offers, written in
+        // the answer's transaction (as a broker's answer is).
+        let grants = match crate::fleet::link::answer_grants(&question, &response, &login.name) {
+            Ok(grants) => grants,
+            Err(why) => return message(StatusCode::BAD_REQUEST, &crate::display::shown(&why)),
+        };
+        match store.answer(id, &response, &login.name, &grants).await {
             Ok(Settled::First(_)) => message(StatusCode::OK, "answered"),
             Ok(Settled::Already(question)) => settled(&question),
             Ok(Settled::Unknown) => message(StatusCode::NOT_FOUND, "no such question"),

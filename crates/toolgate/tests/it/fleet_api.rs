@@ -49,6 +49,7 @@ fn question(broker: BrokerId, n: usize) -> NewQuestion {
         project: "/work/app".to_string(),
         session_id: "main".to_string(),
         request: json!({"type": "permission_request", "permissionID": format!("per_{n}")}),
+        offers: None,
     }
 }
 
@@ -509,4 +510,67 @@ fn a_store_that_stops_is_a_lost_connection_and_keeps_what_was_committed() {
     });
     drop(store);
     drop(cluster);
+}
+
+#[test]
+fn an_answer_writes_the_grants_its_question_offers() {
+    let Some((url, _cluster, _database)) = store("offers") else {
+        return;
+    };
+    runtime().unwrap().block_on(async {
+        let mut store = Store::connect(&url).await.unwrap();
+        let broker = BrokerId::random();
+        store
+            .register_broker(broker, "host-a", 42, LEASE)
+            .await
+            .unwrap();
+        let grant = |pattern: &str, literal: usize| {
+            json!({"permission": "bash", "pattern": pattern, "literal": literal, "planOnly": false})
+        };
+        let mut asked = question(broker, 1);
+        asked.offers = Some(json!({
+            "grants": [grant("git commit *", 10)],
+            "options": [
+                {"patterns": ["git commit -m x"], "grants": [grant("git commit -m x", 15)]},
+                {"patterns": ["git commit *"], "grants": [grant("git commit *", 10)]}
+            ],
+            "none": null
+        }));
+        let asked = store.ask(&asked).await.unwrap();
+        // Asking again (a retry) changes nothing.
+        assert_eq!(store.ask(&question_again(&asked)).await.unwrap().id, asked.id);
+        let answer = json!({"type": "permission_response", "permissionID": "per_1",
+                            "response": "always", "patterns": ["git commit -m x"],
+                            "scope": "project"});
+        let grants = toolgate::fleet::link::answer_grants(&asked, &answer, "alice").unwrap();
+        assert_eq!(grants.len(), 1);
+        assert_eq!(grants[0].pattern, "git commit -m x");
+        assert_eq!(grants[0].literal, 15);
+        assert_eq!(grants[0].scope, GrantScope::Project);
+        assert_eq!(grants[0].question, Some(asked.id));
+        let settled = store.answer(asked.id, &answer, "alice", &grants).await.unwrap();
+        assert!(matches!(settled, Settled::First(_)), "{settled:?}");
+        let live = store.live_grants("/work/app").await.unwrap();
+        assert_eq!(live.len(), 1);
+        assert_eq!(live[0].grant.made_by.as_deref(), Some("alice"));
+        // Patterns that are none of the options grant nothing.
+        let wrong = json!({"type": "permission_response", "permissionID": "per_1",
+                           "response": "always", "patterns": ["rm *"]});
+        assert!(toolgate::fleet::link::answer_grants(&asked, &wrong, "bob").is_err());
+        // `once` grants nothing.
+        let once = json!({"type": "permission_response", "permissionID": "per_1", "response": "once"});
+        assert!(toolgate::fleet::link::answer_grants(&asked, &once, "bob").unwrap().is_empty());
+    });
+}
+
+/// `asked` as a broker would ask it again after a lost connection.
+fn question_again(asked: &toolgate::fleet::questions::Question) -> NewQuestion {
+    NewQuestion {
+        id: asked.id,
+        broker: asked.broker,
+        project: asked.project.clone(),
+        session_id: asked.session_id.clone(),
+        request: asked.request.clone(),
+        offers: asked.offers.clone(),
+    }
 }

@@ -17,6 +17,10 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// What `toolgate_schema` holds once migrated.
+const SCHEMA_ROWS: &str =
+    "1|tokens, brokers, sessions, questions, grants\n2|what an answer to a question grants\n";
+
 /// What `toolgate_schema` holds: `version|name` lines.
 fn schema_rows(cluster: &pg::Cluster, database: &str) -> String {
     cluster.psql(
@@ -35,13 +39,10 @@ fn migrate_an_empty_database_then_again() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(
         text(&out.stdout),
-        format!("{url} migrated from schema version 0 to 1\n")
+        format!("{url} migrated from schema version 0 to 2\n")
     );
     assert_eq!(text(&out.stderr), "");
-    assert_eq!(
-        schema_rows(cluster, &database),
-        "1|tokens, brokers, sessions, questions, grants\n"
-    );
+    assert_eq!(schema_rows(cluster, &database), SCHEMA_ROWS);
     let tables = cluster.psql(
         &database,
         "SELECT string_agg(tablename, ' ' ORDER BY tablename) FROM pg_tables \
@@ -57,12 +58,9 @@ fn migrate_an_empty_database_then_again() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(
         text(&out.stdout),
-        format!("{url} is at schema version 1 already\n")
+        format!("{url} is at schema version 2 already\n")
     );
-    assert_eq!(
-        schema_rows(cluster, &database),
-        "1|tokens, brokers, sessions, questions, grants\n"
-    );
+    assert_eq!(schema_rows(cluster, &database), SCHEMA_ROWS);
 }
 
 #[test]
@@ -87,21 +85,28 @@ fn four_migrations_at_once_apply_each_step_once() {
         .into_iter()
         .map(|child| child.wait_with_output().unwrap())
         .collect();
-    let mut migrated = 0;
+    // Each process says which steps it applied (one from where it found
+    // the store): together, every step once.
+    let mut applied = 0;
     for out in &outputs {
         assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
         let stdout = text(&out.stdout);
-        if stdout.contains("migrated from schema version 0 to 1") {
-            migrated += 1;
-        } else {
-            assert_eq!(stdout, format!("{url} is at schema version 1 already\n"));
+        let prefix = format!("{url} migrated from schema version ");
+        match stdout.strip_prefix(&prefix) {
+            Some(rest) => {
+                let versions: Vec<u32> = rest
+                    .trim_end()
+                    .split(" to ")
+                    .map(|v| v.parse().unwrap())
+                    .collect();
+                assert!(versions[0] < versions[1], "{stdout}");
+                applied += versions[1] - versions[0];
+            }
+            None => assert_eq!(stdout, format!("{url} is at schema version 2 already\n")),
         }
     }
-    assert_eq!(migrated, 1, "exactly one process applies the migration");
-    assert_eq!(
-        schema_rows(cluster, &database),
-        "1|tokens, brokers, sessions, questions, grants\n"
-    );
+    assert_eq!(applied, 2, "each step applied by exactly one process");
+    assert_eq!(schema_rows(cluster, &database), SCHEMA_ROWS);
 }
 
 #[test]
@@ -118,10 +123,10 @@ fn a_store_newer_than_the_binary_is_refused_and_left_alone() {
     );
     cluster.psql(
         &database,
-        "INSERT INTO toolgate_schema (version, name) VALUES (2, 'from a newer toolgate')",
+        "INSERT INTO toolgate_schema (version, name) VALUES (3, 'from a newer toolgate')",
     );
-    let refusal = "toolgate: the store's schema is at version 2, newer than this toolgate \
-                   knows (version 1): upgrade toolgate; it will not use or change that store\n";
+    let refusal = "toolgate: the store's schema is at version 3, newer than this toolgate \
+                   knows (version 2): upgrade toolgate; it will not use or change that store\n";
     for args in [
         &["store", "migrate", "--store", &url][..],
         &["tokens", "list", "--store", &url],
@@ -136,7 +141,7 @@ fn a_store_newer_than_the_binary_is_refused_and_left_alone() {
     }
     assert_eq!(
         schema_rows(cluster, &database),
-        "1|tokens, brokers, sessions, questions, grants\n2|from a newer toolgate\n"
+        format!("{SCHEMA_ROWS}3|from a newer toolgate\n")
     );
     assert_eq!(
         cluster.psql(&database, "SELECT count(*) FROM toolgate_tokens"),
@@ -154,7 +159,7 @@ fn tokens_need_a_migrated_store() {
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(
         text(&out.stderr),
-        "toolgate: the store's schema is at version 0 and this toolgate needs version 1: \
+        "toolgate: the store's schema is at version 0 and this toolgate needs version 2: \
          run `toolgate store migrate` first\n"
     );
     // Nothing was created by asking.

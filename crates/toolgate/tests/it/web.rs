@@ -226,6 +226,7 @@ pub fn ask(url: &str, broker: BrokerId, request: Value) -> QuestionId {
             project: "/work/app".to_string(),
             session_id: "main/agent/a1".to_string(),
             request,
+            offers: None,
         };
         store.ask(&question).await.unwrap().id
     })

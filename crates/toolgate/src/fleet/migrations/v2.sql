@@ -1,0 +1,12 @@
+-- Schema version 2: what an `always` answer to a question grants, kept with
+-- the question, so that an approver on any broker (not only the one that
+-- asked) writes the question's grants in the answer's own transaction.
+--
+-- `offers` is written by the broker that asks:
+--   {"grants": [GRANT, ...],                      -- what `always` grants
+--    "options": [{"patterns": [..], "grants": [GRANT, ...]}, ...],
+--                                                 -- the request's alwaysOptions
+--    "none": "plan" | "managed"}                  -- `always` grants nothing
+-- with GRANT = {"permission": .., "pattern": .., "literal": N, "planOnly": bool}.
+-- NULL (a question of a version 1 broker): `always` grants nothing.
+ALTER TABLE toolgate_questions ADD COLUMN offers jsonb;

@@ -1,0 +1,817 @@
+//! Brokers sharing one store (`toolgate serve --listen unix:… --store URL`),
+//! through the real binary and a real PostgreSQL (support::pg): a question
+//! asked on one broker answered on another, many questions answered at
+//! once on two brokers, a grant made on one used on another and revoked on
+//! a third, a broker killed mid-question, the store stopped and started
+//! again, and the notification connection cut.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may panic
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::support::{pg, project_dir, Peer, PATIENCE};
+
+/// The brokers' lease in these tests (milliseconds): short, so that a dead
+/// broker's questions are cancelled soon.
+const LEASE_MS: u64 = 3000;
+
+/// A migrated store for one test (a database of its own): its URL, the
+/// cluster and the database.
+#[track_caller]
+fn store(name: &str) -> Option<(String, &'static pg::Cluster, String)> {
+    let (database, cluster) = pg::database(name)?;
+    Some((cluster.url(&database), cluster, database))
+}
+
+/// One broker of the fleet, killed (and its directory removed) on drop.
+struct Node {
+    child: Child,
+    dir: PathBuf,
+    socket: PathBuf,
+}
+
+impl Node {
+    /// `toolgate serve --listen unix:… --store URL --mode ask` for `root`,
+    /// waited for.
+    fn start(name: &str, url: &str, root: &Path) -> Node {
+        Node::with_lease(name, url, root, LEASE_MS)
+    }
+
+    /// The same with a lease of `lease_ms`.
+    fn with_lease(name: &str, url: &str, root: &Path, lease_ms: u64) -> Node {
+        static COUNT: AtomicU32 = AtomicU32::new(0);
+        // A short path: a socket's path is limited to about 100 bytes.
+        let dir = std::env::temp_dir().join(format!(
+            "tgf-{}-{}-{name}",
+            std::process::id(),
+            COUNT.fetch_add(1, Ordering::SeqCst)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let socket = dir.join("b.sock");
+        let stderr = std::fs::File::create(dir.join("stderr")).unwrap();
+        let mut command = Command::new(env!("CARGO_BIN_EXE_toolgate"));
+        command
+            .args(["serve", "--mode", "ask", "--listen"])
+            .arg(format!("unix:{}", socket.display()))
+            .arg("--project-root")
+            .arg(root)
+            .args(["--store", url])
+            .current_dir(root);
+        for variable in [
+            "TOOLGATE_MODE",
+            "TOOLGATE_PERMISSION",
+            "TOOLGATE_STATE_DIR",
+            "TOOLGATE_MANAGED",
+            "TOOLGATE_STORE",
+        ] {
+            command.env_remove(variable);
+        }
+        let child = command
+            .env("TOOLGATE_LEASE_MS", lease_ms.to_string())
+            .env("RUST_LOG", "debug,tokio_postgres=info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .unwrap();
+        let node = Node { child, dir, socket };
+        let started = Instant::now();
+        while std::os::unix::net::UnixStream::connect(&node.socket).is_err() {
+            assert!(
+                started.elapsed() < PATIENCE,
+                "broker {name} did not start: {}",
+                node.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        node
+    }
+
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(self.dir.join("stderr")).unwrap_or_default()
+    }
+
+    fn agent(&self, client: &str) -> Peer {
+        Peer::connect(
+            &self.socket,
+            json!({"type": "hello", "role": "agent", "client": client}),
+        )
+    }
+
+    fn approver(&self, client: &str) -> Peer {
+        Peer::connect(
+            &self.socket,
+            json!({"type": "hello", "role": "approver", "client": client}),
+        )
+    }
+
+    /// SIGKILL, as a crash would.
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, and its exit.
+    fn stop(&mut self) -> std::process::ExitStatus {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let started = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(started.elapsed() < PATIENCE, "the broker did not stop");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("stderr of {}:\n{}", self.dir.display(), self.stderr());
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A `tool_call` for bash `command` (ask mode asks about it).
+fn call(session: &str, call: &str, command: &str) -> Value {
+    json!({"type": "tool_call", "sessionID": session, "callID": call,
+           "tool": "bash", "input": {"command": command}})
+}
+
+/// An answer to `request`.
+fn answer(request: &Value, response: &str) -> Value {
+    json!({"type": "permission_response", "permissionID": request["permissionID"],
+           "response": response})
+}
+
+/// Frames until one that `wanted` accepts (the others are dropped).
+#[track_caller]
+fn wait(peer: &mut Peer, what: &str, wanted: impl Fn(&Value) -> bool) -> Value {
+    let started = Instant::now();
+    loop {
+        assert!(started.elapsed() < PATIENCE, "no {what} in time");
+        let frame = peer.recv();
+        if wanted(&frame) {
+            return frame;
+        }
+    }
+}
+
+fn kind(frame: &Value, kind: &str) -> bool {
+    frame["type"] == kind
+}
+
+/// Poll `query` in `database` until it prints `expected`.
+#[track_caller]
+fn wait_sql(cluster: &pg::Cluster, database: &str, query: &str, expected: &str) {
+    let started = Instant::now();
+    loop {
+        let got = cluster.psql(database, query);
+        if got.trim() == expected {
+            return;
+        }
+        assert!(
+            started.elapsed() < PATIENCE,
+            "{query}: {got:?}, expected {expected:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Ask `peer` for its grants until `wanted` accepts them: the grants.
+#[track_caller]
+fn grants_until(peer: &mut Peer, wanted: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let started = Instant::now();
+    loop {
+        let frame = peer.ask(json!({"type": "list_grants"}), "grants");
+        let grants = frame["grants"].as_array().cloned().unwrap_or_default();
+        if wanted(&grants) {
+            return grants;
+        }
+        assert!(
+            started.elapsed() < PATIENCE,
+            "grants never as wanted: {grants:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_question_asked_on_one_broker_is_answered_on_another() {
+    let Some((url, cluster, database)) = store("answered_elsewhere") else {
+        return;
+    };
+    let root = project_dir("answered_elsewhere");
+    let a = Node::start("a", &url, &root);
+    let b = Node::start("b", &url, &root);
+    let c = Node::start("c", &url, &root);
+    let mut bob = b.approver("bob");
+    let mut carol = c.approver("carol");
+    let mut agent = a.agent("agent");
+    agent.send(call("s1", "c1", "touch f1"));
+    let on_c = wait(&mut carol, "the question on C", |f| {
+        kind(f, "permission_request")
+    });
+    let on_b = wait(&mut bob, "the question on B", |f| {
+        kind(f, "permission_request")
+    });
+    assert_eq!(on_b, on_c, "the same request on every broker");
+    assert_eq!(on_c["callID"], "c1");
+    assert_eq!(on_c["title"], "touch f1");
+    carol.send(answer(&on_c, "once"));
+    let decision = wait(&mut agent, "the decision on A", |f| kind(f, "decision"));
+    assert_eq!(decision["callID"], "c1");
+    assert_eq!(decision["decision"], "allow", "{decision}");
+    assert_eq!(decision["source"], "user", "{decision}");
+    let resolved = wait(&mut bob, "the question resolved on B", |f| {
+        kind(f, "permission_resolved")
+    });
+    assert_eq!(resolved["permissionID"], on_c["permissionID"]);
+    let reason = resolved["reason"].as_str().unwrap();
+    assert!(reason.starts_with("answered by carol on "), "{reason}");
+    // A late answer from B is refused: the store's first answer stands.
+    bob.send(answer(&on_b, "reject"));
+    let refused = bob.recv();
+    assert_eq!(refused["type"], "error", "{refused}");
+    assert_eq!(refused["code"], "already_resolved", "{refused}");
+    let row = cluster.psql(
+        &database,
+        "SELECT state || '|' || answered_by FROM toolgate_questions",
+    );
+    assert!(row.starts_with("answered|carol on "), "{row}");
+    // The agent hears nothing else: no question was put to it.
+    assert!(agent.quiet(Duration::from_millis(200)).is_empty());
+}
+
+#[test]
+fn many_questions_answered_at_once_on_two_brokers_get_one_answer_each() {
+    let Some((url, cluster, database)) = store("answer_race") else {
+        return;
+    };
+    let count: usize = std::env::var("TOOLGATE_FLEET_RACE")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(200);
+    let root = project_dir("answer_race");
+    let a = Node::start("a", &url, &root);
+    let b = Node::start("b", &url, &root);
+    let c = Node::start("c", &url, &root);
+    // Each approver answers every question as soon as it sees it: `always`,
+    // granting the narrowest option (the command itself), so that no grant
+    // decides another call.
+    let racer = |mut peer: Peer, done: Arc<AtomicBool>| {
+        std::thread::spawn(move || {
+            let mut frames = Vec::new();
+            let mut answered = 0;
+            while !done.load(Ordering::SeqCst) {
+                for frame in peer.quiet(Duration::from_millis(100)) {
+                    if kind(&frame, "permission_request") {
+                        peer.send(json!({
+                            "type": "permission_response",
+                            "permissionID": frame["permissionID"],
+                            "response": "always",
+                            "patterns": frame["alwaysOptions"][0],
+                        }));
+                        answered += 1;
+                    }
+                    frames.push(frame);
+                }
+            }
+            frames.extend(peer.quiet(Duration::from_millis(500)));
+            (answered, frames)
+        })
+    };
+    let done = Arc::new(AtomicBool::new(false));
+    let bob = racer(b.approver("bob"), done.clone());
+    let carol = racer(c.approver("carol"), done.clone());
+    let mut agent = a.agent("agent");
+    for n in 0..count {
+        agent.send(call("race", &format!("c{n}"), &format!("touch f{n}")));
+    }
+    let mut decided = std::collections::HashSet::new();
+    while decided.len() < count {
+        let frame = agent.recv();
+        if kind(&frame, "decision") {
+            assert_eq!(frame["decision"], "allow", "{frame}");
+            assert_eq!(frame["source"], "user", "{frame}");
+            assert!(
+                decided.insert(frame["callID"].as_str().unwrap().to_string()),
+                "two decisions for one call: {frame}"
+            );
+        }
+    }
+    done.store(true, Ordering::SeqCst);
+    let (bob_answered, bob_frames) = bob.join().unwrap();
+    let (carol_answered, carol_frames) = carol.join().unwrap();
+    assert_eq!(bob_answered, count, "bob saw every question");
+    assert_eq!(carol_answered, count, "carol saw every question");
+    // Exactly one answer per question, its grant written once.
+    let answered = cluster.psql(
+        &database,
+        "SELECT count(*) FILTER (WHERE state = 'answered'), count(*) FROM toolgate_questions",
+    );
+    assert_eq!(answered.trim(), format!("{count}|{count}"));
+    let grants = cluster.psql(
+        &database,
+        "SELECT count(*), count(DISTINCT question_id) FROM toolgate_grants",
+    );
+    assert_eq!(grants.trim(), format!("{count}|{count}"));
+    let doubled = cluster.psql(
+        &database,
+        "SELECT count(*) FROM toolgate_grants g JOIN toolgate_questions q ON q.id = g.question_id \
+         WHERE g.made_by <> q.answered_by",
+    );
+    assert_eq!(doubled.trim(), "0", "a grant by the answer that lost");
+    // Each approver was told of every answer it lost, and of no other.
+    let wins = |who: &str| -> usize {
+        cluster
+            .psql(
+                &database,
+                &format!(
+                    "SELECT count(*) FROM toolgate_questions WHERE answered_by LIKE '{who} on %'"
+                ),
+            )
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let (bob_won, carol_won) = (wins("bob"), wins("carol"));
+    assert_eq!(bob_won + carol_won, count);
+    let lost = |frames: &[Value]| {
+        frames
+            .iter()
+            .filter(|f| kind(f, "error") && f["code"] == "already_resolved")
+            .count()
+    };
+    assert_eq!(lost(&bob_frames), count - bob_won, "bob's lost answers");
+    assert_eq!(
+        lost(&carol_frames),
+        count - carol_won,
+        "carol's lost answers"
+    );
+}
+
+#[test]
+fn an_always_on_one_broker_holds_on_another_until_a_third_revokes_it() {
+    let Some((url, _cluster, _database)) = store("grant_shared") else {
+        return;
+    };
+    let root = project_dir("grant_shared");
+    let a = Node::start("a", &url, &root);
+    let b = Node::start("b", &url, &root);
+    let c = Node::start("c", &url, &root);
+    // A's own approver answers `always` for the project.
+    let mut alice = a.approver("alice");
+    let mut agent_a = a.agent("agent-a");
+    agent_a.send(call("s1", "c1", "git commit -m one"));
+    let asked = wait(&mut alice, "the question on A", |f| {
+        kind(f, "permission_request")
+    });
+    alice.send(
+        json!({"type": "permission_response", "permissionID": asked["permissionID"],
+                      "response": "always", "scope": "project"}),
+    );
+    let decision = wait(&mut agent_a, "the decision on A", |f| kind(f, "decision"));
+    assert_eq!(decision["decision"], "allow", "{decision}");
+    let reason = decision["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("granted its `always` patterns for every session of the project"),
+        "{reason}"
+    );
+    // B learns the grant, and a call of another session there is allowed by it.
+    let mut agent_b = b.agent("agent-b");
+    let grants = grants_until(&mut agent_b, |grants| grants.len() == 1);
+    assert_eq!(grants[0]["pattern"], "git commit *");
+    assert_eq!(grants[0]["scope"], "project");
+    let id = grants[0]["grantID"].clone();
+    let on_b = agent_b.ask(call("s2", "c2", "git commit -m two"), "decision");
+    assert_eq!(on_b["decision"], "allow", "{on_b}");
+    assert_eq!(on_b["source"], "grant", "{on_b}");
+    // C revokes it; its reply comes once the store has it.
+    let mut admin = c.agent("admin");
+    grants_until(&mut admin, |grants| grants.len() == 1);
+    let revoked = admin.ask(json!({"type": "revoke_grant", "grantID": id}), "grants");
+    assert_eq!(revoked["grants"], json!([]), "{revoked}");
+    assert!(revoked.get("notSaved").is_none(), "{revoked}");
+    // B drops it: its next such call asks (C's approver is asked) again.
+    grants_until(&mut agent_b, <[Value]>::is_empty);
+    let mut carol = c.approver("carol");
+    agent_b.send(call("s2", "c3", "git commit -m three"));
+    let asked = wait(&mut carol, "the question on C", |f| {
+        kind(f, "permission_request")
+    });
+    assert_eq!(asked["callID"], "c3");
+    carol.send(answer(&asked, "reject"));
+    let decision = wait(&mut agent_b, "the decision on B", |f| kind(f, "decision"));
+    assert_eq!(decision["decision"], "deny", "{decision}");
+    assert_eq!(decision["source"], "user", "{decision}");
+}
+
+#[test]
+fn a_broker_killed_mid_question_has_its_question_cancelled_within_its_lease() {
+    let Some((url, cluster, database)) = store("killed_mid_question") else {
+        return;
+    };
+    let root = project_dir("killed_mid_question");
+    let mut a = Node::start("a", &url, &root);
+    let b = Node::start("b", &url, &root);
+    let mut bob = b.approver("bob");
+    let mut agent = a.agent("agent");
+    agent.send(call("s1", "c1", "touch f1"));
+    let asked = wait(&mut bob, "the question on B", |f| {
+        kind(f, "permission_request")
+    });
+    a.kill();
+    let killed = Instant::now();
+    let resolved = wait(&mut bob, "the question cancelled", |f| {
+        kind(f, "permission_resolved")
+    });
+    // Its lease, and at most a third of one more for B's renewal to see it.
+    let took = killed.elapsed();
+    assert!(
+        took <= Duration::from_millis(LEASE_MS * 2),
+        "cancelled after {took:?}"
+    );
+    assert_eq!(resolved["permissionID"], asked["permissionID"]);
+    let reason = resolved["reason"].as_str().unwrap();
+    assert!(reason.contains("lease"), "{reason}");
+    // A late answer is refused.
+    bob.send(answer(&asked, "once"));
+    let refused = bob.recv();
+    assert_eq!(refused["type"], "error", "{refused}");
+    assert_eq!(
+        cluster
+            .psql(
+                &database,
+                "SELECT state || '|' || cancelled FROM toolgate_questions"
+            )
+            .trim(),
+        "cancelled|lease"
+    );
+    wait_sql(
+        cluster,
+        &database,
+        "SELECT count(*) FROM toolgate_brokers",
+        "1",
+    );
+}
+
+#[test]
+fn a_broker_that_stops_cleanly_cancels_its_questions_and_leaves() {
+    let Some((url, cluster, database)) = store("clean_stop") else {
+        return;
+    };
+    let root = project_dir("clean_stop");
+    let mut a = Node::start("a", &url, &root);
+    let b = Node::start("b", &url, &root);
+    let mut bob = b.approver("bob");
+    let mut agent = a.agent("agent");
+    agent.send(call("s1", "c1", "touch f1"));
+    wait(&mut bob, "the question on B", |f| {
+        kind(f, "permission_request")
+    });
+    assert!(a.stop().success());
+    let resolved = wait(&mut bob, "the question cancelled", |f| {
+        kind(f, "permission_resolved")
+    });
+    let reason = resolved["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("shut down") || reason.contains("stopped"),
+        "{reason}"
+    );
+    assert_eq!(
+        cluster
+            .psql(&database, "SELECT count(*) FROM toolgate_brokers")
+            .trim(),
+        "1",
+        "A left the store"
+    );
+}
+
+#[test]
+fn a_cut_notification_connection_is_made_again_and_what_it_missed_is_read() {
+    let Some((url, cluster, database)) = store("listen_cut") else {
+        return;
+    };
+    let root = project_dir("listen_cut");
+    let a = Node::start("a", &url, &root);
+    let b = Node::start("b", &url, &root);
+    let mut bob = b.approver("bob");
+    let mut agent = a.agent("agent");
+    for round in 0..3 {
+        cluster.psql(
+            &database,
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE datname = current_database() AND query LIKE 'LISTEN%'",
+        );
+        // Asked at once, while B may still be reconnecting: B reads it when
+        // it has.
+        agent.send(call("s1", &format!("c{round}"), &format!("touch f{round}")));
+        let asked = wait(&mut bob, "the question on B", |f| {
+            kind(f, "permission_request")
+        });
+        assert_eq!(asked["callID"], format!("c{round}"));
+        bob.send(answer(&asked, "once"));
+        let decision = wait(&mut agent, "the decision", |f| kind(f, "decision"));
+        assert_eq!(decision["decision"], "allow", "{decision}");
+    }
+    // Both listen again.
+    wait_sql(
+        cluster,
+        &database,
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+         AND query LIKE 'LISTEN%'",
+        "2",
+    );
+}
+
+/// A cluster of this test's own (stopping the process's one would stop
+/// every test's) with a database `name`, and its URL.
+fn own_cluster(name: &str) -> Option<(pg::Cluster, String)> {
+    pg::cluster()?;
+    let cluster = pg::Cluster::start().unwrap();
+    cluster.psql("postgres", &format!("CREATE DATABASE {name}"));
+    let url = cluster.url(name);
+    Some((cluster, url))
+}
+
+#[test]
+fn a_store_stopped_and_started_again_loses_no_question_and_no_reported_change() {
+    let Some((cluster, url)) = own_cluster("restart") else {
+        return;
+    };
+    let root = project_dir("restart");
+    // A lease longer than the restart: the question outlives it.
+    let a = Node::with_lease("a", &url, &root, 20_000);
+    let c = Node::with_lease("c", &url, &root, 20_000);
+    let mut carol = c.approver("carol");
+    let mut agent = a.agent("agent");
+    let started = agent.ask(
+        json!({"type": "session_start", "sessionID": "s1"}),
+        "session_started",
+    );
+    assert!(started.get("notSaved").is_none(), "{started}");
+    agent.send(call("s1", "c1", "touch f1"));
+    let asked = wait(&mut carol, "the question on C", |f| {
+        kind(f, "permission_request")
+    });
+    // As a crash would.
+    cluster.stop();
+    // A change made meanwhile is in force and said not to be saved yet.
+    let changed = agent.ask(
+        json!({"type": "set_mode", "sessionID": "s3", "mode": "readonly"}),
+        "mode_changed",
+    );
+    assert_eq!(changed["mode"], "readonly");
+    let not_saved = changed["notSaved"].as_str().unwrap_or_default();
+    assert!(
+        not_saved.starts_with("not in the shared store yet"),
+        "{changed}"
+    );
+    // A question nobody here can be asked is denied at once.
+    let denied = agent.ask(call("s2", "c2", "touch f2"), "decision");
+    assert_eq!(denied["decision"], "deny", "{denied}");
+    let reason = denied["reason"].as_str().unwrap();
+    assert!(reason.ends_with("so nobody can be asked"), "{reason}");
+    cluster.start_again().unwrap();
+    // The change reaches the store once it is back.
+    wait_sql(
+        &cluster,
+        "restart",
+        "SELECT mode FROM toolgate_sessions WHERE session_id = 's3'",
+        "readonly",
+    );
+    // The question asked before the stop is still open, and answered from C
+    // (once C is back: until then it says it cannot reach the store).
+    let begun = Instant::now();
+    loop {
+        carol.send(answer(&asked, "once"));
+        let Some(refusal) = carol.quiet(Duration::from_millis(300)).into_iter().next() else {
+            break;
+        };
+        assert_eq!(refusal["type"], "error", "{refusal}");
+        let message = refusal["message"].as_str().unwrap();
+        assert!(message.contains("cannot be reached now"), "{message}");
+        assert!(begun.elapsed() < PATIENCE, "C never came back");
+    }
+    let decision = wait(&mut agent, "the decision on A", |f| kind(f, "decision"));
+    assert_eq!(decision["callID"], "c1");
+    assert_eq!(decision["decision"], "allow", "{decision}");
+    assert_eq!(decision["source"], "user", "{decision}");
+    drop((a, c));
+    drop(cluster);
+}
+
+#[test]
+fn grants_are_not_used_past_the_staleness_bound_and_always_becomes_once() {
+    let Some((cluster, url)) = own_cluster("stale") else {
+        return;
+    };
+    let root = project_dir("stale");
+    // A lease of 1 s: grants are used for 2 s after the store was last heard.
+    let a = Node::with_lease("a", &url, &root, 1000);
+    let mut alice = a.approver("alice");
+    let mut agent = a.agent("agent");
+    agent.send(call("s1", "c1", "git commit -m one"));
+    let asked = wait(&mut alice, "the question", |f| {
+        kind(f, "permission_request")
+    });
+    alice.send(
+        json!({"type": "permission_response", "permissionID": asked["permissionID"],
+                      "response": "always", "scope": "project"}),
+    );
+    let decision = wait(&mut agent, "the decision", |f| kind(f, "decision"));
+    assert_eq!(decision["decision"], "allow", "{decision}");
+    let granted = agent.ask(call("s1", "c2", "git commit -m two"), "decision");
+    assert_eq!(granted["source"], "grant", "{granted}");
+    cluster.stop();
+    // Past the bound (twice the lease) the grant is not used: the call asks
+    // this broker's approver, and its `always` counts as `once`.
+    std::thread::sleep(Duration::from_millis(2500));
+    agent.send(call("s1", "c3", "git commit -m three"));
+    let asked = wait(&mut alice, "the question", |f| {
+        kind(f, "permission_request")
+    });
+    assert_eq!(asked["callID"], "c3");
+    alice.send(
+        json!({"type": "permission_response", "permissionID": asked["permissionID"],
+                      "response": "always", "scope": "project"}),
+    );
+    let decision = wait(&mut agent, "the decision", |f| kind(f, "decision"));
+    assert_eq!(decision["decision"], "allow", "{decision}");
+    assert_eq!(decision["source"], "user", "{decision}");
+    let reason = decision["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("counts as `once` and granted nothing"),
+        "{reason}"
+    );
+    cluster.start_again().unwrap();
+    // Heard from again: the grant is used again.
+    let begun = Instant::now();
+    for n in 4.. {
+        // (A command of its own each time: the same one again and again
+        // would be asked about as a loop.)
+        agent.send(call("s1", &format!("c{n}"), &format!("git commit -m {n}")));
+        // Not back yet: the call asks alice, who rejects it.
+        if let Some(asked) = alice
+            .quiet(Duration::from_millis(200))
+            .into_iter()
+            .find(|f| kind(f, "permission_request"))
+        {
+            alice.send(answer(&asked, "reject"));
+        }
+        let decision = wait(&mut agent, "the decision", |f| kind(f, "decision"));
+        if decision["source"] == "grant" {
+            break;
+        }
+        assert_eq!(decision["decision"], "deny", "{decision}");
+        assert!(
+            begun.elapsed() < PATIENCE,
+            "the grant never came back: {decision}"
+        );
+    }
+    drop(a);
+    drop(cluster);
+}
+
+/// A TCP proxy to the store that can be cut as a network partition cuts:
+/// nothing more is forwarded either way, and no connection is closed.
+struct Proxy {
+    port: u16,
+    cut: Arc<AtomicBool>,
+}
+
+impl Proxy {
+    fn start(upstream: u16) -> Proxy {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let cut = Arc::new(AtomicBool::new(false));
+        let cutting = cut.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                let cut = cutting.clone();
+                std::thread::spawn(move || {
+                    let Ok(server) = std::net::TcpStream::connect(("127.0.0.1", upstream)) else {
+                        return;
+                    };
+                    let pump = |mut from: std::net::TcpStream,
+                                mut to: std::net::TcpStream,
+                                cut: Arc<AtomicBool>| {
+                        use std::io::{Read, Write};
+                        let mut buffer = [0u8; 16 * 1024];
+                        loop {
+                            match from.read(&mut buffer) {
+                                Ok(0) | Err(_) => return,
+                                // Cut: swallowed, never answered, never closed.
+                                Ok(_) if cut.load(Ordering::SeqCst) => {}
+                                Ok(n) => {
+                                    if to.write_all(&buffer[..n]).is_err() {
+                                        return;
+                                    }
+                                }
+                            }
+                        }
+                    };
+                    let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+                    let cut2 = cut.clone();
+                    std::thread::spawn(move || pump(c2, s2, cut2));
+                    pump(server, client, cut);
+                });
+            }
+        });
+        Proxy { port, cut }
+    }
+
+    fn cut(&self) {
+        self.cut.store(true, Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn a_revocation_reaches_a_cut_off_broker_within_the_bound_or_its_grants_go_unused() {
+    let Some((url, cluster, database)) = store("cut_off") else {
+        return;
+    };
+    let root = project_dir("cut_off");
+    let port: u16 = url
+        .rsplit(':')
+        .next()
+        .and_then(|tail| tail.split('/').next())
+        .and_then(|port| port.parse().ok())
+        .unwrap();
+    let proxy = Proxy::start(port);
+    let through = url.replace(&format!(":{port}/"), &format!(":{}/", proxy.port));
+    // B reaches the store through the proxy; its lease is 1 s, so the bound
+    // (twice the lease) is 2 s.
+    let a = Node::with_lease("a", &url, &root, 1000);
+    let b = Node::with_lease("b", &through, &root, 1000);
+    let mut alice = a.approver("alice");
+    let mut agent_a = a.agent("agent-a");
+    agent_a.send(call("s1", "c1", "git commit -m one"));
+    let asked = wait(&mut alice, "the question", |f| {
+        kind(f, "permission_request")
+    });
+    alice.send(
+        json!({"type": "permission_response", "permissionID": asked["permissionID"],
+                      "response": "always", "scope": "project"}),
+    );
+    wait(&mut agent_a, "the decision", |f| kind(f, "decision"));
+    let mut agent_b = b.agent("agent-b");
+    let grants = grants_until(&mut agent_b, |grants| grants.len() == 1);
+    let on_b = agent_b.ask(call("s2", "c2", "git commit -m two"), "decision");
+    assert_eq!(on_b["source"], "grant", "{on_b}");
+    // B is cut off; the grant is revoked on A meanwhile.
+    proxy.cut();
+    let revoked = agent_a.ask(
+        json!({"type": "revoke_grant", "grantID": grants[0]["grantID"]}),
+        "grants",
+    );
+    assert!(revoked.get("notSaved").is_none(), "{revoked}");
+    let revoked_at = Instant::now();
+    assert_eq!(
+        cluster
+            .psql(
+                &database,
+                "SELECT count(*) FROM toolgate_grants WHERE revoked_at IS NOT NULL"
+            )
+            .trim(),
+        "1"
+    );
+    // B never hears of it; from the bound on, it does not use the grant.
+    let bound = Duration::from_millis(2 * 1000);
+    for n in 3.. {
+        let decision = agent_b.ask(
+            call("s2", &format!("c{n}"), &format!("git commit -m {n}")),
+            "decision",
+        );
+        let at = revoked_at.elapsed();
+        if decision["source"] == "grant" {
+            assert!(
+                at < bound,
+                "the revoked grant allowed a call {at:?} after its revocation"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+            continue;
+        }
+        // Nobody can be asked from B now (once it knows): the call is denied.
+        assert_eq!(decision["decision"], "deny", "{decision}");
+        let reason = decision["reason"].as_str().unwrap();
+        assert!(reason.contains("nobody can be asked"), "{reason}");
+        break;
+    }
+    drop(proxy);
+}
