@@ -603,18 +603,41 @@ fn refused_tokens_decide_nothing() {
     }
 }
 
-/// A broker whose store cannot be reached refuses every token, saying it
-/// could not be checked (and why on its own stderr).
+/// A broker whose store cannot be reached at start does not start (it
+/// joins the fleet first: exit 3); one whose store goes away refuses every
+/// token, saying it could not be checked (and why on its own stderr).
 #[test]
 fn an_unreachable_store_refuses_tokens() {
-    // A port nothing listens on.
+    // A port nothing listens on: serve --store stops at once.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port();
     let url = format!("postgres://toolgate@127.0.0.1:{port}/none?connect_timeout=2");
+    let dir = support::project_dir("unreachable_at_start");
+    let out = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(["serve", "--store", &url, "--listen"])
+        .arg(format!("unix:{}", dir.join("broker.sock").display()))
+        .env_remove("TOOLGATE_STORE")
+        .env_remove("TOOLGATE_STATE_DIR")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("cannot reach the store"),
+        "{out:?}"
+    );
+    // A store that goes away after the start, on a cluster of its own.
+    if crate::support::pg::cluster().is_none() {
+        return;
+    }
+    let cluster = crate::support::pg::Cluster::start().unwrap();
+    cluster.psql("postgres", "CREATE DATABASE unreachable");
+    let url = cluster.url("unreachable");
     let broker = Broker::start("unreachable", &url, false);
+    cluster.stop();
     let mut tls = broker.tls();
     tls.send(&json!({"type":"hello","token":format!("tg_{}", "B".repeat(43))}));
     tls.send(&call("c1", "Read", json!({"file_path":"a"})));
@@ -833,10 +856,17 @@ fn hook_and_approve_over_tls() {
         &claude("h1", "Read", json!({"file_path":file})),
     );
     assert_eq!(decision, "allow");
-    // No approver connected: the question comes back; the agent asks.
+    // No approver connected: a broker on a store (a fleet) keeps the
+    // question open for an approver on any broker or the web page; the
+    // hook's wait ends first, and it denies saying so.
     let edit = json!({"file_path":file,"old_string":"a","new_string":"b"});
-    let (decision, _) = hook(&broker.root, &args, &claude("h2", "Edit", edit.clone()));
-    assert_eq!(decision, "ask");
+    let short: Vec<&str> = args
+        .iter()
+        .map(|arg| if *arg == "30" { "2" } else { arg })
+        .collect();
+    let (decision, reason) = hook(&broker.root, &short, &claude("h2", "Edit", edit.clone()));
+    assert_eq!(decision, "deny", "{reason}");
+    assert!(reason.contains("no decision within 2 s"), "{reason}");
     // `toolgate approve --remote` in a terminal answers the next one.
     let command = format!(
         "{} approve --remote {remote} --token-file {} --ca {ca}; echo EXIT=$?; sleep 600",
@@ -967,14 +997,12 @@ fn mcp_over_tls() {
         serde_json::from_str(reply["result"]["content"][0]["text"].as_str().unwrap()).unwrap()
     };
     assert_eq!(behavior(1)["behavior"], "allow", "{replies:?}");
+    // No approver connected: the fleet keeps the question open for any
+    // broker's approver or the page; the client's input ends first, and the
+    // call is withdrawn (denied).
     let denied = behavior(2);
     assert_eq!(denied["behavior"], "deny", "{denied}");
     let message = denied["message"].as_str().unwrap();
-    assert!(
-        message.contains(&format!(
-            "no approver is connected to the broker at {remote} (start one with `toolgate approve --remote {remote}`)"
-        )),
-        "{message}"
-    );
+    assert!(message.contains("withdrawn"), "{message}");
     assert!(broker.decided("toolu_1"));
 }
