@@ -79,14 +79,15 @@ pub struct Unread {
     pub error: String,
 }
 
-/// The batches sent and not yet taken by the replaying thread, which
-/// counts them down as it takes them.
+/// The batches sent and not yet replayed: the replaying thread counts one
+/// down when it is done with it (not when it takes it: while it replays a
+/// batch it is busy, and the reading thread should keep preparing).
 #[derive(Debug, Default)]
 pub struct InFlight(AtomicUsize);
 
 impl InFlight {
-    /// The replaying thread took a batch.
-    pub fn taken(&self) {
+    /// The replaying thread is done with a batch.
+    pub fn done(&self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
