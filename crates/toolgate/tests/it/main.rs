@@ -23,6 +23,7 @@ mod docs;
 mod fleet_api;
 #[cfg(feature = "fleet")]
 mod fleet_remote;
+#[cfg(feature = "fleet")]
 mod fleet_share;
 #[cfg(feature = "fleet")]
 mod fleet_store;
