@@ -640,6 +640,12 @@ pub async fn connection<R, W>(
 /// once (one system call for a flood, one per frame when calls come one at
 /// a time). After a failed write the rest is dropped; a connection told to
 /// close stops at once; one that was ended writes its last line and stops.
+///
+/// The end is looked at before the outbox, every time: the reader sees the
+/// same end and closes the connection with the owner, which drops the
+/// outbox, so by the time this task runs the outbox may be closed too.
+/// Taking the closed outbox first would end the connection without its
+/// last line (the `error` frame saying why: its token revoked).
 async fn write_connection<W: AsyncWrite + Unpin>(
     mut writing: W,
     mut chunks: mpsc::UnboundedReceiver<Chunk>,
@@ -650,22 +656,32 @@ async fn write_connection<W: AsyncWrite + Unpin>(
     let mut broken = false;
     loop {
         let next = tokio::select! {
-            next = chunks.recv() => next,
+            biased;
             () = close.cancelled() => break,
             last = farewell(&mut ended) => {
                 if !broken {
-                    let _ = tokio::time::timeout(FAREWELL_WRITE, writing.write_all(&last)).await;
+                    let _ = tokio::time::timeout(FAREWELL_WRITE, async {
+                        writing.write_all(&last).await?;
+                        writing.flush().await
+                    })
+                    .await;
                 }
                 break;
             }
+            next = chunks.recv() => next,
         };
         let Some(first) = next else {
             break;
         };
         let (buffer, count) = crate::owner::gather(first, &mut chunks);
         if !broken {
+            // Flushed: a TLS stream may keep a record back when the socket
+            // is full, and nothing else would send it.
             let written = tokio::select! {
-                written = writing.write_all(&buffer) => written,
+                written = async {
+                    writing.write_all(&buffer).await?;
+                    writing.flush().await
+                } => written,
                 () = close.cancelled() => break,
             };
             broken = written.is_err();

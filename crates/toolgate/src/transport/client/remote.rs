@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use rustls::pki_types::ServerName;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio_rustls::TlsConnector;
 
 use super::{left, ClientError, RemoteSpec};
@@ -256,14 +256,37 @@ where
     let (mut from_broker, mut to_broker) = tokio::io::split(tls);
     let (mut from_client, mut to_client) = tokio::io::split(local);
     let down = async {
-        let _ = tokio::io::copy(&mut from_broker, &mut to_client).await;
+        pass(&mut from_broker, &mut to_client).await;
         let _ = to_client.shutdown().await;
     };
     let up = async {
-        let _ = tokio::io::copy(&mut from_client, &mut to_broker).await;
+        pass(&mut from_client, &mut to_broker).await;
         let _ = to_broker.shutdown().await;
     };
     tokio::join!(down, up);
+}
+
+/// Copy `from` to `to` until `from` ends or fails (or `to` does), each
+/// read written before the next is asked for. Not `tokio::io::copy`: it
+/// reads ahead while it holds bytes not yet written, and returns a failed
+/// read's error at once, dropping them: the broker's last frame (the
+/// `error` that says why it closes the connection) would be lost when a
+/// reset or a close without `close_notify` follows it.
+async fn pass<R, W>(from: &mut R, to: &mut W)
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut buffer = vec![0; 16 * 1024];
+    loop {
+        let count = match from.read(&mut buffer).await {
+            Ok(0) | Err(_) => return,
+            Ok(count) => count,
+        };
+        if to.write_all(&buffer[..count]).await.is_err() || to.flush().await.is_err() {
+            return;
+        }
+    }
 }
 
 /// Connect to `remote` by `deadline` for a blocking client: the TLS
