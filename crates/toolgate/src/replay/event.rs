@@ -47,9 +47,6 @@ pub enum Frame {
         call: Option<String>,
         /// Its `permissionID` (or `permission_id`).
         permission: Option<String>,
-        /// A `tool_call` line decoded already (it was read whole to learn
-        /// its type and ids), so that it is not decoded twice.
-        decoded: Option<Box<toolgate_protocol::ClientFrame>>,
     },
     /// A frame built from another agent's record.
     Built(Value),

@@ -18,8 +18,6 @@ use std::borrow::Cow;
 use serde::Deserialize;
 use serde_json::Value;
 
-use toolgate_protocol::ClientFrame;
-
 use super::event::{Event, Frame};
 
 /// The frame types an agent (or an approver) sends.
@@ -92,26 +90,6 @@ pub fn line(name: &str, number: usize, line: &str, out: &mut Vec<Event>) {
     if line.is_empty() || line.starts_with('#') {
         return;
     }
-    // A call (most lines of a recording): decoded once, whole, as the
-    // broker would decode it; its type and ids are read from it. A line
-    // that does not decode as a call is read as below.
-    if line.contains("\"tool_call\"") {
-        if let Ok(frame @ ClientFrame::ToolCall(_)) =
-            toolgate_protocol::decode_line(line.as_bytes(), 0)
-        {
-            if let ClientFrame::ToolCall(call) = &frame {
-                out.push(Event::Frame(Frame::Line {
-                    line: line.to_string(),
-                    kind: Some("tool_call"),
-                    session: Some(call.session_id.clone()),
-                    call: Some(call.call_id.clone()),
-                    permission: None,
-                    decoded: Some(Box::new(frame)),
-                }));
-                return;
-            }
-        }
-    }
     let head: Head<'_> = match serde_json::from_str(line) {
         Ok(head) => head,
         Err(err) => {
@@ -126,7 +104,6 @@ pub fn line(name: &str, number: usize, line: &str, out: &mut Vec<Event>) {
                 session: None,
                 call: None,
                 permission: None,
-                decoded: None,
             }));
             return;
         }
@@ -145,7 +122,6 @@ pub fn line(name: &str, number: usize, line: &str, out: &mut Vec<Event>) {
             session: head.session.map(Cow::into_owned),
             call: head.call.map(Cow::into_owned),
             permission: head.permission.map(Cow::into_owned),
-            decoded: None,
         }));
     } else if kind == "decision" {
         if let Some(key) = key() {
@@ -175,7 +151,6 @@ pub fn line(name: &str, number: usize, line: &str, out: &mut Vec<Event>) {
             session: None,
             call: None,
             permission: None,
-            decoded: None,
         }));
     }
 }

@@ -12,11 +12,10 @@
 //! than a few thousand lines ahead and memory stays flat.
 //!
 //! The work is shared out as the two threads keep up: while the replaying
-//! thread has batches waiting, the reading thread prepares each call;
-//! when it has none (it waits for this thread), calls go unprepared and
-//! the broker judges them whole, as it would without this thread. (A line
-//! of toolgate's own frames that is a call is decoded once, when it is
-//! read: its type and ids are read from it.) Either way a call is judged the same (a
+//! thread has batches waiting, the reading thread decodes and prepares
+//! each call; when it has none (it waits for this thread), calls go as
+//! they were recorded and the broker decodes and judges them whole, as it
+//! would without this thread. Either way a call is judged the same (a
 //! prepared call is judged by the same policy code, see
 //! [`Decoded::prepare`]); only which thread does the work changes.
 
@@ -217,14 +216,12 @@ impl Reading<'_> {
     /// Every frame of the window that need not wait (all of them at the
     /// `end`), with its calls prepared.
     fn release(&mut self, end: bool) {
-        while let Some((mut frame, done)) = self.window.next(end) {
+        while let Some((frame, done)) = self.window.next(end) {
+            // The replaying thread waits for this batch: it judges the
+            // call whole itself rather than wait longer.
+            let waiting = self.in_flight.0.load(Ordering::Relaxed) == 0;
             let decoded = match frame.kind() {
-                Some("tool_call") => {
-                    // The replaying thread waits for this batch: it judges
-                    // the call itself rather than wait longer.
-                    let waiting = self.in_flight.0.load(Ordering::Relaxed) == 0;
-                    self.decoded(&mut frame, !waiting)
-                }
+                Some("tool_call") if !waiting => self.prepared(&frame),
                 _ => Vec::new(),
             };
             self.push(Step::Feed {
@@ -235,44 +232,25 @@ impl Reading<'_> {
         }
     }
 
-    /// A `tool_call` decoded for each replay, and with `prepare` prepared
-    /// under its policy; none when it does not decode (the broker refuses
-    /// its text as it would live). A line decoded when it was read is not
-    /// decoded again; one that was not is decoded here only to prepare it.
-    fn decoded(&self, frame: &mut Frame, prepare: bool) -> Vec<Option<Decoded>> {
-        let mut read = match frame {
-            Frame::Line { decoded, .. } => decoded.take(),
-            Frame::Built(_) => None,
-        };
-        if read.is_none() && !prepare {
-            return Vec::new();
-        }
-        let count = self.policies.len();
-        let mut out = Vec::with_capacity(count);
-        for (side, policy) in self.policies.iter().enumerate() {
-            let whole = if side + 1 == count && read.is_some() {
-                // The last replay takes the decoded frame, the others a copy.
-                read.take()
-            } else if read.is_some() {
-                read.clone()
-            } else {
-                match frame {
-                    Frame::Line { line, .. } => toolgate_protocol::decode_line(line.as_bytes(), 0)
-                        .ok()
-                        .map(Box::new),
-                    Frame::Built(value) => {
-                        toolgate_protocol::decode_value(value).ok().map(Box::new)
+    /// A `tool_call` decoded and prepared under each replay's policy; none
+    /// when it does not decode (the broker refuses its text as it would
+    /// live).
+    fn prepared(&self, frame: &Frame) -> Vec<Option<Decoded>> {
+        self.policies
+            .iter()
+            .map(|policy| {
+                let decoded = match frame {
+                    Frame::Line { line, .. } => {
+                        toolgate_protocol::decode_line(line.as_bytes(), 0).ok()
                     }
-                }
-            };
-            out.push(whole.map(|whole| {
-                let mut decoded = Decoded::frame(*whole);
-                if prepare {
+                    Frame::Built(value) => toolgate_protocol::decode_value(value).ok(),
+                };
+                decoded.map(|frame| {
+                    let mut decoded = Decoded::frame(frame);
                     decoded.prepare(policy);
-                }
-                decoded
-            }));
-        }
-        out
+                    decoded
+                })
+            })
+            .collect()
     }
 }
