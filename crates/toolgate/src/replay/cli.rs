@@ -406,6 +406,7 @@ fn replay(
             }
         };
         for mut batch in &batches {
+            in_flight.taken();
             // The calls of the batch were prepared before it was sent:
             // what the disk's link answers they used said is confirmed
             // once (one look at each inotify queue), as `serve` does.
@@ -413,9 +414,6 @@ fn replay(
             for step in batch.drain(..) {
                 apply(step, epoch, &mut replays, outlet);
             }
-            // Done with it: only now does the reading thread see this thread
-            // idle (a batch taken but not yet replayed is work in hand).
-            in_flight.done();
             // The reading thread may be done and gone: nothing to return.
             let _ = back.send(batch);
         }

@@ -13,9 +13,12 @@
 //!
 //! The work is shared out as the two threads keep up: while the replaying
 //! thread has batches waiting, the reading thread decodes and prepares
-//! each call; when it has none (it waits for this thread), calls go as
-//! they were recorded and the broker decodes and judges them whole, as it
-//! would without this thread. Either way a call is judged the same (a
+//! each call; when it has none (it has taken every batch sent), calls go
+//! as they were recorded and the broker decodes and judges them whole, as
+//! it would without this thread. Two other shares were measured and were
+//! slower (docs/replay.md): counting a batch until it is replayed (the
+//! reading thread then prepared nearly everything and became the slower
+//! one), and decoding every call here whoever prepares it. Either way a call is judged the same (a
 //! prepared call is judged by the same policy code, see
 //! [`Decoded::prepare`]); only which thread does the work changes.
 
@@ -78,15 +81,14 @@ pub struct Unread {
     pub error: String,
 }
 
-/// The batches sent and not yet replayed: the replaying thread counts one
-/// down when it is done with it (not when it takes it: while it replays a
-/// batch it is busy, and the reading thread should keep preparing).
+/// The batches sent and not yet taken by the replaying thread, which
+/// counts them down as it takes them.
 #[derive(Debug, Default)]
 pub struct InFlight(AtomicUsize);
 
 impl InFlight {
-    /// The replaying thread is done with a batch.
-    pub fn done(&self) {
+    /// The replaying thread took a batch.
+    pub fn taken(&self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
