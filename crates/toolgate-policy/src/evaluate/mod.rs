@@ -56,6 +56,7 @@ use crate::shell_words::Reach;
 use crate::{Call, Context, Evaluation, Policy, RuleRef, Source, SubjectOrigin};
 
 /// One thing a call touches, to be judged on its own.
+#[derive(Clone)]
 struct Check {
     /// The tool's permission, or a fixed one (`external_directory`, `read`,
     /// `doom_loop`) that costs no allocation.
@@ -124,7 +125,11 @@ enum Basis {
 }
 
 /// A call judged as far as the policy alone can judge it
-/// ([`Policy::prepare`]), for [`Policy::evaluate_prepared`].
+/// ([`Policy::prepare`]), for [`Policy::evaluate_prepared`]. A clone is
+/// the same judgement: a caller that meets the same call again (the same
+/// tool, input and working directory, under the same policy, with the disk
+/// as it was) may reuse it.
+#[derive(Clone)]
 pub struct Prepared {
     /// The policy that prepared it (its [`Policy`] id).
     policy: u64,
@@ -139,6 +144,7 @@ impl std::fmt::Debug for Prepared {
     }
 }
 
+#[derive(Clone)]
 enum Body {
     /// A tool that calls tools: judged through its calls when evaluated.
     Batch,
@@ -162,6 +168,7 @@ enum Body {
 }
 
 /// The MCP call a `use_mcp_tool` call makes, prepared as that call.
+#[derive(Clone)]
 struct Calls {
     /// The calling tool's permission, for the session's scope.
     permission: String,
@@ -199,6 +206,7 @@ impl Body {
 }
 
 /// The checks of a call, without what the session decides.
+#[derive(Clone)]
 struct Ready {
     permission: String,
     kind: Kind,

@@ -228,6 +228,24 @@ impl Decoded {
         true
     }
 
+    /// For a `tool_call`: the same call under the id `call_id`, with what
+    /// was worked out about it (its hash, its preparation and the disk
+    /// epoch that preparation saw). For a caller that met a line differing
+    /// from this one's only in its `callID`: decoding is pure, so that line
+    /// decodes to this frame with its own id. `None` for any other frame.
+    pub fn same_call(&self, call_id: &str) -> Option<Decoded> {
+        let Parsed::Frame(ClientFrame::ToolCall(call), ahead) = &self.0 else {
+            return None;
+        };
+        let mut call = call.clone();
+        call.call_id.clear();
+        call.call_id.push_str(call_id);
+        Some(Decoded(Parsed::Frame(
+            ClientFrame::ToolCall(call),
+            ahead.clone(),
+        )))
+    }
+
     /// After [`crate::disk::globs::confirm`] gave `epoch`: a call prepared before
     /// a change was seen is prepared again when the broker judges it.
     pub fn confirm_prepared(&mut self, epoch: u64) {
@@ -240,7 +258,7 @@ impl Decoded {
 }
 
 /// What was worked out about a frame before the broker took it.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(super) struct Ahead {
     /// For a `tool_call`: the hash of its tool and input (how identical
     /// calls in a row are spotted).

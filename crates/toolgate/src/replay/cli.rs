@@ -147,6 +147,9 @@ pub type PolicyFor<'a> = dyn Fn(Option<&Path>, Option<&Path>) -> Option<Built> +
 /// plain replay), the reports, the progress line.
 struct Outlet<'a> {
     out: std::io::BufWriter<std::io::StdoutLock<'a>>,
+    /// One frame's line, as `serve` writes it
+    /// ([`toolgate_protocol::write_line`]), then written whole to `out`.
+    line: Vec<u8>,
     print_frames: bool,
     failed: Option<std::io::Error>,
     tally: Tally,
@@ -163,9 +166,10 @@ impl Outlet<'_> {
         if !self.print_frames {
             self.tally.see(side, frame);
         } else if self.failed.is_none() {
-            let written = serde_json::to_writer(&mut self.out, frame)
+            self.line.clear();
+            let written = toolgate_protocol::write_line(&mut self.line, frame)
                 .map_err(std::io::Error::other)
-                .and_then(|()| self.out.write_all(b"\n"));
+                .and_then(|()| self.out.write_all(&self.line));
             if let Err(err) = written {
                 self.failed = Some(err);
             }
@@ -259,7 +263,8 @@ pub fn main(paths: &[PathBuf], options: &Options, policy: &PolicyFor<'_>) -> u8 
     let print_frames = !options.summary && !options.check && options.compare.is_none();
     let stdout = std::io::stdout();
     let mut outlet = Outlet {
-        out: std::io::BufWriter::new(stdout.lock()),
+        out: std::io::BufWriter::with_capacity(1 << 16, stdout.lock()),
+        line: Vec::with_capacity(512),
         print_frames,
         failed: None,
         tally: Tally::new(if options.compare.is_some() { 2 } else { 1 }, options.check),
@@ -411,10 +416,12 @@ fn replay(
             // what the disk's link answers they used said is confirmed
             // once (one look at each inotify queue), as `serve` does.
             let epoch = crate::disk::globs::confirm();
-            for step in batch.drain(..) {
+            for step in batch.iter_mut() {
                 apply(step, epoch, &mut replays, outlet);
             }
-            // The reading thread may be done and gone: nothing to return.
+            // Back to the reading thread, which frees what it allocated
+            // (see `read::Prepared`). It may be done and gone: then the
+            // batch is freed here.
             let _ = back.send(batch);
         }
         match reading.join() {
@@ -443,26 +450,38 @@ fn replay(
 /// Do one step the reading thread found, in its order: a frame fed to
 /// every replay, what the recording says of a call given to them, the
 /// reports told.
-fn apply(step: Step, epoch: u64, replays: &mut [Replay], outlet: &mut Outlet<'_>) {
+fn apply(step: &mut Step, epoch: u64, replays: &mut [Replay], outlet: &mut Outlet<'_>) {
     match step {
         Step::Line => outlet.tally.line(),
         Step::Feed {
             frame,
             done,
-            mut decoded,
+            decoded,
         } => {
+            let (frame, decoded) = (&*frame, &*decoded);
             if !outlet.print_frames && frame.kind() == Some("tool_call") {
-                outlet.tally.fed(&frame);
+                outlet.tally.fed(frame);
             }
+            let call = match frame {
+                super::event::Frame::Line { call, .. } => call.as_deref(),
+                super::event::Frame::Built(value) => {
+                    value.get("callID").and_then(serde_json::Value::as_str)
+                }
+            };
             for (side, replay) in replays.iter_mut().enumerate() {
-                let decoded = decoded.get_mut(side).and_then(Option::take).map(|mut d| {
-                    d.confirm_prepared(epoch);
-                    d
-                });
-                replay.frame(&frame, decoded, &mut |out: &ServerFrame| {
+                let decoded = decoded
+                    .get(side)
+                    .and_then(Option::as_ref)
+                    .zip(call)
+                    .and_then(|(prepared, call)| prepared.take(call))
+                    .map(|mut d| {
+                        d.confirm_prepared(epoch);
+                        d
+                    });
+                replay.frame(frame, decoded, &mut |out: &ServerFrame| {
                     outlet.frame(side, out)
                 });
-                if let Some(key) = &done {
+                if let Some(key) = done {
                     replay.fed(key);
                 }
             }
@@ -474,18 +493,23 @@ fn apply(step: Step, epoch: u64, replays: &mut [Replay], outlet: &mut Outlet<'_>
         }
         Step::Late(key, outcome) => {
             for (side, replay) in replays.iter_mut().enumerate() {
-                replay.late(&key, &outcome, &mut |frame: &ServerFrame| {
+                replay.late(key, outcome, &mut |frame: &ServerFrame| {
                     outlet.frame(side, frame)
                 });
             }
         }
         Step::Time(key, time) => {
             for replay in replays.iter_mut() {
-                replay.time(key.clone(), time);
+                replay.time(key.clone(), *time);
             }
         }
         Step::Recorded(key, verdict, reason, ahead) => {
-            outlet.tally.recorded(key, verdict, reason, ahead);
+            outlet.tally.recorded(
+                std::mem::take(key),
+                std::mem::take(verdict),
+                std::mem::take(reason),
+                *ahead,
+            );
         }
         Step::Question(id, key) => {
             for replay in replays.iter_mut() {

@@ -45,6 +45,10 @@ pub enum Frame {
         session: Option<String>,
         /// Its `callID`.
         call: Option<String>,
+        /// Where the `callID`'s raw JSON (a string, quotes included) stands
+        /// in `line`, as a byte range: two lines that differ only there are
+        /// the same frame but for its `callID`.
+        call_at: Option<(usize, usize)>,
         /// Its `permissionID` (or `permission_id`).
         permission: Option<String>,
     },
@@ -85,7 +89,7 @@ impl Frame {
 #[derive(Debug)]
 pub enum Reader {
     /// toolgate's own frames.
-    Toolgate,
+    Toolgate(frames::Shapes),
     /// toolgate's audit log.
     Audit(audit::Reader),
     /// Claude Code transcripts.
@@ -98,7 +102,7 @@ impl Reader {
     /// A reader of `format`.
     pub fn new(format: Format) -> Reader {
         match format {
-            Format::Toolgate => Reader::Toolgate,
+            Format::Toolgate => Reader::Toolgate(frames::Shapes::default()),
             Format::Audit => Reader::Audit(audit::Reader::default()),
             Format::Claude => Reader::Claude(claude::Reader::default()),
             Format::Codex => Reader::Codex(codex::Reader::default()),
@@ -108,7 +112,7 @@ impl Reader {
     /// Read line `number` (1-based) of the file `name`, without its `\n`.
     pub fn line(&mut self, name: &str, number: usize, line: &str, out: &mut Vec<Event>) {
         match self {
-            Reader::Toolgate => frames::line(name, number, line, out),
+            Reader::Toolgate(shapes) => frames::line(shapes, name, number, line, out),
             Reader::Audit(reader) => reader.line(name, number, line, out),
             Reader::Claude(reader) => reader.line(name, number, line, out),
             Reader::Codex(reader) => reader.line(name, number, line, out),
@@ -121,7 +125,7 @@ impl Reader {
         match self {
             Reader::Claude(reader) => reader.finish(out),
             Reader::Codex(reader) => reader.finish(out),
-            Reader::Toolgate | Reader::Audit(_) => {}
+            Reader::Toolgate(_) | Reader::Audit(_) => {}
         }
     }
 

@@ -16,6 +16,7 @@
 use std::borrow::Cow;
 
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::event::{Event, Frame};
@@ -60,6 +61,10 @@ pub fn is_frame(value: &Value) -> bool {
 /// What the replay needs of a line: its type and ids (and, for toolgate's
 /// own frames, the recorded answer). Only these fields are read: the rest
 /// of a line is skipped, not built, and the line itself is kept whole.
+/// The `callID` is taken as the raw JSON the line holds, so that where it
+/// stands in the line is known ([`Frame::Line`]'s `call_at`); a `callID`
+/// that is not a string is read again as [`Strict`] reads it, for the same
+/// error.
 #[derive(Deserialize)]
 struct Head<'a> {
     #[serde(rename = "type", borrow)]
@@ -67,7 +72,7 @@ struct Head<'a> {
     #[serde(rename = "sessionID", borrow)]
     session: Option<Cow<'a, str>>,
     #[serde(rename = "callID", borrow)]
-    call: Option<Cow<'a, str>>,
+    call: Option<&'a RawValue>,
     #[serde(rename = "permissionID", alias = "permission_id", borrow)]
     permission: Option<Cow<'a, str>>,
     timestamp: Option<u64>,
@@ -75,6 +80,57 @@ struct Head<'a> {
     decision: Option<Cow<'a, str>>,
     #[serde(borrow)]
     reason: Option<Cow<'a, str>>,
+}
+
+/// [`Head`] with a `callID` that must be a string: how a line whose
+/// `callID` is anything else fails.
+#[derive(Deserialize)]
+struct Strict<'a> {
+    #[serde(rename = "type", borrow)]
+    _kind: Option<Cow<'a, str>>,
+    #[serde(rename = "sessionID", borrow)]
+    _session: Option<Cow<'a, str>>,
+    #[serde(rename = "callID", borrow)]
+    _call: Option<Cow<'a, str>>,
+    #[serde(rename = "permissionID", alias = "permission_id", borrow)]
+    _permission: Option<Cow<'a, str>>,
+    _timestamp: Option<u64>,
+    #[serde(borrow)]
+    _decision: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    _reason: Option<Cow<'a, str>>,
+}
+
+/// A `callID`'s text, and the byte range of its raw JSON in the line.
+type CallAt<'a> = (Cow<'a, str>, (usize, usize));
+
+/// The `callID` of a line read by [`Head`]: its text, and the byte range of
+/// its raw JSON (quotes included) in `line`; `Err` with the error a line
+/// whose `callID` is not a string fails with.
+fn call_of<'a>(
+    line: &'a str,
+    raw: Option<&'a RawValue>,
+) -> Result<Option<CallAt<'a>>, serde_json::Error> {
+    let Some(raw) = raw else {
+        return Ok(None);
+    };
+    match serde_json::from_str::<Cow<'a, str>>(raw.get()) {
+        Ok(text) => {
+            // The raw value is borrowed from `line`: where it starts there.
+            let start = (raw.get().as_ptr() as usize).wrapping_sub(line.as_ptr() as usize);
+            let end = start + raw.get().len();
+            if line.get(start..end) == Some(raw.get()) {
+                Ok(Some((text, (start, end))))
+            } else {
+                Ok(Some((text, (0, 0))))
+            }
+        }
+        Err(_) => match serde_json::from_str::<Strict<'_>>(line) {
+            Err(err) => Err(err),
+            // Not reached: a `callID` that is not a string fails `Strict`.
+            Ok(_) => Ok(None),
+        },
+    }
 }
 
 /// Read line `number` of a file of toolgate frames (`name` names it in
@@ -85,13 +141,19 @@ struct Head<'a> {
 /// where a report needs it. toolgate's `decision` frames are recorded
 /// decisions, its `permission_request` frames name the call each recorded
 /// permission id was about, and when it was asked.
-pub fn line(name: &str, number: usize, line: &str, out: &mut Vec<Event>) {
+pub fn line(shapes: &mut Shapes, name: &str, number: usize, line: &str, out: &mut Vec<Event>) {
     let line = line.trim();
     if line.is_empty() || line.starts_with('#') {
         return;
     }
-    let head: Head<'_> = match serde_json::from_str(line) {
-        Ok(head) => head,
+    if let Some(frame) = shapes.known(line) {
+        out.push(Event::Frame(frame));
+        return;
+    }
+    let parsed = serde_json::from_str::<Head<'_>>(line)
+        .and_then(|head| Ok((call_of(line, head.call)?, head)));
+    let (call, head) = match parsed {
+        Ok(read) => read,
         Err(err) => {
             // Fed as it is: the broker answers it as it did live (an
             // error, a denial when its `callID` can be read).
@@ -103,24 +165,38 @@ pub fn line(name: &str, number: usize, line: &str, out: &mut Vec<Event>) {
                 kind: None,
                 session: None,
                 call: None,
+                call_at: None,
                 permission: None,
             }));
             return;
         }
     };
     let kind = head.kind.as_deref().unwrap_or("");
+    let (call, call_at) = match call {
+        Some((text, at)) => (Some(text), Some(at).filter(|at| at.1 > 0)),
+        None => (None, None),
+    };
     let key = || {
         Some((
             head.session.as_deref()?.to_string(),
-            head.call.as_deref()?.to_string(),
+            call.as_deref()?.to_string(),
         ))
     };
     if let Some(client) = CLIENT.iter().find(|client| **client == kind) {
+        if let (Some(at), "tool_call") = (call_at, *client) {
+            shapes.learn(
+                line,
+                at,
+                head.session.as_deref(),
+                head.permission.as_deref(),
+            );
+        }
         out.push(Event::Frame(Frame::Line {
             line: line.to_string(),
             kind: Some(client),
             session: head.session.map(Cow::into_owned),
-            call: head.call.map(Cow::into_owned),
+            call: call.clone().map(Cow::into_owned),
+            call_at,
             permission: head.permission.map(Cow::into_owned),
         }));
     } else if kind == "decision" {
@@ -150,7 +226,174 @@ pub fn line(name: &str, number: usize, line: &str, out: &mut Vec<Event>) {
             kind: None,
             session: None,
             call: None,
+            call_at: None,
             permission: None,
         }));
+    }
+}
+
+/// The `tool_call` lines read so far, by shape: the bytes before their
+/// `callID`'s value and the bytes after it. A line of a known shape whose
+/// `callID` is a plain string (no escape, no quote, no control character)
+/// is that line with another id: the same frame but for its `callID`, read
+/// without being parsed again. The text before the id is the same, so the
+/// id stands where the known line's top-level `callID` stood, and a plain
+/// string there changes nothing else a parser sees. Agents repeat
+/// themselves, and a recording of a million calls is mostly a few hundred
+/// shapes.
+///
+/// Bounded: [`Shapes::MOST`] shapes, forgotten all at once when full, and
+/// the [`Shapes::PREFIXES`] texts before the id most recently met.
+#[derive(Debug, Default)]
+pub struct Shapes {
+    /// The texts before the id, most recent first.
+    prefixes: Vec<String>,
+    /// By key ([`key`]): the frame's `sessionID` and `permissionID`.
+    known: std::collections::HashMap<Vec<u8>, Known, foldhash::fast::RandomState>,
+    /// The key of the line being looked at.
+    key: Vec<u8>,
+}
+
+/// What a known shape's lines say besides their `callID`.
+#[derive(Debug)]
+struct Known {
+    session: Option<String>,
+    permission: Option<String>,
+}
+
+impl Shapes {
+    /// The most shapes kept.
+    pub const MOST: usize = 4096;
+    /// The most texts before an id kept.
+    pub const PREFIXES: usize = 4;
+
+    /// `line` as a `tool_call` frame, when it is a known shape with a plain
+    /// `callID`.
+    fn known(&mut self, line: &str) -> Option<Frame> {
+        let bytes = line.as_bytes();
+        let (start, end) = self.prefixes.iter().find_map(|prefix| {
+            let rest = bytes.strip_prefix(prefix.as_bytes())?.strip_prefix(b"\"")?;
+            let length = rest
+                .iter()
+                .position(|byte| *byte == b'"' || *byte == b'\\' || *byte < 0x20)?;
+            (rest[length] == b'"').then_some((prefix.len(), prefix.len() + length + 2))
+        })?;
+        key(&mut self.key, line, (start, end));
+        let known = self.known.get(&self.key)?;
+        Some(Frame::Line {
+            line: line.to_string(),
+            kind: Some("tool_call"),
+            session: known.session.clone(),
+            call: Some(line.get(start + 1..end - 1)?.to_string()),
+            call_at: Some((start, end)),
+            permission: known.permission.clone(),
+        })
+    }
+
+    /// Keep the shape of `line`, a `tool_call` read whole whose `callID`
+    /// stood at `at`.
+    fn learn(
+        &mut self,
+        line: &str,
+        at: (usize, usize),
+        session: Option<&str>,
+        permission: Option<&str>,
+    ) {
+        let Some(prefix) = line.get(..at.0) else {
+            return;
+        };
+        if self.known.len() >= Self::MOST {
+            self.known.clear();
+        }
+        key(&mut self.key, line, at);
+        self.known.insert(
+            self.key.clone(),
+            Known {
+                session: session.map(str::to_string),
+                permission: permission.map(str::to_string),
+            },
+        );
+        match self.prefixes.iter().position(|known| known == prefix) {
+            Some(0) => {}
+            Some(index) => {
+                let known = self.prefixes.remove(index);
+                self.prefixes.insert(0, known);
+            }
+            None => {
+                self.prefixes.truncate(Self::PREFIXES - 1);
+                self.prefixes.insert(0, prefix.to_string());
+            }
+        }
+    }
+}
+
+/// The shape of `line` whose `callID` value stands at `at`: where it
+/// starts, the text before it and the text after it.
+pub fn key(into: &mut Vec<u8>, line: &str, at: (usize, usize)) {
+    into.clear();
+    into.extend_from_slice(&at.0.to_le_bytes());
+    into.extend_from_slice(line.as_bytes().get(..at.0).unwrap_or_default());
+    into.extend_from_slice(line.as_bytes().get(at.1..).unwrap_or_default());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every line read once with every shape learnt so far, and alone with
+    /// none: the same events, whatever the id, its escapes, its place and
+    /// what surrounds it.
+    #[test]
+    fn a_known_shape_reads_as_a_parse_would() {
+        let ids = [
+            "c-1",
+            "c-2",
+            "",
+            "é",
+            "a\\\"b",
+            "c\\u002d3",
+            "tab\\t",
+            "x y",
+            "9",
+        ];
+        let shapes = [
+            r#"{"type":"tool_call","callID":@@,"sessionID":"main","tool":"bash","input":{"command":"ls"}}"#,
+            r#"{"type":"tool_call","callID":@@,"sessionID":"main","tool":"bash","input":{"command":"rm -rf /"}}"#,
+            r#"{"type":"tool_call","callID":@@,"tool":"read","input":{"callID":"nested"}}"#,
+            r#"{"type":"tool_call","callID":@@,"permissionID":"p","tool":"read","input":{}}"#,
+            r#"{"tool":"read","input":{},"callID":@@,"type":"tool_call"}"#,
+            r#"{"type":"tool_call","callID" : @@,"tool":"read","input":{}}"#,
+            r#"{"type":"tool_call","callID":@@,"callID":"twice","tool":"read","input":{}}"#,
+            r#"{"type":"tool_call","callID":@@,"tool":"read","input":{}"#,
+            r#"{"type":"tool_call","callID":@@,"tool":"read","input":{}} trailing"#,
+            r#"{"type":"permission_response","callID":@@,"permissionID":"p","response":"once"}"#,
+            r#"{"type":"decision","callID":@@,"sessionID":"main","decision":"allow"}"#,
+        ];
+        let mut lines = Vec::new();
+        for round in 0..3 {
+            for shape in shapes {
+                for id in ids {
+                    lines.push(shape.replace("@@", &format!("\"{id}\"")));
+                }
+                // Not a string, and a string the shape's prefix begins.
+                lines.push(shape.replace("@@", &round.to_string()));
+                lines.push(shape.replace("@@", "\"open"));
+            }
+        }
+        let mut warm = Shapes::default();
+        for (number, line) in lines.iter().enumerate() {
+            let mut known = Vec::new();
+            super::line(&mut warm, "f", number, line, &mut known);
+            let mut parsed = Vec::new();
+            super::line(&mut Shapes::default(), "f", number, line, &mut parsed);
+            assert_eq!(known, parsed, "{line}");
+        }
+        // The six shapes that parse (not the twice-named id, the cut line,
+        // the trailing text), and a fresh id of one is read without a parse.
+        assert_eq!(warm.known.len(), 6);
+        assert!(warm.known(&shapes[0].replace("@@", "\"fresh\"")).is_some());
+        assert!(warm
+            .known(&shapes[0].replace("@@", "\"fr\\u0065sh\""))
+            .is_none());
     }
 }

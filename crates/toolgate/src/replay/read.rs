@@ -22,6 +22,7 @@
 //! prepared call is judged by the same policy code, see
 //! [`Decoded::prepare`]); only which thread does the work changes.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::Arc;
@@ -55,8 +56,10 @@ pub enum Step {
         frame: Frame,
         /// Its call, when it is the call's last frame here.
         done: Option<CallKey>,
-        /// Per replay: the frame decoded and prepared, for a `tool_call`.
-        decoded: Vec<Option<Decoded>>,
+        /// Per replay: the frame decoded and prepared, for a `tool_call`:
+        /// the call itself, or a call of the same shape to be copied under
+        /// this frame's `callID` ([`Prepared`]).
+        decoded: Vec<Option<Prepared>>,
     },
     /// What became of a call still in the window (fed later).
     Ahead(CallKey, Outcome),
@@ -71,6 +74,29 @@ pub enum Step {
     Question(String, CallKey),
     /// What could not be read, one sentence.
     Warning(String),
+}
+
+/// A `tool_call` the reading thread decoded and prepared.
+///
+/// Every call of a shape ([`Seen`]) is handed over as the one decoded
+/// call of that shape, shared, and the replaying thread makes its own copy
+/// under the frame's `callID` ([`Prepared::take`]): what the replaying
+/// thread frees it allocated itself. Memory one thread allocates and the
+/// other frees costs both of them far more than the copy (measured: the
+/// allocator's cross-thread frees were a third of the replaying thread's
+/// time, see docs/replay.md).
+pub enum Prepared {
+    /// A call of the shape, to copy.
+    Like(Arc<Decoded>),
+}
+
+impl Prepared {
+    /// The call for the frame whose `callID` is `call`.
+    pub fn take(&self, call: &str) -> Option<Decoded> {
+        match self {
+            Prepared::Like(shape) => shape.same_call(call),
+        }
+    }
 }
 
 /// Why a recording could not be read to the end: the file and what failed.
@@ -112,6 +138,7 @@ pub fn read(
         window: Window::new(Wait::of(format)),
         policies,
         in_flight,
+        seen: Seen::default(),
         batch: Vec::with_capacity(BATCH),
         to: &to,
         back: &back,
@@ -147,6 +174,8 @@ struct Reading<'a> {
     window: Window,
     policies: &'a [Arc<Policy>],
     in_flight: &'a InFlight,
+    /// The calls of this batch already prepared.
+    seen: Seen,
     batch: Vec<Step>,
     to: &'a SyncSender<Vec<Step>>,
     back: &'a Receiver<Vec<Step>>,
@@ -168,11 +197,17 @@ impl Reading<'_> {
         if self.batch.is_empty() || self.gone {
             return;
         }
-        let next = self
-            .back
-            .try_recv()
-            .unwrap_or_else(|_| Vec::with_capacity(BATCH));
+        // A batch comes back with what was replayed still in it, to be
+        // freed here, where it was allocated.
+        let next = match self.back.try_recv() {
+            Ok(mut spent) => {
+                spent.clear();
+                spent
+            }
+            Err(_) => Vec::with_capacity(BATCH),
+        };
         let full = std::mem::replace(&mut self.batch, next);
+        self.seen.calls.clear();
         self.in_flight.0.fetch_add(1, Ordering::Relaxed);
         if self.to.send(full).is_err() {
             self.gone = true;
@@ -219,11 +254,8 @@ impl Reading<'_> {
     /// `end`), with its calls prepared.
     fn release(&mut self, end: bool) {
         while let Some((frame, done)) = self.window.next(end) {
-            // The replaying thread waits for this batch: it judges the
-            // call whole itself rather than wait longer.
-            let waiting = self.in_flight.0.load(Ordering::Relaxed) == 0;
             let decoded = match frame.kind() {
-                Some("tool_call") if !waiting => self.prepared(&frame),
+                Some("tool_call") => self.prepared(&frame),
                 _ => Vec::new(),
             };
             self.push(Step::Feed {
@@ -236,9 +268,24 @@ impl Reading<'_> {
 
     /// A `tool_call` decoded and prepared under each replay's policy; none
     /// when it does not decode (the broker refuses its text as it would
-    /// live).
-    fn prepared(&self, frame: &Frame) -> Vec<Option<Decoded>> {
-        self.policies
+    /// live), or when the replaying thread waits for this batch and the
+    /// call is not one of [`Seen`]'s (it judges the call whole itself
+    /// rather than wait longer).
+    fn prepared(&mut self, frame: &Frame) -> Vec<Option<Prepared>> {
+        let shaped = self.seen.shape(frame);
+        if shaped {
+            if let Some(known) = self.seen.calls.get(&self.seen.key) {
+                return known
+                    .iter()
+                    .map(|decoded| decoded.clone().map(Prepared::Like))
+                    .collect();
+            }
+        }
+        if self.in_flight.0.load(Ordering::Relaxed) == 0 {
+            return Vec::new();
+        }
+        let decoded: Vec<Option<Arc<Decoded>>> = self
+            .policies
             .iter()
             .map(|policy| {
                 let decoded = match frame {
@@ -250,9 +297,56 @@ impl Reading<'_> {
                 decoded.map(|frame| {
                     let mut decoded = Decoded::frame(frame);
                     decoded.prepare(policy);
-                    decoded
+                    Arc::new(decoded)
                 })
             })
-            .collect()
+            .collect();
+        let prepared = decoded
+            .iter()
+            .map(|decoded| decoded.clone().map(Prepared::Like))
+            .collect();
+        if shaped {
+            self.seen.calls.insert(self.seen.key.clone(), decoded);
+        }
+        prepared
+    }
+}
+
+/// The calls of the batch being filled that were decoded and prepared,
+/// by their line without its `callID`: a recorded line that differs from
+/// one of them only in its `callID` is that call again (decoding is pure,
+/// and a call is prepared from its tool, input and working directory
+/// alone), so it is given the same judgement under its own id rather than
+/// decoded and prepared again. Agents repeat themselves (the same file
+/// read, `git status` again), and a recording repeats them.
+///
+/// Kept for one batch ([`BATCH`] steps): what a call's preparation read
+/// of the disk is then no older than the batches the reading thread is
+/// ahead anyway, and a link that changed since is seen all the same (the
+/// preparation carries the disk epoch it saw, see
+/// [`Decoded::confirm_prepared`]).
+#[derive(Default)]
+struct Seen {
+    calls: HashMap<Vec<u8>, Vec<Option<Arc<Decoded>>>, foldhash::fast::RandomState>,
+    /// The last line's shape, built here to be looked up without an
+    /// allocation.
+    key: Vec<u8>,
+}
+
+impl Seen {
+    /// Make `key` the shape of a recorded `tool_call` line: where its
+    /// `callID` stood and the line without it. False for a built frame, or
+    /// a line whose `callID` could not be placed.
+    fn shape(&mut self, frame: &Frame) -> bool {
+        let Frame::Line {
+            line,
+            call_at: Some((start, end)),
+            ..
+        } = frame
+        else {
+            return false;
+        };
+        super::frames::key(&mut self.key, line, (*start, *end));
+        true
     }
 }

@@ -218,3 +218,163 @@ fn a_pipe_is_replayed_as_it_comes() {
     assert_eq!(total, 2 * half);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A recorded call that differs from an earlier one only in its `callID`
+/// is judged once and reused (`replay/read.rs`, `Seen`): every call of a
+/// recording full of such repeats, and of lines that only look like them,
+/// is decided exactly as `serve` decides the same lines, call by call.
+/// The near misses: a `callID` key inside the input that the policy takes
+/// as the tool's subject, the same top-level id with a different nested
+/// one, ids with escapes, a number as the id, spaces around the colon,
+/// the id first or last, other sessions and working directories, a
+/// duplicate id.
+#[test]
+fn repeated_calls_replay_as_serve_decides_them() {
+    let dir = support::project_dir("replay-stream-repeats");
+    let root = dir.canonicalize().unwrap();
+    std::fs::create_dir_all(root.join("sub")).unwrap();
+    let policy = root.join("toolgate.json");
+    std::fs::write(
+        &policy,
+        json!({
+            "tools": {"mcp__x__run": {"kind": "execute", "subject": "callID"}},
+            "permission": {
+                "mcp__x__run": {"*": "allow", "rm*": "deny"},
+                "bash": {"git push*": "deny"},
+                "doom_loop": "allow"
+            }
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let cwd = root.to_str().unwrap().to_string();
+    let sub = root.join("sub").to_str().unwrap().to_string();
+    let commands = [
+        "git status",
+        "rm -rf target",
+        "ls",
+        "git push origin main",
+        "cat .env",
+    ];
+    let mut lines = Vec::new();
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = |n: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % n as u64) as usize
+    };
+    for i in 0..4000 {
+        let id = format!("c-{i}");
+        let line = match next(10) {
+            0 => format!(
+                r#"{{"type":"tool_call","callID":"{id}","sessionID":"main","tool":"mcp__x__run","input":{{"callID":"{}"}}}}"#,
+                ["rm-1", "ok-1"][next(2)]
+            ),
+            // The same top-level id, the nested one decides.
+            1 => format!(
+                r#"{{"type":"tool_call","callID":"same","sessionID":"s{}","tool":"mcp__x__run","input":{{"callID":"{}"}}}}"#,
+                i,
+                ["rm-2", "ok-2"][next(2)]
+            ),
+            2 => format!(
+                r#"{{"tool":"bash","input":{{"command":"{}"}},"type":"tool_call","sessionID":"main","callID":"{id}"}}"#,
+                commands[next(commands.len())]
+            ),
+            3 => format!(
+                r#"{{"type":"tool_call","callID":"c\u002d{i}\"q","tool":"bash","input":{{"command":"{}"}}}}"#,
+                commands[next(commands.len())]
+            ),
+            4 => format!(
+                r#"{{"type":"tool_call","callID" : "{id}","tool":"read","input":{{"file_path":"{}"}}}}"#,
+                [".env", "README.md", "../x"][next(3)]
+            ),
+            5 => format!(
+                r#"{{"type":"tool_call","callID":{i},"tool":"bash","input":{{"command":"ls"}}}}"#
+            ),
+            6 => format!(
+                r#"{{"type":"tool_call","callID":"{id}","tool":"read","cwd":"{}","input":{{"file_path":"{}"}}}}"#,
+                [&cwd, &sub, "/tmp"][next(3)],
+                ["../secret", "a.txt", "/etc/passwd"][next(3)]
+            ),
+            7 => format!(
+                r#"{{"type":"tool_call","callID":"{id}","sessionID":"{}","tool":"edit","input":{{"file_path":"{}","old_string":"a","new_string":"b"}}}}"#,
+                ["main", "other"][next(2)],
+                ["src/lib.rs", ".git/config", "/etc/hosts"][next(3)]
+            ),
+            8 => format!(
+                r#"{{"type":"tool_call","callID":"dup","tool":"bash","input":{{"command":"{}"}}}}"#,
+                commands[next(commands.len())]
+            ),
+            _ => format!(
+                r#"{{"type":"tool_call","callID":"{id}","tool":"grep","input":{{"pattern":"fn","path":"{}"}}}}"#,
+                ["src", "/", "sub"][next(3)]
+            ),
+        };
+        lines.push(line);
+    }
+    let recording: String = lines.iter().map(|line| format!("{line}\n")).collect();
+    std::fs::write(root.join("repeats.jsonl"), &recording).unwrap();
+    let policy = policy.to_str().unwrap();
+    let (code, replayed, err) = replay(
+        &root,
+        &["--mode", "auto", "--policy", policy, "repeats.jsonl"],
+    );
+    assert_eq!(code, 0, "{err}");
+    let root_arg = root.to_str().unwrap();
+    // The recording from a file: its answers are more than a pipe holds.
+    let out = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args([
+            "--mode",
+            "auto",
+            "--policy",
+            policy,
+            "--project-root",
+            root_arg,
+        ])
+        .current_dir(&root)
+        .env_remove("TOOLGATE_MODE")
+        .env_remove("TOOLGATE_PERMISSION")
+        .env_remove("TOOLGATE_STATE_DIR")
+        .env_remove("TOOLGATE_MANAGED")
+        .stdin(std::fs::File::open(root.join("repeats.jsonl")).unwrap())
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let served = String::from_utf8_lossy(&out.stdout).into_owned();
+    // Nothing asks (auto mode, no rule that asks): every call is decided
+    // as it comes, so both outputs hold the same answers in the same order.
+    assert!(!replayed.contains("permission_request"), "{replayed}");
+    assert!(!served.contains("permission_request"), "{served}");
+    // Decisions and errors, in order: the same ids, verdicts, reasons.
+    let answers = |out: &str| -> Vec<Value> {
+        out.lines()
+            .map(|line| serde_json::from_str::<Value>(line).unwrap())
+            .filter(|frame| frame["type"] == "decision" || frame["type"] == "error")
+            .collect()
+    };
+    let (replayed, served) = (answers(&replayed), answers(&served));
+    assert!(replayed.len() >= 3500, "{}", replayed.len());
+    assert_eq!(replayed.len(), served.len());
+    for (index, (a, b)) in replayed.iter().zip(&served).enumerate() {
+        assert_eq!(a, b, "answer {index}: replay {a} against serve {b}");
+    }
+    // The near misses did decide differently.
+    let verdicts = |id: &str| -> Vec<&str> {
+        replayed
+            .iter()
+            .filter(|frame| frame["callID"] == id)
+            .filter_map(|frame| frame["decision"].as_str())
+            .collect()
+    };
+    let same = verdicts("same");
+    assert!(
+        same.contains(&"allow") && same.contains(&"deny"),
+        "{same:?}"
+    );
+}
