@@ -8,19 +8,19 @@
 //! byte for byte, only sooner.
 //!
 //! The batches travel on a bounded channel ([`BATCHES`] in flight) and
-//! come back empty to be filled again, so the reading side is never more
-//! than a few thousand lines ahead and memory stays flat.
+//! come back to be emptied here and filled again, so the reading side is
+//! never more than a few thousand lines ahead, memory stays flat, and
+//! what this thread allocated for a step is freed on this thread.
 //!
 //! The work is shared out as the two threads keep up: while the replaying
 //! thread has batches waiting, the reading thread decodes and prepares
-//! each call; when it has none (it has taken every batch sent), calls go
-//! as they were recorded and the broker decodes and judges them whole, as
-//! it would without this thread. Two other shares were measured and were
-//! slower (docs/replay.md): counting a batch until it is replayed (the
-//! reading thread then prepared nearly everything and became the slower
-//! one), and decoding every call here whoever prepares it. Either way a call is judged the same (a
-//! prepared call is judged by the same policy code, see
-//! [`Decoded::prepare`]); only which thread does the work changes.
+//! each call; when it has none (it has taken every batch sent), a call of
+//! a shape not met yet in the batch goes as recorded and the broker
+//! decodes and judges it whole, as it would without this thread. A call
+//! of a shape met before in the batch ([`Seen`]) is never prepared again.
+//! Either way a call is judged the same (a prepared call is judged by the
+//! same policy code, see [`Decoded::prepare`]); only which thread does the
+//! work changes.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
