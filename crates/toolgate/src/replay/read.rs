@@ -17,7 +17,7 @@
 //! each call; when it has none (it has taken every batch sent), a call of
 //! a shape not met yet in the batch goes as recorded and the broker
 //! decodes and judges it whole, as it would without this thread. A call
-//! of a shape met before in the batch ([`Seen`]) is never prepared again.
+//! of a shape met before in the batch (`Seen`) is never prepared again.
 //! Either way a call is judged the same (a prepared call is judged by the
 //! same policy code, see [`Decoded::prepare`]); only which thread does the
 //! work changes.
@@ -78,7 +78,7 @@ pub enum Step {
 
 /// A `tool_call` the reading thread decoded and prepared.
 ///
-/// Every call of a shape ([`Seen`]) is handed over as the one decoded
+/// Every call of a shape (`Seen`) is handed over as the one decoded
 /// call of that shape, shared, and the replaying thread makes its own copy
 /// under the frame's `callID` ([`Prepared::take`]): what the replaying
 /// thread frees it allocated itself. Memory one thread allocates and the
