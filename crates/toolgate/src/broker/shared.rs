@@ -335,6 +335,9 @@ pub(super) struct Shared {
     /// An answer from the store is being applied: it is not written again,
     /// and its grants are in memory already.
     pub(super) applying: bool,
+    /// Who gave the answer being applied, when it was given on another
+    /// broker (as the store names them): the audit log's `answeredBy`.
+    pub(super) applying_by: Option<String>,
 }
 
 impl Shared {
@@ -696,11 +699,11 @@ impl Broker {
         });
     }
 
-    /// `CLIENT on HOST (pid N)`: who answered or revoked, for the store.
+    /// `CLIENT on HOST (pid N)`: who answered or revoked, for the store;
+    /// a remote connection's token first (`token alice (approver) via
+    /// CLIENT on HOST (pid N)`).
     fn answerer(&self, conn: Option<ConnId>) -> String {
-        let client = self
-            .client_of(conn)
-            .unwrap_or_else(|| "toolgate".to_string());
+        let client = self.signed(conn).unwrap_or_else(|| "toolgate".to_string());
         format!("{client} on {}", self.shared.whoami)
     }
 
@@ -1177,7 +1180,7 @@ impl Broker {
             return;
         };
         let ob = &mut Outbox::new(out, conn, None);
-        if let Some(by) = by {
+        if let Some(by) = &by {
             let resolved = wire::PermissionResolved {
                 permission_id: id.to_string(),
                 session_id: pending.session_id.clone(),
@@ -1192,8 +1195,10 @@ impl Broker {
         };
         let session = self.questions.session_of(id);
         self.shared.applying = true;
+        self.shared.applying_by = by;
         self.response(response, ob);
         self.shared.applying = false;
+        self.shared.applying_by = None;
         if let Some(session) = session {
             self.sessions.forget_idle(&session);
         }

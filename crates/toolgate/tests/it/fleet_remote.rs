@@ -171,9 +171,16 @@ impl Broker {
     /// With `mtls`, clients must present a certificate of the client CA.
     #[track_caller]
     fn start(name: &str, url: &str, mtls: bool) -> Broker {
+        Broker::start_in(name, url, mtls, None)
+    }
+
+    /// [`Broker::start`] for the project `root` (another broker's, to
+    /// share its questions through the store), else a project of its own.
+    #[track_caller]
+    fn start_in(name: &str, url: &str, mtls: bool, root: Option<&Path>) -> Broker {
         let dir = support::project_dir(name);
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
-        let root = dir.join("project");
+        let root = root.map_or_else(|| dir.join("project"), Path::to_path_buf);
         std::fs::create_dir_all(root.join("src")).unwrap();
         let certs = Certs::make(&dir);
         let socket = dir.join("run/broker.sock");
@@ -1005,4 +1012,53 @@ fn mcp_over_tls() {
     let message = denied["message"].as_str().unwrap();
     assert!(message.contains("withdrawn"), "{message}");
     assert!(broker.decided("toolu_1"));
+}
+
+/// An approver with a token on broker C answers a question asked on broker
+/// A (the same store, the same project): the store names the token as who
+/// answered and who made the grants; A's audit log names it in the
+/// decision's `answeredBy`.
+#[test]
+fn an_answer_given_elsewhere_is_signed_by_its_token() {
+    let Some((database, cluster)) = pg::database("signed") else {
+        return;
+    };
+    let url = cluster.url(&database);
+    let out = support::toolgate_process(
+        Path::new("/"),
+        &["store", "migrate", "--store", &url],
+        &[],
+        b"",
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let a = Broker::start("signed-a", &url, false);
+    let c = Broker::start_in("signed-c", &url, false, Some(&a.root));
+    let alice_token = token(&url, "approver", "alice", &[]);
+    let mut alice = c.admitted(&alice_token, "approver");
+    let mut agent = a.unix_agent();
+    agent.send(call("s1", "Bash", json!({"command":"touch signed"})));
+    let question = alice.until("permission_request");
+    assert_eq!(question["callID"], "s1", "{question}");
+    alice.send(&json!({"type":"permission_response",
+                       "permissionID": question["permissionID"],
+                       "response":"always"}));
+    let decision = agent.until("decision").pop().unwrap();
+    assert_eq!(decision["decision"], "allow", "{decision}");
+    assert_eq!(decision["source"], "user", "{decision}");
+    // The store: who answered, who made the grant.
+    let answered_by = cluster.psql(&database, "SELECT answered_by FROM toolgate_questions");
+    let answered_by = answered_by.trim();
+    assert!(
+        answered_by.starts_with("token alice (approver) via test on "),
+        "{answered_by}"
+    );
+    let made_by = cluster.psql(&database, "SELECT DISTINCT made_by FROM toolgate_grants");
+    assert_eq!(made_by.trim(), answered_by);
+    // A's audit log names the approver in the decision's record.
+    let record = a
+        .audited()
+        .into_iter()
+        .find(|record| record["callID"] == "s1" && record["decision"].is_string())
+        .unwrap();
+    assert_eq!(record["answeredBy"], answered_by, "{record}");
 }
