@@ -1179,6 +1179,17 @@ impl Broker {
         let Some(pending) = self.questions.get(id) else {
             return;
         };
+        // Observers hear the answer as they do a local one, with who gave it.
+        let answered = (!self.observers.is_empty()).then(|| wire::PermissionAnswered {
+            permission_id: id.to_string(),
+            session_id: pending.session_id.clone(),
+            call_id: pending.call_id.clone(),
+            response: response.response,
+            message: response.message.clone(),
+            patterns: response.patterns.clone(),
+            expires_in: response.expires_in,
+            by: by.clone().or_else(|| self.signed(conn)),
+        });
         let ob = &mut Outbox::new(out, conn, None);
         if let Some(by) = &by {
             let resolved = wire::PermissionResolved {
@@ -1194,11 +1205,18 @@ impl Broker {
             ..response
         };
         let session = self.questions.session_of(id);
+        let at = ob.len();
         self.shared.applying = true;
         self.shared.applying_by = by;
         self.response(response, ob);
         self.shared.applying = false;
         self.shared.applying_by = None;
+        if let Some(answered) = answered {
+            // Taken: the question is closed.
+            if self.conns.request(id).is_none() {
+                self.observers.answered(at, answered);
+            }
+        }
         if let Some(session) = session {
             self.sessions.forget_idle(&session);
         }

@@ -1017,7 +1017,8 @@ fn mcp_over_tls() {
 /// An approver with a token on broker C answers a question asked on broker
 /// A (the same store, the same project): the store names the token as who
 /// answered and who made the grants; A's audit log names it in the
-/// decision's `answeredBy`.
+/// decision's `answeredBy`; an observer on A hears the answer
+/// (`permission_answered`, with who gave it) before the decision.
 #[test]
 fn an_answer_given_elsewhere_is_signed_by_its_token() {
     let Some((database, cluster)) = pg::database("signed") else {
@@ -1035,6 +1036,10 @@ fn an_answer_given_elsewhere_is_signed_by_its_token() {
     let c = Broker::start_in("signed-c", &url, false, Some(&a.root));
     let alice_token = token(&url, "approver", "alice", &[]);
     let mut alice = c.admitted(&alice_token, "approver");
+    let mut observer = support::Peer::connect(
+        &a.socket,
+        json!({"type":"hello","role":"observer","client":"watch"}),
+    );
     let mut agent = a.unix_agent();
     agent.send(call("s1", "Bash", json!({"command":"touch signed"})));
     let question = alice.until("permission_request");
@@ -1061,4 +1066,14 @@ fn an_answer_given_elsewhere_is_signed_by_its_token() {
         .find(|record| record["callID"] == "s1" && record["decision"].is_string())
         .unwrap();
     assert_eq!(record["answeredBy"], answered_by, "{record}");
+    // The observer on A heard the answer, then the decision.
+    let frames = observer.until("decision");
+    let heard = frames
+        .iter()
+        .find(|frame| frame["type"] == "permission_answered")
+        .unwrap_or_else(|| panic!("no permission_answered: {frames:?}"));
+    assert_eq!(heard["permissionID"], question["permissionID"], "{heard}");
+    assert_eq!(heard["response"], "always", "{heard}");
+    assert_eq!(heard["by"], answered_by, "{heard}");
+    assert_eq!(heard["callID"], "s1", "{heard}");
 }
