@@ -1077,3 +1077,64 @@ fn an_answer_given_elsewhere_is_signed_by_its_token() {
     assert_eq!(heard["by"], answered_by, "{heard}");
     assert_eq!(heard["callID"], "s1", "{heard}");
 }
+
+/// `toolgate hook --remote` waiting on a question when its token is
+/// revoked: the broker says why before it closes the connection, and the
+/// hook denies with those words (not a bare "connection closed", not its
+/// `--wait` running out).
+#[test]
+fn a_hook_whose_token_is_revoked_mid_call_says_so() {
+    let Some(url) = store("hook_revoked") else {
+        return;
+    };
+    let broker = Broker::start("hook-revoked", &url, false);
+    let agent_file = broker.token_file("agent", &token(&url, "agent", "mid", &[]));
+    let remote = format!("tls://localhost:{}", broker.port);
+    let ca = broker.certs.ca.to_str().unwrap().to_string();
+    let file = broker.root.join("src/a.rs").to_string_lossy().into_owned();
+    let edit = json!({"file_path":file,"old_string":"a","new_string":"b"});
+    let root = broker.root.clone();
+    let args: Vec<String> = [
+        "--remote",
+        remote.as_str(),
+        "--token-file",
+        agent_file.to_str().unwrap(),
+        "--ca",
+        ca.as_str(),
+        "--wait",
+        "60",
+    ]
+    .iter()
+    .map(|arg| arg.to_string())
+    .collect();
+    let started = Instant::now();
+    let hooked = std::thread::spawn(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        hook(&root, &args, &claude("m1", "Edit", edit))
+    });
+    // Its question is open (the fleet keeps it for an approver anywhere).
+    let mut watcher = support::Peer::connect(
+        &broker.socket,
+        json!({"type":"hello","role":"observer","client":"watch"}),
+    );
+    loop {
+        let pending = watcher.ask(json!({"type":"list_pending"}), "pending");
+        if pending["questions"]
+            .as_array()
+            .is_some_and(|list| !list.is_empty())
+        {
+            break;
+        }
+        assert!(started.elapsed() < PATIENCE, "no question: {pending}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    revoke(&url, "mid");
+    let (decision, reason) = hooked.join().unwrap();
+    assert_eq!(decision, "deny", "{reason}");
+    assert!(
+        reason.contains("the token `mid` was revoked; closing the connection"),
+        "{reason}"
+    );
+    assert!(!reason.contains("no decision within"), "{reason}");
+    assert!(started.elapsed() < Duration::from_secs(30));
+}
