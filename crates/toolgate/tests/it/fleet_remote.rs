@@ -1138,3 +1138,101 @@ fn a_hook_whose_token_is_revoked_mid_call_says_so() {
     assert!(!reason.contains("no decision within"), "{reason}");
     assert!(started.elapsed() < Duration::from_secs(30));
 }
+
+/// An admin token on broker C, over TLS: it revokes a grant made by an
+/// answer to a question asked on broker A (the store names the admin as
+/// who revoked it, and A asks again), ends a session running on A (its
+/// open call denied there) and shuts C down; an approver token may not
+/// revoke.
+#[test]
+fn an_admin_token_revokes_ends_and_shuts_down_across_brokers() {
+    let Some((database, cluster)) = pg::database("admin") else {
+        return;
+    };
+    let url = cluster.url(&database);
+    let out = support::toolgate_process(
+        Path::new("/"),
+        &["store", "migrate", "--store", &url],
+        &[],
+        b"",
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let a = Broker::start("admin-a", &url, false);
+    let mut c = Broker::start_in("admin-c", &url, false, Some(&a.root));
+    let mut alice = c.admitted(&token(&url, "approver", "alice", &[]), "approver");
+    let mut root = c.admitted(&token(&url, "admin", "root", &[]), "agent");
+    let mut agent = a.unix_agent();
+    agent.send(call("t1", "Bash", json!({"command":"touch admin"})));
+    let question = alice.until("permission_request");
+    alice.send(&json!({"type":"permission_response",
+                       "permissionID": question["permissionID"],
+                       "response":"always"}));
+    assert_eq!(agent.until("decision").pop().unwrap()["decision"], "allow");
+    // The approver may not revoke.
+    alice.send(&json!({"type":"revoke_grant","grantID":"grant_x"}));
+    let refused = alice.until("error");
+    assert_eq!(refused["code"], "forbidden", "{refused}");
+    // C holds the grant made by the answer (from the store); root revokes it.
+    let started = Instant::now();
+    let grant = loop {
+        root.send(&json!({"type":"list_grants"}));
+        let grants = root.until("grants");
+        if let Some(grant) = grants["grants"].as_array().and_then(|list| list.first()) {
+            break grant["grantID"].as_str().unwrap().to_string();
+        }
+        assert!(started.elapsed() < PATIENCE, "no grant on C: {grants}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    root.send(&json!({"type":"revoke_grant","grantID":grant}));
+    let after = root.until("grants");
+    assert_eq!(after["grants"], json!([]), "{after}");
+    let revoked_by = cluster.psql(
+        &database,
+        &format!("SELECT revoked_by FROM toolgate_grants WHERE id = '{grant}'"),
+    );
+    assert!(
+        revoked_by.starts_with("token root (admin) via test on "),
+        "{revoked_by}"
+    );
+    // A dropped it: the same call asks again.
+    let started = Instant::now();
+    loop {
+        let grants = agent.ask(json!({"type":"list_grants"}), "grants");
+        if grants["grants"] == json!([]) {
+            break;
+        }
+        assert!(started.elapsed() < PATIENCE, "A keeps the grant: {grants}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    agent.send(call("t2", "Bash", json!({"command":"touch admin"})));
+    let again = alice.until("permission_request");
+    assert_eq!(again["callID"], "t2", "{again}");
+    // root ends the session on C: A ends it too, denying the open call.
+    root.send(&json!({"type":"session_end","sessionID":"s"}));
+    root.until("session_ended");
+    let decision = agent.until("decision").pop().unwrap();
+    assert_eq!(decision["callID"], "t2", "{decision}");
+    assert_eq!(decision["decision"], "deny", "{decision}");
+    assert!(
+        decision["reason"]
+            .as_str()
+            .unwrap()
+            .contains("the session ended on another broker"),
+        "{decision}"
+    );
+    // root shuts C down.
+    root.send(&json!({"type":"shutdown"}));
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = c.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            started.elapsed() < PATIENCE,
+            "C did not stop: {}",
+            c.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status}: {}", c.stderr());
+}
