@@ -157,7 +157,8 @@ pub enum Write {
         question: Uuid,
         /// The `permission_response` frame.
         answer: Value,
-        /// Who answered (`CLIENT on HOST (pid N)`).
+        /// Who answered (`CLIENT on HOST (pid N)`, after `token NAME
+        /// (ROLE) via` for a remote connection).
         by: String,
         /// What it grants.
         grants: Vec<GrantRow>,

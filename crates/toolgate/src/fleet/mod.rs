@@ -15,7 +15,8 @@
 //! - [`questions`]: brokers with their leases, and questions whose first
 //!   answer wins;
 //! - [`link`]: a broker's link to the store (`serve --store`): its writes,
-//!   its lease, and what it reads of the others'.
+//!   its lease, and what it reads of the others';
+//! - [`tls`]: TLS to the store (`sslmode`, `sslrootcert`).
 //!
 //! A [`Store`] is one connection. Its methods take `&mut self`: what needs
 //! a transaction has the connection to itself, so a task that shares a
