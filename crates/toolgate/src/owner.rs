@@ -45,6 +45,8 @@ pub enum Event {
         conn: ConnId,
         /// Where its frames go.
         sink: Sink,
+        /// The token it holds (a remote connection): `token NAME (ROLE)`.
+        token: Option<String>,
     },
     /// Lines a connection's reader framed and decoded.
     Lines {
@@ -585,8 +587,11 @@ impl Owner {
     pub fn handle(&mut self, event: Event) -> Option<(&'static str, usize)> {
         let mut stop = None;
         match event {
-            Event::Opened { conn, sink } => {
+            Event::Opened { conn, sink, token } => {
                 self.sinks.insert(conn, sink);
+                if let Some(token) = token {
+                    self.broker.vouch(conn, token);
+                }
                 self.step(Input::Opened { conn });
             }
             Event::Lines {

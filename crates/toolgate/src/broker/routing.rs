@@ -344,6 +344,9 @@ pub(super) const REMOTE: ConnId = ConnId::MAX;
 struct Peer {
     role: Role,
     client: Option<String>,
+    /// The token it connected with (a remote connection): `token NAME
+    /// (ROLE)`, as answers it gives are signed.
+    token: Option<String>,
     /// The sessions it sent calls in (for `list_sessions`).
     sessions: std::collections::HashSet<String>,
     /// The last of them: a flood in one session costs one comparison.
@@ -599,6 +602,19 @@ impl Connections {
             (None, Role::Approver) => format!("approver connection {}", conn?),
             (None, Role::Agent) => format!("connection {}", conn?),
             (None, Role::Observer) => format!("observer connection {}", conn?),
+        })
+    }
+
+    /// Who a connection's answers are from: its token first when it has
+    /// one (`token alice (approver) via CLIENT`), else its name.
+    fn signed(&self, conn: Option<ConnId>) -> Option<String> {
+        let client = self.client_of(conn)?;
+        let token = conn
+            .and_then(|conn| self.open.get(&conn))
+            .and_then(|peer| peer.token.as_ref());
+        Some(match token {
+            Some(token) => format!("{token} via {client}"),
+            None => client,
         })
     }
 
@@ -924,7 +940,7 @@ impl Broker {
             message: response.message.clone(),
             patterns: response.patterns.clone(),
             expires_in: response.expires_in,
-            by: self.client_of(Some(conn)),
+            by: self.signed(Some(conn)),
         })
     }
 
@@ -1066,9 +1082,22 @@ impl Broker {
         self.conns.client_of(conn)
     }
 
+    /// Who a connection's answers are from: its token (a remote
+    /// connection's) and its name.
+    pub(super) fn signed(&self, conn: Option<ConnId>) -> Option<String> {
+        self.conns.signed(conn)
+    }
+
+    /// The connection `conn` (a remote one, just opened) holds the token
+    /// `token` (`token NAME (ROLE)`): answers it gives are signed with it,
+    /// in the audit log, to observers and in the shared store.
+    pub fn vouch(&mut self, conn: ConnId, token: String) {
+        self.conns.open.entry(conn).or_default().token = Some(token);
+    }
+
     /// Record `response` in the audit log, as answered on `conn`.
     fn audit_answer(&mut self, conn: ConnId, response: &wire::PermissionResponse) {
-        let by = self.client_of(Some(conn)).unwrap_or_default();
+        let by = self.signed(Some(conn)).unwrap_or_default();
         let call = self
             .questions
             .get(&response.permission_id)
@@ -1099,8 +1128,15 @@ impl Broker {
             .and_then(|calls| calls.get(key.1.as_str()))
             .and_then(|(_, id)| self.conns.asked.get(id))
             .map(|asked| asked.request.timestamp);
+        // An answer given on another broker is signed as the store names
+        // who gave it.
         let answered_by = (decision.source == wire::Source::User)
-            .then(|| self.client_of(caller))
+            .then(|| {
+                self.shared
+                    .applying_by
+                    .clone()
+                    .or_else(|| self.signed(caller))
+            })
             .flatten();
         let parent = self
             .sessions

@@ -157,7 +157,8 @@ pub enum Write {
         question: Uuid,
         /// The `permission_response` frame.
         answer: Value,
-        /// Who answered (`CLIENT on HOST (pid N)`).
+        /// Who answered (`CLIENT on HOST (pid N)`, after `token NAME
+        /// (ROLE) via` for a remote connection).
         by: String,
         /// What it grants.
         grants: Vec<GrantRow>,
@@ -335,6 +336,9 @@ pub(super) struct Shared {
     /// An answer from the store is being applied: it is not written again,
     /// and its grants are in memory already.
     pub(super) applying: bool,
+    /// Who gave the answer being applied, when it was given on another
+    /// broker (as the store names them): the audit log's `answeredBy`.
+    pub(super) applying_by: Option<String>,
 }
 
 impl Shared {
@@ -696,11 +700,11 @@ impl Broker {
         });
     }
 
-    /// `CLIENT on HOST (pid N)`: who answered or revoked, for the store.
+    /// `CLIENT on HOST (pid N)`: who answered or revoked, for the store;
+    /// a remote connection's token first (`token alice (approver) via
+    /// CLIENT on HOST (pid N)`).
     fn answerer(&self, conn: Option<ConnId>) -> String {
-        let client = self
-            .client_of(conn)
-            .unwrap_or_else(|| "toolgate".to_string());
+        let client = self.signed(conn).unwrap_or_else(|| "toolgate".to_string());
         format!("{client} on {}", self.shared.whoami)
     }
 
@@ -1176,8 +1180,19 @@ impl Broker {
         let Some(pending) = self.questions.get(id) else {
             return;
         };
+        // Observers hear the answer as they do a local one, with who gave it.
+        let answered = (!self.observers.is_empty()).then(|| wire::PermissionAnswered {
+            permission_id: id.to_string(),
+            session_id: pending.session_id.clone(),
+            call_id: pending.call_id.clone(),
+            response: response.response,
+            message: response.message.clone(),
+            patterns: response.patterns.clone(),
+            expires_in: response.expires_in,
+            by: by.clone().or_else(|| self.signed(conn)),
+        });
         let ob = &mut Outbox::new(out, conn, None);
-        if let Some(by) = by {
+        if let Some(by) = &by {
             let resolved = wire::PermissionResolved {
                 permission_id: id.to_string(),
                 session_id: pending.session_id.clone(),
@@ -1191,9 +1206,18 @@ impl Broker {
             ..response
         };
         let session = self.questions.session_of(id);
+        let at = ob.len();
         self.shared.applying = true;
+        self.shared.applying_by = by;
         self.response(response, ob);
         self.shared.applying = false;
+        self.shared.applying_by = None;
+        if let Some(answered) = answered {
+            // Taken: the question is closed.
+            if self.conns.request(id).is_none() {
+                self.observers.answered(at, answered);
+            }
+        }
         if let Some(session) = session {
             self.sessions.forget_idle(&session);
         }

@@ -85,7 +85,7 @@ fn parse_role(text: &str) -> Result<Role, String> {
 fn failed(err: &StoreError) -> ExitCode {
     say!("toolgate: {err}");
     match err {
-        StoreError::BadUrl { .. } => ExitCode::from(2),
+        StoreError::BadUrl { .. } | StoreError::BadTls { .. } => ExitCode::from(2),
         err if err.is_unreachable() => ExitCode::from(3),
         _ => ExitCode::from(1),
     }

@@ -253,7 +253,7 @@ mod fleet {
             Err(err) => {
                 say!("toolgate: {err}");
                 return Err(ExitCode::from(match err {
-                    StoreError::BadUrl { .. } => 2,
+                    StoreError::BadUrl { .. } | StoreError::BadTls { .. } => 2,
                     err if err.is_unreachable() => 3,
                     _ => 1,
                 }));

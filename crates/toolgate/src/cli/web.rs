@@ -99,7 +99,7 @@ pub fn prepare(
     if let Err(err) = checked {
         say!("toolgate: {err}");
         return Err(match err {
-            StoreError::BadUrl { .. } => ExitCode::from(2),
+            StoreError::BadUrl { .. } | StoreError::BadTls { .. } => ExitCode::from(2),
             err if err.is_unreachable() => ExitCode::from(3),
             _ => ExitCode::from(1),
         });

@@ -16,6 +16,27 @@ pub enum StoreError {
         #[source]
         source: tokio_postgres::Error,
     },
+    /// The store URL's TLS settings (`sslmode`, `sslrootcert`) cannot be
+    /// used: an unknown mode, a CA file that cannot be read.
+    #[error("the store URL's TLS settings cannot be used: {why}")]
+    BadTls {
+        /// Why.
+        why: String,
+    },
+    /// TLS to the store failed where `sslmode` requires it: the server
+    /// offers none, or its certificate is not to be trusted.
+    #[error("cannot reach the store at {store} over TLS as `sslmode={mode}` requires ({trust}): {}", reason(.source))]
+    Tls {
+        /// The store, without its password.
+        store: String,
+        /// The `sslmode`.
+        mode: &'static str,
+        /// What the certificate is checked against.
+        trust: String,
+        /// What failed.
+        #[source]
+        source: tokio_postgres::Error,
+    },
     /// No connection could be made: nothing listens there, the host is
     /// unknown, or it did not answer in time.
     #[error("cannot reach the store at {store}: {}", reason(.source))]
@@ -123,7 +144,7 @@ impl StoreError {
     pub fn is_unreachable(&self) -> bool {
         matches!(
             self,
-            StoreError::Unreachable { .. } | StoreError::Lost { .. }
+            StoreError::Unreachable { .. } | StoreError::Lost { .. } | StoreError::Tls { .. }
         )
     }
 }

@@ -15,7 +15,8 @@
 //! - [`questions`]: brokers with their leases, and questions whose first
 //!   answer wins;
 //! - [`link`]: a broker's link to the store (`serve --store`): its writes,
-//!   its lease, and what it reads of the others'.
+//!   its lease, and what it reads of the others';
+//! - [`tls`]: TLS to the store (`sslmode`, `sslrootcert`).
 //!
 //! A [`Store`] is one connection. Its methods take `&mut self`: what needs
 //! a transaction has the connection to itself, so a task that shares a
@@ -26,6 +27,7 @@ pub mod link;
 pub mod questions;
 pub mod schema;
 pub mod sessions;
+pub mod tls;
 pub mod tokens;
 
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -34,7 +36,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio_postgres::config::Host;
-use tokio_postgres::{AsyncMessage, Client, Config, NoTls};
+use tokio_postgres::{AsyncMessage, Client, Config};
 
 pub use error::StoreError;
 
@@ -64,9 +66,17 @@ impl Store {
     /// [`Store::check_schema`] and [`Store::migrate`]. Must run on a tokio
     /// runtime: the connection is a task of it.
     pub async fn connect(url: &str) -> Result<Store, StoreError> {
-        let mut config: Config = url
+        let parsed = tls::StoreUrl::parse(url)?;
+        let mut config: Config = parsed
+            .rest
             .parse()
             .map_err(|source| StoreError::BadUrl { source })?;
+        config.ssl_mode(match parsed.mode {
+            tls::SslMode::Disable => tokio_postgres::config::SslMode::Disable,
+            tls::SslMode::Prefer => tokio_postgres::config::SslMode::Prefer,
+            _ => tokio_postgres::config::SslMode::Require,
+        });
+        let connector = parsed.connector()?;
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(CONNECT_TIMEOUT);
         }
@@ -74,10 +84,25 @@ impl Store {
             config.application_name("toolgate");
         }
         let name = display_name(&config);
-        let (client, mut connection) = config
-            .connect(NoTls)
-            .await
-            .map_err(|source| StoreError::from_connect(name.clone(), source))?;
+        let (client, mut connection) = config.connect(connector).await.map_err(|source| {
+            // A TLS failure where TLS is required: said as such (the
+            // connection is refused, never made without it).
+            if parsed.mode.required()
+                && source.as_db_error().is_none()
+                && source
+                    .to_string()
+                    .starts_with("error performing TLS handshake")
+            {
+                StoreError::Tls {
+                    store: name.clone(),
+                    mode: parsed.mode.as_str(),
+                    trust: parsed.trust(),
+                    source,
+                }
+            } else {
+                StoreError::from_connect(name.clone(), source)
+            }
+        })?;
         let wakeups = Wakeups::default();
         let wake = wakeups.clone();
         tokio::spawn(async move {

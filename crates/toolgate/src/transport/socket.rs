@@ -495,6 +495,9 @@ pub struct Peer {
     /// (its token was revoked): the line is written, the connection closed
     /// and its open calls denied.
     pub ended: Option<watch::Receiver<Option<Bytes>>>,
+    /// The token it connected with (a remote connection), as answers it
+    /// gives are signed: `token NAME (ROLE)`.
+    pub token: Option<String>,
 }
 
 impl Peer {
@@ -505,6 +508,7 @@ impl Peer {
             first: Vec::new(),
             guard: None,
             ended: None,
+            token: None,
         }
     }
 }
@@ -605,6 +609,7 @@ pub async fn connection<R, W>(
         first,
         guard,
         ended,
+        token,
     } = peer;
     let (outbox, chunks) = Outbox::new();
     let backlog = outbox.backlog.clone();
@@ -612,6 +617,7 @@ pub async fn connection<R, W>(
     let opened = Event::Opened {
         conn,
         sink: Sink::Lines(outbox),
+        token,
     };
     if events.send(opened).await.is_err() {
         return;

@@ -144,6 +144,7 @@ where
     owner.handle(Event::Opened {
         conn: STDIO,
         sink: Sink::Lines(outbox),
+        token: None,
     });
     if let Some(approver) = approver {
         // The agent's pipe never answers: only this approver does. Its
@@ -154,6 +155,7 @@ where
         owner.handle(Event::Opened {
             conn: APPROVER,
             sink: Sink::Approver(approver),
+            token: None,
         });
         let hello = toolgate_protocol::Hello {
             role: toolgate_protocol::Role::Approver,

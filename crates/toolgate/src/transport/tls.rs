@@ -72,7 +72,7 @@ pub enum TlsError {
 }
 
 /// The crypto provider every configuration uses.
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+pub(crate) fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
@@ -117,6 +117,11 @@ fn private_key(what: &'static str, path: &Path) -> Result<PrivateKeyDer<'static>
             err => err.to_string(),
         },
     })
+}
+
+/// The roots in the PEM file `path`.
+pub(crate) fn roots_in(what: &'static str, path: &Path) -> Result<RootCertStore, TlsError> {
+    roots(what, path)
 }
 
 /// The roots in the PEM file `path`.
@@ -217,7 +222,7 @@ pub fn client_config(
 
 /// The system's trust store (`/etc/ssl/certs` and the like, as
 /// `rustls-native-certs` finds them).
-fn system_roots() -> Result<RootCertStore, TlsError> {
+pub(crate) fn system_roots() -> Result<RootCertStore, TlsError> {
     let found = rustls_native_certs::load_native_certs();
     let mut roots = RootCertStore::empty();
     let (added, _) = roots.add_parsable_certificates(found.certs);

@@ -558,11 +558,13 @@ impl App {
         };
         // What an `always` grants, from the question's offers, written in
         // the answer's transaction (as a broker's answer is).
-        let grants = match crate::fleet::link::answer_grants(&question, &response, &login.name) {
+        // Signed as a remote connection's answers are: by the token.
+        let by = format!("token {} ({}) on the approval page", login.name, login.role);
+        let grants = match crate::fleet::link::answer_grants(&question, &response, &by) {
             Ok(grants) => grants,
             Err(why) => return message(StatusCode::BAD_REQUEST, &crate::display::shown(&why)),
         };
-        match store.answer(id, &response, &login.name, &grants).await {
+        match store.answer(id, &response, &by, &grants).await {
             Ok(Settled::First(_)) => message(StatusCode::OK, "answered"),
             Ok(Settled::Already(question)) => settled(&question),
             Ok(Settled::Unknown) => message(StatusCode::NOT_FOUND, "no such question"),

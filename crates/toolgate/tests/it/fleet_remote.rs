@@ -171,9 +171,16 @@ impl Broker {
     /// With `mtls`, clients must present a certificate of the client CA.
     #[track_caller]
     fn start(name: &str, url: &str, mtls: bool) -> Broker {
+        Broker::start_in(name, url, mtls, None)
+    }
+
+    /// [`Broker::start`] for the project `root` (another broker's, to
+    /// share its questions through the store), else a project of its own.
+    #[track_caller]
+    fn start_in(name: &str, url: &str, mtls: bool, root: Option<&Path>) -> Broker {
         let dir = support::project_dir(name);
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
-        let root = dir.join("project");
+        let root = root.map_or_else(|| dir.join("project"), Path::to_path_buf);
         std::fs::create_dir_all(root.join("src")).unwrap();
         let certs = Certs::make(&dir);
         let socket = dir.join("run/broker.sock");
@@ -1005,4 +1012,227 @@ fn mcp_over_tls() {
     let message = denied["message"].as_str().unwrap();
     assert!(message.contains("withdrawn"), "{message}");
     assert!(broker.decided("toolu_1"));
+}
+
+/// An approver with a token on broker C answers a question asked on broker
+/// A (the same store, the same project): the store names the token as who
+/// answered and who made the grants; A's audit log names it in the
+/// decision's `answeredBy`; an observer on A hears the answer
+/// (`permission_answered`, with who gave it) before the decision.
+#[test]
+fn an_answer_given_elsewhere_is_signed_by_its_token() {
+    let Some((database, cluster)) = pg::database("signed") else {
+        return;
+    };
+    let url = cluster.url(&database);
+    let out = support::toolgate_process(
+        Path::new("/"),
+        &["store", "migrate", "--store", &url],
+        &[],
+        b"",
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let a = Broker::start("signed-a", &url, false);
+    let c = Broker::start_in("signed-c", &url, false, Some(&a.root));
+    let alice_token = token(&url, "approver", "alice", &[]);
+    let mut alice = c.admitted(&alice_token, "approver");
+    let mut observer = support::Peer::connect(
+        &a.socket,
+        json!({"type":"hello","role":"observer","client":"watch"}),
+    );
+    let mut agent = a.unix_agent();
+    agent.send(call("s1", "Bash", json!({"command":"touch signed"})));
+    let question = alice.until("permission_request");
+    assert_eq!(question["callID"], "s1", "{question}");
+    alice.send(&json!({"type":"permission_response",
+                       "permissionID": question["permissionID"],
+                       "response":"always"}));
+    let decision = agent.until("decision").pop().unwrap();
+    assert_eq!(decision["decision"], "allow", "{decision}");
+    assert_eq!(decision["source"], "user", "{decision}");
+    // The store: who answered, who made the grant.
+    let answered_by = cluster.psql(&database, "SELECT answered_by FROM toolgate_questions");
+    let answered_by = answered_by.trim();
+    assert!(
+        answered_by.starts_with("token alice (approver) via test on "),
+        "{answered_by}"
+    );
+    let made_by = cluster.psql(&database, "SELECT DISTINCT made_by FROM toolgate_grants");
+    assert_eq!(made_by.trim(), answered_by);
+    // A's audit log names the approver in the decision's record.
+    let record = a
+        .audited()
+        .into_iter()
+        .find(|record| record["callID"] == "s1" && record["decision"].is_string())
+        .unwrap();
+    assert_eq!(record["answeredBy"], answered_by, "{record}");
+    // The observer on A heard the answer, then the decision.
+    let frames = observer.until("decision");
+    let heard = frames
+        .iter()
+        .find(|frame| frame["type"] == "permission_answered")
+        .unwrap_or_else(|| panic!("no permission_answered: {frames:?}"));
+    assert_eq!(heard["permissionID"], question["permissionID"], "{heard}");
+    assert_eq!(heard["response"], "always", "{heard}");
+    assert_eq!(heard["by"], answered_by, "{heard}");
+    assert_eq!(heard["callID"], "s1", "{heard}");
+}
+
+/// `toolgate hook --remote` waiting on a question when its token is
+/// revoked: the broker says why before it closes the connection, and the
+/// hook denies with those words (not a bare "connection closed", not its
+/// `--wait` running out).
+#[test]
+fn a_hook_whose_token_is_revoked_mid_call_says_so() {
+    let Some(url) = store("hook_revoked") else {
+        return;
+    };
+    let broker = Broker::start("hook-revoked", &url, false);
+    let agent_file = broker.token_file("agent", &token(&url, "agent", "mid", &[]));
+    let remote = format!("tls://localhost:{}", broker.port);
+    let ca = broker.certs.ca.to_str().unwrap().to_string();
+    let file = broker.root.join("src/a.rs").to_string_lossy().into_owned();
+    let edit = json!({"file_path":file,"old_string":"a","new_string":"b"});
+    let root = broker.root.clone();
+    let args: Vec<String> = [
+        "--remote",
+        remote.as_str(),
+        "--token-file",
+        agent_file.to_str().unwrap(),
+        "--ca",
+        ca.as_str(),
+        "--wait",
+        "60",
+    ]
+    .iter()
+    .map(|arg| arg.to_string())
+    .collect();
+    let started = Instant::now();
+    let hooked = std::thread::spawn(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        hook(&root, &args, &claude("m1", "Edit", edit))
+    });
+    // Its question is open (the fleet keeps it for an approver anywhere).
+    let mut watcher = support::Peer::connect(
+        &broker.socket,
+        json!({"type":"hello","role":"observer","client":"watch"}),
+    );
+    loop {
+        let pending = watcher.ask(json!({"type":"list_pending"}), "pending");
+        if pending["questions"]
+            .as_array()
+            .is_some_and(|list| !list.is_empty())
+        {
+            break;
+        }
+        assert!(started.elapsed() < PATIENCE, "no question: {pending}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    revoke(&url, "mid");
+    let (decision, reason) = hooked.join().unwrap();
+    assert_eq!(decision, "deny", "{reason}");
+    assert!(
+        reason.contains("the token `mid` was revoked; closing the connection"),
+        "{reason}"
+    );
+    assert!(!reason.contains("no decision within"), "{reason}");
+    assert!(started.elapsed() < Duration::from_secs(30));
+}
+
+/// An admin token on broker C, over TLS: it revokes a grant made by an
+/// answer to a question asked on broker A (the store names the admin as
+/// who revoked it, and A asks again), ends a session running on A (its
+/// open call denied there) and shuts C down; an approver token may not
+/// revoke.
+#[test]
+fn an_admin_token_revokes_ends_and_shuts_down_across_brokers() {
+    let Some((database, cluster)) = pg::database("admin") else {
+        return;
+    };
+    let url = cluster.url(&database);
+    let out = support::toolgate_process(
+        Path::new("/"),
+        &["store", "migrate", "--store", &url],
+        &[],
+        b"",
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let a = Broker::start("admin-a", &url, false);
+    let mut c = Broker::start_in("admin-c", &url, false, Some(&a.root));
+    let mut alice = c.admitted(&token(&url, "approver", "alice", &[]), "approver");
+    let mut root = c.admitted(&token(&url, "admin", "root", &[]), "agent");
+    let mut agent = a.unix_agent();
+    agent.send(call("t1", "Bash", json!({"command":"touch admin"})));
+    let question = alice.until("permission_request");
+    alice.send(&json!({"type":"permission_response",
+                       "permissionID": question["permissionID"],
+                       "response":"always"}));
+    assert_eq!(agent.until("decision").pop().unwrap()["decision"], "allow");
+    // The approver may not revoke.
+    alice.send(&json!({"type":"revoke_grant","grantID":"grant_x"}));
+    let refused = alice.until("error");
+    assert_eq!(refused["code"], "forbidden", "{refused}");
+    // C holds the grant made by the answer (from the store); root revokes it.
+    let started = Instant::now();
+    let grant = loop {
+        root.send(&json!({"type":"list_grants"}));
+        let grants = root.until("grants");
+        if let Some(grant) = grants["grants"].as_array().and_then(|list| list.first()) {
+            break grant["grantID"].as_str().unwrap().to_string();
+        }
+        assert!(started.elapsed() < PATIENCE, "no grant on C: {grants}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    root.send(&json!({"type":"revoke_grant","grantID":grant}));
+    let after = root.until("grants");
+    assert_eq!(after["grants"], json!([]), "{after}");
+    let revoked_by = cluster.psql(
+        &database,
+        &format!("SELECT revoked_by FROM toolgate_grants WHERE id = '{grant}'"),
+    );
+    assert!(
+        revoked_by.starts_with("token root (admin) via test on "),
+        "{revoked_by}"
+    );
+    // A dropped it: the same call asks again.
+    let started = Instant::now();
+    loop {
+        let grants = agent.ask(json!({"type":"list_grants"}), "grants");
+        if grants["grants"] == json!([]) {
+            break;
+        }
+        assert!(started.elapsed() < PATIENCE, "A keeps the grant: {grants}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    agent.send(call("t2", "Bash", json!({"command":"touch admin"})));
+    let again = alice.until("permission_request");
+    assert_eq!(again["callID"], "t2", "{again}");
+    // root ends the session on C: A ends it too, denying the open call.
+    root.send(&json!({"type":"session_end","sessionID":"s"}));
+    root.until("session_ended");
+    let decision = agent.until("decision").pop().unwrap();
+    assert_eq!(decision["callID"], "t2", "{decision}");
+    assert_eq!(decision["decision"], "deny", "{decision}");
+    assert!(
+        decision["reason"]
+            .as_str()
+            .unwrap()
+            .contains("the session ended on another broker"),
+        "{decision}"
+    );
+    // root shuts C down.
+    root.send(&json!({"type":"shutdown"}));
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = c.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            started.elapsed() < PATIENCE,
+            "C did not stop: {}",
+            c.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status}: {}", c.stderr());
 }

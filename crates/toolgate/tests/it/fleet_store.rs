@@ -252,3 +252,148 @@ fn stores_that_cannot_be_used() {
         assert_eq!(text(&out.stdout), "", "{args:?}");
     }
 }
+
+/// TLS to the store (`sslmode`, `sslrootcert` in the URL), against a
+/// cluster of the test's own with `ssl = on` and a certificate for
+/// `localhost` made by the test: `verify-full` with the CA works (a
+/// broker's connections use TLS), `verify-ca` accepts a name the
+/// certificate is not for and `verify-full` does not, a wrong CA is exit 3
+/// naming why, `require` against a server without TLS is exit 3 (never
+/// plaintext), and an unknown `sslmode` is exit 2.
+#[test]
+fn tls_to_the_store() {
+    use rcgen::{
+        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
+        KeyPair, KeyUsagePurpose,
+    };
+    // The shared cluster (without TLS) first: it also says whether to skip.
+    let Some((plain_db, plain)) = pg::database("no_tls") else {
+        return;
+    };
+    let ca = |name: &str| {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let key = KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        (cert.pem(), Issuer::new(params, key))
+    };
+    let (ca_pem, issuer) = ca("store test CA");
+    let (other_pem, _) = ca("another CA");
+    let mut params = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+    params.distinguished_name.push(DnType::CommonName, "store");
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    let key = KeyPair::generate().unwrap();
+    let cert = params.signed_by(&key, &issuer).unwrap();
+    let cluster = pg::Cluster::start_with_tls(&cert.pem(), &key.serialize_pem()).unwrap();
+    cluster.psql("postgres", "CREATE DATABASE tls");
+    let dir = support::project_dir("store-tls");
+    // A socket's directory must be the broker's user's alone.
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let ca_file = dir.join("ca.pem");
+    let other_file = dir.join("other-ca.pem");
+    std::fs::write(&ca_file, &ca_pem).unwrap();
+    std::fs::write(&other_file, &other_pem).unwrap();
+    // `cluster.url` names 127.0.0.1; the certificate is for localhost.
+    let by_address = cluster.url("tls");
+    let by_name = by_address.replace("127.0.0.1", "localhost");
+    let with = |url: &str, mode: &str, ca: &Path| {
+        format!("{url}?sslmode={mode}&sslrootcert={}", ca.display())
+    };
+    let migrate = |url: &str| toolgate(&["store", "migrate", "--store", url], &[]);
+
+    let full = with(&by_name, "verify-full", &ca_file);
+    let out = migrate(&full);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    // The name is not the certificate's: verify-ca takes it, verify-full not.
+    let out = migrate(&with(&by_address, "verify-ca", &ca_file));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let out = migrate(&with(&by_address, "verify-full", &ca_file));
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    let said = text(&out.stderr);
+    assert!(
+        said.contains("over TLS as `sslmode=verify-full` requires"),
+        "{said}"
+    );
+    assert!(said.contains("not valid for name"), "{said}");
+    // A wrong CA: exit 3, naming it.
+    let out = migrate(&with(&by_name, "verify-full", &other_file));
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    let said = text(&out.stderr);
+    assert!(
+        said.contains("over TLS as `sslmode=verify-full` requires"),
+        "{said}"
+    );
+    assert!(said.contains(&other_file.display().to_string()), "{said}");
+    assert!(said.contains("UnknownIssuer"), "{said}");
+    // A server without TLS: `require` never falls back to plaintext.
+    let out = migrate(&format!("{}?sslmode=require", plain.url(&plain_db)));
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    let said = text(&out.stderr);
+    assert!(said.contains("server does not support TLS"), "{said}");
+    // An unknown mode, a CA file that is not there: the URL cannot be used.
+    let out = migrate(&format!("{by_name}?sslmode=allow"));
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let out = migrate(&with(&by_name, "verify-full", &dir.join("missing.pem")));
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+
+    // A broker on the store over verify-full: its connections are TLS.
+    let root = dir.join("project");
+    std::fs::create_dir_all(&root).unwrap();
+    let socket = dir.join("b.sock");
+    let serve = |url: &str| {
+        Command::new(env!("CARGO_BIN_EXE_toolgate"))
+            .args(["serve", "--mode", "ask", "--listen"])
+            .arg(format!("unix:{}", socket.display()))
+            .arg("--project-root")
+            .arg(&root)
+            .args(["--store", url])
+            .env_remove("TOOLGATE_STORE")
+            .env_remove("TOOLGATE_STATE_DIR")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let mut broker = serve(&full);
+    let started = std::time::Instant::now();
+    loop {
+        let tls = cluster.psql(
+            "postgres",
+            "SELECT count(*) FILTER (WHERE s.ssl) || '/' || count(*) FROM pg_stat_ssl s \
+             JOIN pg_stat_activity a USING (pid) WHERE a.application_name = 'toolgate'",
+        );
+        // Serving (its link joined), each of its connections over TLS.
+        let (over_tls, all) = tls.trim().split_once('/').unwrap();
+        if std::os::unix::net::UnixStream::connect(&socket).is_ok() && all != "0" && over_tls == all
+        {
+            break;
+        }
+        if let Ok(Some(status)) = broker.try_wait() {
+            let mut said = String::new();
+            std::io::Read::read_to_string(broker.stderr.as_mut().unwrap(), &mut said).unwrap();
+            panic!("the broker exited ({status}): {said}");
+        }
+        assert!(
+            started.elapsed() < support::PATIENCE,
+            "the broker's connections: {tls}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let _ = broker.kill();
+    let _ = broker.wait();
+    // With a wrong CA it does not start: exit 3, saying why.
+    let out = serve(&with(&by_name, "verify-full", &other_file))
+        .wait_with_output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    let said = text(&out.stderr);
+    assert!(
+        said.contains("over TLS as `sslmode=verify-full` requires"),
+        "{said}"
+    );
+    assert!(said.contains("UnknownIssuer"), "{said}");
+}

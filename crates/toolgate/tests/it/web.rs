@@ -571,7 +571,10 @@ fn a_question_in_the_store_is_streamed_answered_once_and_leaves_every_stream() {
     assert_eq!(answered.status, 200, "{answered:?}");
     let question = stored(&url, id);
     assert_eq!(question.state, QuestionState::Answered);
-    assert_eq!(question.answered_by.as_deref(), Some("alice"));
+    assert_eq!(
+        question.answered_by.as_deref(),
+        Some("token alice (approver) on the approval page")
+    );
     assert_eq!(
         question.answer,
         Some(
@@ -587,7 +590,10 @@ fn a_question_in_the_store_is_streamed_answered_once_and_leaves_every_stream() {
     let late = answer(&bob_cookie, Some(&bob_csrf), &origin, &once);
     assert_eq!(late.status, 409);
     let said: Value = serde_json::from_str(&late.body).unwrap();
-    assert_eq!(said["message"], "already answered by alice");
+    assert_eq!(
+        said["message"],
+        "already answered by token alice (approver) on the approval page"
+    );
     assert_eq!(stored(&url, id).answer, question.answer);
 
     // A reject with a message, through the form field rather than the header.

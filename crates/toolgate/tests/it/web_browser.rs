@@ -316,7 +316,10 @@ fn a_click_in_a_browser_answers_and_a_second_tab_sees_the_question_go() {
         std::thread::sleep(Duration::from_millis(100));
     };
     assert_eq!(answered.state, QuestionState::Answered);
-    assert_eq!(answered.answered_by.as_deref(), Some("alice"));
+    assert_eq!(
+        answered.answered_by.as_deref(),
+        Some("token alice (approver) on the approval page")
+    );
     assert_eq!(
         answered.answer,
         Some(json!({"type": "permission_response", "permissionID": "per_1", "response": "once"}))

@@ -9,8 +9,8 @@ use serde_json::Value;
 use toolgate_protocol::{Decision, Role, ServerFrame};
 
 use super::{
-    greeted, hello, left, of_call, open, readied, timed_out, withdrawal, ClientError, Endpoint,
-    Outcome, WITHDRAW_WRITE,
+    ended, greeted, hello, last_words, left, of_call, open, readied, timed_out, withdrawal,
+    ClientError, Endpoint, Outcome, WITHDRAW_WRITE,
 };
 
 /// One connection to a broker.
@@ -20,6 +20,8 @@ pub struct Client {
     /// The broker's `ready` answer to `hello` (read leniently: a client
     /// needs only its type).
     pub ready: Value,
+    /// Why the broker is closing the connection, when it said so.
+    last_words: Option<String>,
 }
 
 impl Client {
@@ -48,6 +50,7 @@ impl Client {
             writer: stream,
             reader,
             ready: Value::Null,
+            last_words: None,
         };
         client.bound_writes(Some(deadline))?;
         if endpoint.greets() {
@@ -101,7 +104,11 @@ impl Client {
 
     /// The next frame, waiting at most until `deadline`.
     pub fn recv(&mut self, deadline: Option<Instant>) -> Result<ServerFrame, ClientError> {
-        super::frame(&self.recv_line(deadline)?)
+        let frame = super::frame(&self.recv_line(deadline)?)?;
+        if let Some(why) = last_words(&frame) {
+            self.last_words = Some(why);
+        }
+        Ok(frame)
     }
 
     /// The next frame as JSON, waiting at most until `deadline`.
@@ -120,7 +127,7 @@ impl Client {
             .map_err(ClientError::Io)?;
         let mut line = Vec::new();
         match self.reader.read_until(b'\n', &mut line) {
-            Ok(0) => Err(ClientError::Closed),
+            Ok(0) => Err(ended(&self.last_words)),
             Ok(_) => Ok(line),
             Err(err) if timed_out(&err) => Err(ClientError::TimedOut),
             Err(err) => Err(ClientError::Io(err)),

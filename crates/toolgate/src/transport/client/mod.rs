@@ -171,6 +171,10 @@ pub enum ClientError {
     TimedOut,
     /// The broker closed the connection.
     Closed,
+    /// The broker closed the connection after saying why in an `error`
+    /// frame about no call (a remote connection whose token was revoked or
+    /// expired): its words.
+    Ended(String),
     /// The broker said something this client did not expect.
     Protocol(String),
     /// Reading or writing failed.
@@ -206,6 +210,7 @@ impl std::fmt::Display for ClientError {
             ),
             ClientError::TimedOut => f.write_str("the broker did not answer in time"),
             ClientError::Closed => f.write_str("the broker closed the connection"),
+            ClientError::Ended(why) => write!(f, "the broker closed the connection: {why}"),
             ClientError::Protocol(what) => write!(f, "unexpected frame from the broker: {what}"),
             ClientError::Io(err) => write!(f, "talking to the broker failed: {err}"),
         }
@@ -401,6 +406,32 @@ fn value(line: &[u8]) -> Result<Value, ClientError> {
 /// One line from the broker as a frame.
 fn frame(line: &[u8]) -> Result<ServerFrame, ClientError> {
     serde_json::from_slice(line).map_err(|err| unreadable(err, line))
+}
+
+/// The words of an `error` frame about no call, no question and no line:
+/// the broker says why it is about to close the connection (a remote
+/// token revoked or expired), kept to tell why it closed.
+fn last_words(frame: &ServerFrame) -> Option<String> {
+    match frame {
+        ServerFrame::Error(error)
+            if error.call_id.is_none()
+                && error.session_id.is_none()
+                && error.permission_id.is_none()
+                && error.line.is_none() =>
+        {
+            Some(error.message.clone())
+        }
+        _ => None,
+    }
+}
+
+/// The end of a connection: [`ClientError::Ended`] when the broker said
+/// why before it closed it, else [`ClientError::Closed`].
+fn ended(last_words: &Option<String>) -> ClientError {
+    match last_words {
+        Some(why) => ClientError::Ended(why.clone()),
+        None => ClientError::Closed,
+    }
 }
 
 fn unreadable(err: serde_json::Error, line: &[u8]) -> ClientError {

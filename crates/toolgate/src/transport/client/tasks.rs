@@ -40,7 +40,7 @@ pub struct Connection {
 }
 
 /// The reading half of a [`Connection`].
-pub struct Incoming(AsyncReader<OwnedReadHalf>);
+pub struct Incoming(AsyncReader<OwnedReadHalf>, Option<String>);
 
 /// The writing half of a [`Connection`].
 pub struct Outgoing(OwnedWriteHalf);
@@ -61,7 +61,7 @@ impl Connection {
         };
         let (reading, writing) = stream.into_split();
         let mut connection = Connection {
-            incoming: Incoming(AsyncReader::new(reading, MAX_LINE)),
+            incoming: Incoming(AsyncReader::new(reading, MAX_LINE), None),
             outgoing: Outgoing(writing),
             ready: Value::Null,
         };
@@ -127,7 +127,7 @@ impl Incoming {
             Some(Line::TooLarge(_)) => Err(ClientError::Protocol(format!(
                 "a line longer than {MAX_LINE} bytes"
             ))),
-            None => Err(ClientError::Closed),
+            None => Err(super::ended(&self.1)),
         }
     }
 
@@ -138,7 +138,12 @@ impl Incoming {
 
     /// The next frame.
     pub async fn recv(&mut self) -> Result<ServerFrame, ClientError> {
-        super::frame(&self.line().await?)
+        let frame = super::frame(&self.line().await?)?;
+        // Why the broker is closing the connection, when it says so.
+        if let Some(why) = super::last_words(&frame) {
+            self.1 = Some(why);
+        }
+        Ok(frame)
     }
 
     /// How call `call` of `session` ends for this client: its decision, or

@@ -28,6 +28,11 @@ pub struct Holder {
 }
 
 impl Holder {
+    /// How answers given on its connection are signed: `token NAME (ROLE)`.
+    pub fn signature(&self) -> String {
+        format!("token {} ({})", self.name, self.role)
+    }
+
     /// "the token `NAME` is an agent's" (every role begins with a vowel).
     fn whose(&self) -> String {
         format!("the token `{}` is an {}'s", self.name, self.role)

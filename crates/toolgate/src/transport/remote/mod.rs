@@ -288,6 +288,7 @@ async fn connection(
     let peer = Peer {
         reading: state,
         first: vec![(number, Decoded::frame(ClientFrame::Hello(hello)))],
+        token: Some(holder.signature()),
         guard: Some(Box::new(TokenGuard { holder })),
         ended: Some(ended),
     };

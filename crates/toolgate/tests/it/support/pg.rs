@@ -106,6 +106,38 @@ impl Cluster {
 
     /// initdb a new cluster in a new temporary directory and start it.
     pub fn start() -> Result<Cluster, String> {
+        Cluster::start_with(|_| Ok(()))
+    }
+
+    /// A cluster that speaks TLS too (`ssl = on`), with the certificate
+    /// chain `cert` and its key `key` (PEM).
+    pub fn start_with_tls(cert: &str, key: &str) -> Result<Cluster, String> {
+        Cluster::start_with(|data| {
+            use std::os::unix::fs::PermissionsExt as _;
+            let put = |name: &str, text: &str| -> Result<(), String> {
+                let path = data.join(name);
+                std::fs::write(&path, text).map_err(|err| err.to_string())?;
+                // The server refuses a key others may read.
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+                    .map_err(|err| err.to_string())
+            };
+            put("server.crt", cert)?;
+            put("server.key", key)?;
+            let mut conf = std::fs::OpenOptions::new()
+                .append(true)
+                .open(data.join("postgresql.conf"))
+                .map_err(|err| err.to_string())?;
+            writeln!(
+                conf,
+                "ssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'"
+            )
+            .map_err(|err| err.to_string())
+        })
+    }
+
+    /// initdb a new cluster, let `setup` change its data directory, and
+    /// start it.
+    fn start_with(setup: impl FnOnce(&Path) -> Result<(), String>) -> Result<Cluster, String> {
         let bin = pg_bin()?;
         let run_as = cluster_user();
         static COUNT: AtomicU32 = AtomicU32::new(0);
@@ -175,6 +207,19 @@ impl Cluster {
                 "initdb failed: {}",
                 String::from_utf8_lossy(&out.stderr)
             ));
+        }
+        setup(&data)?;
+        if let Some(user) = &cluster.run_as {
+            // What `setup` wrote is the cluster user's (a key file must be).
+            let status = Command::new("chown")
+                .arg("-R")
+                .arg(format!("{user}:"))
+                .arg(&data)
+                .status()
+                .map_err(|err| err.to_string())?;
+            if !status.success() {
+                return Err(format!("cannot give {} to {user}", data.display()));
+            }
         }
         let mut last = String::new();
         for _ in 0..5 {
