@@ -24,7 +24,7 @@ def binary():
     """BIN, else target/release/toolgate (built with `cargo build --release -p toolgate` when missing)."""
     path = os.environ.get("BIN")
     if path:
-        return path
+        return os.path.abspath(path)  # (brokers run in the project directory)
     path = os.path.join(ROOT, "target", "release", "toolgate")
     if not os.path.exists(path):
         subprocess.run(["cargo", "build", "--release", "-q", "-p", "toolgate"], cwd=ROOT, check=True)
