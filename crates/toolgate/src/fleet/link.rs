@@ -119,6 +119,9 @@ async fn renew(config: &Config, work: &mut Store) -> Result<(), String> {
 /// back, or a statement that wrote nothing).
 const PATIENCE: Duration = Duration::from_secs(5);
 
+/// The most missing revisions named in a read ([`Cursor::unread`]).
+const MOST_MISSING: usize = 10_000;
+
 /// Who a broker is, in the store.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -271,6 +274,21 @@ impl Cursor {
         }
         self.missing.remove(&revision);
         self.seen.insert(revision)
+    }
+
+    /// What is left to read: every revision above the returned one, and the
+    /// missing ones below it. A revision seen is not read again, so a
+    /// wake-up reads what is new and what may still be committing, not
+    /// every row changed since `base` (a question asked, then answered,
+    /// leaves its first revision missing for [`PATIENCE`]: read from
+    /// `base`, each wake-up read every row changed since, again and again).
+    /// With very many missing, everything above `base` is read instead.
+    fn unread(&self) -> (i64, Vec<i64>) {
+        let top = self.seen.last().copied().unwrap_or(self.base);
+        if self.missing.len() > MOST_MISSING {
+            return (self.base, Vec::new());
+        }
+        (top, self.missing.keys().copied().collect())
     }
 
     /// Move `base` up over what was read and what will not come.
@@ -617,16 +635,29 @@ impl Task {
     /// Read what changed since the last revision seen; `full`: also the
     /// project's open questions and live grants whole.
     async fn resync(&mut self, work: &mut Store, full: bool) -> Result<(), String> {
-        let base = self.cursor.base;
+        let (after, missing) = self.cursor.unread();
+        let missing = &missing[..];
         let project = self.config.project.clone();
         let me = self.config.broker;
         let mut changes = Changes::default();
         // Questions before grants: an answer seen means its grants (one
         // transaction) are there for the next statement to read.
-        let questions = lost(call(work.questions_since(base)).await, "reading questions")?;
-        let grants = lost(call(work.grants_since(base)).await, "reading grants")?;
-        let sessions = lost(call(work.sessions_since(base)).await, "reading sessions")?;
-        let tokens = lost(call(token_revisions(work, base)).await, "reading tokens")?;
+        let questions = lost(
+            call(work.questions_since(after, missing)).await,
+            "reading questions",
+        )?;
+        let grants = lost(
+            call(work.grants_since(after, missing)).await,
+            "reading grants",
+        )?;
+        let sessions = lost(
+            call(work.sessions_since(after, missing)).await,
+            "reading sessions",
+        )?;
+        let tokens = lost(
+            call(token_revisions(work, after, missing)).await,
+            "reading tokens",
+        )?;
         for question in questions.unwrap_or_default() {
             if !self.cursor.saw(question.revision) || question.project != project {
                 continue;
@@ -746,12 +777,18 @@ impl Task {
 /// The revisions of tokens changed after `revision` (the broker reads no
 /// token, but their revisions come from the same sequence: seen, they are
 /// not waited for).
-async fn token_revisions(store: &mut Store, revision: i64) -> Result<Vec<i64>, StoreError> {
+async fn token_revisions(
+    store: &mut Store,
+    revision: i64,
+    missing: &[i64],
+) -> Result<Vec<i64>, StoreError> {
     let rows = store
         .client
         .query(
-            "SELECT revision FROM toolgate_tokens WHERE revision > $1",
-            &[&revision],
+            "SELECT revision FROM toolgate_tokens WHERE revision > $1 \
+             UNION ALL SELECT revision FROM toolgate_tokens \
+             WHERE revision = ANY($2) AND revision <= $1",
+            &[&revision, &missing],
         )
         .await
         .map_err(StoreError::from_query)?;
@@ -963,6 +1000,8 @@ mod tests {
         cursor.settle(start);
         // 12 may still be committing: reading resumes after 11.
         assert_eq!(cursor.base, 11);
+        // What is read next: 12 and what is above 13, not 13 again.
+        assert_eq!(cursor.unread(), (13, vec![12]));
         assert!(cursor.saw(12));
         cursor.settle(start);
         assert_eq!(cursor.base, 13);

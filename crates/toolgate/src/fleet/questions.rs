@@ -441,16 +441,24 @@ impl Store {
         rows.iter().map(read_question).collect()
     }
 
-    /// Every question changed after `revision`, in the order of their changes.
-    pub async fn questions_since(&mut self, revision: i64) -> Result<Vec<Question>, StoreError> {
+    /// Every question changed after `revision`, or whose revision is one of
+    /// `missing`, in the order of their changes.
+    pub async fn questions_since(
+        &mut self,
+        revision: i64,
+        missing: &[i64],
+    ) -> Result<Vec<Question>, StoreError> {
         let rows = self
             .client
             .query(
                 &format!(
-                    "SELECT {QUESTION_COLUMNS} FROM toolgate_questions
-                     WHERE revision > $1 ORDER BY revision"
+                    "SELECT {QUESTION_COLUMNS} FROM toolgate_questions WHERE revision > $1
+                      UNION ALL
+                      SELECT {QUESTION_COLUMNS} FROM toolgate_questions
+                      WHERE revision = ANY($2) AND revision <= $1
+                      ORDER BY revision"
                 ),
-                &[&revision],
+                &[&revision, &missing],
             )
             .await
             .map_err(StoreError::from_query)?;

@@ -192,15 +192,22 @@ impl Store {
     }
 
     /// Every session changed after `revision`, in the order of their changes.
-    pub async fn sessions_since(&mut self, revision: i64) -> Result<Vec<Session>, StoreError> {
+    pub async fn sessions_since(
+        &mut self,
+        revision: i64,
+        missing: &[i64],
+    ) -> Result<Vec<Session>, StoreError> {
         let rows = self
             .client
             .query(
                 &format!(
-                    "SELECT {SESSION_COLUMNS} FROM toolgate_sessions
-                     WHERE revision > $1 ORDER BY revision"
+                    "SELECT {SESSION_COLUMNS} FROM toolgate_sessions WHERE revision > $1
+                      UNION ALL
+                      SELECT {SESSION_COLUMNS} FROM toolgate_sessions
+                      WHERE revision = ANY($2) AND revision <= $1
+                      ORDER BY revision"
                 ),
-                &[&revision],
+                &[&revision, &missing],
             )
             .await
             .map_err(StoreError::from_query)?;
@@ -279,15 +286,22 @@ impl Store {
 
     /// Every grant changed after `revision` (made or revoked), in the order
     /// of their changes.
-    pub async fn grants_since(&mut self, revision: i64) -> Result<Vec<Grant>, StoreError> {
+    pub async fn grants_since(
+        &mut self,
+        revision: i64,
+        missing: &[i64],
+    ) -> Result<Vec<Grant>, StoreError> {
         let rows = self
             .client
             .query(
                 &format!(
-                    "SELECT {GRANT_COLUMNS} FROM toolgate_grants
-                     WHERE revision > $1 ORDER BY revision"
+                    "SELECT {GRANT_COLUMNS} FROM toolgate_grants WHERE revision > $1
+                      UNION ALL
+                      SELECT {GRANT_COLUMNS} FROM toolgate_grants
+                      WHERE revision = ANY($2) AND revision <= $1
+                      ORDER BY revision"
                 ),
-                &[&revision],
+                &[&revision, &missing],
             )
             .await
             .map_err(StoreError::from_query)?;

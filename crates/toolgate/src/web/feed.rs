@@ -119,7 +119,7 @@ async fn follow(
             wake = wakeups.wait() => match wake {
                 Wake::Closed => return Ok(()),
                 Wake::Changed(raised) if raised.has(Channel::Questions) => {
-                    for question in store.questions_since(revision).await? {
+                    for question in store.questions_since(revision, &[]).await? {
                         revision = revision.max(question.revision);
                         if question.state == QuestionState::Open {
                             add(&mut store, rendered, &question).await?;

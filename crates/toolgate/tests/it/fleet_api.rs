@@ -281,7 +281,7 @@ fn sessions_close_and_reopen_and_changes_are_read_by_revision() {
         );
         // Since the first put: the worker's four changes show as its last, and the ghost.
         let since: Vec<(String, Option<Closed>)> = store
-            .sessions_since(first.revision)
+            .sessions_since(first.revision, &[])
             .await
             .unwrap()
             .into_iter()
@@ -353,7 +353,7 @@ fn grants_are_written_once_revoked_once_and_end() {
         );
 
         let mark = store
-            .grants_since(0)
+            .grants_since(0, &[])
             .await
             .unwrap()
             .last()
@@ -379,7 +379,7 @@ fn grants_are_written_once_revoked_once_and_end() {
         assert_eq!(again.revoked_at, revoked.revoked_at);
         assert_eq!(store.revoke_grant("grant_9", "admin").await.unwrap(), None);
         // A broker that saw `mark` reads the revocation, once.
-        let news = store.grants_since(mark).await.unwrap();
+        let news = store.grants_since(mark, &[]).await.unwrap();
         assert_eq!(news.len(), 1);
         assert_eq!(news[0].grant.id, "grant_1");
         assert!(news[0].revoked_at.is_some());
