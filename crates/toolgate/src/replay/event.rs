@@ -45,10 +45,10 @@ pub enum Frame {
         session: Option<String>,
         /// Its `callID`.
         call: Option<String>,
-        /// Where the `callID`'s raw JSON (a string, quotes included) stands
-        /// in `line`, as a byte range: two lines that differ only there are
-        /// the same frame but for its `callID`.
-        call_at: Option<(usize, usize)>,
+        /// For a `tool_call`: the number of its shape
+        /// ([`super::frames::Shapes`]). Two lines of the same shape differ
+        /// only in their `callID`: they are the same call under two ids.
+        shape: Option<u64>,
         /// Its `permissionID` (or `permission_id`).
         permission: Option<String>,
     },

@@ -165,7 +165,7 @@ pub fn line(shapes: &mut Shapes, name: &str, number: usize, line: &str, out: &mu
                 kind: None,
                 session: None,
                 call: None,
-                call_at: None,
+                shape: None,
                 permission: None,
             }));
             return;
@@ -183,20 +183,21 @@ pub fn line(shapes: &mut Shapes, name: &str, number: usize, line: &str, out: &mu
         ))
     };
     if let Some(client) = CLIENT.iter().find(|client| **client == kind) {
-        if let (Some(at), "tool_call") = (call_at, *client) {
-            shapes.learn(
+        let shape = match (call_at, *client) {
+            (Some(at), "tool_call") => Some(shapes.learn(
                 line,
                 at,
                 head.session.as_deref(),
                 head.permission.as_deref(),
-            );
-        }
+            )),
+            _ => None,
+        };
         out.push(Event::Frame(Frame::Line {
             line: line.to_string(),
             kind: Some(client),
             session: head.session.map(Cow::into_owned),
             call: call.clone().map(Cow::into_owned),
-            call_at,
+            shape,
             permission: head.permission.map(Cow::into_owned),
         }));
     } else if kind == "decision" {
@@ -226,7 +227,7 @@ pub fn line(shapes: &mut Shapes, name: &str, number: usize, line: &str, out: &mu
             kind: None,
             session: None,
             call: None,
-            call_at: None,
+            shape: None,
             permission: None,
         }));
     }
@@ -252,11 +253,15 @@ pub struct Shapes {
     known: std::collections::HashMap<Vec<u8>, Known, foldhash::fast::RandomState>,
     /// The key of the line being looked at.
     key: Vec<u8>,
+    /// The number the next new shape gets: never given twice, also after
+    /// the shapes are forgotten.
+    next: u64,
 }
 
 /// What a known shape's lines say besides their `callID`.
 #[derive(Debug)]
 struct Known {
+    number: u64,
     session: Option<String>,
     permission: Option<String>,
 }
@@ -285,34 +290,38 @@ impl Shapes {
             kind: Some("tool_call"),
             session: known.session.clone(),
             call: Some(line.get(start + 1..end - 1)?.to_string()),
-            call_at: Some((start, end)),
+            shape: Some(known.number),
             permission: known.permission.clone(),
         })
     }
 
     /// Keep the shape of `line`, a `tool_call` read whole whose `callID`
-    /// stood at `at`.
+    /// stood at `at`: its number.
     fn learn(
         &mut self,
         line: &str,
         at: (usize, usize),
         session: Option<&str>,
         permission: Option<&str>,
-    ) {
-        let Some(prefix) = line.get(..at.0) else {
-            return;
-        };
+    ) -> u64 {
+        key(&mut self.key, line, at);
+        if let Some(known) = self.known.get(&self.key) {
+            return known.number;
+        }
         if self.known.len() >= Self::MOST {
             self.known.clear();
         }
-        key(&mut self.key, line, at);
+        let number = self.next;
+        self.next += 1;
         self.known.insert(
             self.key.clone(),
             Known {
+                number,
                 session: session.map(str::to_string),
                 permission: permission.map(str::to_string),
             },
         );
+        let prefix = line.get(..at.0).unwrap_or_default();
         match self.prefixes.iter().position(|known| known == prefix) {
             Some(0) => {}
             Some(index) => {
@@ -324,12 +333,13 @@ impl Shapes {
                 self.prefixes.insert(0, prefix.to_string());
             }
         }
+        number
     }
 }
 
 /// The shape of `line` whose `callID` value stands at `at`: where it
 /// starts, the text before it and the text after it.
-pub fn key(into: &mut Vec<u8>, line: &str, at: (usize, usize)) {
+fn key(into: &mut Vec<u8>, line: &str, at: (usize, usize)) {
     into.clear();
     into.extend_from_slice(&at.0.to_le_bytes());
     into.extend_from_slice(line.as_bytes().get(..at.0).unwrap_or_default());
@@ -338,6 +348,7 @@ pub fn key(into: &mut Vec<u8>, line: &str, at: (usize, usize)) {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
     use super::*;
 
     /// Every line read once with every shape learnt so far, and alone with
@@ -381,12 +392,32 @@ mod tests {
             }
         }
         let mut warm = Shapes::default();
+        // By shape number: the line's JSON without its `callID`.
+        let mut shapes_seen: std::collections::HashMap<u64, Value> = Default::default();
+        let unnumbered = |events: &mut Vec<Event>| {
+            let mut numbers = Vec::new();
+            for event in events.iter_mut() {
+                if let Event::Frame(Frame::Line { shape, .. }) = event {
+                    numbers.extend(shape.take());
+                }
+            }
+            numbers
+        };
         for (number, line) in lines.iter().enumerate() {
             let mut known = Vec::new();
             super::line(&mut warm, "f", number, line, &mut known);
             let mut parsed = Vec::new();
             super::line(&mut Shapes::default(), "f", number, line, &mut parsed);
+            let numbered = unnumbered(&mut known);
+            assert_eq!(numbered.len(), unnumbered(&mut parsed).len(), "{line}");
             assert_eq!(known, parsed, "{line}");
+            // One number, one call but for its id; another, another call.
+            for shape in numbered {
+                let mut value: Value = serde_json::from_str(line).unwrap();
+                value.as_object_mut().unwrap().remove("callID");
+                let before = shapes_seen.entry(shape).or_insert_with(|| value.clone());
+                assert_eq!(*before, value, "{line}");
+            }
         }
         // The six shapes that parse (not the twice-named id, the cut line,
         // the trailing text), and a fresh id of one is read without a parse.

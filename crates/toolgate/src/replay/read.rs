@@ -272,14 +272,15 @@ impl Reading<'_> {
     /// call is not one of [`Seen`]'s (it judges the call whole itself
     /// rather than wait longer).
     fn prepared(&mut self, frame: &Frame) -> Vec<Option<Prepared>> {
-        let shaped = self.seen.shape(frame);
-        if shaped {
-            if let Some(known) = self.seen.calls.get(&self.seen.key) {
-                return known
-                    .iter()
-                    .map(|decoded| decoded.clone().map(Prepared::Like))
-                    .collect();
-            }
+        let shape = match frame {
+            Frame::Line { shape, .. } => *shape,
+            Frame::Built(_) => None,
+        };
+        if let Some(known) = shape.and_then(|shape| self.seen.calls.get(&shape)) {
+            return known
+                .iter()
+                .map(|decoded| decoded.clone().map(Prepared::Like))
+                .collect();
         }
         if self.in_flight.0.load(Ordering::Relaxed) == 0 {
             return Vec::new();
@@ -305,16 +306,17 @@ impl Reading<'_> {
             .iter()
             .map(|decoded| decoded.clone().map(Prepared::Like))
             .collect();
-        if shaped {
-            self.seen.calls.insert(self.seen.key.clone(), decoded);
+        if let Some(shape) = shape {
+            self.seen.calls.insert(shape, decoded);
         }
         prepared
     }
 }
 
 /// The calls of the batch being filled that were decoded and prepared,
-/// by their line without its `callID`: a recorded line that differs from
-/// one of them only in its `callID` is that call again (decoding is pure,
+/// by their shape (the frames reader's number for a `tool_call` line
+/// without its `callID`): a recorded line that differs from one of them
+/// only in its `callID` is that call again (decoding is pure,
 /// and a call is prepared from its tool, input and working directory
 /// alone), so it is given the same judgement under its own id rather than
 /// decoded and prepared again. Agents repeat themselves (the same file
@@ -327,26 +329,6 @@ impl Reading<'_> {
 /// [`Decoded::confirm_prepared`]).
 #[derive(Default)]
 struct Seen {
-    calls: HashMap<Vec<u8>, Vec<Option<Arc<Decoded>>>, foldhash::fast::RandomState>,
-    /// The last line's shape, built here to be looked up without an
-    /// allocation.
-    key: Vec<u8>,
-}
-
-impl Seen {
-    /// Make `key` the shape of a recorded `tool_call` line: where its
-    /// `callID` stood and the line without it. False for a built frame, or
-    /// a line whose `callID` could not be placed.
-    fn shape(&mut self, frame: &Frame) -> bool {
-        let Frame::Line {
-            line,
-            call_at: Some((start, end)),
-            ..
-        } = frame
-        else {
-            return false;
-        };
-        super::frames::key(&mut self.key, line, (*start, *end));
-        true
-    }
+    /// By the number of their shape ([`Frame::Line`]'s `shape`).
+    calls: HashMap<u64, Vec<Option<Arc<Decoded>>>, foldhash::fast::RandomState>,
 }
