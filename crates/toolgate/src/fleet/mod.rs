@@ -122,6 +122,17 @@ impl Store {
             }
             wake.close();
         });
+        // Every statement a broker runs reads or writes a few rows by an
+        // index. A plan with parallel workers (or compiled by JIT) costs
+        // more to start than such a statement takes, and the planner picks
+        // one when its estimates are off, as they are while a table grows
+        // faster than autovacuum analyzes it (a revocation took 20 to 40 ms
+        // to reach another broker, instead of 5, once the questions' table
+        // passed the size of a parallel scan).
+        client
+            .batch_execute("SET max_parallel_workers_per_gather = 0; SET jit = off")
+            .await
+            .map_err(StoreError::from_query)?;
         Ok(Store {
             client,
             name,
@@ -133,6 +144,17 @@ impl Store {
     /// a password.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// A setting as this connection has it (`SHOW NAME`): what the broker
+    /// set on connecting wins over the database's and the server's defaults.
+    pub async fn setting(&self, name: &str) -> Result<String, StoreError> {
+        let row = self
+            .client
+            .query_one("SELECT current_setting($1)", &[&name])
+            .await
+            .map_err(StoreError::from_query)?;
+        row.try_get(0).map_err(StoreError::from_query)
     }
 
     /// The store's schema version (0: none yet).

@@ -462,6 +462,41 @@ fn notifications_wake_and_a_lost_connection_says_so() {
 }
 
 #[test]
+fn a_connection_plans_without_parallel_workers_or_jit() {
+    // A broker's statements read a few rows by an index: a parallel plan's
+    // workers (or JIT) cost more to start than the statement, so a
+    // connection turns them off, whatever the database's defaults say.
+    let Some((url, cluster, database)) = store("plans") else {
+        return;
+    };
+    cluster.psql(
+        &database,
+        &format!(
+            "ALTER DATABASE \"{database}\" SET max_parallel_workers_per_gather = 4; \
+             ALTER DATABASE \"{database}\" SET jit = on"
+        ),
+    );
+    assert_eq!(
+        cluster
+            .psql(&database, "SHOW max_parallel_workers_per_gather")
+            .trim(),
+        "4",
+        "the database's default took"
+    );
+    runtime().unwrap().block_on(async {
+        let store = Store::connect(&url).await.unwrap();
+        assert_eq!(
+            store
+                .setting("max_parallel_workers_per_gather")
+                .await
+                .unwrap(),
+            "0"
+        );
+        assert_eq!(store.setting("jit").await.unwrap(), "off");
+    });
+}
+
+#[test]
 fn a_store_that_stops_is_a_lost_connection_and_keeps_what_was_committed() {
     // A cluster of its own: stopping the process's one would stop every test's.
     if pg::cluster().is_none() {
