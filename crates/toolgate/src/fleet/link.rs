@@ -241,19 +241,43 @@ impl LinkHandle for Handle {
 }
 
 /// What the link has read: every revision up to `base`, those above it in
-/// `seen`, and the revisions missing above `base` (since when). Revisions
-/// come from one sequence but commit in any order: one missing below a
-/// revision seen may still be committing, so reading resumes from `base`
-/// until it comes or [`PATIENCE`] runs out. Also what the broker was told
-/// is open and live, to find what a lost notification hid.
+/// `seen`, and the revisions missing above `base`. Revisions come from one
+/// sequence but commit in any order: one missing below a revision seen may
+/// still be committing, so it is read again until it comes, until every
+/// transaction that could hold it has ended ([`Horizon`]: then it never
+/// will, its row changed again or it rolled back), or until [`PATIENCE`]
+/// runs out. Also what the broker was told is open and live, to find what
+/// a lost notification hid.
 struct Cursor {
     base: i64,
     seen: BTreeSet<i64>,
-    missing: BTreeMap<i64, Instant>,
+    missing: BTreeMap<i64, Missing>,
     /// The project's questions the broker was told are open.
     open: HashSet<Uuid>,
     /// The project's grants the broker was told are live.
     live: HashSet<String>,
+}
+
+/// A revision missing below one seen.
+#[derive(Debug, Clone, Copy)]
+struct Missing {
+    /// When it was first missed.
+    since: Instant,
+    /// Every transaction that can hold it has an id below this (the `xmax`
+    /// of a snapshot taken after the read that missed it).
+    held_below: i64,
+}
+
+/// Where the store's transactions stood around one read, by transaction
+/// id (schema version 3 draws a change's id before its revision).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Horizon {
+    /// Before the read: every transaction with an id below this had ended,
+    /// so the read saw what each committed.
+    ended_below: i64,
+    /// After the read: every transaction that held an id had one below
+    /// this.
+    started_below: i64,
 }
 
 impl Cursor {
@@ -279,10 +303,8 @@ impl Cursor {
     /// What is left to read: every revision above the returned one, and the
     /// missing ones below it. A revision seen is not read again, so a
     /// wake-up reads what is new and what may still be committing, not
-    /// every row changed since `base` (a question asked, then answered,
-    /// leaves its first revision missing for [`PATIENCE`]: read from
-    /// `base`, each wake-up read every row changed since, again and again).
-    /// With very many missing, everything above `base` is read instead.
+    /// every row changed since `base`. With very many missing, everything
+    /// above `base` is read instead.
     fn unread(&self) -> (i64, Vec<i64>) {
         let top = self.seen.last().copied().unwrap_or(self.base);
         if self.missing.len() > MOST_MISSING {
@@ -291,8 +313,10 @@ impl Cursor {
         (top, self.missing.keys().copied().collect())
     }
 
-    /// Move `base` up over what was read and what will not come.
-    fn settle(&mut self, now: Instant) {
+    /// After a read around which the store stood at `horizon`: note what
+    /// it missed, give up on what cannot come any more, and move `base` up
+    /// over what was read and what will not come.
+    fn settle(&mut self, now: Instant, horizon: Horizon) {
         let Some(&top) = self.seen.last() else {
             return;
         };
@@ -301,23 +325,36 @@ impl Cursor {
         let mut revision = self.base + 1;
         while revision < top {
             if !self.seen.contains(&revision) {
-                self.missing.entry(revision).or_insert(now);
+                self.missing.entry(revision).or_insert(Missing {
+                    since: now,
+                    held_below: horizon.started_below,
+                });
             }
             revision += 1;
         }
+        // A question asked then answered at once leaves its first revision
+        // missing: it is given up on at the first read that began with
+        // every transaction that could hold it ended, not after
+        // [`PATIENCE`]. Given up on, it counts as read.
+        let gone: Vec<i64> = self
+            .missing
+            .iter()
+            .filter(|(_, missing)| {
+                missing.held_below <= horizon.ended_below
+                    || now.duration_since(missing.since) >= PATIENCE
+            })
+            .map(|(revision, _)| *revision)
+            .collect();
+        for revision in gone {
+            self.missing.remove(&revision);
+            self.seen.insert(revision);
+        }
         loop {
             let next = self.base + 1;
-            if self.seen.remove(&next) {
-                self.base = next;
-                continue;
+            if !self.seen.remove(&next) {
+                break;
             }
-            match self.missing.get(&next) {
-                Some(since) if now.duration_since(*since) >= PATIENCE => {
-                    self.missing.remove(&next);
-                    self.base = next;
-                }
-                _ => break,
-            }
+            self.base = next;
         }
     }
 }
@@ -640,6 +677,14 @@ impl Task {
         let project = self.config.project.clone();
         let me = self.config.broker;
         let mut changes = Changes::default();
+        // Refused (it never is, by a store of schema version 3), the
+        // horizon gives nothing up early: missing revisions wait out
+        // [`PATIENCE`].
+        let ended_below = lost(
+            call(work.ended_below()).await,
+            "reading the store's horizon",
+        )?
+        .unwrap_or(i64::MIN);
         // Questions before grants: an answer seen means its grants (one
         // transaction) are there for the next statement to read.
         let questions = lost(
@@ -689,10 +734,21 @@ impl Task {
         for revision in tokens.unwrap_or_default() {
             self.cursor.saw(revision);
         }
+        let started_below = lost(
+            call(work.started_below()).await,
+            "reading the store's horizon",
+        )?
+        .unwrap_or(i64::MAX);
         if full {
             self.reread(work, &mut changes).await?;
         }
-        self.cursor.settle(Instant::now());
+        self.cursor.settle(
+            Instant::now(),
+            Horizon {
+                ended_below,
+                started_below,
+            },
+        );
         if full || changes != Changes::default() {
             self.tell(News::Changes(changes));
         }
@@ -989,6 +1045,12 @@ fn session_row(session: &Session) -> SessionRow {
 mod tests {
     use super::*;
 
+    /// A horizon that gives nothing up early.
+    const BLIND: Horizon = Horizon {
+        ended_below: i64::MIN,
+        started_below: i64::MAX,
+    };
+
     #[test]
     fn the_cursor_waits_for_a_gap_then_gives_up_on_it() {
         let start = Instant::now();
@@ -997,20 +1059,88 @@ mod tests {
         assert!(cursor.saw(13));
         assert!(!cursor.saw(13), "read twice");
         assert!(!cursor.saw(9), "below the base");
-        cursor.settle(start);
+        cursor.settle(start, BLIND);
         // 12 may still be committing: reading resumes after 11.
         assert_eq!(cursor.base, 11);
         // What is read next: 12 and what is above 13, not 13 again.
         assert_eq!(cursor.unread(), (13, vec![12]));
         assert!(cursor.saw(12));
-        cursor.settle(start);
+        cursor.settle(start, BLIND);
         assert_eq!(cursor.base, 13);
         assert!(cursor.saw(15));
-        cursor.settle(start);
+        cursor.settle(start, BLIND);
         assert_eq!(cursor.base, 13);
-        cursor.settle(start + PATIENCE);
+        cursor.settle(start + PATIENCE, BLIND);
         // 14 never came (a rollback): given up on.
         assert_eq!(cursor.base, 15);
         assert!(cursor.seen.is_empty() && cursor.missing.is_empty());
+    }
+
+    #[test]
+    fn a_gap_is_given_up_once_every_transaction_that_could_hold_it_has_ended() {
+        let now = Instant::now();
+        let mut cursor = Cursor::new(10);
+        assert!(cursor.saw(11));
+        assert!(cursor.saw(14));
+        // Transactions 100 to 104 ran around the read: 12 and 13 may be
+        // held by any of them.
+        cursor.settle(
+            now,
+            Horizon {
+                ended_below: 100,
+                started_below: 105,
+            },
+        );
+        assert_eq!(cursor.base, 11);
+        assert_eq!(cursor.unread(), (14, vec![12, 13]));
+        // The next read began with 100 to 103 ended, 104 still running: 12
+        // and 13 are still awaited; 16 appears and 15 is missed after a
+        // read that ended with ids below 110 given.
+        assert!(cursor.saw(16));
+        cursor.settle(
+            now,
+            Horizon {
+                ended_below: 104,
+                started_below: 110,
+            },
+        );
+        assert_eq!(cursor.unread(), (16, vec![12, 13, 15]));
+        // 13 commits and is read.
+        assert!(cursor.saw(13));
+        // A read that began with everything below 105 ended: 12 never comes
+        // (its row changed again, or it rolled back); 15 may still.
+        cursor.settle(
+            now,
+            Horizon {
+                ended_below: 105,
+                started_below: 112,
+            },
+        );
+        assert_eq!(cursor.base, 14);
+        assert_eq!(cursor.unread(), (16, vec![15]));
+        // The read that began with everything below 110 ended gives 15 up
+        // too, and nothing is read twice.
+        cursor.settle(
+            now,
+            Horizon {
+                ended_below: 110,
+                started_below: 112,
+            },
+        );
+        assert_eq!(cursor.base, 16);
+        assert!(cursor.seen.is_empty() && cursor.missing.is_empty());
+        assert!(!cursor.saw(12) && !cursor.saw(15));
+        // A gap missed by a read with nothing running around it is given
+        // up at once.
+        assert!(cursor.saw(18));
+        cursor.settle(
+            now,
+            Horizon {
+                ended_below: 120,
+                started_below: 120,
+            },
+        );
+        assert_eq!(cursor.base, 18);
+        assert!(cursor.missing.is_empty());
     }
 }

@@ -157,6 +157,29 @@ impl Store {
         row.try_get(0).map_err(StoreError::from_query)
     }
 
+    /// The oldest transaction id still running, by a snapshot taken now:
+    /// every transaction with an id below it has ended (`xmin`).
+    pub async fn ended_below(&self) -> Result<i64, StoreError> {
+        self.snapshot_edge("SELECT txid_snapshot_xmin(txid_current_snapshot())")
+            .await
+    }
+
+    /// The first transaction id not yet given, by a snapshot taken now:
+    /// every transaction that holds an id has one below it (`xmax`).
+    pub async fn started_below(&self) -> Result<i64, StoreError> {
+        self.snapshot_edge("SELECT txid_snapshot_xmax(txid_current_snapshot())")
+            .await
+    }
+
+    async fn snapshot_edge(&self, sql: &str) -> Result<i64, StoreError> {
+        let row = self
+            .client
+            .query_one(sql, &[])
+            .await
+            .map_err(StoreError::from_query)?;
+        row.try_get(0).map_err(StoreError::from_query)
+    }
+
     /// The store's schema version (0: none yet).
     pub async fn schema_version(&self) -> Result<i32, StoreError> {
         schema::version(&self.client).await

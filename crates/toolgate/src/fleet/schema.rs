@@ -36,6 +36,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "what an answer to a question grants",
         sql: include_str!("migrations/v2.sql"),
     },
+    Migration {
+        version: 3,
+        name: "a change's transaction id before its revision",
+        sql: include_str!("migrations/v3.sql"),
+    },
 ];
 
 /// The schema version this binary reads and writes.

@@ -815,3 +815,68 @@ fn a_revocation_reaches_a_cut_off_broker_within_the_bound_or_its_grants_go_unuse
     }
     drop(proxy);
 }
+
+#[test]
+fn a_change_that_commits_after_later_ones_were_read_is_still_read() {
+    // A grant's insert draws its revision, then takes three seconds (a
+    // trigger of the test's, after toolgate's) before it commits; two
+    // grants written meanwhile commit and are read first. The broker must
+    // not give the slow one up while its transaction runs: it is read when
+    // it commits, not at the next whole read (every 20 s with this lease).
+    let Some((url, cluster, database)) = store("slow_commit") else {
+        return;
+    };
+    let root = project_dir("slow_commit");
+    let b = Node::with_lease("b", &url, &root, 60_000);
+    let mut agent = b.agent("agent");
+    cluster.psql(
+        &database,
+        "CREATE FUNCTION zz_slow() RETURNS trigger LANGUAGE plpgsql AS $$ \
+         BEGIN IF NEW.id = 'grant_slow' THEN PERFORM pg_sleep(3); END IF; RETURN NEW; END $$; \
+         CREATE TRIGGER zz_slow BEFORE INSERT ON toolgate_grants \
+         FOR EACH ROW EXECUTE FUNCTION zz_slow()",
+    );
+    let project = root.to_str().unwrap().replace('\'', "''");
+    let insert = move |id: &str, command: &str| {
+        format!(
+            "INSERT INTO toolgate_grants (id, project, session_id, scope, permission, \
+             pattern, literal, revision) VALUES ('{id}', '{project}', 's1', 'project', \
+             'bash', '{command}', {}, 0)",
+            command.len()
+        )
+    };
+    // A first revision drawn: the sequence logs (and takes a transaction
+    // id for) one draw in 32, the first among them.
+    cluster.psql(&database, &insert("grant_first", "touch first"));
+    grants_until(&mut agent, |grants| grants.len() == 1);
+    let slow = {
+        let (cluster, database, sql) = (
+            cluster,
+            database.clone(),
+            insert("grant_slow", "touch slow"),
+        );
+        std::thread::spawn(move || {
+            cluster.psql(&database, &sql);
+            Instant::now()
+        })
+    };
+    for (n, id) in ["grant_a", "grant_b", "grant_c"].iter().enumerate() {
+        std::thread::sleep(Duration::from_millis(500));
+        cluster.psql(&database, &insert(id, &format!("touch {id}")));
+        grants_until(&mut agent, |grants| grants.len() == n + 2);
+    }
+    let committed = slow.join().unwrap();
+    let grants = grants_until(&mut agent, |grants| grants.len() == 5);
+    assert!(
+        grants.iter().any(|g| g["grantID"] == "grant_slow"),
+        "{grants:?}"
+    );
+    assert!(
+        committed.elapsed() < Duration::from_secs(5),
+        "the slow grant was read {:?} after it committed",
+        committed.elapsed()
+    );
+    agent.send(call("s1", "c1", "touch slow"));
+    let decision = wait(&mut agent, "the decision", |f| kind(f, "decision"));
+    assert_eq!(decision["source"], "grant", "{decision}");
+}
