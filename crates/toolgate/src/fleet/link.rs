@@ -40,10 +40,11 @@ use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
 use super::questions::{BrokerId, NewQuestion, Question, QuestionId, QuestionState, Settled};
-use super::sessions::{Closed, Grant, NewGrant, Session, SessionRecord};
+use super::sessions::{Closed, Grant, NewGrant, Session, SessionRecord, SessionWrite};
 use super::{Channel, Store, StoreError, Wake};
 use crate::broker::{
-    Changes, CloseWhy, GrantRow, Link, LinkHandle, News, Outcome, QuestionRow, SessionRow, Write,
+    Changes, CloseWhy, GrantRow, Link, LinkHandle, News, Outcome, QuestionRow, SessionChange,
+    SessionRow, Write,
 };
 
 /// A broker's lease on the store: renewed every third of it; a broker not
@@ -593,7 +594,7 @@ impl Task {
             }
             done += 1;
             let (seq, told) = (front.seq, front.told);
-            let result = apply(&self.config, work, &front.write).await;
+            let result = apply(&self.config, work, seq, &front.write).await;
             if let Err(Fail::Lost(why)) = result {
                 return Err(why);
             }
@@ -622,6 +623,15 @@ impl Task {
                         Write::Answer { question, .. } => self.tell(News::Answered {
                             question,
                             outcome: Outcome::Failed(err.to_string()),
+                        }),
+                        Write::Session {
+                            row: SessionRow { session_id, .. },
+                            ..
+                        }
+                        | Write::Close { session_id, .. } => self.tell(News::SessionWritten {
+                            seq,
+                            session_id,
+                            row: None,
                         }),
                         _ => {}
                     }
@@ -798,9 +808,14 @@ async fn token_revisions(
 }
 
 /// Commit one write: what to tell the broker besides that it is settled.
-async fn apply(config: &Config, store: &mut Store, write: &Write) -> Result<Option<News>, Fail> {
+async fn apply(
+    config: &Config,
+    store: &mut Store,
+    seq: u64,
+    write: &Write,
+) -> Result<Option<News>, Fail> {
     match write {
-        Write::Session(row) => {
+        Write::Session { row, change } => {
             let record = SessionRecord {
                 project: config.project.clone(),
                 session_id: row.session_id.clone(),
@@ -809,16 +824,30 @@ async fn apply(config: &Config, store: &mut Store, write: &Write) -> Result<Opti
                 permissions: row.permissions.clone(),
                 started: row.started,
             };
-            call(store.put_session(&record)).await?;
-            Ok(None)
+            let change = match change {
+                SessionChange::Start { mode_given } => SessionWrite::Start {
+                    mode_given: *mode_given,
+                },
+                SessionChange::Mode => SessionWrite::Mode,
+            };
+            let held = call(store.put_session(&record, change)).await?;
+            Ok(Some(News::SessionWritten {
+                seq,
+                session_id: row.session_id.clone(),
+                row: Some(session_row(&held)),
+            }))
         }
         Write::Close { session_id, why } => {
             let why = match why {
                 CloseWhy::Ended => Closed::Ended,
                 CloseWhy::Refused => Closed::Refused,
             };
-            call(store.close_session(&config.project, session_id, why)).await?;
-            Ok(None)
+            let held = call(store.close_session(&config.project, session_id, why)).await?;
+            Ok(Some(News::SessionWritten {
+                seq,
+                session_id: session_id.clone(),
+                row: Some(session_row(&held)),
+            }))
         }
         Write::Revoke { grant_id, by } => {
             call(store.revoke_grant(grant_id, by)).await?;
@@ -982,6 +1011,7 @@ fn session_row(session: &Session) -> SessionRow {
             Closed::Ended => CloseWhy::Ended,
             Closed::Refused => CloseWhy::Refused,
         }),
+        revision: session.revision,
     }
 }
 
