@@ -1035,3 +1035,55 @@ fn a_mode_change_never_opens_a_session_closed_on_another_broker() {
     );
     drop((a, b));
 }
+
+/// A session joined under a parent without a scope of its own meets the
+/// scopes of the parent's other sub-tasks on the broker that started it,
+/// and keeps that scope once its own write comes back from the store (it
+/// used to be scoped again from its parent's alone, wider, when the store's
+/// row of it was read back).
+#[test]
+fn a_joined_session_keeps_its_scope_when_its_own_write_is_read_back() {
+    let Some((url, cluster, database)) = store("joined") else {
+        return;
+    };
+    let root = project_dir("joined");
+    let a = Node::start("a", &url, &root);
+    let mut on_a = a.agent("agent-a");
+    on_a.ask(
+        json!({"type": "session_start", "sessionID": "main", "mode": "auto"}),
+        "session_started",
+    );
+    on_a.ask(
+        json!({"type": "session_start", "sessionID": "task", "parentID": "main",
+               "permissions": {"allowedTools": ["Read", "Grep"]}}),
+        "session_started",
+    );
+    let joined = on_a.ask(
+        json!({"type": "session_start", "sessionID": "sub", "parentID": "main", "join": true}),
+        "session_started",
+    );
+    let scope = joined["scope"].clone();
+    assert_ne!(scope, Value::Null, "{joined}");
+    wait_sql(
+        cluster,
+        &database,
+        "SELECT count(*) FROM toolgate_sessions WHERE session_id = 'sub'",
+        "1",
+    );
+    // The store's row of it is read back within a notification; a renewal
+    // reads everything again within a third of the lease.
+    std::thread::sleep(Duration::from_millis(LEASE_MS / 3 + 500));
+    let listed = on_a.ask(json!({"type": "list_sessions"}), "sessions");
+    let held = listed["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|info| info["sessionID"] == "sub")
+        .unwrap()["scope"]
+        .clone();
+    assert_eq!(held, scope, "{listed}");
+    // And a call the joined scope denies is denied.
+    let denied = on_a.ask(call("sub", "c1", "touch f"), "decision");
+    assert_eq!(denied["decision"], "deny", "{denied}");
+    drop(a);
+}
