@@ -266,6 +266,10 @@ pub enum News {
         session_id: String,
         /// The store's row.
         row: Option<SessionRow>,
+        /// The store did not make the change, and why, in a person's words
+        /// (a mode change to a session closed in the store): the frames
+        /// that report the write say so (`notSaved`).
+        refused: Option<String>,
     },
     /// A question could not be put in the store.
     AskFailed {
@@ -1038,6 +1042,7 @@ impl Broker {
                 seq,
                 session_id,
                 row,
+                ..
             } => self.session_written(seq, &session_id, row, out),
             News::AskFailed { question } => self.ask_failed(question, out),
             News::Answered { question, outcome } => self.answered(question, outcome, out),

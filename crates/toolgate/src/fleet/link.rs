@@ -603,11 +603,21 @@ impl Task {
             };
             match result {
                 Ok(said) => {
+                    // A session's row before the write is settled: the
+                    // frames that report it then say whether the store
+                    // refused it.
+                    let (before, after) = match said {
+                        Some(news @ News::SessionWritten { .. }) => (Some(news), None),
+                        other => (None, other),
+                    };
+                    if let Some(news) = before {
+                        self.tell(news);
+                    }
                     if !told {
                         self.tell(News::Settled { seq, failed: None });
                     }
-                    if let Some(said) = said {
-                        self.tell(said);
+                    if let Some(news) = after {
+                        self.tell(news);
                     }
                 }
                 Err(Fail::Refused(err)) => {
@@ -632,6 +642,7 @@ impl Task {
                             seq,
                             session_id,
                             row: None,
+                            refused: None,
                         }),
                         _ => {}
                     }
@@ -831,10 +842,19 @@ async fn apply(
                 SessionChange::Mode => SessionWrite::Mode,
             };
             let held = call(store.put_session(&record, change)).await?;
+            // A mode change never writes a closed session: closed, it was
+            // refused.
+            let refused = match (change, held.closed) {
+                (SessionWrite::Mode, Some(closed)) => {
+                    Some(closed_elsewhere(&row.session_id, closed))
+                }
+                _ => None,
+            };
             Ok(Some(News::SessionWritten {
                 seq,
                 session_id: row.session_id.clone(),
                 row: Some(session_row(&held)),
+                refused,
             }))
         }
         Write::Close { session_id, why } => {
@@ -847,6 +867,7 @@ async fn apply(
                 seq,
                 session_id: session_id.clone(),
                 row: Some(session_row(&held)),
+                refused: None,
             }))
         }
         Write::Revoke { grant_id, by } => {
@@ -998,6 +1019,18 @@ fn grant_row(grant: &Grant) -> GrantRow {
         revoked: grant.revoked_at.is_some(),
         question: grant.grant.question.map(QuestionId::uuid),
     }
+}
+
+/// Why a mode change to a session closed in the store was not made, as
+/// the frame that reported it says (`notSaved`).
+fn closed_elsewhere(session_id: &str, closed: Closed) -> String {
+    let how = match closed {
+        Closed::Ended => "ended",
+        Closed::Refused => "was shut (its session_start was refused)",
+    };
+    format!(
+        "the session `{session_id}` {how} on another broker sharing the store: the mode change was not saved, and the session ends here too"
+    )
 }
 
 fn session_row(session: &Session) -> SessionRow {

@@ -987,6 +987,12 @@ fn a_mode_change_never_opens_a_session_closed_on_another_broker() {
         "mode_changed",
     );
     assert_eq!(reply["mode"], "auto", "A had not heard: {reply}");
+    // Its frame says that the store did not take it.
+    assert_eq!(
+        reply["notSaved"],
+        "the session `quiet` ended on another broker sharing the store: the mode change was not saved, and the session ends here too",
+        "{reply}"
+    );
     assert_eq!(stored_session(cluster, &database, "quiet"), "ask|ended");
     closed_on_a(&mut on_a, "quiet");
     // Ended on B while A changes its mode, at the same moment, many times:
@@ -1014,6 +1020,11 @@ fn a_mode_change_never_opens_a_session_closed_on_another_broker() {
             kind(&reply, "mode_changed") || reply["code"] == "unknown_session",
             "{reply}"
         );
+        // A mode change the store refused says so; one it took came before
+        // the end.
+        if let Some(why) = reply["notSaved"].as_str() {
+            assert!(why.contains("the mode change was not saved"), "{reply}");
+        }
         assert_eq!(
             stored_session(cluster, &database, &session)
                 .split_once('|')
