@@ -1738,6 +1738,7 @@ fn closed_reason(row: &QuestionRow) -> String {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may panic
     use super::*;
 
     fn response(reply: wire::Reply, patterns: Option<Vec<&str>>) -> wire::PermissionResponse {
@@ -1823,6 +1824,180 @@ mod tests {
         )
         .unwrap_or_default()
         .is_empty());
+    }
+
+    /// A link never started (the tests hand the broker its news).
+    struct Idle;
+
+    impl Link for Idle {
+        fn start(self: Box<Self>) -> Box<dyn LinkHandle> {
+            panic!("the tests start no link")
+        }
+    }
+
+    fn row(session: &str, mode: &str, revision: i64) -> SessionRow {
+        SessionRow {
+            session_id: session.to_string(),
+            parent_id: None,
+            mode: Some(mode.to_string()),
+            permissions: None,
+            started: true,
+            closed: None,
+            revision,
+        }
+    }
+
+    /// A broker in ask mode sharing a store that holds `loaded`.
+    fn sharing(loaded: Vec<SessionRow>) -> Broker {
+        let (policy, _) = toolgate_policy::Policy::build(toolgate_policy::Sources {
+            project_root: std::path::PathBuf::from("/work/app"),
+            home: None,
+            mode: Some(Mode::Ask),
+            file: None,
+            overrides: Vec::new(),
+            ask_timeout_seconds: None,
+            read_only_agents: None,
+            managed: Vec::new(),
+        })
+        .unwrap();
+        let mut broker = Broker::new(
+            std::sync::Arc::new(policy),
+            super::super::BrokerConfig {
+                on_ask: super::super::OnAsk::Wait,
+                ask_timeout_ms: 0,
+            },
+            Box::new(crate::clock::ManualClock::new()),
+            Box::new(crate::clock::SequentialIds::default()),
+        );
+        let setup = Setup {
+            link: Box::new(Idle),
+            whoami: "host (pid 1)".to_string(),
+            stale: Duration::from_secs(20),
+        };
+        let warnings = broker.share(
+            setup,
+            Changes {
+                sessions: loaded,
+                ..Changes::default()
+            },
+        );
+        assert!(warnings.is_empty(), "{warnings:?}");
+        broker
+    }
+
+    fn news(broker: &mut Broker, news: News) {
+        broker.step(super::super::Input::Shared(news), &mut Vec::new());
+    }
+
+    fn read(broker: &mut Broker, rows: Vec<SessionRow>) {
+        news(
+            broker,
+            News::Changes(Changes {
+                sessions: rows,
+                ..Changes::default()
+            }),
+        );
+    }
+
+    /// `set_mode` on connection 1: the write it made (its seq).
+    fn set_mode(broker: &mut Broker, session: &str, mode: &str) -> u64 {
+        let mut out = Vec::new();
+        broker.step(super::super::Input::Opened { conn: 1 }, &mut out);
+        let line = json!({"type": "set_mode", "sessionID": session, "mode": mode}).to_string();
+        broker.step(
+            super::super::Input::Line {
+                conn: 1,
+                line: line.as_bytes(),
+                number: 1,
+            },
+            &mut out,
+        );
+        let writes = broker.take_shared_writes();
+        assert_eq!(writes.len(), 1, "{writes:?}");
+        let (seq, write) = &writes[0];
+        assert!(
+            matches!(
+                write,
+                Write::Session {
+                    change: SessionChange::Mode,
+                    ..
+                }
+            ),
+            "{write:?}"
+        );
+        *seq
+    }
+
+    #[test]
+    fn a_sessions_rows_apply_in_revision_order_and_never_go_back() {
+        let mut broker = sharing(vec![row("s", "ask", 10)]);
+        assert_eq!(broker.effective_mode("s"), Mode::Ask);
+        read(&mut broker, vec![row("s", "plan", 12)]);
+        assert_eq!(broker.effective_mode("s"), Mode::Plan);
+        // An older revision read late (or read again) changes nothing.
+        read(&mut broker, vec![row("s", "auto", 11)]);
+        read(&mut broker, vec![row("s", "auto", 12)]);
+        assert_eq!(broker.effective_mode("s"), Mode::Plan);
+    }
+
+    #[test]
+    fn rows_read_while_a_write_is_in_flight_wait_for_its_row() {
+        let mut broker = sharing(vec![row("s", "ask", 10)]);
+        let seq = set_mode(&mut broker, "s", "auto");
+        assert_eq!(broker.effective_mode("s"), Mode::Auto);
+        // Another broker's plan, committed before this write: it waits.
+        read(&mut broker, vec![row("s", "plan", 11)]);
+        assert_eq!(broker.effective_mode("s"), Mode::Auto);
+        // This write committed after it: the store holds auto, and so
+        // does the broker; the plan read before is older.
+        news(
+            &mut broker,
+            News::SessionWritten {
+                seq,
+                session_id: "s".to_string(),
+                row: Some(row("s", "auto", 12)),
+                refused: None,
+            },
+        );
+        assert_eq!(broker.effective_mode("s"), Mode::Auto);
+        // Its row read back changes nothing; a later plan is taken.
+        read(&mut broker, vec![row("s", "auto", 12)]);
+        read(&mut broker, vec![row("s", "plan", 13)]);
+        assert_eq!(broker.effective_mode("s"), Mode::Plan);
+        // A write the store refused leaves the newest row read meanwhile.
+        let seq = set_mode(&mut broker, "s", "auto");
+        read(&mut broker, vec![row("s", "readonly", 14)]);
+        news(
+            &mut broker,
+            News::SessionWritten {
+                seq,
+                session_id: "s".to_string(),
+                row: None,
+                refused: None,
+            },
+        );
+        assert_eq!(broker.effective_mode("s"), Mode::ReadOnly);
+    }
+
+    #[test]
+    fn a_mode_change_to_a_session_closed_in_the_store_closes_it_here() {
+        let mut broker = sharing(vec![row("s", "ask", 10)]);
+        let seq = set_mode(&mut broker, "s", "auto");
+        let closed = SessionRow {
+            closed: Some(CloseWhy::Ended),
+            ..row("s", "ask", 11)
+        };
+        news(
+            &mut broker,
+            News::SessionWritten {
+                seq,
+                session_id: "s".to_string(),
+                row: Some(closed),
+                refused: Some("closed elsewhere".to_string()),
+            },
+        );
+        assert!(!broker.sessions.contains_key("s"));
+        assert_eq!(broker.sessions.closed_why("s"), Some(Closed::Ended));
     }
 
     #[test]
