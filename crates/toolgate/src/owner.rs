@@ -304,6 +304,9 @@ struct Holding {
     settled: u64,
     /// Writes that could not be committed, and why.
     failed: BTreeMap<u64, String>,
+    /// Writes the store refused to make (a mode change to a session closed
+    /// there), and why, as their frames say it.
+    refused: BTreeMap<u64, String>,
     /// Each connection's held frames, in order; each with the range of
     /// writes it reports (`None`: it only waits behind the others).
     queues: HashMap<ConnId, VecDeque<Held>>,
@@ -334,6 +337,12 @@ impl Holding {
         self.settled = self.settled.max(seq);
     }
 
+    /// The store did not make the write `seq` (it is settled all the
+    /// same): its frames say `why`.
+    fn refuse(&mut self, seq: u64, why: String) {
+        self.refused.insert(seq, why);
+    }
+
     /// The frames whose writes are settled, in each connection's order;
     /// those whose write failed say so (`notSaved`). With `all`, every
     /// frame, the unsettled saying `unsettled`.
@@ -349,6 +358,9 @@ impl Holding {
                     break;
                 };
                 if let Some((first, last)) = writes {
+                    if let Some((_, why)) = self.refused.range(first..=last).next() {
+                        refused(&mut frame, why);
+                    }
                     let why = self
                         .failed
                         .range(first..=last)
@@ -365,22 +377,36 @@ impl Holding {
         self.queues.retain(|_, queue| !queue.is_empty());
         if self.queues.is_empty() {
             self.failed.clear();
+            self.refused.clear();
         }
         ready
     }
 }
 
+/// The `notSaved` of a frame that reports a change.
+fn not_saved_field(frame: &mut ServerFrame) -> Option<&mut Option<String>> {
+    match frame {
+        ServerFrame::SessionEnded(frame) => Some(&mut frame.not_saved),
+        ServerFrame::SessionStarted(frame) => Some(&mut frame.not_saved),
+        ServerFrame::ModeChanged(frame) => Some(&mut frame.not_saved),
+        ServerFrame::Grants(frame) => Some(&mut frame.not_saved),
+        ServerFrame::Error(frame) => Some(&mut frame.not_saved),
+        _ => None,
+    }
+}
+
 /// Say in a frame that reports a change that it is not saved, and why.
 fn not_saved(frame: &mut ServerFrame, why: &str) {
-    let field = match frame {
-        ServerFrame::SessionEnded(frame) => &mut frame.not_saved,
-        ServerFrame::SessionStarted(frame) => &mut frame.not_saved,
-        ServerFrame::ModeChanged(frame) => &mut frame.not_saved,
-        ServerFrame::Grants(frame) => &mut frame.not_saved,
-        ServerFrame::Error(frame) => &mut frame.not_saved,
-        _ => return,
-    };
-    field.get_or_insert_with(|| format!("not in the shared store yet ({why}): in force on this broker, and written to the store once it can be"));
+    if let Some(field) = not_saved_field(frame) {
+        field.get_or_insert_with(|| format!("not in the shared store yet ({why}): in force on this broker, and written to the store once it can be"));
+    }
+}
+
+/// Say in a frame that reports a change that the store refused it, and why.
+fn refused(frame: &mut ServerFrame, why: &str) {
+    if let Some(field) = not_saved_field(frame) {
+        field.get_or_insert_with(|| why.to_string());
+    }
 }
 
 /// What woke the loop.
@@ -518,8 +544,14 @@ impl Owner {
             self.flush();
             return;
         };
-        if let News::Settled { seq, failed } = &news {
-            self.holding.settle(*seq, failed.clone());
+        match &news {
+            News::Settled { seq, failed } => self.holding.settle(*seq, failed.clone()),
+            News::SessionWritten {
+                seq,
+                refused: Some(why),
+                ..
+            } => self.holding.refuse(*seq, why.clone()),
+            _ => {}
         }
         self.step(Input::Shared(news));
         self.release(None);

@@ -34,7 +34,7 @@ pub use routing::{ConnId, Decoded, Input, Output, To};
 pub use sessions::MAX_DEPTH;
 pub use shared::{
     offers, Changes, CloseWhy, GrantRow, Link, LinkHandle, News, Outcome, QuestionRow,
-    QuestionState, SessionRow, Setup, Write,
+    QuestionState, SessionChange, SessionRow, Setup, Write,
 };
 
 pub mod audit;

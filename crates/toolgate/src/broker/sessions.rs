@@ -552,7 +552,7 @@ impl Broker {
             .chain(left_plan.into_iter().filter(|id| id != session_id))
             .map(|id| self.sessions.stored_change(&id))
             .collect();
-        self.share_session(session_id);
+        self.share_session(session_id, super::shared::SessionChange::Mode);
         // On disk before it is reported; should that fail, the mode applies
         // in memory all the same and its frames say so.
         let saved = self
@@ -887,7 +887,12 @@ impl Broker {
         }
         // The whole session: also reopens it if it was closed.
         changes.push(self.sessions.stored_change(&id));
-        self.share_session(&id);
+        self.share_session(
+            &id,
+            super::shared::SessionChange::Start {
+                mode_given: requested.is_some(),
+            },
+        );
         let mode = self.effective_mode(&id);
         // Synced with the batch, before its frames are written; a failed
         // write is said in the frame, and the session runs in memory either way.

@@ -8,7 +8,12 @@
 //!
 //! Decisions stay local. What is shared:
 //! - sessions started, ended, refused and given a mode, and revocations:
-//!   written, and their frames held until committed (the owner's job);
+//!   written, and their frames held until committed (the owner's job); a
+//!   session write says what it changes ([`SessionChange`]: a start writes
+//!   the whole session and opens it again, a mode change only the mode and
+//!   never on a closed session), and a session's rows from the store are
+//!   applied in the order of their revisions, the row a write of this
+//!   broker left included, so every broker ends on the store's value;
 //! - questions: a question this broker asks goes to the store with what an
 //!   `always` answer grants ([`Write::Ask`]); an answer given here (to a
 //!   question of this broker or of another one) is the store's conditional
@@ -61,6 +66,26 @@ pub struct SessionRow {
     pub started: bool,
     /// Whether, and why, it is closed (in news; never in a write).
     pub closed: Option<CloseWhy>,
+    /// The store's revision of the row (in news; 0 in a write): a broker
+    /// applies a session's rows in the order of their revisions, never an
+    /// older one after a newer.
+    pub revision: i64,
+}
+
+/// What a session write changes, so that the store changes only that
+/// (see [the fleet](../../../../docs/fleet.md#two-brokers-changing-one-session)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionChange {
+    /// A start (`session_start`, a delegation's child): the whole session;
+    /// it opens the session again if it was closed.
+    Start {
+        /// The start named a mode (without one, the store keeps the mode an
+        /// open session has, as a lone broker would).
+        mode_given: bool,
+    },
+    /// A `set_mode`: the mode only; a session closed in the store stays
+    /// closed, and the broker learns it.
+    Mode,
 }
 
 /// A grant as the store keeps it.
@@ -124,7 +149,12 @@ pub struct QuestionRow {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Write {
     /// A session started or given a mode.
-    Session(SessionRow),
+    Session {
+        /// The session as this broker holds it.
+        row: SessionRow,
+        /// What the write changes.
+        change: SessionChange,
+    },
     /// A session ended or refused.
     Close {
         /// The session.
@@ -177,7 +207,7 @@ impl Write {
     pub fn reported(&self) -> bool {
         matches!(
             self,
-            Write::Session(_) | Write::Close { .. } | Write::Revoke { .. }
+            Write::Session { .. } | Write::Close { .. } | Write::Revoke { .. }
         )
     }
 }
@@ -224,6 +254,22 @@ pub enum News {
         seq: u64,
         /// Why it is not committed, when it is not.
         failed: Option<String>,
+    },
+    /// A session write (`Write::Session`, `Write::Close`) is done: the row
+    /// the store holds once it committed (for a mode change refused because
+    /// the session is closed, the closed row), or `None` when the store
+    /// refused it. (A write kept for when the store is back is not done.)
+    SessionWritten {
+        /// The write.
+        seq: u64,
+        /// Its session.
+        session_id: String,
+        /// The store's row.
+        row: Option<SessionRow>,
+        /// The store did not make the change, and why, in a person's words
+        /// (a mode change to a session closed in the store): the frames
+        /// that report the write say so (`notSaved`).
+        refused: Option<String>,
     },
     /// A question could not be put in the store.
     AskFailed {
@@ -330,9 +376,16 @@ pub(super) struct Shared {
     /// [`CLOSED_MEMORY`]), to tell a late answer `already_resolved`.
     closed: std::collections::HashSet<String>,
     closed_order: std::collections::VecDeque<String>,
-    /// Sessions with a write in flight, and its seq: the store's echo of an
-    /// older write is not applied over what this broker holds now.
+    /// Sessions with a write in flight, and its seq: rows read meanwhile
+    /// wait in `deferred` (the write's own row, newer, usually replaces
+    /// them), so what this broker holds now is not undone by an older row.
     writing: HashMap<String, u64>,
+    /// The newest row read of a session while a write of it was in flight.
+    deferred: HashMap<String, SessionRow>,
+    /// The revision of the newest row of each session applied here (read,
+    /// or returned by this broker's own write): a row no newer is ignored,
+    /// so every broker ends on the store's last revision of a session.
+    known: HashMap<String, i64>,
     /// An answer from the store is being applied: it is not written again,
     /// and its grants are in memory already.
     pub(super) applying: bool,
@@ -554,6 +607,9 @@ impl Broker {
         let mut sessions = Vec::new();
         let mut closed = Vec::new();
         for row in &loaded.sessions {
+            self.shared
+                .known
+                .insert(row.session_id.clone(), row.revision);
             match row.closed {
                 Some(why) => closed.push(StoredClosed {
                     fingerprint: format!("{:016x}", session_fingerprint(&row.session_id)),
@@ -645,7 +701,11 @@ impl Broker {
         self.shared.next_seq += 1;
         let seq = self.shared.next_seq;
         match &write {
-            Write::Session(SessionRow { session_id, .. }) | Write::Close { session_id, .. } => {
+            Write::Session {
+                row: SessionRow { session_id, .. },
+                ..
+            }
+            | Write::Close { session_id, .. } => {
                 self.shared.writing.insert(session_id.clone(), seq);
             }
             _ => {}
@@ -653,8 +713,9 @@ impl Broker {
         self.shared.writes.push((seq, write));
     }
 
-    /// Write a session as this broker holds it (started, or given a mode).
-    pub(super) fn share_session(&mut self, session_id: &str) {
+    /// Write a session as this broker holds it (started, or given a mode:
+    /// `change` says which, and the store changes only that).
+    pub(super) fn share_session(&mut self, session_id: &str, change: SessionChange) {
         if !self.shared.active {
             return;
         }
@@ -672,8 +733,9 @@ impl Broker {
                 .and_then(|spec| serde_json::to_value(spec).ok()),
             started: session.started,
             closed: None,
+            revision: 0,
         };
-        self.shared_write(Write::Session(row));
+        self.shared_write(Write::Session { row, change });
     }
 
     /// Write that a session ended or was refused.
@@ -973,7 +1035,15 @@ impl Broker {
                 }
                 self.shared.online = false;
             }
-            News::Settled { seq, .. } => self.shared.writing.retain(|_, last| *last > seq),
+            // A session write is done when it commits, not when it fails
+            // for now (it is written again): `SessionWritten`.
+            News::Settled { .. } => {}
+            News::SessionWritten {
+                seq,
+                session_id,
+                row,
+                ..
+            } => self.session_written(seq, &session_id, row, out),
             News::AskFailed { question } => self.ask_failed(question, out),
             News::Answered { question, outcome } => self.answered(question, outcome, out),
             News::Changes(changes) => {
@@ -1323,11 +1393,68 @@ impl Broker {
         }
     }
 
+    /// A write of this broker to a session is done: the store's row then
+    /// (or the newest read meanwhile, if newer) is applied, unless another
+    /// write of it is still in flight.
+    fn session_written(
+        &mut self,
+        seq: u64,
+        session_id: &str,
+        row: Option<SessionRow>,
+        out: &mut Vec<Output>,
+    ) {
+        if self
+            .shared
+            .writing
+            .get(session_id)
+            .is_some_and(|last| *last != seq)
+        {
+            // A later write of it is in flight: its row will be newer.
+            if let Some(row) = row {
+                self.defer_row(row);
+            }
+            return;
+        }
+        self.shared.writing.remove(session_id);
+        let deferred = self.shared.deferred.remove(session_id);
+        let newest = match (row, deferred) {
+            (Some(row), Some(read)) if read.revision > row.revision => Some(read),
+            (Some(row), _) => Some(row),
+            (None, read) => read,
+        };
+        if let Some(row) = newest {
+            self.session_row(row, out);
+        }
+    }
+
+    /// Keep the newest row of a session read while a write of it is in
+    /// flight.
+    fn defer_row(&mut self, row: SessionRow) {
+        match self.shared.deferred.get(&row.session_id) {
+            Some(kept) if kept.revision >= row.revision => {}
+            _ => {
+                self.shared.deferred.insert(row.session_id.clone(), row);
+            }
+        }
+    }
+
     /// A session written or closed in the store.
     fn session_row(&mut self, row: SessionRow, out: &mut Vec<Output>) {
-        // This broker wrote it since: what it holds is newer.
+        // This broker is writing it: what it holds is newer than anything
+        // read before its write commits.
         if self.shared.writing.contains_key(&row.session_id) {
+            self.defer_row(row);
             return;
+        }
+        // No newer than what was applied (a row read again, this broker's
+        // own write read back, an older revision read late).
+        match self.shared.known.get(&row.session_id) {
+            Some(known) if *known >= row.revision => return,
+            _ => {
+                self.shared
+                    .known
+                    .insert(row.session_id.clone(), row.revision);
+            }
         }
         let id = row.session_id.clone();
         if let Some(why) = row.closed {
@@ -1378,6 +1505,17 @@ impl Broker {
         let mode = stored.mode.parse::<Mode>().unwrap_or(Mode::ReadOnly);
         let rules = stored.permissions.clone().map(crate::convert::scope_rules);
         let old_parent = self.sessions.get(&id).and_then(|s| s.parent.clone());
+        // The narrowing as the store spells it: unchanged, the scope is left
+        // as it is (a session joined under a parent holds more than its
+        // own narrowing, see `session_start`).
+        let old_permissions = self.sessions.get(&id).and_then(|session| {
+            session
+                .rules
+                .as_ref()
+                .map(crate::convert::scope_spec)
+                .and_then(|spec| serde_json::to_value(spec).ok())
+        });
+        let rescope = old_parent != row.parent_id || old_permissions != row.permissions;
         if let Some(session) = self.sessions.get_mut(&id) {
             if row.mode.is_some() {
                 session.mode = mode;
@@ -1385,7 +1523,9 @@ impl Broker {
             }
             session.started = row.started;
             session.parent = row.parent_id.clone();
-            session.rules = rules;
+            if rescope {
+                session.rules = rules;
+            }
         }
         if old_parent != row.parent_id {
             if let Some(old) = old_parent.and_then(|old| self.sessions.get_mut(&old)) {
@@ -1398,7 +1538,9 @@ impl Broker {
                     .insert(id.clone());
             }
         }
-        self.rescope(&id);
+        if rescope {
+            self.rescope(&id);
+        }
         let ob = &mut Outbox::new(out, None, None);
         for (session, previous) in subtree.iter().zip(before) {
             if self.effective_mode(session) != previous {
@@ -1596,6 +1738,7 @@ fn closed_reason(row: &QuestionRow) -> String {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may panic
     use super::*;
 
     fn response(reply: wire::Reply, patterns: Option<Vec<&str>>) -> wire::PermissionResponse {
@@ -1681,6 +1824,180 @@ mod tests {
         )
         .unwrap_or_default()
         .is_empty());
+    }
+
+    /// A link never started (the tests hand the broker its news).
+    struct Idle;
+
+    impl Link for Idle {
+        fn start(self: Box<Self>) -> Box<dyn LinkHandle> {
+            panic!("the tests start no link")
+        }
+    }
+
+    fn row(session: &str, mode: &str, revision: i64) -> SessionRow {
+        SessionRow {
+            session_id: session.to_string(),
+            parent_id: None,
+            mode: Some(mode.to_string()),
+            permissions: None,
+            started: true,
+            closed: None,
+            revision,
+        }
+    }
+
+    /// A broker in ask mode sharing a store that holds `loaded`.
+    fn sharing(loaded: Vec<SessionRow>) -> Broker {
+        let (policy, _) = toolgate_policy::Policy::build(toolgate_policy::Sources {
+            project_root: std::path::PathBuf::from("/work/app"),
+            home: None,
+            mode: Some(Mode::Ask),
+            file: None,
+            overrides: Vec::new(),
+            ask_timeout_seconds: None,
+            read_only_agents: None,
+            managed: Vec::new(),
+        })
+        .unwrap();
+        let mut broker = Broker::new(
+            std::sync::Arc::new(policy),
+            super::super::BrokerConfig {
+                on_ask: super::super::OnAsk::Wait,
+                ask_timeout_ms: 0,
+            },
+            Box::new(crate::clock::ManualClock::new()),
+            Box::new(crate::clock::SequentialIds::default()),
+        );
+        let setup = Setup {
+            link: Box::new(Idle),
+            whoami: "host (pid 1)".to_string(),
+            stale: Duration::from_secs(20),
+        };
+        let warnings = broker.share(
+            setup,
+            Changes {
+                sessions: loaded,
+                ..Changes::default()
+            },
+        );
+        assert!(warnings.is_empty(), "{warnings:?}");
+        broker
+    }
+
+    fn news(broker: &mut Broker, news: News) {
+        broker.step(super::super::Input::Shared(news), &mut Vec::new());
+    }
+
+    fn read(broker: &mut Broker, rows: Vec<SessionRow>) {
+        news(
+            broker,
+            News::Changes(Changes {
+                sessions: rows,
+                ..Changes::default()
+            }),
+        );
+    }
+
+    /// `set_mode` on connection 1: the write it made (its seq).
+    fn set_mode(broker: &mut Broker, session: &str, mode: &str) -> u64 {
+        let mut out = Vec::new();
+        broker.step(super::super::Input::Opened { conn: 1 }, &mut out);
+        let line = json!({"type": "set_mode", "sessionID": session, "mode": mode}).to_string();
+        broker.step(
+            super::super::Input::Line {
+                conn: 1,
+                line: line.as_bytes(),
+                number: 1,
+            },
+            &mut out,
+        );
+        let writes = broker.take_shared_writes();
+        assert_eq!(writes.len(), 1, "{writes:?}");
+        let (seq, write) = &writes[0];
+        assert!(
+            matches!(
+                write,
+                Write::Session {
+                    change: SessionChange::Mode,
+                    ..
+                }
+            ),
+            "{write:?}"
+        );
+        *seq
+    }
+
+    #[test]
+    fn a_sessions_rows_apply_in_revision_order_and_never_go_back() {
+        let mut broker = sharing(vec![row("s", "ask", 10)]);
+        assert_eq!(broker.effective_mode("s"), Mode::Ask);
+        read(&mut broker, vec![row("s", "plan", 12)]);
+        assert_eq!(broker.effective_mode("s"), Mode::Plan);
+        // An older revision read late (or read again) changes nothing.
+        read(&mut broker, vec![row("s", "auto", 11)]);
+        read(&mut broker, vec![row("s", "auto", 12)]);
+        assert_eq!(broker.effective_mode("s"), Mode::Plan);
+    }
+
+    #[test]
+    fn rows_read_while_a_write_is_in_flight_wait_for_its_row() {
+        let mut broker = sharing(vec![row("s", "ask", 10)]);
+        let seq = set_mode(&mut broker, "s", "auto");
+        assert_eq!(broker.effective_mode("s"), Mode::Auto);
+        // Another broker's plan, committed before this write: it waits.
+        read(&mut broker, vec![row("s", "plan", 11)]);
+        assert_eq!(broker.effective_mode("s"), Mode::Auto);
+        // This write committed after it: the store holds auto, and so
+        // does the broker; the plan read before is older.
+        news(
+            &mut broker,
+            News::SessionWritten {
+                seq,
+                session_id: "s".to_string(),
+                row: Some(row("s", "auto", 12)),
+                refused: None,
+            },
+        );
+        assert_eq!(broker.effective_mode("s"), Mode::Auto);
+        // Its row read back changes nothing; a later plan is taken.
+        read(&mut broker, vec![row("s", "auto", 12)]);
+        read(&mut broker, vec![row("s", "plan", 13)]);
+        assert_eq!(broker.effective_mode("s"), Mode::Plan);
+        // A write the store refused leaves the newest row read meanwhile.
+        let seq = set_mode(&mut broker, "s", "auto");
+        read(&mut broker, vec![row("s", "readonly", 14)]);
+        news(
+            &mut broker,
+            News::SessionWritten {
+                seq,
+                session_id: "s".to_string(),
+                row: None,
+                refused: None,
+            },
+        );
+        assert_eq!(broker.effective_mode("s"), Mode::ReadOnly);
+    }
+
+    #[test]
+    fn a_mode_change_to_a_session_closed_in_the_store_closes_it_here() {
+        let mut broker = sharing(vec![row("s", "ask", 10)]);
+        let seq = set_mode(&mut broker, "s", "auto");
+        let closed = SessionRow {
+            closed: Some(CloseWhy::Ended),
+            ..row("s", "ask", 11)
+        };
+        news(
+            &mut broker,
+            News::SessionWritten {
+                seq,
+                session_id: "s".to_string(),
+                row: Some(closed),
+                refused: Some("closed elsewhere".to_string()),
+            },
+        );
+        assert!(!broker.sessions.contains_key("s"));
+        assert_eq!(broker.sessions.closed_why("s"), Some(Closed::Ended));
     }
 
     #[test]

@@ -40,10 +40,11 @@ use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
 use super::questions::{BrokerId, NewQuestion, Question, QuestionId, QuestionState, Settled};
-use super::sessions::{Closed, Grant, NewGrant, Session, SessionRecord};
+use super::sessions::{Closed, Grant, NewGrant, Session, SessionRecord, SessionWrite};
 use super::{Channel, Store, StoreError, Wake};
 use crate::broker::{
-    Changes, CloseWhy, GrantRow, Link, LinkHandle, News, Outcome, QuestionRow, SessionRow, Write,
+    Changes, CloseWhy, GrantRow, Link, LinkHandle, News, Outcome, QuestionRow, SessionChange,
+    SessionRow, Write,
 };
 
 /// A broker's lease on the store: renewed every third of it; a broker not
@@ -630,7 +631,7 @@ impl Task {
             }
             done += 1;
             let (seq, told) = (front.seq, front.told);
-            let result = apply(&self.config, work, &front.write).await;
+            let result = apply(&self.config, work, seq, &front.write).await;
             if let Err(Fail::Lost(why)) = result {
                 return Err(why);
             }
@@ -639,11 +640,21 @@ impl Task {
             };
             match result {
                 Ok(said) => {
+                    // A session's row before the write is settled: the
+                    // frames that report it then say whether the store
+                    // refused it.
+                    let (before, after) = match said {
+                        Some(news @ News::SessionWritten { .. }) => (Some(news), None),
+                        other => (None, other),
+                    };
+                    if let Some(news) = before {
+                        self.tell(news);
+                    }
                     if !told {
                         self.tell(News::Settled { seq, failed: None });
                     }
-                    if let Some(said) = said {
-                        self.tell(said);
+                    if let Some(news) = after {
+                        self.tell(news);
                     }
                 }
                 Err(Fail::Refused(err)) => {
@@ -659,6 +670,16 @@ impl Task {
                         Write::Answer { question, .. } => self.tell(News::Answered {
                             question,
                             outcome: Outcome::Failed(err.to_string()),
+                        }),
+                        Write::Session {
+                            row: SessionRow { session_id, .. },
+                            ..
+                        }
+                        | Write::Close { session_id, .. } => self.tell(News::SessionWritten {
+                            seq,
+                            session_id,
+                            row: None,
+                            refused: None,
                         }),
                         _ => {}
                     }
@@ -854,9 +875,14 @@ async fn token_revisions(
 }
 
 /// Commit one write: what to tell the broker besides that it is settled.
-async fn apply(config: &Config, store: &mut Store, write: &Write) -> Result<Option<News>, Fail> {
+async fn apply(
+    config: &Config,
+    store: &mut Store,
+    seq: u64,
+    write: &Write,
+) -> Result<Option<News>, Fail> {
     match write {
-        Write::Session(row) => {
+        Write::Session { row, change } => {
             let record = SessionRecord {
                 project: config.project.clone(),
                 session_id: row.session_id.clone(),
@@ -865,16 +891,40 @@ async fn apply(config: &Config, store: &mut Store, write: &Write) -> Result<Opti
                 permissions: row.permissions.clone(),
                 started: row.started,
             };
-            call(store.put_session(&record)).await?;
-            Ok(None)
+            let change = match change {
+                SessionChange::Start { mode_given } => SessionWrite::Start {
+                    mode_given: *mode_given,
+                },
+                SessionChange::Mode => SessionWrite::Mode,
+            };
+            let held = call(store.put_session(&record, change)).await?;
+            // A mode change never writes a closed session: closed, it was
+            // refused.
+            let refused = match (change, held.closed) {
+                (SessionWrite::Mode, Some(closed)) => {
+                    Some(closed_elsewhere(&row.session_id, closed))
+                }
+                _ => None,
+            };
+            Ok(Some(News::SessionWritten {
+                seq,
+                session_id: row.session_id.clone(),
+                row: Some(session_row(&held)),
+                refused,
+            }))
         }
         Write::Close { session_id, why } => {
             let why = match why {
                 CloseWhy::Ended => Closed::Ended,
                 CloseWhy::Refused => Closed::Refused,
             };
-            call(store.close_session(&config.project, session_id, why)).await?;
-            Ok(None)
+            let held = call(store.close_session(&config.project, session_id, why)).await?;
+            Ok(Some(News::SessionWritten {
+                seq,
+                session_id: session_id.clone(),
+                row: Some(session_row(&held)),
+                refused: None,
+            }))
         }
         Write::Revoke { grant_id, by } => {
             call(store.revoke_grant(grant_id, by)).await?;
@@ -1027,6 +1077,18 @@ fn grant_row(grant: &Grant) -> GrantRow {
     }
 }
 
+/// Why a mode change to a session closed in the store was not made, as
+/// the frame that reported it says (`notSaved`).
+fn closed_elsewhere(session_id: &str, closed: Closed) -> String {
+    let how = match closed {
+        Closed::Ended => "ended",
+        Closed::Refused => "was shut (its session_start was refused)",
+    };
+    format!(
+        "the session `{session_id}` {how} on another broker sharing the store: the mode change was not saved, and the session ends here too"
+    )
+}
+
 fn session_row(session: &Session) -> SessionRow {
     SessionRow {
         session_id: session.record.session_id.clone(),
@@ -1038,6 +1100,7 @@ fn session_row(session: &Session) -> SessionRow {
             Closed::Ended => CloseWhy::Ended,
             Closed::Refused => CloseWhy::Refused,
         }),
+        revision: session.revision,
     }
 }
 

@@ -52,6 +52,20 @@ pub struct SessionRecord {
     pub started: bool,
 }
 
+/// What a session write changes ([`Store::put_session`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionWrite {
+    /// A `session_start` (a delegation's child too): the whole record; it
+    /// opens the session again if it was closed.
+    Start {
+        /// The start named a mode; without one an open session keeps the
+        /// mode the store holds for it.
+        mode_given: bool,
+    },
+    /// A `set_mode`: the mode only, and never on a closed session.
+    Mode,
+}
+
 /// A session as the store holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Session {
@@ -118,33 +132,91 @@ const GRANT_COLUMNS: &str = "id, project, session_id, scope, permission, pattern
                              revoked_by, revision";
 
 impl Store {
-    /// Write `record`, replacing what the store held for that session and
-    /// opening it again if it was closed.
-    pub async fn put_session(&mut self, record: &SessionRecord) -> Result<Session, StoreError> {
-        let row = self
+    /// Write `record` as `change` says, and return the row the store holds
+    /// now (the write's revision, or, for a mode change refused because the
+    /// session is closed, the closed row as it stands).
+    ///
+    /// - [`SessionWrite::Start`]: the whole record, opening the session
+    ///   again if it was closed (only a start does). A start that names no
+    ///   mode keeps the mode of an open session that has one, as a start on
+    ///   a lone broker keeps the mode a session was given.
+    /// - [`SessionWrite::Mode`]: only the mode of an open session; a closed
+    ///   one is left closed and as it was. A session the store does not
+    ///   hold is written whole.
+    ///
+    /// Field by field rather than compare-and-set on the revision: each
+    /// write changes only what it means to change, under the row's lock,
+    /// so two brokers racing never write back each other's stale fields,
+    /// and the last committed mode is the store's (see
+    /// [the fleet](../../../../docs/fleet.md#two-brokers-changing-one-session)).
+    pub async fn put_session(
+        &mut self,
+        record: &SessionRecord,
+        change: SessionWrite,
+    ) -> Result<Session, StoreError> {
+        let update = match change {
+            SessionWrite::Start { .. } => {
+                "parent_id = EXCLUDED.parent_id,
+                 mode = CASE WHEN $7 OR toolgate_sessions.closed IS NOT NULL
+                              OR toolgate_sessions.mode IS NULL
+                        THEN EXCLUDED.mode ELSE toolgate_sessions.mode END,
+                 permissions = EXCLUDED.permissions, started = EXCLUDED.started,
+                 closed = NULL, closed_at = NULL, updated_at = now()"
+            }
+            SessionWrite::Mode => {
+                "mode = EXCLUDED.mode, updated_at = now()
+                 WHERE toolgate_sessions.closed IS NULL"
+            }
+        };
+        let mode_given = matches!(change, SessionWrite::Start { mode_given: true });
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 7] = [
+            &record.project,
+            &record.session_id,
+            &record.parent_id,
+            &record.mode,
+            &record.permissions,
+            &record.started,
+            &mode_given,
+        ];
+        // A mode change names no `$7`.
+        let params = match change {
+            SessionWrite::Start { .. } => &params[..],
+            SessionWrite::Mode => &params[..6],
+        };
+        let tx = self
             .client
-            .query_one(
+            .transaction()
+            .await
+            .map_err(StoreError::from_query)?;
+        let written = tx
+            .query_opt(
                 &format!(
                     "INSERT INTO toolgate_sessions
                        (project, session_id, parent_id, mode, permissions, started)
                      VALUES ($1, $2, $3, $4, $5, $6)
-                     ON CONFLICT (project, session_id) DO UPDATE SET
-                       parent_id = EXCLUDED.parent_id, mode = EXCLUDED.mode,
-                       permissions = EXCLUDED.permissions, started = EXCLUDED.started,
-                       closed = NULL, closed_at = NULL, updated_at = now()
+                     ON CONFLICT (project, session_id) DO UPDATE SET {update}
                      RETURNING {SESSION_COLUMNS}"
                 ),
-                &[
-                    &record.project,
-                    &record.session_id,
-                    &record.parent_id,
-                    &record.mode,
-                    &record.permissions,
-                    &record.started,
-                ],
+                params,
             )
             .await
             .map_err(StoreError::from_query)?;
+        let row = match written {
+            Some(row) => row,
+            // A mode change to a closed session: the row (locked by the
+            // conflict since, so as it stands) is what the broker learns.
+            None => tx
+                .query_one(
+                    &format!(
+                        "SELECT {SESSION_COLUMNS} FROM toolgate_sessions
+                         WHERE project = $1 AND session_id = $2"
+                    ),
+                    &[&record.project, &record.session_id],
+                )
+                .await
+                .map_err(StoreError::from_query)?,
+        };
+        tx.commit().await.map_err(StoreError::from_query)?;
         session(&row)
     }
 

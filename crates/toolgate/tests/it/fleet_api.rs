@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::json;
 use toolgate::fleet::questions::{BrokerId, NewQuestion, QuestionId, QuestionState, Settled};
-use toolgate::fleet::sessions::{Closed, GrantScope, NewGrant, SessionRecord};
+use toolgate::fleet::sessions::{Closed, GrantScope, NewGrant, SessionRecord, SessionWrite};
 use toolgate::fleet::{runtime, Channel, Store, StoreError, Wake};
 
 use crate::support::pg;
@@ -25,6 +25,9 @@ fn store(name: &str) -> Option<(String, &'static pg::Cluster, String)> {
     });
     Some((url, cluster, database))
 }
+
+/// A start that names its mode: the whole record.
+const START: SessionWrite = SessionWrite::Start { mode_given: true };
 
 fn grant(id: &str, project: &str) -> NewGrant {
     NewGrant {
@@ -254,8 +257,8 @@ fn sessions_close_and_reopen_and_changes_are_read_by_revision() {
             permissions: Some(json!({"allowedTools": ["Read", "Grep"]})),
             ..main.clone()
         };
-        let first = store.put_session(&main).await.unwrap();
-        let put = store.put_session(&worker).await.unwrap();
+        let first = store.put_session(&main, START).await.unwrap();
+        let put = store.put_session(&worker, START).await.unwrap();
         assert_eq!(put.record, worker);
         assert!(put.revision > first.revision);
         let closed = store
@@ -295,7 +298,7 @@ fn sessions_close_and_reopen_and_changes_are_read_by_revision() {
             ]
         );
         // Started again: open.
-        let reopened = store.put_session(&worker).await.unwrap();
+        let reopened = store.put_session(&worker, START).await.unwrap();
         assert_eq!((reopened.closed, reopened.closed_at), (None, None));
         let all = store.sessions("/work/app").await.unwrap();
         assert_eq!(
@@ -305,6 +308,135 @@ fn sessions_close_and_reopen_and_changes_are_read_by_revision() {
             ["ghost", "main", "worker"]
         );
         assert!(store.sessions("/work/other").await.unwrap().is_empty());
+    });
+}
+
+#[test]
+fn a_mode_change_writes_only_the_mode_and_never_opens_a_closed_session() {
+    let Some((url, _, _)) = store("session_writes") else {
+        return;
+    };
+    runtime().unwrap().block_on(async {
+        let mut store = Store::connect(&url).await.unwrap();
+        let started = SessionRecord {
+            project: "/work/app".to_string(),
+            session_id: "s".to_string(),
+            parent_id: Some("main".to_string()),
+            mode: Some("ask".to_string()),
+            permissions: Some(json!({"allowedTools": ["Read"]})),
+            started: true,
+        };
+        let first = store.put_session(&started, START).await.unwrap();
+        // A mode change from a broker that holds stale parts of the session
+        // (no parent, no narrowing, not started): only the mode changes.
+        let stale = SessionRecord {
+            parent_id: None,
+            mode: Some("plan".to_string()),
+            permissions: None,
+            started: false,
+            ..started.clone()
+        };
+        let planned = store.put_session(&stale, SessionWrite::Mode).await.unwrap();
+        assert_eq!(
+            planned.record,
+            SessionRecord {
+                mode: Some("plan".to_string()),
+                ..started.clone()
+            }
+        );
+        assert!(planned.revision > first.revision);
+        // A start that names no mode keeps the mode of the open session.
+        let unnamed = SessionRecord {
+            mode: Some("auto".to_string()),
+            ..started.clone()
+        };
+        let kept = store
+            .put_session(&unnamed, SessionWrite::Start { mode_given: false })
+            .await
+            .unwrap();
+        assert_eq!(kept.record.mode.as_deref(), Some("plan"));
+        // Closed elsewhere: a mode change leaves it closed and unchanged,
+        // and says so.
+        let closed = store
+            .close_session("/work/app", "s", Closed::Ended)
+            .await
+            .unwrap();
+        let refused = store
+            .put_session(&unnamed, SessionWrite::Mode)
+            .await
+            .unwrap();
+        assert_eq!(refused.closed, Some(Closed::Ended));
+        assert_eq!(refused.revision, closed.revision, "nothing was written");
+        assert_eq!(refused.record.mode.as_deref(), Some("plan"));
+        // Only a start opens it again; on a closed session a start's own
+        // mode is used even when it named none.
+        let again = store
+            .put_session(&unnamed, SessionWrite::Start { mode_given: false })
+            .await
+            .unwrap();
+        assert_eq!(again.closed, None);
+        assert_eq!(again.record, unnamed);
+        // A mode change to a session the store does not hold writes it whole.
+        let fresh = SessionRecord {
+            session_id: "implicit".to_string(),
+            parent_id: None,
+            mode: Some("readonly".to_string()),
+            permissions: None,
+            started: false,
+            ..started.clone()
+        };
+        let written = store.put_session(&fresh, SessionWrite::Mode).await.unwrap();
+        assert_eq!((written.record, written.closed), (fresh, None));
+    });
+}
+
+#[test]
+fn racing_mode_changes_end_on_the_last_revision() {
+    let Some((url, _, _)) = store("session_race") else {
+        return;
+    };
+    runtime().unwrap().block_on(async {
+        let record = |mode: &str| SessionRecord {
+            project: "/work/app".to_string(),
+            session_id: "s".to_string(),
+            parent_id: None,
+            mode: Some(mode.to_string()),
+            permissions: None,
+            started: true,
+        };
+        let mut store = Store::connect(&url).await.unwrap();
+        store.put_session(&record("ask"), START).await.unwrap();
+        // Two connections change the mode at once, many times: each write's
+        // revision orders it, so the row holds the mode of the highest
+        // revision returned.
+        let race = |mode: &'static str| {
+            let url = url.clone();
+            let record = record(mode);
+            tokio::spawn(async move {
+                let mut store = Store::connect(&url).await.unwrap();
+                let mut written = Vec::new();
+                for _ in 0..50 {
+                    let held = store
+                        .put_session(&record, SessionWrite::Mode)
+                        .await
+                        .unwrap();
+                    written.push((held.revision, mode));
+                }
+                written
+            })
+        };
+        let (plan, auto) = (race("plan"), race("auto"));
+        let mut written = plan.await.unwrap();
+        written.extend(auto.await.unwrap());
+        let revisions: std::collections::HashSet<i64> =
+            written.iter().map(|(revision, _)| *revision).collect();
+        assert_eq!(revisions.len(), 100, "each write has its own revision");
+        let last = written.iter().max().unwrap();
+        let row = store.sessions("/work/app").await.unwrap().remove(0);
+        assert_eq!(
+            (row.revision, row.record.mode.as_deref()),
+            (last.0, Some(last.1))
+        );
     });
 }
 

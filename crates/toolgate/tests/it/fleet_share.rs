@@ -880,3 +880,287 @@ fn a_change_that_commits_after_later_ones_were_read_is_still_read() {
     let decision = wait(&mut agent, "the decision", |f| kind(f, "decision"));
     assert_eq!(decision["source"], "grant", "{decision}");
 }
+
+/// The effective mode `peer`'s broker holds for `session` (`list_sessions`),
+/// `None` when it holds no such session (closed, or never heard of).
+fn listed_mode(peer: &mut Peer, session: &str) -> Option<String> {
+    let listed = peer.ask(json!({"type": "list_sessions"}), "sessions");
+    listed["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|info| info["sessionID"] == session)
+        .map(|info| info["mode"].as_str().unwrap().to_string())
+}
+
+/// The store's row of `session`: its mode and whether it is closed
+/// (`mode|closed`, empty parts for NULL).
+fn stored_session(cluster: &pg::Cluster, database: &str, session: &str) -> String {
+    cluster
+        .psql(
+            database,
+            &format!(
+                "SELECT coalesce(mode, '') || '|' || coalesce(closed, '') \
+                 FROM toolgate_sessions WHERE session_id = '{session}'"
+            ),
+        )
+        .trim()
+        .to_string()
+}
+
+/// Wait until every broker of `peers` holds `session` in the mode the store
+/// holds for it (open): that mode.
+#[track_caller]
+fn converged(
+    cluster: &pg::Cluster,
+    database: &str,
+    peers: &mut [&mut Peer],
+    session: &str,
+) -> String {
+    let started = Instant::now();
+    loop {
+        let stored = stored_session(cluster, database, session);
+        let (mode, closed) = stored.split_once('|').unwrap();
+        assert_eq!(closed, "", "{session} is closed in the store");
+        let held: Vec<Option<String>> = peers
+            .iter_mut()
+            .map(|peer| listed_mode(peer, session))
+            .collect();
+        if held.iter().all(|held| held.as_deref() == Some(mode)) {
+            // The store did not move meanwhile.
+            if stored_session(cluster, database, session) == stored {
+                return mode.to_string();
+            }
+        }
+        assert!(
+            started.elapsed() < PATIENCE,
+            "the brokers hold {held:?} for {session}, the store {stored}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Two brokers changing one session's mode at the same moment, many times:
+/// the store keeps one of them, and both brokers end on the store's. A
+/// start on B that names no mode, racing a mode change on A, never
+/// overwrites A's mode with B's stale one (it did when every session write
+/// was the whole session: a session set to plan could end in ask).
+/// `TOOLGATE_FLEET_SESSION_RACE=N` makes each race N rounds long.
+#[test]
+fn racing_session_writes_on_two_brokers_end_on_the_stores_mode_everywhere() {
+    let Some((url, cluster, database)) = store("mode_race") else {
+        return;
+    };
+    let rounds: usize = std::env::var("TOOLGATE_FLEET_SESSION_RACE")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(50);
+    let root = project_dir("mode_race");
+    let a = Node::start("a", &url, &root);
+    let b = Node::start("b", &url, &root);
+    let mut on_a = a.agent("agent-a");
+    let mut on_b = b.agent("agent-b");
+    on_a.ask(
+        json!({"type": "session_start", "sessionID": "s", "mode": "ask"}),
+        "session_started",
+    );
+    let mut ends = std::collections::BTreeMap::new();
+    for round in 0..rounds {
+        let (to_a, to_b) = if round % 2 == 0 {
+            ("plan", "auto")
+        } else {
+            ("auto", "plan")
+        };
+        on_a.send(json!({"type": "set_mode", "sessionID": "s", "mode": to_a}));
+        on_b.send(json!({"type": "set_mode", "sessionID": "s", "mode": to_b}));
+        let changed_a = on_a.until("mode_changed").pop().unwrap();
+        let changed_b = on_b.until("mode_changed").pop().unwrap();
+        assert!(changed_a.get("notSaved").is_none(), "{changed_a}");
+        assert!(changed_b.get("notSaved").is_none(), "{changed_b}");
+        let mode = converged(cluster, &database, &mut [&mut on_a, &mut on_b], "s");
+        assert!(mode == "plan" || mode == "auto", "{mode}");
+        *ends.entry(mode).or_insert(0) += 1;
+    }
+    eprintln!("the store ended on {ends:?}");
+    // A mode set on A racing a start on B that names none: the start keeps
+    // the mode the store holds, so the session ends in plan whichever
+    // commits first, on both brokers.
+    for round in 0..rounds {
+        let session = format!("t{round}");
+        on_a.send(json!({"type": "set_mode", "sessionID": session, "mode": "plan"}));
+        on_b.send(json!({"type": "session_start", "sessionID": session}));
+        let changed = on_a.until("mode_changed").pop().unwrap();
+        assert_eq!(changed["mode"], "plan", "{changed}");
+        let started = on_b.until("session_started").pop().unwrap();
+        assert!(started.get("notSaved").is_none(), "{started}");
+        // Both writes are committed before their frames leave.
+        assert_eq!(
+            stored_session(cluster, &database, &session),
+            "plan|",
+            "round {round}"
+        );
+        let mode = converged(cluster, &database, &mut [&mut on_a, &mut on_b], &session);
+        assert_eq!(mode, "plan", "round {round}");
+    }
+    drop((a, b));
+}
+
+/// A session closed elsewhere stays closed when a broker that has not heard
+/// yet changes its mode: the store refuses the change, the broker learns
+/// that the session is closed and denies its calls. Only a start opens it
+/// again. (A mode change used to write the whole session and open it.)
+#[test]
+fn a_mode_change_never_opens_a_session_closed_on_another_broker() {
+    let Some((url, cluster, database)) = store("closed_mode") else {
+        return;
+    };
+    let root = project_dir("closed_mode");
+    // A long lease: no renewal reads the store during the test (the first
+    // one comes after a third of it), so A hears only by notification.
+    let a = Node::with_lease("a", &url, &root, 90_000);
+    let b = Node::with_lease("b", &url, &root, 90_000);
+    let mut on_a = a.agent("agent-a");
+    let mut on_b = b.agent("agent-b");
+    let closed_on_a = |on_a: &mut Peer, session: &str| {
+        let started = Instant::now();
+        while listed_mode(on_a, session).is_some() {
+            assert!(started.elapsed() < PATIENCE, "A still runs {session}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let denied = on_a.ask(call(session, "c1", "touch f"), "decision");
+        assert_eq!(denied["decision"], "deny", "{denied}");
+        let reason = denied["reason"].as_str().unwrap();
+        assert!(
+            reason.starts_with(&format!("the session `{session}` has ended")),
+            "{reason}"
+        );
+    };
+    // Closed in the store without a notification (as if A had not heard
+    // yet): A's mode change is refused there.
+    on_a.ask(
+        json!({"type": "session_start", "sessionID": "quiet", "mode": "ask"}),
+        "session_started",
+    );
+    cluster.psql(
+        &database,
+        "BEGIN; ALTER TABLE toolgate_sessions DISABLE TRIGGER toolgate_sessions_notify; \
+         UPDATE toolgate_sessions SET closed = 'ended', closed_at = now() \
+         WHERE session_id = 'quiet'; \
+         ALTER TABLE toolgate_sessions ENABLE TRIGGER toolgate_sessions_notify; COMMIT;",
+    );
+    on_a.send(json!({"type": "set_mode", "sessionID": "quiet", "mode": "auto"}));
+    let reply = wait(&mut on_a, "A's answer to set_mode", |f| {
+        kind(f, "mode_changed") || kind(f, "error")
+    });
+    assert_eq!(reply["mode"], "auto", "A had not heard: {reply}");
+    // Its frame says that the store did not take it.
+    assert_eq!(
+        reply["notSaved"],
+        "the session `quiet` ended on another broker sharing the store: the mode change was not saved, and the session ends here too",
+        "{reply}"
+    );
+    assert_eq!(stored_session(cluster, &database, "quiet"), "ask|ended");
+    closed_on_a(&mut on_a, "quiet");
+    // Ended on B while A changes its mode, at the same moment, many times:
+    // it ends closed in the store and on A, whichever came first.
+    for round in 0..20 {
+        let session = format!("e{round}");
+        on_a.ask(
+            json!({"type": "session_start", "sessionID": session, "mode": "ask"}),
+            "session_started",
+        );
+        let started = Instant::now();
+        while listed_mode(&mut on_b, &session).is_none() {
+            assert!(started.elapsed() < PATIENCE, "B never heard of {session}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        on_b.send(json!({"type": "session_end", "sessionID": session}));
+        on_a.send(json!({"type": "set_mode", "sessionID": session, "mode": "auto"}));
+        on_b.until("session_ended");
+        // A either changed the mode (it had not heard) or was told the
+        // session ended.
+        let reply = wait(&mut on_a, "A's answer to set_mode", |f| {
+            kind(f, "mode_changed") || kind(f, "error")
+        });
+        assert!(
+            kind(&reply, "mode_changed") || reply["code"] == "unknown_session",
+            "{reply}"
+        );
+        // A mode change the store refused says so; one it took came before
+        // the end.
+        if let Some(why) = reply["notSaved"].as_str() {
+            assert!(why.contains("the mode change was not saved"), "{reply}");
+        }
+        assert_eq!(
+            stored_session(cluster, &database, &session)
+                .split_once('|')
+                .unwrap()
+                .1,
+            "ended",
+            "round {round}: {reply}"
+        );
+        closed_on_a(&mut on_a, &session);
+    }
+    // A start opens it again, everywhere.
+    on_b.ask(
+        json!({"type": "session_start", "sessionID": "quiet", "mode": "plan"}),
+        "session_started",
+    );
+    assert_eq!(
+        converged(cluster, &database, &mut [&mut on_a, &mut on_b], "quiet"),
+        "plan"
+    );
+    drop((a, b));
+}
+
+/// A session joined under a parent without a scope of its own meets the
+/// scopes of the parent's other sub-tasks on the broker that started it,
+/// and keeps that scope once its own write comes back from the store (it
+/// used to be scoped again from its parent's alone, wider, when the store's
+/// row of it was read back).
+#[test]
+fn a_joined_session_keeps_its_scope_when_its_own_write_is_read_back() {
+    let Some((url, cluster, database)) = store("joined") else {
+        return;
+    };
+    let root = project_dir("joined");
+    let a = Node::start("a", &url, &root);
+    let mut on_a = a.agent("agent-a");
+    on_a.ask(
+        json!({"type": "session_start", "sessionID": "main", "mode": "auto"}),
+        "session_started",
+    );
+    on_a.ask(
+        json!({"type": "session_start", "sessionID": "task", "parentID": "main",
+               "permissions": {"allowedTools": ["Read", "Grep"]}}),
+        "session_started",
+    );
+    let joined = on_a.ask(
+        json!({"type": "session_start", "sessionID": "sub", "parentID": "main", "join": true}),
+        "session_started",
+    );
+    let scope = joined["scope"].clone();
+    assert_ne!(scope, Value::Null, "{joined}");
+    wait_sql(
+        cluster,
+        &database,
+        "SELECT count(*) FROM toolgate_sessions WHERE session_id = 'sub'",
+        "1",
+    );
+    // The store's row of it is read back within a notification; a renewal
+    // reads everything again within a third of the lease.
+    std::thread::sleep(Duration::from_millis(LEASE_MS / 3 + 500));
+    let listed = on_a.ask(json!({"type": "list_sessions"}), "sessions");
+    let held = listed["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|info| info["sessionID"] == "sub")
+        .unwrap()["scope"]
+        .clone();
+    assert_eq!(held, scope, "{listed}");
+    // And a call the joined scope denies is denied.
+    let denied = on_a.ask(call("sub", "c1", "touch f"), "decision");
+    assert_eq!(denied["decision"], "deny", "{denied}");
+    drop(a);
+}
