@@ -492,6 +492,14 @@ impl Peer {
         peer
     }
 
+    /// A peer on `stream`, which has read and said nothing yet.
+    pub fn from_stream(stream: std::os::unix::net::UnixStream) -> Peer {
+        Peer {
+            reader: BufReader::new(stream.try_clone().unwrap()),
+            stream,
+        }
+    }
+
     /// Send one frame.
     pub fn send(&mut self, frame: Value) {
         self.stream
