@@ -917,8 +917,10 @@ fn one_inbox_across_projects() {
         kind(f, "permission_request")
     });
     assert_eq!(asked["callID"], "c2", "{asked}");
-    lead.send(json!({"type": "permission_response", "permissionID": asked["permissionID"],
-                     "response": "always", "scope": "project"}));
+    lead.send(
+        json!({"type": "permission_response", "permissionID": asked["permissionID"],
+                     "response": "always", "scope": "project"}),
+    );
     let decision = wait(&mut agent_b, "the decision on B", |f| kind(f, "decision"));
     assert_eq!(decision["callID"], "c2", "{decision}");
     assert_eq!(decision["decision"], "allow", "{decision}");
