@@ -861,7 +861,7 @@ fn one_inbox_across_projects() {
     // A question of /p2 open before the lead connects.
     agent_b.send(call("s1", "c1", "touch f1"));
     wait_sql(
-        &cluster,
+        cluster,
         &database,
         "SELECT count(*) FROM toolgate_questions WHERE state = 'open'",
         "1",

@@ -481,10 +481,7 @@ impl Peer {
     pub fn connect(socket: &Path, hello: Value) -> Peer {
         let stream = std::os::unix::net::UnixStream::connect(socket).unwrap();
         stream.set_read_timeout(Some(PATIENCE)).unwrap();
-        let mut peer = Peer {
-            reader: BufReader::new(stream.try_clone().unwrap()),
-            stream,
-        };
+        let mut peer = Peer::from_stream(stream);
         assert_eq!(peer.recv()["type"], "ready");
         peer.send(hello);
         let ready = peer.recv();
