@@ -772,6 +772,15 @@ mod tests {
                 "s [claude]  edit (Write)  a\\nb",
             ),
             (json!({"title":"x\u{1b}[2Jy"}), "s  bash  x\\x1b[2Jy"),
+            // Another project's question (one inbox across projects).
+            (
+                json!({"metadata":{"project":"/p2","host":"build-7","client":"claude"}}),
+                "build-7:/p2 s [claude]  bash  t",
+            ),
+            (
+                json!({"metadata":{"project":"/p\u{1b}[2J"}}),
+                "/p\\x1b[2J s  bash  t",
+            ),
             (
                 json!({"sessionID":"s\u{1b}[2J","parentID":"p\u{202e}","title":"\u{9b}8m"}),
                 "s\\x1b[2J (in p\\u{202e})  bash  \\u{9b}8m",
