@@ -501,10 +501,30 @@ pub fn run(endpoint: &Endpoint, all_projects: bool) -> i32 {
     drop(terminal);
     match outcome {
         Ok(()) => 0,
-        Err(why) => {
+        Err(Ended::Lost(why)) => {
             crate::say!("toolgate approve: the connection to {label} was lost ({why})");
             1
         }
+        Err(Ended::Refused(why)) => {
+            crate::say!(
+                "toolgate approve: the broker at {label} refused to take this approver: {why}"
+            );
+            1
+        }
+    }
+}
+
+/// Why the event loop ended other than by `q`.
+enum Ended {
+    /// The connection was lost (why).
+    Lost(String),
+    /// The broker refused the `hello` (its words).
+    Refused(String),
+}
+
+impl From<String> for Ended {
+    fn from(why: String) -> Ended {
+        Ended::Lost(why)
     }
 }
 
@@ -513,7 +533,7 @@ fn event_loop(
     frames: &Receiver<FromBroker>,
     writer: &mut UnixStream,
     label: &str,
-) -> Result<(), String> {
+) -> Result<(), Ended> {
     let mut app = App::new();
     let mut dirty = true;
     loop {
@@ -525,17 +545,16 @@ fn event_loop(
                     // `hello` was refused (`--all-projects` on a broker
                     // without a store, say).
                     if let (false, ServerFrame::Error(error)) = (app.approver, frame.as_ref()) {
-                        return Err(format!(
-                            "the broker refused to take this approver: {}",
-                            shown(&error.message)
-                        ));
+                        return Err(Ended::Refused(shown(&error.message).into_owned()));
                     }
                     app.receive(*frame);
                     dirty = true;
                 }
-                Ok(FromBroker::Closed(why)) => return Err(why),
+                Ok(FromBroker::Closed(why)) => return Err(Ended::Lost(why)),
                 Err(mpsc::TryRecvError::Empty) => break,
-                Err(mpsc::TryRecvError::Disconnected) => return Err("reader ended".into()),
+                Err(mpsc::TryRecvError::Disconnected) => {
+                    return Err(Ended::Lost("reader ended".into()))
+                }
             }
         }
         if dirty {
