@@ -185,7 +185,8 @@ pub async fn join(config: Config) -> Result<(Changes, Starter), StoreError> {
         } else {
             cursor.others_open.insert(question.id.uuid());
             let mut row = question_row(&question, config.broker);
-            row.host = Some(hosts.of(&mut store, question.broker).await?);
+            // Shown with the question: not worth failing the start for.
+            row.host = hosts.of(&mut store, question.broker).await.ok();
             changes.others.push(row);
         }
     }
@@ -225,11 +226,12 @@ impl Hosts {
                 self.0.insert(info.id, info.host);
             }
         }
+        // A broker the store no longer has is not looked for again.
         Ok(self
             .0
-            .get(&broker)
-            .cloned()
-            .unwrap_or_else(|| "(a broker that left)".to_string()))
+            .entry(broker)
+            .or_insert_with(|| "(a broker that left)".to_string())
+            .clone())
     }
 }
 

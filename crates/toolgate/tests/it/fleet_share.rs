@@ -958,6 +958,13 @@ fn one_inbox_across_projects() {
         kind(f, "permission_request")
     });
     assert_eq!(asked["callID"], "c4", "{asked}");
+    // An approver without the option that connects now is not given it.
+    let mut late = a.approver("late");
+    let frames = late.quiet(Duration::from_millis(300));
+    assert!(
+        requests(&frames).is_empty(),
+        "the late approver saw: {frames:?}"
+    );
     agent_b.send(json!({"type": "cancel", "sessionID": "s4", "callID": "c4"}));
     let closed = wait(&mut lead, "the withdrawn question closed", |f| {
         kind(f, "permission_resolved") && f["permissionID"] == asked["permissionID"]
