@@ -15,7 +15,9 @@
 //!   only they may answer it; the first answer wins and the other addressees
 //!   get `permission_resolved`. An approver that connects later gets every
 //!   open question; when the last approver goes, its open questions go to
-//!   the connections that made the calls.
+//!   the connections that made the calls. In a fleet, another project's
+//!   question (from the store) goes only to the approvers and observers
+//!   whose `hello` asked for every project ([`To::Inbox`]).
 //! - Everything else answers the connection whose line it answers.
 //!
 //! A session belongs to no connection: any connection may name any session

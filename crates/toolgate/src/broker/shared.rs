@@ -14,7 +14,11 @@
 //!   question of this broker or of another one) is the store's conditional
 //!   update ([`Write::Answer`], grants in its transaction), and only the
 //!   store's first answer decides; other brokers' open questions are put
-//!   to this broker's approvers;
+//!   to this broker's approvers; other projects' open questions
+//!   ([`Changes::others`]) only to the approvers and observers that follow
+//!   every project (`hello` with `"projects": "all"`), and an answer to one
+//!   is written for its project ([`Write::Answer`]'s `project`): nothing of
+//!   another project is applied here;
 //! - grants: taken from the store (made by an answer anywhere) and dropped
 //!   when revoked there; used only while the store was heard from within
 //!   the staleness bound ([`Broker::grants_usable`]).
