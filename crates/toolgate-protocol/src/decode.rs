@@ -12,8 +12,8 @@ use serde_json::{Map, Value};
 use crate::scan::{self, truncate};
 use crate::{
     Cancel, ClientFrame, ErrorCode, GrantScope, Hello, ListGrants, ListSessions,
-    PermissionResponse, Reply, RevokeGrant, Role, ScopeSpec, SessionRef, SessionStart, SetMode,
-    Shutdown, ToolCall, DEFAULT_SESSION, MAX_EXPIRES_IN,
+    PermissionResponse, Projects, Reply, RevokeGrant, Role, ScopeSpec, SessionRef, SessionStart,
+    SetMode, Shutdown, ToolCall, DEFAULT_SESSION, MAX_EXPIRES_IN,
 };
 
 /// Why a line is not a usable frame.
@@ -79,6 +79,7 @@ struct Envelope {
     client: Option<Value>,
     join: Option<Value>,
     token: Option<Value>,
+    projects: Option<Value>,
 }
 
 /// Fills an envelope where it lies: it is large (a slot per field of every
@@ -129,6 +130,7 @@ impl<'de> Visitor<'de> for EnvelopeVisitor<'_> {
                 "client" => &mut envelope.client,
                 "join" => &mut envelope.join,
                 "token" => &mut envelope.token,
+                "projects" => &mut envelope.projects,
                 other => {
                     if unknown.iter().any(|seen| seen == other) {
                         return Err(de::Error::custom(format_args!("duplicate field `{other}`")));
@@ -583,11 +585,35 @@ impl Envelope {
         }
         // A token is a secret: no message repeats it.
         let token = self.optional_str(&self.token, "token", "hello")?;
+        let projects = match self
+            .optional_str(&self.projects, "projects", "hello")?
+            .as_deref()
+        {
+            None => None,
+            Some("own") => Some(Projects::Own),
+            Some("all") => Some(Projects::All),
+            Some(other) => {
+                return Err(self.error(
+                    ErrorCode::InvalidFrame,
+                    format!(
+                        "`projects` of hello must be `own` or `all`, not `{}`",
+                        truncate(other, 64)
+                    ),
+                ))
+            }
+        };
+        if projects == Some(Projects::All) && role == Role::Agent {
+            return Err(self.error(
+                ErrorCode::InvalidFrame,
+                "`projects` of hello says whose questions an approver or an observer is shown: an agent is shown none".into(),
+            ));
+        }
         Ok(ClientFrame::Hello(Hello {
             role,
             client,
             session_id,
             token,
+            projects,
         }))
     }
 
@@ -1135,6 +1161,18 @@ mod tests {
                 r#"ok {"type":"hello","role":"agent","client":"hook","token":"tg_abc"}"#,
             ),
             // The token is never repeated in a message.
+            (
+                r#"{"type":"hello","role":"approver","projects":"all"}"#,
+                r#"ok {"type":"hello","role":"approver","projects":"all"}"#,
+            ),
+            (
+                r#"{"type":"hello","role":"approver","projects":"some"}"#,
+                "err invalid_frame call=- tool_call=false :: `projects` of hello must be `own` or `all`, not `some`",
+            ),
+            (
+                r#"{"type":"hello","projects":"all"}"#,
+                "err invalid_frame call=- tool_call=false :: `projects` of hello says whose questions an approver or an observer is shown: an agent is shown none",
+            ),
             (
                 r#"{"type":"hello","token":12345}"#,
                 "err invalid_frame call=- tool_call=false :: `token` of hello must be a string, not a number",

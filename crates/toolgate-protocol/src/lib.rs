@@ -347,6 +347,36 @@ pub struct Hello {
     /// their user.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token: Option<String>,
+    /// For an `approver` or an `observer` on a broker that shares a store
+    /// (`serve --store`): whose questions it is shown. `own` (the default):
+    /// those of the broker's project root; `all`: also those every other
+    /// project's brokers put in the store, each naming its project and host
+    /// in `metadata` (one inbox across projects). Refused on a broker
+    /// without a store, for an agent, and on a remote connection whose token
+    /// is limited to one project.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub projects: Option<Projects>,
+}
+
+/// Whose questions an approver or an observer is shown ([`Hello::projects`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Projects {
+    /// The broker's own project root's.
+    #[default]
+    Own,
+    /// Every project's on the broker's shared store.
+    All,
+}
+
+impl Projects {
+    /// As written on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Projects::Own => "own",
+            Projects::All => "all",
+        }
+    }
 }
 
 /// What a connection is, as said by `hello`.
@@ -445,6 +475,10 @@ pub struct Ready {
     /// The connection's client name, once it said `hello` with one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client: Option<String>,
+    /// `all` when the connection's `hello` asked for every project's
+    /// questions ([`Hello::projects`]) and the broker took it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub projects: Option<Projects>,
 }
 
 /// `decision`: the one answer to a tool call.

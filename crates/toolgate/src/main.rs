@@ -58,7 +58,11 @@ fn main() -> ExitCode {
         Some(Command::Policy(command)) => cli::policy::run(command, cli.serve),
         Some(Command::Init(args)) => cli::init::run(args),
         Some(Command::Doctor(args)) => cli::doctor::run(args),
-        Some(Command::Approve { socket, remote }) => cli::approve(socket, remote),
+        Some(Command::Approve {
+            socket,
+            remote,
+            all_projects,
+        }) => cli::approve(socket, remote, all_projects),
     }
 }
 

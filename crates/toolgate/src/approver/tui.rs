@@ -1,6 +1,8 @@
 //! `toolgate approve`: a terminal approver attached to a broker's socket.
 //!
-//! It connects, says `hello` (role approver, client `approve`), and lists
+//! It connects, says `hello` (role approver, client `approve`; with
+//! `--all-projects`, `"projects": "all"`: every project's questions on the
+//! broker's shared store, each naming its project and host), and lists
 //! every `permission_request` it receives; the selected one is shown in
 //! detail ([`super::view`]). Keys: `o` once, `a` always (with the
 //! `alwaysOptions` entry chosen by ←/→ or tab), `t` the same for a while
@@ -362,8 +364,14 @@ impl App {
             .collect();
         let detail_rows = height.saturating_sub(rows.len() + 1 + notices.len());
         if let Some(q) = self.questions.get(self.selected) {
-            let root = self.project_root.as_deref();
-            let lines: Vec<Line> = view::detail(&q.request, q.level, root, &view::read_file);
+            // Another project's question: its files are on its broker's
+            // host, not under this broker's root.
+            let lines: Vec<Line> = if view::project_of(&q.request).is_some() {
+                view::detail(&q.request, q.level, None, &view::elsewhere)
+            } else {
+                let root = self.project_root.as_deref();
+                view::detail(&q.request, q.level, root, &view::read_file)
+            };
             let scroll = self.scroll.min(lines.len().saturating_sub(1));
             for line in lines.into_iter().skip(scroll).take(detail_rows) {
                 rows.push((line.tone, line.text));
@@ -409,9 +417,10 @@ enum FromBroker {
     Closed(String),
 }
 
-/// Run `toolgate approve` on the broker at `endpoint`: 0 after `q`, 1 when
-/// the connection is lost or cannot be made.
-pub fn run(endpoint: &Endpoint) -> i32 {
+/// Run `toolgate approve` on the broker at `endpoint` (`all_projects`: ask
+/// for every project's questions): 0 after `q`, 1 when the connection is
+/// lost or cannot be made, or the broker refuses its `hello`.
+pub fn run(endpoint: &Endpoint, all_projects: bool) -> i32 {
     let label = endpoint.label();
     let stream = match crate::transport::client::open(
         endpoint,
@@ -467,7 +476,10 @@ pub fn run(endpoint: &Endpoint) -> i32 {
         };
         let _ = sender.send(FromBroker::Closed(why));
     });
-    let hello = crate::transport::client::hello(endpoint, Role::Approver, "approve");
+    let mut hello = crate::transport::client::hello(endpoint, Role::Approver, "approve");
+    if let (true, serde_json::Value::Object(fields)) = (all_projects, &mut hello) {
+        fields.insert("projects".into(), "all".into());
+    }
     let written = serde_json::to_vec(&hello)
         .map_err(std::io::Error::other)
         .and_then(|mut line| {
@@ -489,10 +501,30 @@ pub fn run(endpoint: &Endpoint) -> i32 {
     drop(terminal);
     match outcome {
         Ok(()) => 0,
-        Err(why) => {
+        Err(Ended::Lost(why)) => {
             crate::say!("toolgate approve: the connection to {label} was lost ({why})");
             1
         }
+        Err(Ended::Refused(why)) => {
+            crate::say!(
+                "toolgate approve: the broker at {label} refused to take this approver: {why}"
+            );
+            1
+        }
+    }
+}
+
+/// Why the event loop ended other than by `q`.
+enum Ended {
+    /// The connection was lost (why).
+    Lost(String),
+    /// The broker refused the `hello` (its words).
+    Refused(String),
+}
+
+impl From<String> for Ended {
+    fn from(why: String) -> Ended {
+        Ended::Lost(why)
     }
 }
 
@@ -501,7 +533,7 @@ fn event_loop(
     frames: &Receiver<FromBroker>,
     writer: &mut UnixStream,
     label: &str,
-) -> Result<(), String> {
+) -> Result<(), Ended> {
     let mut app = App::new();
     let mut dirty = true;
     loop {
@@ -509,12 +541,20 @@ fn event_loop(
         loop {
             match frames.try_recv() {
                 Ok(FromBroker::Frame(frame)) => {
+                    // An error before the broker took the `hello`: the
+                    // `hello` was refused (`--all-projects` on a broker
+                    // without a store, say).
+                    if let (false, ServerFrame::Error(error)) = (app.approver, frame.as_ref()) {
+                        return Err(Ended::Refused(shown(&error.message).into_owned()));
+                    }
                     app.receive(*frame);
                     dirty = true;
                 }
-                Ok(FromBroker::Closed(why)) => return Err(why),
+                Ok(FromBroker::Closed(why)) => return Err(Ended::Lost(why)),
                 Err(mpsc::TryRecvError::Empty) => break,
-                Err(mpsc::TryRecvError::Disconnected) => return Err("reader ended".into()),
+                Err(mpsc::TryRecvError::Disconnected) => {
+                    return Err(Ended::Lost("reader ended".into()))
+                }
             }
         }
         if dirty {

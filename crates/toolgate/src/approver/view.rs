@@ -97,9 +97,31 @@ pub fn read_file(path: &Path) -> FileRead {
     }
 }
 
-/// One line for a list of questions: session (and parent), client, tool, title.
+/// Another project's question (from a broker's shared store, to a
+/// connection that follows every project): `HOST:PROJECT`, as its
+/// `metadata` names them.
+pub fn project_of(request: &PermissionRequest) -> Option<String> {
+    let project = request.metadata.get("project").and_then(Value::as_str)?;
+    Some(match request.metadata.get("host").and_then(Value::as_str) {
+        Some(host) => format!("{host}:{project}"),
+        None => project.to_string(),
+    })
+}
+
+/// Another project's files are on its broker's host: a write is shown as
+/// its new content.
+pub fn elsewhere(_: &Path) -> FileRead {
+    FileRead::Unreadable("the file is on another project's broker's host".to_string())
+}
+
+/// One line for a list of questions: another project's `HOST:PROJECT`,
+/// session (and parent), client, tool, title.
 pub fn summary(request: &PermissionRequest) -> String {
-    let mut line = shown(&request.session_id).into_owned();
+    let mut line = match project_of(request) {
+        Some(project) => format!("{} ", shown(&project)),
+        None => String::new(),
+    };
+    line.push_str(&shown(&request.session_id));
     if let Some(parent) = &request.parent_id {
         line.push_str(&format!(" (in {})", shown(parent)));
     }
@@ -146,6 +168,12 @@ pub fn about(
     read: &dyn Fn(&Path) -> FileRead,
 ) -> Vec<Line> {
     let mut lines = Vec::new();
+    if let Some(project) = project_of(request) {
+        lines.push(Line::new(
+            Tone::Heading,
+            format!("project  {}", shown(&project)),
+        ));
+    }
     let mut session = format!("session  {}", shown(&request.session_id));
     if let Some(parent) = &request.parent_id {
         session.push_str(&format!("  (sub-session of {})", shown(parent)));
@@ -744,6 +772,15 @@ mod tests {
                 "s [claude]  edit (Write)  a\\nb",
             ),
             (json!({"title":"x\u{1b}[2Jy"}), "s  bash  x\\x1b[2Jy"),
+            // Another project's question (one inbox across projects).
+            (
+                json!({"metadata":{"project":"/p2","host":"build-7","client":"claude"}}),
+                "build-7:/p2 s [claude]  bash  t",
+            ),
+            (
+                json!({"metadata":{"project":"/p\u{1b}[2J"}}),
+                "/p\\x1b[2J s  bash  t",
+            ),
             (
                 json!({"sessionID":"s\u{1b}[2J","parentID":"p\u{202e}","title":"\u{9b}8m"}),
                 "s\\x1b[2J (in p\\u{202e})  bash  \\u{9b}8m",

@@ -130,7 +130,7 @@ impl Broker {
             if index == end {
                 break;
             }
-            if matches!(out[index].to, To::Observer(_)) {
+            if matches!(out[index].to, To::Observer(_) | To::Inbox(_)) {
                 continue;
             }
             let frame = &out[index].frame;

@@ -15,7 +15,9 @@
 //!   only they may answer it; the first answer wins and the other addressees
 //!   get `permission_resolved`. An approver that connects later gets every
 //!   open question; when the last approver goes, its open questions go to
-//!   the connections that made the calls.
+//!   the connections that made the calls. In a fleet, another project's
+//!   question (from the store) goes only to the approvers and observers
+//!   whose `hello` asked for every project ([`To::Inbox`]).
 //! - Everything else answers the connection whose line it answers.
 //!
 //! A session belongs to no connection: any connection may name any session
@@ -296,13 +298,21 @@ pub enum To {
     Approver(ConnId),
     /// An observer connection (a copy of news about a session it watches).
     Observer(ConnId),
+    /// A connection (approver or observer) that follows every project
+    /// (`hello` with `"projects": "all"`): another project's question, or
+    /// the news that it closed. Never copied to other observers.
+    Inbox(ConnId),
 }
 
 impl To {
     /// The connection to write to.
     pub fn conn(self) -> ConnId {
         match self {
-            To::Caller(conn) | To::Owner(conn) | To::Approver(conn) | To::Observer(conn) => conn,
+            To::Caller(conn)
+            | To::Owner(conn)
+            | To::Approver(conn)
+            | To::Observer(conn)
+            | To::Inbox(conn) => conn,
         }
     }
 }
@@ -359,6 +369,9 @@ struct Peer {
     steered: std::collections::HashSet<String>,
     /// When `steered` is pruned of the sessions the broker forgot.
     steered_prune_at: usize,
+    /// Its `hello` asked for every project's questions (an approver or an
+    /// observer on a broker that shares a store).
+    all_projects: bool,
 }
 
 /// An open question: who made the call, who was asked, and the request as
@@ -369,6 +382,9 @@ struct Asked {
     request: Box<wire::PermissionRequest>,
     /// A `permission_resolved` already went to the addressees.
     resolved: bool,
+    /// Another project's question: put only to the connections that follow
+    /// every project.
+    foreign: bool,
 }
 
 impl Connections {
@@ -427,22 +443,32 @@ impl Connections {
                 addressees,
                 request,
                 resolved: false,
+                foreign: false,
             },
         );
     }
 
-    /// Another broker's question (through the store): to every approver.
+    /// Another broker's question (through the store): to every approver;
+    /// another project's (`foreign`) only to the approvers and observers
+    /// that follow every project.
     pub(super) fn ask_remote(
         &mut self,
         request: Box<wire::PermissionRequest>,
+        foreign: bool,
         ob: &mut Outbox<'_>,
     ) {
-        let addressees = self.approvers.clone();
+        let addressees: Vec<ConnId> = if foreign {
+            self.inbox()
+        } else {
+            self.approvers.clone()
+        };
         for &conn in &addressees {
-            ob.push(
-                To::Approver(conn),
-                ServerFrame::PermissionRequest(request.clone()),
-            );
+            let to = if foreign {
+                To::Inbox(conn)
+            } else {
+                To::Approver(conn)
+            };
+            ob.push(to, ServerFrame::PermissionRequest(request.clone()));
         }
         self.asked.insert(
             request.permission_id.clone(),
@@ -451,8 +477,22 @@ impl Connections {
                 addressees,
                 request,
                 resolved: false,
+                foreign,
             },
         );
+    }
+
+    /// The approvers and observers that follow every project, in the order
+    /// they connected.
+    fn inbox(&self) -> Vec<ConnId> {
+        let mut conns: Vec<ConnId> = self
+            .open
+            .iter()
+            .filter(|(_, peer)| peer.all_projects)
+            .map(|(conn, _)| *conn)
+            .collect();
+        conns.sort_unstable();
+        conns
     }
 
     /// Another broker's question closed: the connections it was put to
@@ -468,9 +508,39 @@ impl Connections {
         };
         for conn in asked.addressees {
             if Some(conn) != except {
+                let to = if asked.foreign {
+                    To::Inbox(conn)
+                } else {
+                    To::Approver(conn)
+                };
+                ob.push(to, ServerFrame::PermissionResolved(resolved.clone()));
+            }
+        }
+    }
+
+    /// Other projects' open questions go to `conn` when it follows every
+    /// project (those it was not put yet, oldest first), and no longer when
+    /// it does not.
+    fn follow_projects(&mut self, conn: ConnId, ob: &mut Outbox<'_>) {
+        let follows = self.open.get(&conn).is_some_and(|peer| peer.all_projects);
+        let mut new: Vec<(u64, String)> = Vec::new();
+        for (id, asked) in &mut self.asked {
+            if !asked.foreign {
+                continue;
+            }
+            if !follows {
+                asked.addressees.retain(|&c| c != conn);
+            } else if !asked.addressees.contains(&conn) {
+                new.push((asked.request.timestamp, id.clone()));
+            }
+        }
+        new.sort();
+        for (_, id) in new {
+            if let Some(asked) = self.asked.get_mut(&id) {
+                asked.addressees.push(conn);
                 ob.push(
-                    To::Approver(conn),
-                    ServerFrame::PermissionResolved(resolved.clone()),
+                    To::Inbox(conn),
+                    ServerFrame::PermissionRequest(asked.request.clone()),
                 );
             }
         }
@@ -776,6 +846,7 @@ impl Broker {
             state_dir: self.origin.state_dir.clone(),
             role: None,
             client: None,
+            projects: None,
         })
     }
 
@@ -955,6 +1026,20 @@ impl Broker {
     /// `hello`: the connection's role and name; an approver gets every open
     /// question at once, except those about its own calls.
     fn hello(&mut self, conn: ConnId, hello: wire::Hello, ob: &mut Outbox<'_>) {
+        let all_projects = hello.projects == Some(wire::Projects::All);
+        if all_projects && !self.shared.active() {
+            // Not about a line: no line number.
+            ob.push(To::Caller(conn), ServerFrame::Error(wire::ErrorFrame {
+                code: ErrorCode::InvalidFrame,
+                message: "this broker shares no store (it was started without --store), so it knows only its own project's questions: `\"projects\": \"all\"` needs a broker on a shared store".to_string(),
+                call_id: None,
+                session_id: None,
+                permission_id: None,
+                line: None,
+                not_saved: None,
+            }));
+            return;
+        }
         if hello.role == Role::Approver && self.conns.sole_approver.is_some_and(|a| a != conn) {
             // Not about a line: no line number.
             ob.push(To::Caller(conn), ServerFrame::Error(wire::ErrorFrame {
@@ -972,6 +1057,7 @@ impl Broker {
         let was = peer.role;
         peer.role = hello.role;
         peer.client.clone_from(&hello.client);
+        peer.all_projects = all_projects && hello.role != Role::Agent;
         match hello.role {
             Role::Observer => self.observers.watch(conn, hello.session_id.clone()),
             _ => self.observers.unwatch(conn),
@@ -980,6 +1066,7 @@ impl Broker {
         if let ServerFrame::Ready(ready) = &mut ready {
             ready.role = Some(hello.role);
             ready.client = hello.client;
+            ready.projects = all_projects.then_some(wire::Projects::All);
         }
         ob.push(To::Caller(conn), ready);
         match (was, hello.role) {
@@ -995,8 +1082,12 @@ impl Broker {
                 let ids: Vec<String> = open.into_iter().map(|(_, id)| id.clone()).collect();
                 for id in ids {
                     if let Some(asked) = self.conns.asked.get_mut(&id) {
-                        // Never a question about its own call.
-                        if !asked.addressees.contains(&conn) && asked.owner != conn {
+                        // Never a question about its own call (another
+                        // project's: below).
+                        if !asked.addressees.contains(&conn)
+                            && asked.owner != conn
+                            && !asked.foreign
+                        {
                             asked.addressees.push(conn);
                             ob.push(
                                 To::Approver(conn),
@@ -1009,6 +1100,7 @@ impl Broker {
             (Role::Approver, Role::Agent | Role::Observer) => self.leave_approvers(conn, ob),
             _ => {}
         }
+        self.conns.follow_projects(conn, ob);
     }
 
     /// `conn` is no longer an approver: it stops being asked, and questions

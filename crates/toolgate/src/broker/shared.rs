@@ -19,7 +19,11 @@
 //!   question of this broker or of another one) is the store's conditional
 //!   update ([`Write::Answer`], grants in its transaction), and only the
 //!   store's first answer decides; other brokers' open questions are put
-//!   to this broker's approvers;
+//!   to this broker's approvers; other projects' open questions
+//!   ([`Changes::others`]) only to the approvers and observers that follow
+//!   every project (`hello` with `"projects": "all"`), and an answer to one
+//!   is written for its project ([`Write::Answer`]'s `project`): nothing of
+//!   another project is applied here;
 //! - grants: taken from the store (made by an answer anywhere) and dropped
 //!   when revoked there; used only while the store was heard from within
 //!   the staleness bound ([`Broker::grants_usable`]).
@@ -129,6 +133,11 @@ pub enum QuestionState {
 pub struct QuestionRow {
     /// Its id in the store.
     pub question: Uuid,
+    /// The project root of its call.
+    pub project: String,
+    /// The host of the broker that asked it (another project's question:
+    /// shown with it).
+    pub host: Option<String>,
     /// Asked by this broker.
     pub own: bool,
     /// Open, answered or cancelled.
@@ -192,6 +201,9 @@ pub enum Write {
         by: String,
         /// What it grants.
         grants: Vec<GrantRow>,
+        /// Another project's question: that project (its grants are
+        /// written for it); `None`: this broker's project.
+        project: Option<String>,
     },
     /// A question of this broker ended here (decided, timed out, withdrawn).
     Cancel {
@@ -235,6 +247,10 @@ pub struct Changes {
     pub grants: Vec<GrantRow>,
     /// Sessions of this project written or closed.
     pub sessions: Vec<SessionRow>,
+    /// Other projects' questions, open or just closed: only shown to the
+    /// connections that follow every project (and answered through the
+    /// store), never applied to this broker's state.
+    pub others: Vec<QuestionRow>,
 }
 
 /// What the link tells the broker.
@@ -354,6 +370,9 @@ struct Remote {
     /// An answer given here, being written: who gave it, what, and as the
     /// store will name who answered.
     answering: Option<(Option<ConnId>, wire::PermissionResponse, String)>,
+    /// Another project's question: that project (an `always` answer's
+    /// grants are written for it, never held here).
+    project: Option<String>,
 }
 
 /// The broker's part in a fleet (inactive without `--store`).
@@ -648,6 +667,9 @@ impl Broker {
         for row in loaded.questions {
             self.question_row(row, &mut out);
         }
+        for row in loaded.others {
+            self.other_row(row, &mut out);
+        }
         warnings
     }
 
@@ -905,6 +927,7 @@ impl Broker {
             answer: answer_value(response),
             by,
             grants,
+            project: None,
         });
         true
     }
@@ -969,6 +992,7 @@ impl Broker {
         let session_id = remote.session_id.clone();
         let offers = remote.offers.clone();
         let question = remote.question;
+        let project = remote.project.clone();
         let ids = &mut self.ids;
         let grants = match answer_grants(offers.as_ref(), response, &session_id, now, || {
             ids.grant_id()
@@ -988,6 +1012,7 @@ impl Broker {
             answer: answer_value(response),
             by,
             grants,
+            project,
         });
         true
     }
@@ -1051,6 +1076,7 @@ impl Broker {
                     questions = changes.questions.len(),
                     grants = changes.grants.len(),
                     sessions = changes.sessions.len(),
+                    others = changes.others.len(),
                     "heard from the store"
                 );
                 self.shared.heard_at = self.clock.monotonic_ms();
@@ -1309,6 +1335,9 @@ impl Broker {
         for row in changes.questions {
             self.question_row(row, out);
         }
+        for row in changes.others {
+            self.other_row(row, out);
+        }
     }
 
     /// Grants made or revoked in the store; with `why`, the open questions
@@ -1562,8 +1591,36 @@ impl Broker {
             self.own_question_row(row, out);
             return;
         }
+        self.remote_row(row, false, out);
+    }
+
+    /// Another project's question in the store: put, while it is open, only
+    /// to the connections that follow every project, naming its project
+    /// and host in `metadata`. Nothing of it touches this broker's state:
+    /// an answer given here is written to the store for that project.
+    fn other_row(&mut self, row: QuestionRow, out: &mut Vec<Output>) {
+        if row.own {
+            return;
+        }
+        self.remote_row(row, true, out);
+    }
+
+    /// Another broker's question (`foreign`: of another project).
+    fn remote_row(&mut self, row: QuestionRow, foreign: bool, out: &mut Vec<Output>) {
         let request = match serde_json::from_value::<ServerFrame>(row.request.clone()) {
-            Ok(ServerFrame::PermissionRequest(request)) => request,
+            Ok(ServerFrame::PermissionRequest(mut request)) => {
+                if foreign {
+                    request
+                        .metadata
+                        .insert("project".to_string(), Value::String(row.project.clone()));
+                    if let Some(host) = &row.host {
+                        request
+                            .metadata
+                            .insert("host".to_string(), Value::String(host.clone()));
+                    }
+                }
+                request
+            }
             _ => {
                 tracing::warn!(question = %row.question, "the shared store holds a question toolgate cannot read; it is not shown");
                 return;
@@ -1586,10 +1643,11 @@ impl Broker {
                         always_options: request.always_options.clone(),
                         offers: row.offers.clone(),
                         answering: None,
+                        project: foreign.then(|| row.project.clone()),
                     },
                 );
                 self.conns
-                    .ask_remote(request, &mut Outbox::new(out, None, None));
+                    .ask_remote(request, foreign, &mut Outbox::new(out, None, None));
             }
             QuestionState::Answered | QuestionState::Cancelled => {
                 let Some(remote) = self.shared.remote.get(&id) else {

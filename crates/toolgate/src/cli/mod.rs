@@ -159,6 +159,12 @@ pub enum Command {
         /// FILE`), with an approver's (or admin's) token.
         #[command(flatten)]
         remote: flags::RemoteArgs,
+        /// One inbox across projects: also answer the questions of every
+        /// other project on the broker's shared store (a broker started
+        /// with --store; each names its project and host). Refused by a
+        /// broker without a store and for a token limited to a project.
+        #[arg(long)]
+        all_projects: bool,
     },
 }
 
@@ -239,7 +245,7 @@ fn long_name(command: &clap::Command, id: &str) -> String {
 /// `toolgate approve`: the socket from --socket, else the remote broker of
 /// --remote, else TOOLGATE_SOCKET, else TOOLGATE_REMOTE, else the default
 /// socket.
-pub fn approve(socket: Option<PathBuf>, remote: flags::RemoteArgs) -> ExitCode {
+pub fn approve(socket: Option<PathBuf>, remote: flags::RemoteArgs, all_projects: bool) -> ExitCode {
     use toolgate::transport::client::{self, Endpoint};
     let endpoint = match client::chosen(socket.as_deref(), remote.spec()) {
         Ok(Some(endpoint)) => endpoint,
@@ -249,7 +255,7 @@ pub fn approve(socket: Option<PathBuf>, remote: flags::RemoteArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match toolgate::approver::tui::run(&endpoint) {
+    match toolgate::approver::tui::run(&endpoint, all_projects) {
         0 => ExitCode::SUCCESS,
         _ => ExitCode::from(1),
     }

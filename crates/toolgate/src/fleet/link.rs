@@ -21,6 +21,12 @@
 //!   lease) also reads the project's open questions and live grants whole,
 //!   so a change whose notification was lost arrives within one renewal.
 //!   Every (re)connection reads the same way before it says `Online`.
+//! - **Other projects' questions** are kept too, apart
+//!   ([`Changes::others`]): the broker shows them to the connections that
+//!   follow every project (`hello` with `"projects": "all"`) and may write
+//!   their answers, but never applies another project's question, grant or
+//!   session to its own state (their grants and sessions are not passed on
+//!   at all).
 //! - **Leases**: the lease is renewed every third of its length; a lease
 //!   found lapsed (the broker was cut off longer than it) is taken again.
 //!   Each renewal also cancels the questions of brokers whose lease lapsed
@@ -30,7 +36,7 @@
 //!   [`CALL_TIMEOUT`]) drops both and connects again after a pause (100 ms,
 //!   doubling to 2 s).
 
-use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -169,6 +175,7 @@ pub async fn join(config: Config) -> Result<(Changes, Starter), StoreError> {
         .map_err(StoreError::from_query)?;
     let mut cursor = Cursor::new(base);
     let mut changes = Changes::default();
+    let mut hosts = Hosts::default();
     for question in store.open_questions().await? {
         cursor.saw(question.revision);
         if question.project == config.project {
@@ -176,6 +183,12 @@ pub async fn join(config: Config) -> Result<(Changes, Starter), StoreError> {
             changes
                 .questions
                 .push(question_row(&question, config.broker));
+        } else {
+            cursor.others_open.insert(question.id.uuid());
+            let mut row = question_row(&question, config.broker);
+            // Shown with the question: not worth failing the start for.
+            row.host = hosts.of(&mut store, question.broker).await.ok();
+            changes.others.push(row);
         }
     }
     for grant in store.live_grants(&config.project).await? {
@@ -187,13 +200,47 @@ pub async fn join(config: Config) -> Result<(Changes, Starter), StoreError> {
         cursor.saw(session.revision);
         changes.sessions.push(session_row(&session));
     }
-    Ok((changes, Starter { config, cursor }))
+    Ok((
+        changes,
+        Starter {
+            config,
+            cursor,
+            hosts,
+        },
+    ))
+}
+
+/// The brokers' hosts, as other projects' questions name them: read from
+/// the store when a question names a broker not known yet.
+#[derive(Default)]
+struct Hosts(HashMap<BrokerId, String>);
+
+impl Hosts {
+    /// The host of `broker` (`(a broker that left)` when the store no
+    /// longer has it).
+    async fn of(&mut self, store: &mut Store, broker: BrokerId) -> Result<String, StoreError> {
+        if !self.0.contains_key(&broker) {
+            if self.0.len() > 4096 {
+                self.0.clear();
+            }
+            for info in store.brokers().await? {
+                self.0.insert(info.id, info.host);
+            }
+        }
+        // A broker the store no longer has is not looked for again.
+        Ok(self
+            .0
+            .entry(broker)
+            .or_insert_with(|| "(a broker that left)".to_string())
+            .clone())
+    }
 }
 
 /// A link not started yet ([`join`]'s).
 pub struct Starter {
     config: Config,
     cursor: Cursor,
+    hosts: Hosts,
 }
 
 impl Link for Starter {
@@ -203,6 +250,7 @@ impl Link for Starter {
         let task = Task {
             config: self.config,
             cursor: self.cursor,
+            hosts: self.hosts,
             queue: VecDeque::new(),
             news,
             // The state was read at start: the broker begins online.
@@ -257,6 +305,8 @@ struct Cursor {
     open: HashSet<Uuid>,
     /// The project's grants the broker was told are live.
     live: HashSet<String>,
+    /// Other projects' questions the broker was told are open.
+    others_open: HashSet<Uuid>,
 }
 
 /// A revision missing below one seen.
@@ -289,6 +339,7 @@ impl Cursor {
             missing: BTreeMap::new(),
             open: HashSet::new(),
             live: HashSet::new(),
+            others_open: HashSet::new(),
         }
     }
 
@@ -404,6 +455,7 @@ fn lost<T>(result: Result<T, Fail>, what: &str) -> Result<Option<T>, String> {
 struct Task {
     config: Config,
     cursor: Cursor,
+    hosts: Hosts,
     queue: VecDeque<Queued>,
     news: mpsc::UnboundedSender<News>,
     online: bool,
@@ -725,7 +777,11 @@ impl Task {
             "reading tokens",
         )?;
         for question in questions.unwrap_or_default() {
-            if !self.cursor.saw(question.revision) || question.project != project {
+            if !self.cursor.saw(question.revision) {
+                continue;
+            }
+            if question.project != project {
+                self.other_question(work, &question, &mut changes).await?;
                 continue;
             }
             if question.state == QuestionState::Open {
@@ -776,6 +832,33 @@ impl Task {
         Ok(())
     }
 
+    /// Another project's question read: kept apart ([`Changes::others`]),
+    /// while it is open and when it closes.
+    async fn other_question(
+        &mut self,
+        work: &mut Store,
+        question: &Question,
+        changes: &mut Changes,
+    ) -> Result<(), String> {
+        let id = question.id.uuid();
+        let was_open = if question.state == QuestionState::Open {
+            !self.cursor.others_open.insert(id)
+        } else {
+            self.cursor.others_open.remove(&id)
+        };
+        if question.state != QuestionState::Open && !was_open {
+            // Closed before the broker heard of it: nothing to tell.
+            return Ok(());
+        }
+        let mut row = question_row(question, self.config.broker);
+        row.host = lost(
+            call(self.hosts.of(work, question.broker)).await,
+            "reading brokers",
+        )?;
+        changes.others.push(row);
+        Ok(())
+    }
+
     /// The project's open questions and live grants, whole: what differs
     /// from what the broker was told (a lost notification, a change that
     /// committed after a later revision was read) is told now.
@@ -784,7 +867,9 @@ impl Task {
         let me = self.config.broker;
         let told: HashSet<Uuid> = changes.questions.iter().map(|row| row.question).collect();
         if let Some(open) = lost(call(work.open_questions()).await, "reading open questions")? {
-            let open: Vec<Question> = open.into_iter().filter(|q| q.project == project).collect();
+            let (open, others): (Vec<Question>, Vec<Question>) =
+                open.into_iter().partition(|q| q.project == project);
+            self.reread_others(work, others, changes).await?;
             let now_open: HashSet<Uuid> = open.iter().map(|q| q.id.uuid()).collect();
             for question in &open {
                 if self.cursor.open.insert(question.id.uuid())
@@ -845,6 +930,53 @@ impl Task {
                     revoked: true,
                     question: None,
                 });
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Task {
+    /// Other projects' open questions, whole (`open`): those the broker
+    /// was not told of, and those it was told are open that closed.
+    async fn reread_others(
+        &mut self,
+        work: &mut Store,
+        open: Vec<Question>,
+        changes: &mut Changes,
+    ) -> Result<(), String> {
+        let told: HashSet<Uuid> = changes.others.iter().map(|row| row.question).collect();
+        let now_open: HashSet<Uuid> = open.iter().map(|q| q.id.uuid()).collect();
+        for question in &open {
+            if !told.contains(&question.id.uuid())
+                && !self.cursor.others_open.contains(&question.id.uuid())
+            {
+                self.other_question(work, question, changes).await?;
+            }
+        }
+        let gone: Vec<Uuid> = self
+            .cursor
+            .others_open
+            .iter()
+            .filter(|id| !now_open.contains(id))
+            .copied()
+            .collect();
+        for id in gone {
+            if told.contains(&id) {
+                continue;
+            }
+            let question = lost(
+                call(work.question(QuestionId::from_uuid(id))).await,
+                "reading a question",
+            )?;
+            match question {
+                Some(Some(question)) if question.state != QuestionState::Open => {
+                    self.other_question(work, &question, changes).await?;
+                }
+                Some(None) => {
+                    self.cursor.others_open.remove(&id);
+                }
+                _ => {}
             }
         }
         Ok(())
@@ -952,10 +1084,13 @@ async fn apply(
             answer,
             by,
             grants,
+            project,
         } => {
+            // Another project's question: its grants are that project's.
+            let project = project.as_deref().unwrap_or(&config.project);
             let grants: Vec<NewGrant> = grants
                 .iter()
-                .map(|grant| new_grant(config, grant, by, *question))
+                .map(|grant| new_grant(project, grant, by, *question))
                 .collect();
             let settled =
                 call(store.answer(QuestionId::from_uuid(*question), answer, by, &grants)).await?;
@@ -1000,14 +1135,6 @@ pub fn answer_grants(
 ) -> Result<Vec<NewGrant>, String> {
     let response = crate::broker::shared::read_answer(Some(answer))
         .ok_or_else(|| "the answer is not a permission_response".to_string())?;
-    let config = Config {
-        url: String::new(),
-        project: question.project.clone(),
-        broker: question.broker,
-        host: String::new(),
-        pid: 0,
-        lease: LEASE,
-    };
     let rows = crate::broker::shared::answer_grants(
         question.offers.as_ref(),
         &response,
@@ -1017,7 +1144,7 @@ pub fn answer_grants(
     )?;
     Ok(rows
         .iter()
-        .map(|row| new_grant(&config, row, by, question.id.uuid()))
+        .map(|row| new_grant(&question.project, row, by, question.id.uuid()))
         .collect())
 }
 
@@ -1027,10 +1154,10 @@ fn ms(time: SystemTime) -> u64 {
         .unwrap_or(0)
 }
 
-fn new_grant(config: &Config, grant: &GrantRow, by: &str, question: Uuid) -> NewGrant {
+fn new_grant(project: &str, grant: &GrantRow, by: &str, question: Uuid) -> NewGrant {
     NewGrant {
         id: grant.id.clone(),
-        project: config.project.clone(),
+        project: project.to_string(),
         session_id: grant.session_id.clone(),
         scope: grant.scope,
         permission: grant.permission.clone(),
@@ -1048,6 +1175,8 @@ fn new_grant(config: &Config, grant: &GrantRow, by: &str, question: Uuid) -> New
 fn question_row(question: &Question, me: BrokerId) -> QuestionRow {
     QuestionRow {
         question: question.id.uuid(),
+        project: question.project.clone(),
+        host: None,
         own: question.broker == me,
         state: match question.state {
             QuestionState::Open => crate::broker::QuestionState::Open,

@@ -162,6 +162,7 @@ where
             client: Some(name.to_string()),
             session_id: None,
             token: None,
+            projects: None,
         };
         owner.step(Input::Frame {
             conn: APPROVER,

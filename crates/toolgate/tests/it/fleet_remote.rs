@@ -1236,3 +1236,126 @@ fn an_admin_token_revokes_ends_and_shuts_down_across_brokers() {
     };
     assert!(status.success(), "{status}: {}", c.stderr());
 }
+
+/// One inbox across projects over TLS: brokers A and B serve two projects
+/// on one store. A lead's approver token (no project) on A that asks for
+/// every project (`"projects": "all"`) sees B's question, named by its
+/// project, and answers it; a token limited to A's project is refused
+/// when it asks for every project (at its first `hello` and at a later
+/// one) and, as a plain approver, sees only A's project's questions.
+/// Then `toolgate approve --remote --all-projects` in a terminal answers
+/// B's next question, and refuses to start with the limited token.
+#[test]
+fn one_inbox_across_projects_over_tls() {
+    let Some(url) = store("inbox_tls") else {
+        return;
+    };
+    let a = Broker::start("inbox-a", &url, false);
+    let b = Broker::start("inbox-b", &url, false);
+    let lead_token = token(&url, "approver", "lead", &[]);
+    let a_root = a.root.to_str().unwrap().to_string();
+    let limited_token = token(&url, "approver", "p1", &["--project", &a_root]);
+    // Asking for every project with a limited token: refused, closed.
+    let mut refused = a.tls();
+    refused.send(&json!({"type":"hello","role":"approver","client":"test",
+                         "token":limited_token,"projects":"all"}));
+    let error = refused.recv().expect("a refusal");
+    assert_eq!(error["type"], "error", "{error}");
+    assert_eq!(error["code"], "forbidden", "{error}");
+    let message = error["message"].as_str().unwrap();
+    assert!(
+        message.contains("the token `p1` is limited to the project")
+            && message.contains("cannot follow every project's questions"),
+        "{message}"
+    );
+    assert_eq!(refused.recv(), None, "the refused connection is closed");
+    // The lead follows every project.
+    let mut lead = a.tls();
+    lead.send(&json!({"type":"hello","role":"approver","client":"lead",
+                      "token":lead_token,"projects":"all"}));
+    assert_eq!(lead.recv().unwrap()["type"], "ready");
+    let ready = lead.recv().unwrap();
+    assert_eq!(ready["projects"], "all", "{ready}");
+    // The limited token as a plain approver, and asking later: refused.
+    let mut limited = a.admitted(&limited_token, "approver");
+    limited.send(&json!({"type":"hello","role":"approver","projects":"all"}));
+    let error = limited.until("error");
+    assert_eq!(error["code"], "forbidden", "{error}");
+    // B's agent asks: the lead sees it, the limited approver does not.
+    let mut agent_b = b.unix_agent();
+    agent_b.send(call("b1", "Bash", json!({"command":"touch b1"})));
+    let asked = lead.until("permission_request");
+    assert_eq!(asked["callID"], "b1", "{asked}");
+    assert_eq!(
+        asked["metadata"]["project"],
+        b.root.to_str().unwrap(),
+        "{asked}"
+    );
+    lead.send(&json!({"type":"permission_response",
+                      "permissionID": asked["permissionID"], "response":"once"}));
+    let decision = agent_b.until("decision").pop().unwrap();
+    assert_eq!(decision["callID"], "b1", "{decision}");
+    assert_eq!(decision["decision"], "allow", "{decision}");
+    // B's audit log names the lead's token.
+    let audited = b.audited();
+    let record = audited
+        .iter()
+        .find(|r| r["callID"] == "b1" && r["decision"] == "allow")
+        .unwrap_or_else(|| panic!("{audited:?}"));
+    let by = record["answeredBy"].as_str().unwrap_or_default();
+    assert!(
+        by.starts_with("token lead (approver) via lead on "),
+        "{record}"
+    );
+    // A's own question reaches both.
+    let mut agent_a = a.unix_agent();
+    agent_a.send(call("a1", "Bash", json!({"command":"touch a1"})));
+    let own = limited.until("permission_request");
+    assert_eq!(own["callID"], "a1", "{own}");
+    let also = lead.until("permission_request");
+    assert_eq!(also["callID"], "a1", "{also}");
+    limited.send(&json!({"type":"permission_response",
+                         "permissionID": own["permissionID"], "response":"reject"}));
+    assert_eq!(agent_a.until("decision").pop().unwrap()["decision"], "deny");
+    let seen = limited.quiet(Duration::from_millis(300));
+    assert!(
+        seen.iter().all(|f| f["type"] != "permission_request"),
+        "the limited approver saw another project's question: {seen:?}"
+    );
+
+    // The terminal approver, for every project.
+    let lead_file = a.token_file("lead", &lead_token);
+    let limited_file = a.token_file("p1", &limited_token);
+    let remote = format!("tls://localhost:{}", a.port);
+    let ca = a.certs.ca.to_str().unwrap().to_string();
+    let command = format!(
+        "{bin} approve --all-projects --remote {remote} --token-file {} --ca {ca}; echo EXIT=$?; \
+         {bin} approve --all-projects --remote {remote} --token-file {} --ca {ca}; echo LIMITED=$?; sleep 600",
+        lead_file.display(),
+        limited_file.display(),
+        bin = env!("CARGO_BIN_EXE_toolgate"),
+    );
+    let Some(tmux) = support::tmux::Tmux::start("inbox-approve", &command) else {
+        return;
+    };
+    tmux.wait_for(&format!("toolgate approve — 0 pending — {remote}"));
+    tmux.wait_gone("(connecting…)");
+    agent_b.send(call("b2", "Bash", json!({"command":"touch b2"})));
+    let project = b.root.to_str().unwrap();
+    let screen = tmux.wait_for("touch b2");
+    assert!(screen.contains(project), "{screen}");
+    tmux.keys(&["o"]);
+    let decision = agent_b.until("decision").pop().unwrap();
+    assert_eq!(decision["callID"], "b2", "{decision}");
+    assert_eq!(decision["decision"], "allow", "{decision}");
+    tmux.keys(&["q"]);
+    let screen = tmux.wait_for("LIMITED=1");
+    assert!(screen.contains("EXIT=0"), "{screen}");
+    // The refusal's words, however the terminal wrapped them.
+    assert!(
+        screen
+            .replace('\n', "")
+            .contains("cannot follow every project's questions"),
+        "{screen}"
+    );
+}

@@ -1164,3 +1164,188 @@ fn a_joined_session_keeps_its_scope_when_its_own_write_is_read_back() {
     assert_eq!(denied["decision"], "deny", "{denied}");
     drop(a);
 }
+
+/// An approver (`role`) on `node` that follows every project (`hello`
+/// with `"projects": "all"`): its `ready` says so.
+fn follower(node: &Node, client: &str, role: &str) -> Peer {
+    let stream = std::os::unix::net::UnixStream::connect(&node.socket).unwrap();
+    stream.set_read_timeout(Some(PATIENCE)).unwrap();
+    let mut peer = Peer::from_stream(stream);
+    assert_eq!(peer.recv()["type"], "ready");
+    peer.send(json!({"type": "hello", "role": role, "client": client, "projects": "all"}));
+    let ready = peer.recv();
+    assert_eq!(ready["type"], "ready", "{ready}");
+    assert_eq!(ready["role"], role, "{ready}");
+    assert_eq!(ready["projects"], "all", "{ready}");
+    peer
+}
+
+/// The `permission_request` frames among `frames`.
+fn requests(frames: &[Value]) -> Vec<&Value> {
+    frames
+        .iter()
+        .filter(|f| kind(f, "permission_request"))
+        .collect()
+}
+
+/// One inbox across projects: brokers A (/p1) and B (/p2) on one store; an
+/// approver on A that follows every project sees B's questions (those open
+/// when it connects too), named by project and host, answers them through
+/// the store (`once`; `always`, whose grant is B's project's: B allows the
+/// next such call, A never holds it), hears them closed when B withdraws
+/// them, and a late answer is refused. An approver on A without the option
+/// never sees B's questions, and an observer that follows every project
+/// sees them but cannot answer.
+#[test]
+fn one_inbox_across_projects() {
+    let Some((url, cluster, database)) = store("inbox") else {
+        return;
+    };
+    let p1 = project_dir("inbox_p1");
+    let p2 = project_dir("inbox_p2");
+    let a = Node::start("a", &url, &p1);
+    let b = Node::start("b", &url, &p2);
+    let mut plain = a.approver("plain");
+    let mut agent_b = b.agent("agent-b");
+    // A question of /p2 open before the lead connects.
+    agent_b.send(call("s1", "c1", "touch f1"));
+    wait_sql(
+        cluster,
+        &database,
+        "SELECT count(*) FROM toolgate_questions WHERE state = 'open'",
+        "1",
+    );
+    let mut lead = follower(&a, "lead", "approver");
+    let mut watcher = follower(&a, "watcher", "observer");
+    let asked = wait(&mut lead, "B's open question on A", |f| {
+        kind(f, "permission_request")
+    });
+    assert_eq!(asked["callID"], "c1", "{asked}");
+    assert_eq!(
+        asked["metadata"]["project"],
+        p2.to_string_lossy().as_ref(),
+        "{asked}"
+    );
+    assert!(asked["metadata"]["host"].is_string(), "{asked}");
+    let seen = wait(&mut watcher, "B's question for the observer", |f| {
+        kind(f, "permission_request")
+    });
+    assert_eq!(seen["permissionID"], asked["permissionID"]);
+    // The observer cannot answer it.
+    watcher.send(answer(&seen, "reject"));
+    let refused = wait(&mut watcher, "the observer's refusal", |f| kind(f, "error"));
+    assert_eq!(refused["code"], "forbidden", "{refused}");
+    // The plain approver cannot either: it was never asked.
+    plain.send(answer(&asked, "reject"));
+    let refused = wait(&mut plain, "the plain approver's refusal", |f| {
+        kind(f, "error")
+    });
+    assert_eq!(refused["code"], "unknown_permission", "{refused}");
+    lead.send(answer(&asked, "once"));
+    let decision = wait(&mut agent_b, "the decision on B", |f| kind(f, "decision"));
+    assert_eq!(decision["callID"], "c1", "{decision}");
+    assert_eq!(decision["decision"], "allow", "{decision}");
+    assert_eq!(decision["source"], "user", "{decision}");
+    let row = cluster.psql(
+        &database,
+        "SELECT state || '|' || answered_by FROM toolgate_questions",
+    );
+    assert!(row.starts_with("answered|lead on "), "{row}");
+    // The observer hears it closed; a second answer is refused.
+    let closed = wait(&mut watcher, "the question closed for the observer", |f| {
+        kind(f, "permission_resolved")
+    });
+    assert_eq!(closed["permissionID"], asked["permissionID"]);
+    lead.send(answer(&asked, "reject"));
+    let late = wait(&mut lead, "the late answer's refusal", |f| kind(f, "error"));
+    assert_eq!(late["code"], "already_resolved", "{late}");
+
+    // `always` for the project, given on A to B's question.
+    agent_b.send(call("s2", "c2", "git commit -m one"));
+    let asked = wait(&mut lead, "B's second question on A", |f| {
+        kind(f, "permission_request")
+    });
+    assert_eq!(asked["callID"], "c2", "{asked}");
+    lead.send(
+        json!({"type": "permission_response", "permissionID": asked["permissionID"],
+                     "response": "always", "scope": "project"}),
+    );
+    let decision = wait(&mut agent_b, "the decision on B", |f| kind(f, "decision"));
+    assert_eq!(decision["callID"], "c2", "{decision}");
+    assert_eq!(decision["decision"], "allow", "{decision}");
+    let projects = cluster.psql(
+        &database,
+        "SELECT string_agg(DISTINCT project, ',') FROM toolgate_grants",
+    );
+    assert_eq!(projects.trim(), p2.to_string_lossy(), "the grant's project");
+    // B holds the grant: its next such call is allowed without asking.
+    grants_until(&mut agent_b, |grants| grants.len() == 1);
+    let on_b = agent_b.ask(call("s3", "c3", "git commit -m two"), "decision");
+    assert_eq!(on_b["decision"], "allow", "{on_b}");
+    assert_eq!(on_b["source"], "grant", "{on_b}");
+    // A does not: its agent in /p1 is still asked, by both approvers.
+    let mut agent_a = a.agent("agent-a");
+    let on_a = agent_a.ask(json!({"type": "list_grants"}), "grants");
+    assert_eq!(on_a["grants"], json!([]), "{on_a}");
+    agent_a.send(call("s1", "a1", "git commit -m three"));
+    let own = wait(&mut plain, "A's own question", |f| {
+        kind(f, "permission_request")
+    });
+    assert_eq!(own["callID"], "a1", "{own}");
+    assert!(own["metadata"].get("project").is_none(), "{own}");
+    let also = wait(&mut lead, "A's own question for the lead", |f| {
+        kind(f, "permission_request")
+    });
+    assert_eq!(also["callID"], "a1", "{also}");
+    plain.send(answer(&own, "reject"));
+    let decision = wait(&mut agent_a, "the decision on A", |f| kind(f, "decision"));
+    assert_eq!(decision["decision"], "deny", "{decision}");
+
+    // A question B withdraws closes for the lead too.
+    agent_b.send(call("s4", "c4", "touch f4"));
+    let asked = wait(&mut lead, "B's third question on A", |f| {
+        kind(f, "permission_request")
+    });
+    assert_eq!(asked["callID"], "c4", "{asked}");
+    // An approver without the option that connects now is not given it.
+    let mut late = a.approver("late");
+    let frames = late.quiet(Duration::from_millis(300));
+    assert!(
+        requests(&frames).is_empty(),
+        "the late approver saw: {frames:?}"
+    );
+    agent_b.send(json!({"type": "cancel", "sessionID": "s4", "callID": "c4"}));
+    let closed = wait(&mut lead, "the withdrawn question closed", |f| {
+        kind(f, "permission_resolved") && f["permissionID"] == asked["permissionID"]
+    });
+    assert!(closed["reason"].is_string(), "{closed}");
+    // The plain approver never saw a question of /p2.
+    let frames = plain.quiet(Duration::from_millis(300));
+    assert!(
+        requests(&frames).is_empty(),
+        "the plain approver saw: {frames:?}"
+    );
+}
+
+/// Without a store there is no other project to follow: the `hello` is
+/// refused, saying so, and the connection stays what it was.
+#[test]
+fn fleet_all_projects_needs_a_store() {
+    let dir = std::env::temp_dir().join(format!("tgf-{}-nostore", std::process::id()));
+    let root = project_dir("inbox_nostore");
+    let broker = crate::support::Listening::start(&dir, &root, &["--mode", "ask"]);
+    let stream = std::os::unix::net::UnixStream::connect(&broker.socket).unwrap();
+    stream.set_read_timeout(Some(PATIENCE)).unwrap();
+    let mut peer = Peer::from_stream(stream);
+    assert_eq!(peer.recv()["type"], "ready");
+    peer.send(json!({"type": "hello", "role": "approver", "client": "lead", "projects": "all"}));
+    let refused = peer.recv();
+    assert_eq!(refused["type"], "error", "{refused}");
+    assert_eq!(refused["code"], "invalid_frame", "{refused}");
+    let message = refused["message"].as_str().unwrap();
+    assert!(message.contains("shares no store"), "{message}");
+    // Still an agent: a call of its own comes back to it as its question.
+    peer.send(call("s", "c", "touch x"));
+    let asked = wait(&mut peer, "the question", |f| kind(f, "permission_request"));
+    assert_eq!(asked["callID"], "c");
+}

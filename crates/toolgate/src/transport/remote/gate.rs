@@ -10,11 +10,13 @@
 //! | `admin` | any | none |
 //!
 //! A later `hello` is held to the same roles; a token in it is refused (a
-//! connection is one token's, given once, in its first `hello`).
+//! connection is one token's, given once, in its first `hello`). A token
+//! limited to a project (`tokens create --project`) may not follow every
+//! project's questions (`"projects": "all"`): refused at any `hello`.
 
 use std::path::Path;
 
-use toolgate_protocol::{ClientFrame, Role};
+use toolgate_protocol::{ClientFrame, Projects, Role};
 
 use crate::fleet::tokens::Role as TokenRole;
 
@@ -25,6 +27,8 @@ pub struct Holder {
     pub name: String,
     /// The token's role.
     pub role: TokenRole,
+    /// The project it is limited to, if it is.
+    pub project: Option<String>,
 }
 
 impl Holder {
@@ -56,7 +60,8 @@ impl Holder {
                 if hello.token.is_some() {
                     return Err("a connection gives its token once, in its first hello".into());
                 }
-                self.may_say(hello.role)
+                self.may_say(hello.role)?;
+                self.may_follow(hello.projects)
             }
             ClientFrame::PermissionResponse(_) => match self.role {
                 TokenRole::Agent => Err(format!(
@@ -83,6 +88,19 @@ impl Holder {
             ClientFrame::Shutdown(_) if !admin => Err(format!(
                 "{}: only an admin token may shut the broker down",
                 self.whose()
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether `hello` may ask for `projects`: every project's questions
+    /// only with a token that is not limited to one project.
+    pub fn may_follow(&self, projects: Option<Projects>) -> Result<(), String> {
+        match (&self.project, projects) {
+            (Some(project), Some(Projects::All)) => Err(format!(
+                "the token `{}` is limited to the project {}: it cannot follow every project's questions (`\"projects\": \"all\"` needs a token made without --project)",
+                self.name,
+                crate::display::shown(project)
             )),
             _ => Ok(()),
         }
@@ -141,6 +159,7 @@ mod tests {
             let holder = Holder {
                 name: "t".into(),
                 role,
+                project: None,
             };
             frames
                 .iter()
@@ -222,6 +241,27 @@ mod tests {
                 "ok",
             ]
         );
+    }
+
+    #[test]
+    fn a_token_limited_to_a_project_cannot_follow_every_project() {
+        let limited = Holder {
+            name: "p1".into(),
+            role: TokenRole::Approver,
+            project: Some("/p1".into()),
+        };
+        let all = frame(r#"{"type":"hello","role":"approver","projects":"all"}"#);
+        let own = frame(r#"{"type":"hello","role":"approver","projects":"own"}"#);
+        assert_eq!(
+            limited.may_send(&all).unwrap_err(),
+            "the token `p1` is limited to the project /p1: it cannot follow every project's questions (`\"projects\": \"all\"` needs a token made without --project)"
+        );
+        assert!(limited.may_send(&own).is_ok());
+        let free = Holder {
+            project: None,
+            ..limited
+        };
+        assert!(free.may_send(&all).is_ok());
     }
 
     #[test]

@@ -394,8 +394,10 @@ async fn admit(
     let holder = Holder {
         name: identity.name,
         role: identity.role,
+        project: identity.project,
     };
     holder.may_say(hello.role).map_err(refuse)?;
+    holder.may_follow(hello.projects).map_err(refuse)?;
     Ok((hello, number, holder, admitted.ended))
 }
 

@@ -481,15 +481,20 @@ impl Peer {
     pub fn connect(socket: &Path, hello: Value) -> Peer {
         let stream = std::os::unix::net::UnixStream::connect(socket).unwrap();
         stream.set_read_timeout(Some(PATIENCE)).unwrap();
-        let mut peer = Peer {
-            reader: BufReader::new(stream.try_clone().unwrap()),
-            stream,
-        };
+        let mut peer = Peer::from_stream(stream);
         assert_eq!(peer.recv()["type"], "ready");
         peer.send(hello);
         let ready = peer.recv();
         assert_eq!(ready["type"], "ready", "{ready}");
         peer
+    }
+
+    /// A peer on `stream`, which has read and said nothing yet.
+    pub fn from_stream(stream: std::os::unix::net::UnixStream) -> Peer {
+        Peer {
+            reader: BufReader::new(stream.try_clone().unwrap()),
+            stream,
+        }
     }
 
     /// Send one frame.
