@@ -365,6 +365,20 @@ impl Cursor {
         (top, self.missing.keys().copied().collect())
     }
 
+    /// Say (at debug level) that the whole read found `what` at `revision`,
+    /// untold, though the reads by revision had counted it read or given
+    /// it up: given up on, yet it came. (A revision above the last read,
+    /// or a gap below it, only committed since.)
+    fn missed(&self, what: &str, revision: i64) {
+        if revision <= self.base || self.seen.contains(&revision) {
+            tracing::debug!(
+                "the whole read found {what} (revision {revision}) that the reads by \
+                 revision had passed, at {}, and missed",
+                self.base
+            );
+        }
+    }
+
     /// After a read around which the store stood at `horizon`: note what
     /// it missed, give up on what cannot come any more, and move `base` up
     /// over what was read and what will not come.
@@ -875,6 +889,7 @@ impl Task {
                 if self.cursor.open.insert(question.id.uuid())
                     && !told.contains(&question.id.uuid())
                 {
+                    self.cursor.missed("an open question", question.revision);
                     changes.questions.push(question_row(question, me));
                 }
             }
@@ -893,6 +908,7 @@ impl Task {
                 )?;
                 if let Some(Some(question)) = question {
                     if !told.contains(&id) {
+                        self.cursor.missed("a closed question", question.revision);
                         changes.questions.push(question_row(&question, me));
                     }
                 }

@@ -363,6 +363,17 @@ fn many_questions_answered_at_once_on_two_brokers_get_one_answer_each() {
         count - carol_won,
         "carol's lost answers"
     );
+    // No broker's reads by revision gave up on a change that then came:
+    // each renewal's whole read (every second with this lease) would find
+    // it, and says so.
+    for (name, node) in [("a", &a), ("b", &b), ("c", &c)] {
+        let log = node.stderr();
+        let missed: Vec<&str> = log
+            .lines()
+            .filter(|line| line.contains("that the reads by revision had passed"))
+            .collect();
+        assert!(missed.is_empty(), "broker {name}: {missed:#?}");
+    }
 }
 
 #[test]
