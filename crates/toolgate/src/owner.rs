@@ -65,6 +65,14 @@ pub enum Event {
         /// The answer.
         response: PermissionResponse,
     },
+    /// A remote admin's token frame, done with the store by its listener:
+    /// the reply for its connection (see [`Input::Administered`]).
+    Administered {
+        /// The admin's connection.
+        conn: ConnId,
+        /// The reply.
+        reply: toolgate_protocol::ServerFrame,
+    },
     /// A connection closed: its open calls are denied.
     Closed {
         /// The connection.
@@ -647,6 +655,11 @@ impl Owner {
                     frame: ClientFrame::PermissionResponse(response),
                     number,
                 });
+            }
+            Event::Administered { conn, reply } => {
+                if self.sinks.contains_key(&conn) {
+                    self.step(Input::Administered { conn, reply });
+                }
             }
             Event::Closed { conn } => {
                 if !self.broker.stopped() {
