@@ -1142,6 +1142,64 @@ mod tests {
     use super::*;
 
     #[test]
+    fn token_frames_decode_and_say_what_is_wrong() {
+        let frame = |line: &str| decode(line.as_bytes());
+        assert_eq!(
+            frame(
+                r#"{"type":"create_token","name":"bob","role":"admin","project":"/p","expiresIn":60}"#
+            ),
+            Ok(ClientFrame::CreateToken(CreateToken {
+                name: "bob".into(),
+                role: TokenRole::Admin,
+                project: Some("/p".into()),
+                expires_in: Some(60),
+            }))
+        );
+        assert_eq!(
+            frame(r#"{"type":"create_token","name":"bob","role":"agent"}"#),
+            Ok(ClientFrame::CreateToken(CreateToken {
+                name: "bob".into(),
+                role: TokenRole::Agent,
+                project: None,
+                expires_in: None,
+            }))
+        );
+        assert_eq!(
+            frame(r#"{"type":"list_tokens"}"#),
+            Ok(ClientFrame::ListTokens(ListTokens {}))
+        );
+        assert_eq!(
+            frame(r#"{"type":"revoke_token","name":"bob"}"#),
+            Ok(ClientFrame::RevokeToken(RevokeToken { name: "bob".into() }))
+        );
+        for (line, says) in [
+            (r#"{"type":"create_token","role":"agent"}"#, "create_token has no `name`"),
+            (r#"{"type":"create_token","name":"b"}"#, "create_token has no `role`"),
+            (
+                r#"{"type":"create_token","name":"b","role":"root"}"#,
+                "`role` of create_token must be `agent`, `approver`, `observer` or `admin`, not `root`",
+            ),
+            (
+                r#"{"type":"create_token","name":"b","role":"agent","expiresIn":-1}"#,
+                "`expiresIn` of create_token must be a whole number of seconds, not a number",
+            ),
+            (
+                r#"{"type":"create_token","name":"b","role":"agent","project":1}"#,
+                "`project` of create_token must be a string, not a number",
+            ),
+            (r#"{"type":"revoke_token"}"#, "revoke_token has no `name`"),
+            (
+                r#"{"type":"revoke_token","name":"a","name":"b"}"#,
+                "duplicate field `name`",
+            ),
+        ] {
+            let err = frame(line).unwrap_err();
+            assert_eq!(err.code, ErrorCode::InvalidFrame, "{line}");
+            assert!(err.message.contains(says), "{line}: {}", err.message);
+        }
+    }
+
+    #[test]
     fn a_value_decodes_as_its_text_does() {
         for line in [
             r#"{"type":"tool_call","callID":"c1","tool":"bash","input":{"command":"ls","n":[1,-2,3.5,null,true]},"cwd":"/p"}"#,
