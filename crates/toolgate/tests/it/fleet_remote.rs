@@ -1738,3 +1738,48 @@ fn tokens_over_remote_print_as_with_the_store() {
         "0\n"
     );
 }
+
+/// A token frame while the store cannot be reached: `store_unavailable`,
+/// nothing made (checked once the store is back).
+#[test]
+fn a_token_frame_without_the_store_changes_nothing() {
+    if pg::cluster().is_none() {
+        return;
+    }
+    let cluster = pg::Cluster::start().unwrap();
+    cluster.psql("postgres", "CREATE DATABASE admin_away");
+    let url = cluster.url("admin_away");
+    let out = support::toolgate_process(
+        Path::new("/"),
+        &["store", "migrate", "--store", &url],
+        &[],
+        b"",
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let broker = Broker::start("admin-away", &url, false);
+    let mut root = broker.admitted(&token(&url, "admin", "root", &[]), "agent");
+    cluster.stop();
+    let reply = administer(
+        &mut root,
+        json!({"type":"create_token","name":"ghost","role":"admin"}),
+    );
+    assert_eq!(reply["code"], "store_unavailable", "{reply}");
+    assert!(
+        reply["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("the store cannot be reached: nothing was changed"),
+        "{reply}"
+    );
+    cluster.start_again().unwrap();
+    assert_eq!(
+        cluster.psql(
+            "admin_away",
+            "SELECT string_agg(name, ',') FROM toolgate_tokens"
+        ),
+        "root\n"
+    );
+    assert!(!std::fs::read_to_string(&broker.audit)
+        .unwrap_or_default()
+        .contains("token_created"));
+}
