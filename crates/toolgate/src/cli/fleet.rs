@@ -1,6 +1,7 @@
 //! `toolgate store migrate` and `toolgate tokens create|list|revoke|verify`:
 //! the shared store of a fleet of brokers (docs/fleet.md). Their stdout is
-//! for the person who runs them.
+//! for the person who runs them. `create`, `list` and `revoke` also go
+//! through a broker with an admin token (`--remote`), printing the same.
 //!
 //! Exit codes: 0 done; 1 the store said no (a refused token, an unknown
 //! name, a name taken, a schema at another version, a login refused); 2 the

@@ -27,6 +27,9 @@
 //!    the [`verifier`] may end it: its token revoked or expired, it gets
 //!    one `error` frame and is closed, its open calls denied, within
 //!    [`verifier::REVERIFY`].
+//!    An admin token's token frames (`create_token`, `list_tokens`,
+//!    `revoke_token`) are taken here, before the owner, and done with the
+//!    store by [`admin`]: the owner gets only their reply.
 
 pub mod admin;
 pub mod gate;
