@@ -1487,6 +1487,12 @@ fn an_admin_token_makes_lists_and_revokes_tokens() {
     assert_eq!(by_id["already"], true, "{by_id}");
     let unknown = administer(&mut root, json!({"type":"revoke_token","name":"nobody"}));
     assert_eq!(unknown["code"], "unknown_token", "{unknown}");
+    // Sent together, done in order: the revocation finds the token made.
+    root.send(&json!({"type":"create_token","name":"carol","role":"observer"}));
+    root.send(&json!({"type":"revoke_token","name":"carol"}));
+    assert_eq!(root.until("token_created")["info"]["name"], "carol");
+    let carol = root.until("token_revoked");
+    assert_eq!(carol["already"], false, "{carol}");
     // The audit log: who made and revoked it, never the token.
     let audit = std::fs::read_to_string(&a.audit).unwrap();
     assert!(!audit.contains(&bob_token[3..]), "{audit}");
@@ -1508,7 +1514,7 @@ fn an_admin_token_makes_lists_and_revokes_tokens() {
         .iter()
         .filter(|record| record["event"] == "token_revoked")
         .collect();
-    assert_eq!(ended.len(), 3, "{audit}");
+    assert_eq!(ended.len(), 4, "{audit}");
     assert_eq!(ended[0]["already"], false, "{audit}");
     assert_eq!(ended[1]["already"], true, "{audit}");
 }

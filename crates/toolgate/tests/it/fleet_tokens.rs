@@ -389,10 +389,9 @@ fn token_frames_need_a_store() {
         assert_eq!(error["code"], "invalid_frame", "{error}");
         assert_eq!(error["line"], line, "{error}");
         assert!(
-            error["message"]
-                .as_str()
-                .unwrap()
-                .starts_with("this broker shares no store (it was started without --store), so it has no tokens"),
+            error["message"].as_str().unwrap().starts_with(
+                "this broker shares no store (it was started without --store), so it has no tokens"
+            ),
             "{error}"
         );
     }

@@ -18,7 +18,8 @@
 //!
 //! Each frame uses a connection of its own to the store, made for it and
 //! given [`STORE_WAIT`]: a store that cannot be reached is an `error`
-//! (`store_unavailable`), nothing changed.
+//! (`store_unavailable`), nothing changed. A connection's token frames are
+//! done one at a time, in order ([`worker`]); at most [`QUEUE`] wait.
 
 use std::path::Path;
 use std::time::Duration;
@@ -61,9 +62,26 @@ pub fn is_token_frame(frame: &ClientFrame) -> bool {
     )
 }
 
+/// How many token frames of one connection may wait for the store.
+pub const QUEUE: usize = 16;
+
+/// Start the task that does a connection's token frames for `admin`, one
+/// at a time in the order they were sent (a `revoke_token` after a
+/// `create_token` finds the token made); it ends when the sender is
+/// dropped (the connection ended).
+pub fn worker(admin: Admin) -> mpsc::Sender<(ClientFrame, u64)> {
+    let (frames, mut received) = mpsc::channel::<(ClientFrame, u64)>(QUEUE);
+    tokio::spawn(async move {
+        while let Some((frame, number)) = received.recv().await {
+            run(&admin, frame, number).await;
+        }
+    });
+    frames
+}
+
 /// Do `frame` (line `number`) for `admin` and hand the reply to the owner.
-pub async fn run(admin: Admin, frame: ClientFrame, number: u64) {
-    let reply = match tokio::time::timeout(STORE_WAIT, perform(&admin, frame)).await {
+pub async fn run(admin: &Admin, frame: ClientFrame, number: u64) {
+    let reply = match tokio::time::timeout(STORE_WAIT, perform(admin, frame)).await {
         Ok(Ok(reply)) => reply,
         Ok(Err((code, message))) => error(code, message, number),
         Err(_) => error(

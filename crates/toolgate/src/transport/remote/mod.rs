@@ -302,6 +302,7 @@ async fn connection(
             conn,
             store: context.store.clone(),
             events: context.events.clone(),
+            admin: None,
         })),
         ended: Some(ended),
     };
@@ -425,6 +426,8 @@ struct TokenGuard {
     conn: crate::broker::ConnId,
     store: String,
     events: mpsc::Sender<Event>,
+    /// The task doing its token frames, once it sent one.
+    admin: Option<mpsc::Sender<(ClientFrame, u64)>>,
 }
 
 impl Guard for TokenGuard {
@@ -435,17 +438,35 @@ impl Guard for TokenGuard {
         match toolgate_protocol::decode_line(bytes, number) {
             Ok(frame) => match self.holder.may_send(&frame) {
                 Ok(()) if admin::is_token_frame(&frame) => {
-                    let admin = admin::Admin {
-                        store: self.store.clone(),
-                        conn: self.conn,
-                        token: self.token.clone(),
-                        holder: self.holder.clone(),
-                        events: self.events.clone(),
-                    };
-                    tokio::spawn(admin::run(admin, frame, number));
-                    // The reply comes from the task, once the store has
-                    // committed: the owner sees nothing of the line.
-                    Decoded::blank()
+                    let worker = self.admin.get_or_insert_with(|| {
+                        admin::worker(admin::Admin {
+                            store: self.store.clone(),
+                            conn: self.conn,
+                            token: self.token.clone(),
+                            holder: self.holder.clone(),
+                            events: self.events.clone(),
+                        })
+                    });
+                    match worker.try_send((frame, number)) {
+                        // The reply comes from the task, once the store has
+                        // committed: the owner sees nothing of the line.
+                        Ok(()) => Decoded::blank(),
+                        Err(full_or_closed) => {
+                            let why = match &full_or_closed {
+                                mpsc::error::TrySendError::Full(_) => format!(
+                                    "{} token frames of this connection are already waiting for the store: send this one again once one is answered",
+                                    admin::QUEUE
+                                ),
+                                mpsc::error::TrySendError::Closed(_) => {
+                                    "the broker is stopping: nothing was changed".to_string()
+                                }
+                            };
+                            let (frame, _) = full_or_closed.into_inner();
+                            let mut error = refused(&frame, why);
+                            error.code = ErrorCode::StoreUnavailable;
+                            Decoded::unreadable(error)
+                        }
+                    }
                 }
                 Ok(()) => Decoded::frame(frame),
                 Err(why) => Decoded::unreadable(refused(&frame, why)),
