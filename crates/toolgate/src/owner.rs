@@ -72,6 +72,9 @@ pub enum Event {
         conn: ConnId,
         /// The reply.
         reply: toolgate_protocol::ServerFrame,
+        /// Who the admin is (`token NAME (admin)`), should the connection
+        /// have closed before the reply.
+        by: String,
     },
     /// A connection closed: its open calls are denied.
     Closed {
@@ -656,10 +659,10 @@ impl Owner {
                     number,
                 });
             }
-            Event::Administered { conn, reply } => {
-                if self.sinks.contains_key(&conn) {
-                    self.step(Input::Administered { conn, reply });
-                }
+            // Stepped even when the connection has closed meanwhile: the
+            // change is in the store, and the audit log records it.
+            Event::Administered { conn, reply, by } => {
+                self.step(Input::Administered { conn, reply, by });
             }
             Event::Closed { conn } => {
                 if !self.broker.stopped() {

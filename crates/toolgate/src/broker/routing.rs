@@ -142,6 +142,10 @@ pub enum Input<'a> {
         /// The reply (`token_created`, `tokens`, `token_revoked`, or an
         /// `error`).
         reply: ServerFrame,
+        /// Who the admin is (`token NAME (admin)`), for a connection that
+        /// closed before the reply (an open one is named as it signs its
+        /// answers).
+        by: String,
     },
 }
 
@@ -843,8 +847,8 @@ impl Broker {
                 ask_timeout_ms,
             } => self.replace_policy(policy, ask_timeout_ms, &mut Outbox::new(out, None, None)),
             Input::Shared(news) => self.shared_news(news, out),
-            Input::Administered { conn, reply } => {
-                self.audit_tokens(conn, &reply);
+            Input::Administered { conn, reply, by } => {
+                self.audit_tokens(conn, &reply, by);
                 out.push(Output {
                     to: To::Caller(conn),
                     frame: reply,
@@ -856,7 +860,7 @@ impl Broker {
     /// Record a token made or revoked over `conn` in the audit log: who
     /// (the connection's token), and the token's id, name, role, project
     /// and expiry; never its text.
-    fn audit_tokens(&mut self, conn: ConnId, reply: &ServerFrame) {
+    fn audit_tokens(&mut self, conn: ConnId, reply: &ServerFrame, by: String) {
         let (event, info, already) = match reply {
             ServerFrame::TokenCreated(created) => ("token_created", &created.info, None),
             ServerFrame::TokenRevoked(revoked) => {
@@ -864,7 +868,7 @@ impl Broker {
             }
             _ => return,
         };
-        let by = self.signed(Some(conn)).unwrap_or_default();
+        let by = self.signed(Some(conn)).unwrap_or(by);
         let time = self.clock.wall_ms();
         if let Some(audit) = &mut self.audit {
             if let Err(err) = audit.token(time, event, info, already, &by) {

@@ -98,6 +98,7 @@ pub async fn run(admin: &Admin, frame: ClientFrame, number: u64) {
         .send(Event::Administered {
             conn: admin.conn,
             reply,
+            by: admin.holder.signature(),
         })
         .await;
 }
