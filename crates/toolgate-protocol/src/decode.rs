@@ -11,9 +11,10 @@ use serde_json::{Map, Value};
 
 use crate::scan::{self, truncate};
 use crate::{
-    Cancel, ClientFrame, ErrorCode, GrantScope, Hello, ListGrants, ListSessions,
-    PermissionResponse, Projects, Reply, RevokeGrant, Role, ScopeSpec, SessionRef, SessionStart,
-    SetMode, Shutdown, ToolCall, DEFAULT_SESSION, MAX_EXPIRES_IN,
+    Cancel, ClientFrame, CreateToken, ErrorCode, GrantScope, Hello, ListGrants, ListSessions,
+    ListTokens, PermissionResponse, Projects, Reply, RevokeGrant, RevokeToken, Role, ScopeSpec,
+    SessionRef, SessionStart, SetMode, Shutdown, TokenRole, ToolCall, DEFAULT_SESSION,
+    MAX_EXPIRES_IN,
 };
 
 /// Why a line is not a usable frame.
@@ -80,6 +81,8 @@ struct Envelope {
     join: Option<Value>,
     token: Option<Value>,
     projects: Option<Value>,
+    name: Option<Value>,
+    project: Option<Value>,
 }
 
 /// Fills an envelope where it lies: it is large (a slot per field of every
@@ -131,6 +134,8 @@ impl<'de> Visitor<'de> for EnvelopeVisitor<'_> {
                 "join" => &mut envelope.join,
                 "token" => &mut envelope.token,
                 "projects" => &mut envelope.projects,
+                "name" => &mut envelope.name,
+                "project" => &mut envelope.project,
                 other => {
                     if unknown.iter().any(|seen| seen == other) {
                         return Err(de::Error::custom(format_args!("duplicate field `{other}`")));
@@ -544,11 +549,55 @@ impl Envelope {
             "list_pending" => Ok(ClientFrame::ListPending(ListSessions {
                 session_id: self.optional_str(&self.session_id, "sessionID", "list_pending")?,
             })),
+            "create_token" => self.create_token(),
+            "list_tokens" => Ok(ClientFrame::ListTokens(ListTokens {})),
+            "revoke_token" => Ok(ClientFrame::RevokeToken(RevokeToken {
+                name: self.required_str(&self.name, "name", "revoke_token")?,
+            })),
             other => Err(self.error(
                 ErrorCode::UnknownType,
                 format!("unknown frame type `{}`", truncate(other, 64)),
             )),
         }
+    }
+
+    fn create_token(&self) -> Result<ClientFrame, DecodeError> {
+        let name = self.required_str(&self.name, "name", "create_token")?;
+        let role = match self.required_str(&self.role, "role", "create_token")?.as_str() {
+            "agent" => TokenRole::Agent,
+            "approver" => TokenRole::Approver,
+            "observer" => TokenRole::Observer,
+            "admin" => TokenRole::Admin,
+            other => {
+                return Err(self.error(
+                    ErrorCode::InvalidFrame,
+                    format!(
+                        "`role` of create_token must be `agent`, `approver`, `observer` or `admin`, not `{}`",
+                        truncate(other, 64)
+                    ),
+                ))
+            }
+        };
+        let project = self.optional_str(&self.project, "project", "create_token")?;
+        let expires_in = match &self.expires_in {
+            None | Some(Value::Null) => None,
+            Some(Value::Number(number)) if number.as_u64().is_some() => number.as_u64(),
+            Some(other) => {
+                return Err(self.error(
+                    ErrorCode::InvalidFrame,
+                    format!(
+                        "`expiresIn` of create_token must be a whole number of seconds, not {}",
+                        type_name(other)
+                    ),
+                ))
+            }
+        };
+        Ok(ClientFrame::CreateToken(CreateToken {
+            name,
+            role,
+            project,
+            expires_in,
+        }))
     }
 
     fn hello(&self) -> Result<ClientFrame, DecodeError> {
@@ -1091,6 +1140,64 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may panic
 
     use super::*;
+
+    #[test]
+    fn token_frames_decode_and_say_what_is_wrong() {
+        let frame = |line: &str| decode(line.as_bytes());
+        assert_eq!(
+            frame(
+                r#"{"type":"create_token","name":"bob","role":"admin","project":"/p","expiresIn":60}"#
+            ),
+            Ok(ClientFrame::CreateToken(CreateToken {
+                name: "bob".into(),
+                role: TokenRole::Admin,
+                project: Some("/p".into()),
+                expires_in: Some(60),
+            }))
+        );
+        assert_eq!(
+            frame(r#"{"type":"create_token","name":"bob","role":"agent"}"#),
+            Ok(ClientFrame::CreateToken(CreateToken {
+                name: "bob".into(),
+                role: TokenRole::Agent,
+                project: None,
+                expires_in: None,
+            }))
+        );
+        assert_eq!(
+            frame(r#"{"type":"list_tokens"}"#),
+            Ok(ClientFrame::ListTokens(ListTokens {}))
+        );
+        assert_eq!(
+            frame(r#"{"type":"revoke_token","name":"bob"}"#),
+            Ok(ClientFrame::RevokeToken(RevokeToken { name: "bob".into() }))
+        );
+        for (line, says) in [
+            (r#"{"type":"create_token","role":"agent"}"#, "create_token has no `name`"),
+            (r#"{"type":"create_token","name":"b"}"#, "create_token has no `role`"),
+            (
+                r#"{"type":"create_token","name":"b","role":"root"}"#,
+                "`role` of create_token must be `agent`, `approver`, `observer` or `admin`, not `root`",
+            ),
+            (
+                r#"{"type":"create_token","name":"b","role":"agent","expiresIn":-1}"#,
+                "`expiresIn` of create_token must be a whole number of seconds, not a number",
+            ),
+            (
+                r#"{"type":"create_token","name":"b","role":"agent","project":1}"#,
+                "`project` of create_token must be a string, not a number",
+            ),
+            (r#"{"type":"revoke_token"}"#, "revoke_token has no `name`"),
+            (
+                r#"{"type":"revoke_token","name":"a","name":"b"}"#,
+                "duplicate field `name`",
+            ),
+        ] {
+            let err = frame(line).unwrap_err();
+            assert_eq!(err.code, ErrorCode::InvalidFrame, "{line}");
+            assert!(err.message.contains(says), "{line}: {}", err.message);
+        }
+    }
 
     #[test]
     fn a_value_decodes_as_its_text_does() {

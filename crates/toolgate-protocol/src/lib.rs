@@ -79,6 +79,15 @@ pub enum ClientFrame {
     /// Which tools a session may use in its mode and scope; answered by
     /// [`Tools`].
     ListTools(SessionRef),
+    /// Make a token in the shared store (an `admin` token's remote
+    /// connection only); answered by [`TokenCreated`].
+    CreateToken(CreateToken),
+    /// List the shared store's tokens (an `admin` token's remote connection
+    /// only); answered by [`Tokens`].
+    ListTokens(ListTokens),
+    /// Revoke a token in the shared store (an `admin` token's remote
+    /// connection only); answered by [`TokenRevoked`].
+    RevokeToken(RevokeToken),
 }
 
 /// `tool_call`: a tool call the agent wants to make.
@@ -324,6 +333,59 @@ pub struct RevokeGrant {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Shutdown {}
 
+/// What a token lets its holder do (the store's roles).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TokenRole {
+    /// Sends tool calls; never answers a question.
+    Agent,
+    /// Answers questions.
+    Approver,
+    /// Watches.
+    Observer,
+    /// An approver that may also revoke grants, shut a broker down and
+    /// manage tokens.
+    Admin,
+}
+
+impl TokenRole {
+    /// The role as written on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TokenRole::Agent => "agent",
+            TokenRole::Approver => "approver",
+            TokenRole::Observer => "observer",
+            TokenRole::Admin => "admin",
+        }
+    }
+}
+
+/// `create_token`: make a token in the shared store.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct CreateToken {
+    /// Its name, unique among tokens not revoked.
+    pub name: String,
+    /// What it may do.
+    pub role: TokenRole,
+    /// The project root it is limited to; every project when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project: Option<String>,
+    /// Seconds until it expires (1 to 100 years); never when absent.
+    #[serde(rename = "expiresIn", default, skip_serializing_if = "Option::is_none")]
+    pub expires_in: Option<u64>,
+}
+
+/// `list_tokens`: the shared store's tokens (never their text or hash).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ListTokens {}
+
+/// `revoke_token`: revoke a token by name (the one not yet revoked) or id.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RevokeToken {
+    /// The token's name or id.
+    pub name: String,
+}
+
 /// `hello`: who the connection is. An `approver` receives every question of
 /// every session; an `agent` (the default, also for connections that send no
 /// `hello`) receives the questions of its own calls when no approver is
@@ -443,6 +505,12 @@ pub enum ServerFrame {
     Pending(Pending),
     /// The answer to `list_tools`.
     Tools(Tools),
+    /// The answer to `create_token`: the token, once.
+    TokenCreated(TokenCreated),
+    /// The answer to `list_tokens`.
+    Tokens(Tokens),
+    /// The answer to `revoke_token`.
+    TokenRevoked(TokenRevoked),
     /// A frame could not be handled.
     Error(ErrorFrame),
 }
@@ -857,6 +925,58 @@ pub struct GrantInfo {
     pub expires_at: Option<u64>,
 }
 
+/// A stored token as `list_tokens` shows it: never its text or hash.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct TokenInfo {
+    /// Its id (a UUID), for `revoke_token`.
+    pub id: String,
+    /// Its name.
+    pub name: String,
+    /// Its role.
+    pub role: TokenRole,
+    /// The project root it is limited to; null: every project.
+    pub project: Option<String>,
+    /// When it was made, in milliseconds since the Unix epoch (the store's clock).
+    #[serde(rename = "createdAt")]
+    pub created_at: u64,
+    /// When it ends, in milliseconds since the Unix epoch; null: never.
+    #[serde(rename = "expiresAt")]
+    pub expires_at: Option<u64>,
+    /// Whether its lifetime was over when it was read (the store's clock).
+    pub expired: bool,
+    /// When it was revoked, in milliseconds since the Unix epoch; null: not revoked.
+    #[serde(rename = "revokedAt")]
+    pub revoked_at: Option<u64>,
+}
+
+/// `token_created`: the token made, once committed to the store. Its text
+/// is in this frame only: the store keeps its SHA-256.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct TokenCreated {
+    /// The token's text (`tg_…`), shown this once.
+    pub token: String,
+    /// What the store holds of it.
+    pub info: TokenInfo,
+}
+
+/// `tokens`: the shared store's tokens, revoked and expired ones too,
+/// oldest first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Tokens {
+    /// The tokens.
+    pub tokens: Vec<TokenInfo>,
+}
+
+/// `token_revoked`: the token is revoked in the store (now, or it already
+/// was).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct TokenRevoked {
+    /// The token.
+    pub info: TokenInfo,
+    /// True when it was revoked already (nothing changed).
+    pub already: bool,
+}
+
 /// `error`: a frame could not be handled. The broker carries on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ErrorFrame {
@@ -920,6 +1040,13 @@ pub enum ErrorCode {
     InvalidMode,
     /// The peer may not use this broker (another user on its socket).
     Forbidden,
+    /// No token has this name or id (`revoke_token`).
+    UnknownToken,
+    /// A token not revoked already has this name (`create_token`).
+    NameTaken,
+    /// The shared store could not be reached or did not answer: nothing was
+    /// changed (`create_token`, `list_tokens`, `revoke_token`).
+    StoreUnavailable,
 }
 
 impl Verdict {
@@ -967,6 +1094,9 @@ impl ErrorCode {
             ErrorCode::UnknownGrant => "unknown_grant",
             ErrorCode::InvalidMode => "invalid_mode",
             ErrorCode::Forbidden => "forbidden",
+            ErrorCode::UnknownToken => "unknown_token",
+            ErrorCode::NameTaken => "name_taken",
+            ErrorCode::StoreUnavailable => "store_unavailable",
         }
     }
 }

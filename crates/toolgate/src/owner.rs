@@ -65,6 +65,17 @@ pub enum Event {
         /// The answer.
         response: PermissionResponse,
     },
+    /// A remote admin's token frame, done with the store by its listener:
+    /// the reply for its connection (see [`Input::Administered`]).
+    Administered {
+        /// The admin's connection.
+        conn: ConnId,
+        /// The reply.
+        reply: toolgate_protocol::ServerFrame,
+        /// Who the admin is (`token NAME (admin)`), should the connection
+        /// have closed before the reply.
+        by: String,
+    },
     /// A connection closed: its open calls are denied.
     Closed {
         /// The connection.
@@ -647,6 +658,11 @@ impl Owner {
                     frame: ClientFrame::PermissionResponse(response),
                     number,
                 });
+            }
+            // Stepped even when the connection has closed meanwhile: the
+            // change is in the store, and the audit log records it.
+            Event::Administered { conn, reply, by } => {
+                self.step(Input::Administered { conn, reply, by });
             }
             Event::Closed { conn } => {
                 if !self.broker.stopped() {

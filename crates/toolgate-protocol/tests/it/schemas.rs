@@ -57,6 +57,9 @@ fn schemas_name_every_frame_type() {
         "reminder",
         "grants",
         "error",
+        "token_created",
+        "tokens",
+        "token_revoked",
     ] {
         assert!(
             server.contains(&format!("\"{kind}\"")),
@@ -75,6 +78,9 @@ fn schemas_name_every_frame_type() {
         "list_grants",
         "revoke_grant",
         "shutdown",
+        "create_token",
+        "list_tokens",
+        "revoke_token",
     ] {
         assert!(
             client.contains(&format!("\"{kind}\"")),

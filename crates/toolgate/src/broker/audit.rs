@@ -278,6 +278,33 @@ impl Audit {
         self.write(&record)
     }
 
+    /// Record a token made (`token_created`) or revoked (`token_revoked`,
+    /// with whether it `already` was) over a remote admin's connection,
+    /// signed `by` it. The token's text is never in the record.
+    pub(super) fn token(
+        &mut self,
+        time: u64,
+        event: &str,
+        info: &wire::TokenInfo,
+        already: Option<bool>,
+        by: &str,
+    ) -> Result<(), String> {
+        let mut record = json!({
+            "time": time,
+            "event": event,
+            "by": by,
+            "tokenID": info.id,
+            "name": info.name,
+            "role": info.role,
+            "project": info.project,
+            "expiresAt": info.expires_at,
+        });
+        if let Some(already) = already {
+            record["already"] = json!(already);
+        }
+        self.write(&record)
+    }
+
     fn write(&mut self, record: &Value) -> Result<(), String> {
         let line = serde_json::to_vec(record).map_err(|err| err.to_string())?;
         self.log.append(&line).map_err(|err| err.to_string())

@@ -282,6 +282,25 @@ impl Broker {
             ClientFrame::ListTools(session) => ob.reply(self.tools_frame(&session.session_id)),
             // Answered by the routing, which knows the connection.
             ClientFrame::Hello(_) => {}
+            // A remote connection's admin token has these handled by its
+            // listener, with the store, before the broker sees them
+            // (`transport::remote::admin`): what reaches the broker came
+            // from elsewhere.
+            ClientFrame::CreateToken(_)
+            | ClientFrame::ListTokens(_)
+            | ClientFrame::RevokeToken(_) => {
+                if self.shared.active() {
+                    ob.error(
+                        ErrorCode::Forbidden,
+                        "tokens are made, listed and revoked over a remote connection (--remote) with an admin token, or with `toolgate tokens --store`; not on the broker's Unix socket".to_string(),
+                    );
+                } else {
+                    ob.error(
+                        ErrorCode::InvalidFrame,
+                        "this broker shares no store (it was started without --store), so it has no tokens: tokens live in a shared store (`toolgate tokens --store`)".to_string(),
+                    );
+                }
+            }
         }
     }
 

@@ -59,7 +59,10 @@ impl FrameIds {
             ClientFrame::ToolCall(_)
             | ClientFrame::RevokeGrant(_)
             | ClientFrame::Shutdown(_)
-            | ClientFrame::Hello(_) => (None, None, None),
+            | ClientFrame::Hello(_)
+            | ClientFrame::CreateToken(_)
+            | ClientFrame::ListTokens(_)
+            | ClientFrame::RevokeToken(_) => (None, None, None),
             ClientFrame::PermissionResponse(response) => {
                 (None, None, Some(&response.permission_id))
             }

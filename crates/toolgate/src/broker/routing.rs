@@ -132,6 +132,21 @@ pub enum Input<'a> {
     },
     /// News from the shared store (see [`Broker::share`]).
     Shared(super::News),
+    /// A remote admin's `create_token` or `revoke_token` (or
+    /// `list_tokens`), done by its listener with the store and committed
+    /// there: `reply` goes to `conn`, and what changed is recorded in the
+    /// audit log (never the token's text), signed by `conn`'s token.
+    Administered {
+        /// The admin's connection.
+        conn: ConnId,
+        /// The reply (`token_created`, `tokens`, `token_revoked`, or an
+        /// `error`).
+        reply: ServerFrame,
+        /// Who the admin is (`token NAME (admin)`), for a connection that
+        /// closed before the reply (an open one is named as it signs its
+        /// answers).
+        by: String,
+    },
 }
 
 /// One input line, decoded: what the broker makes of a line before it
@@ -832,6 +847,33 @@ impl Broker {
                 ask_timeout_ms,
             } => self.replace_policy(policy, ask_timeout_ms, &mut Outbox::new(out, None, None)),
             Input::Shared(news) => self.shared_news(news, out),
+            Input::Administered { conn, reply, by } => {
+                self.audit_tokens(conn, &reply, by);
+                out.push(Output {
+                    to: To::Caller(conn),
+                    frame: reply,
+                });
+            }
+        }
+    }
+
+    /// Record a token made or revoked over `conn` in the audit log: who
+    /// (the connection's token), and the token's id, name, role, project
+    /// and expiry; never its text.
+    fn audit_tokens(&mut self, conn: ConnId, reply: &ServerFrame, by: String) {
+        let (event, info, already) = match reply {
+            ServerFrame::TokenCreated(created) => ("token_created", &created.info, None),
+            ServerFrame::TokenRevoked(revoked) => {
+                ("token_revoked", &revoked.info, Some(revoked.already))
+            }
+            _ => return,
+        };
+        let by = self.signed(Some(conn)).unwrap_or(by);
+        let time = self.clock.wall_ms();
+        if let Some(audit) = &mut self.audit {
+            if let Err(err) = audit.token(time, event, info, already, &by) {
+                tracing::error!("the audit log cannot be written: {err}");
+            }
         }
     }
 

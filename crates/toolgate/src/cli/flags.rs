@@ -523,6 +523,50 @@ pub struct StoreArgs {
     pub store: Option<String>,
 }
 
+/// A broker to manage tokens through instead of the store (`tokens create
+/// | list | revoke --remote`): an admin token's connection.
+#[cfg(feature = "fleet")]
+#[derive(Debug, Clone, Default, Args)]
+pub struct AdminArgs {
+    /// Manage the tokens through the broker at tls://HOST:PORT (`serve
+    /// --listen tls:…`) with the admin token in --token-file, instead of
+    /// with the store's credentials (--store). The admin's own project and
+    /// expiry bound what it may make. See docs/fleet.md.
+    #[arg(long, value_name = "tls://HOST:PORT", conflicts_with = "store")]
+    pub remote: Option<String>,
+    /// With --remote: the file holding the admin token (its first line;
+    /// chmod 600). Also TOOLGATE_TOKEN_FILE.
+    #[arg(long, value_name = "FILE", requires = "remote")]
+    pub token_file: Option<PathBuf>,
+    /// With --remote: the CA certificates (PEM) the broker's certificate
+    /// must chain to. Also TOOLGATE_CA. [default: the system's trust store]
+    #[arg(long, value_name = "FILE", requires = "remote")]
+    pub ca: Option<PathBuf>,
+    /// With --remote: a client certificate (PEM) for a broker that
+    /// requires one, with --client-key. Also TOOLGATE_CLIENT_CERT.
+    #[arg(long, value_name = "FILE", requires = "remote")]
+    pub client_cert: Option<PathBuf>,
+    /// With --client-cert: its private key (PEM). Also TOOLGATE_CLIENT_KEY.
+    #[arg(long, value_name = "FILE", requires = "remote")]
+    pub client_key: Option<PathBuf>,
+}
+
+#[cfg(feature = "fleet")]
+impl AdminArgs {
+    /// What the client library reads, when --remote is given.
+    pub fn spec(&self) -> Option<toolgate::transport::client::RemoteSpec> {
+        self.remote
+            .as_ref()
+            .map(|remote| toolgate::transport::client::RemoteSpec {
+                remote: Some(remote.clone()),
+                token_file: self.token_file.clone(),
+                ca: self.ca.clone(),
+                client_cert: self.client_cert.clone(),
+                client_key: self.client_key.clone(),
+            })
+    }
+}
+
 /// Where the web approval page is served (`serve --http`, `web`).
 #[cfg(feature = "fleet")]
 #[derive(Debug, Clone, Default, Args)]

@@ -1,6 +1,7 @@
 //! `toolgate store migrate` and `toolgate tokens create|list|revoke|verify`:
 //! the shared store of a fleet of brokers (docs/fleet.md). Their stdout is
-//! for the person who runs them.
+//! for the person who runs them. `create`, `list` and `revoke` also go
+//! through a broker with an admin token (`--remote`), printing the same.
 //!
 //! Exit codes: 0 done; 1 the store said no (a refused token, an unknown
 //! name, a name taken, a schema at another version, a login refused); 2 the
@@ -17,7 +18,7 @@ use toolgate::fleet::tokens::{NewToken, Revoked, Role, Secret, TokenInfo, TokenR
 use toolgate::fleet::{runtime, Store, StoreError};
 use toolgate::say;
 
-use super::flags::StoreArgs;
+use super::flags::{AdminArgs, StoreArgs};
 
 #[derive(Debug, Subcommand)]
 pub enum StoreCommand {
@@ -33,10 +34,15 @@ pub enum StoreCommand {
 #[derive(Debug, Subcommand)]
 pub enum TokensCommand {
     /// Make a token and print it on the last line of stdout (the store
-    /// keeps only its SHA-256: it cannot be shown again).
+    /// keeps only its SHA-256: it cannot be shown again). With --remote,
+    /// through a broker with an admin token: a token limited to a project
+    /// makes tokens for that project only, one that expires makes none that
+    /// outlive it.
     Create {
         #[command(flatten)]
         store: StoreArgs,
+        #[command(flatten)]
+        admin: AdminArgs,
         /// What the token may do: agent, approver, observer or admin.
         #[arg(long, value_name = "ROLE", value_parser = parse_role)]
         role: Role,
@@ -51,19 +57,26 @@ pub enum TokensCommand {
         expires: Option<u64>,
     },
     /// List the tokens (never their text): name, role, project, created,
-    /// expires, revoked, id.
+    /// expires, revoked, id. With --remote, through a broker with an admin
+    /// token (one limited to a project lists that project's tokens).
     List {
         #[command(flatten)]
         store: StoreArgs,
+        #[command(flatten)]
+        admin: AdminArgs,
         /// One JSON object per line instead of a table.
         #[arg(long)]
         json: bool,
     },
     /// Revoke a token by name (the one not yet revoked) or id. Revoking a
-    /// revoked token changes nothing and is not an error.
+    /// revoked token changes nothing and is not an error. With --remote,
+    /// through a broker with an admin token; the token's connections end
+    /// on every broker either way.
     Revoke {
         #[command(flatten)]
         store: StoreArgs,
+        #[command(flatten)]
+        admin: AdminArgs,
         /// The token's name or id.
         #[arg(value_name = "NAME|ID")]
         token: String,
@@ -154,16 +167,13 @@ pub fn store(command: StoreCommand) -> ExitCode {
 
 /// `toolgate tokens …`.
 pub fn tokens(command: TokensCommand) -> ExitCode {
-    let (store, name) = match &command {
-        TokensCommand::Create { store, .. } => (store, "tokens create"),
-        TokensCommand::List { store, .. } => (store, "tokens list"),
-        TokensCommand::Revoke { store, .. } => (store, "tokens revoke"),
-        TokensCommand::Verify { store } => (store, "tokens verify"),
+    let (store, name, admin) = match &command {
+        TokensCommand::Create { store, admin, .. } => (store, "tokens create", Some(admin)),
+        TokensCommand::List { store, admin, .. } => (store, "tokens list", Some(admin)),
+        TokensCommand::Revoke { store, admin, .. } => (store, "tokens revoke", Some(admin)),
+        TokensCommand::Verify { store } => (store, "tokens verify", None),
     };
-    let url = match url_of(store.clone(), name) {
-        Ok(url) => url,
-        Err(code) => return code,
-    };
+    let remote = admin.and_then(AdminArgs::spec);
     // What can be checked without the store is checked first.
     let new = match &command {
         TokensCommand::Create {
@@ -180,6 +190,13 @@ pub fn tokens(command: TokensCommand) -> ExitCode {
             }
         },
         _ => None,
+    };
+    if let Some(spec) = remote {
+        return remote::tokens(spec, command, new.is_some());
+    }
+    let url = match url_of(store.clone(), name) {
+        Ok(url) => url,
+        Err(code) => return code,
     };
     let token = match &command {
         TokensCommand::Verify { .. } => match read_token() {
@@ -219,18 +236,23 @@ async fn create(store: &mut Store, new: &NewToken) -> ExitCode {
         }
     };
     match store.create_token(new, &secret).await {
-        Ok(info) => print(&format!(
-            "created token `{}` ({}; {}; expires {}; id {}). It is shown once, on the next line:\n{}\n",
-            shown(&info.name),
-            info.role,
-            project_text(&info),
-            info.expires_at
-                .map_or_else(|| "never".to_string(), |at| utc_text(epoch_ms(at))),
-            info.id,
-            secret.expose()
-        )),
+        Ok(info) => print(&created_text(&info, secret.expose())),
         Err(err) => failed(&err),
     }
+}
+
+/// What `create` prints: a line about the token, then the token itself.
+fn created_text(info: &TokenInfo, token: &str) -> String {
+    format!(
+        "created token `{}` ({}; {}; expires {}; id {}). It is shown once, on the next line:\n{}\n",
+        shown(&info.name),
+        info.role,
+        project_text(info),
+        info.expires_at
+            .map_or_else(|| "never".to_string(), |at| utc_text(epoch_ms(at))),
+        info.id,
+        token
+    )
 }
 
 fn project_text(info: &TokenInfo) -> String {
@@ -245,13 +267,18 @@ async fn list(store: &mut Store, json: bool) -> ExitCode {
         Ok(tokens) => tokens,
         Err(err) => return failed(&err),
     };
+    listed(&tokens, json, store.name())
+}
+
+/// What `list` prints (nothing, and a line on stderr, when there are none).
+fn listed(tokens: &[TokenInfo], json: bool, store: &str) -> ExitCode {
     if tokens.is_empty() {
-        say!("toolgate: no tokens in {}", store.name());
+        say!("toolgate: no tokens in {store}");
         return ExitCode::SUCCESS;
     }
     if json {
         let mut text = String::new();
-        for token in &tokens {
+        for token in tokens {
             let row = serde_json::json!({
                 "id": token.id.to_string(),
                 "name": token.name,
@@ -267,7 +294,7 @@ async fn list(store: &mut Store, json: bool) -> ExitCode {
         }
         return print(&text);
     }
-    print(&table(&tokens))
+    print(&table(tokens))
 }
 
 /// The tokens as a table with aligned columns.
@@ -317,27 +344,33 @@ fn table(tokens: &[TokenInfo]) -> String {
 
 async fn revoke(store: &mut Store, token: &str) -> ExitCode {
     match store.revoke_token(token).await {
-        Ok(Revoked::Now(info)) => print(&format!(
+        Ok(revoked) => revoked_outcome(revoked, token, store.name()),
+        Err(err) => failed(&err),
+    }
+}
+
+/// What `revoke` prints, and its exit code.
+fn revoked_outcome(revoked: Revoked, token: &str, store: &str) -> ExitCode {
+    match revoked {
+        Revoked::Now(info) => print(&format!(
             "revoked token `{}` (id {})\n",
             shown(&info.name),
             info.id
         )),
-        Ok(Revoked::Already(info)) => print(&format!(
+        Revoked::Already(info) => print(&format!(
             "token `{}` (id {}) was revoked already, at {}\n",
             shown(&info.name),
             info.id,
             info.revoked_at
                 .map_or_else(|| "?".to_string(), |at| utc_text(epoch_ms(at)))
         )),
-        Ok(Revoked::Unknown) => {
+        Revoked::Unknown => {
             say!(
-                "toolgate: no token has the name or id `{}` in {}",
+                "toolgate: no token has the name or id `{}` in {store}",
                 shown(token),
-                store.name()
             );
             ExitCode::from(1)
         }
-        Err(err) => failed(&err),
     }
 }
 
@@ -374,5 +407,161 @@ async fn verify(store: &mut Store, token: &str) -> ExitCode {
             say!("toolgate: token refused: {refused}");
             ExitCode::from(1)
         }
+    }
+}
+
+/// `tokens create|list|revoke --remote`: the same, through a broker with an
+/// admin token (the frames `create_token`, `list_tokens`, `revoke_token`),
+/// printed as the `--store` form prints it, with the same exit codes.
+mod remote {
+    use std::process::ExitCode;
+    use std::time::{Duration, Instant, SystemTime};
+
+    use toolgate::fleet::tokens::{Revoked, Role, TokenInfo};
+    use toolgate::say;
+    use toolgate::transport::client::{chosen, Client, ClientError, RemoteSpec};
+    use toolgate_protocol as wire;
+    use toolgate_protocol::{ErrorCode, ServerFrame};
+
+    use super::TokensCommand;
+
+    /// The longest the whole exchange may take: the broker gives the store
+    /// 10 s.
+    const WAIT: Duration = Duration::from_secs(30);
+
+    /// Run `command` (not `verify`) at the broker `spec` names.
+    pub fn tokens(spec: RemoteSpec, command: TokensCommand, checked: bool) -> ExitCode {
+        let frame = match &command {
+            TokensCommand::Create {
+                role,
+                name,
+                project,
+                expires,
+                ..
+            } if checked => {
+                let mut frame = serde_json::json!({
+                    "type": "create_token",
+                    "name": name,
+                    "role": role.as_str(),
+                });
+                if let Some(project) = project {
+                    frame["project"] = serde_json::json!(project);
+                }
+                if let Some(expires) = expires {
+                    frame["expiresIn"] = serde_json::json!(expires);
+                }
+                frame
+            }
+            TokensCommand::List { .. } => serde_json::json!({"type": "list_tokens"}),
+            TokensCommand::Revoke { token, .. } => {
+                serde_json::json!({"type": "revoke_token", "name": token})
+            }
+            _ => return ExitCode::from(2),
+        };
+        let endpoint = match chosen(None, spec) {
+            Ok(Some(endpoint)) => endpoint,
+            Ok(None) => {
+                say!("toolgate: --remote names no broker");
+                return ExitCode::from(2);
+            }
+            Err(err) => {
+                say!("toolgate: {err}");
+                return ExitCode::from(2);
+            }
+        };
+        let label = endpoint.label();
+        let deadline = Instant::now() + WAIT;
+        let reply = Client::connect(&endpoint, wire::Role::Agent, "toolgate tokens", deadline)
+            .and_then(|mut client| {
+                client.send(&frame)?;
+                loop {
+                    match client.recv(Some(deadline))? {
+                        frame @ (ServerFrame::TokenCreated(_)
+                        | ServerFrame::Tokens(_)
+                        | ServerFrame::TokenRevoked(_)
+                        | ServerFrame::Error(_)) => return Ok(frame),
+                        _ => continue,
+                    }
+                }
+            });
+        let reply = match reply {
+            Ok(reply) => reply,
+            Err(err) => {
+                say!("toolgate: {err}");
+                return ExitCode::from(match err {
+                    ClientError::BadRemote(_) | ClientError::Ambiguous => 2,
+                    ClientError::Refused(_) | ClientError::Ended(_) | ClientError::Protocol(_) => 1,
+                    _ => 3,
+                });
+            }
+        };
+        let store = format!("the store of the broker at {label}");
+        match (command, reply) {
+            (_, ServerFrame::Error(error)) => {
+                say!("toolgate: {}", error.message);
+                ExitCode::from(match error.code {
+                    ErrorCode::StoreUnavailable => 3,
+                    ErrorCode::InvalidFrame => 2,
+                    _ => 1,
+                })
+            }
+            (TokensCommand::Create { .. }, ServerFrame::TokenCreated(created)) => {
+                match info(&created.info) {
+                    Some(info) => super::print(&super::created_text(&info, &created.token)),
+                    None => unreadable(&created.info),
+                }
+            }
+            (TokensCommand::List { json, .. }, ServerFrame::Tokens(list)) => {
+                let mut tokens = Vec::new();
+                for token in &list.tokens {
+                    match info(token) {
+                        Some(token) => tokens.push(token),
+                        None => return unreadable(token),
+                    }
+                }
+                super::listed(&tokens, json, &store)
+            }
+            (TokensCommand::Revoke { token, .. }, ServerFrame::TokenRevoked(revoked)) => {
+                match info(&revoked.info) {
+                    Some(info) if revoked.already => {
+                        super::revoked_outcome(Revoked::Already(info), &token, &store)
+                    }
+                    Some(info) => super::revoked_outcome(Revoked::Now(info), &token, &store),
+                    None => unreadable(&revoked.info),
+                }
+            }
+            (_, other) => {
+                say!("toolgate: the broker answered with another frame: {other:?}");
+                ExitCode::from(1)
+            }
+        }
+    }
+
+    fn unreadable(info: &wire::TokenInfo) -> ExitCode {
+        say!(
+            "toolgate: the broker sent a token that cannot be read (id {:?})",
+            info.id
+        );
+        ExitCode::from(1)
+    }
+
+    /// A token as the broker sent it, as the store gives it.
+    fn info(info: &wire::TokenInfo) -> Option<TokenInfo> {
+        let at = |ms: u64| SystemTime::UNIX_EPOCH + Duration::from_millis(ms);
+        Some(TokenInfo {
+            id: uuid::Uuid::parse_str(&info.id).ok()?,
+            name: info.name.clone(),
+            role: match info.role {
+                wire::TokenRole::Agent => Role::Agent,
+                wire::TokenRole::Approver => Role::Approver,
+                wire::TokenRole::Observer => Role::Observer,
+                wire::TokenRole::Admin => Role::Admin,
+            },
+            project: info.project.clone(),
+            created_at: at(info.created_at),
+            expires_at: info.expires_at.map(at),
+            revoked_at: info.revoked_at.map(at),
+            expired: info.expired,
+        })
     }
 }

@@ -291,13 +291,34 @@ impl Store {
         new: &NewToken,
         secret: &Secret,
     ) -> Result<TokenInfo, StoreError> {
+        match self.create_token_until(new, secret, None).await? {
+            Some(info) => Ok(info),
+            None => Err(StoreError::Unreadable {
+                what: "the token just made (the store returned no row)".into(),
+            }),
+        }
+    }
+
+    /// Store `new` as the token `secret`, unless it would outlive
+    /// `not_after` (by the store's clock, in the same statement): `None`,
+    /// and nothing stored. A token without a lifetime outlives any
+    /// `not_after`.
+    pub async fn create_token_until(
+        &mut self,
+        new: &NewToken,
+        secret: &Secret,
+        not_after: Option<SystemTime>,
+    ) -> Result<Option<TokenInfo>, StoreError> {
         let lifetime = new.lifetime.map(|lifetime| lifetime.as_secs_f64());
         let row = self
             .client
-            .query_one(
+            .query_opt(
                 &format!(
                     "INSERT INTO toolgate_tokens (id, name, hash, role, project, expires_at)
-                     VALUES ($1, $2, $3, $4, $5, now() + $6 * interval '1 second')
+                     SELECT $1::uuid, $2::text, $3::bytea, $4::text, $5::text,
+                            now() + $6::float8 * interval '1 second'
+                     WHERE $7::timestamptz IS NULL
+                        OR now() + $6::float8 * interval '1 second' <= $7::timestamptz
                      RETURNING {COLUMNS}"
                 ),
                 &[
@@ -307,6 +328,7 @@ impl Store {
                     &new.role.as_str(),
                     &new.project,
                     &lifetime,
+                    &not_after,
                 ],
             )
             .await
@@ -319,7 +341,7 @@ impl Store {
                     StoreError::from_query(err)
                 }
             })?;
-        token_info(&row)
+        row.as_ref().map(token_info).transpose()
     }
 
     /// Every stored token, revoked and expired ones too, oldest first.

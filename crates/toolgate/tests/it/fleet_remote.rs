@@ -1359,3 +1359,433 @@ fn one_inbox_across_projects_over_tls() {
         "{screen}"
     );
 }
+
+/// `psql` on the test's store: its database and cluster, from its URL.
+fn sql(url: &str, query: &str) -> String {
+    let cluster = pg::cluster().unwrap();
+    let database = url.rsplit('/').next().unwrap().split('?').next().unwrap();
+    cluster.psql(database, query)
+}
+
+/// The frame an admin's connection gets for `frame`: its reply or an error.
+fn administer(admin: &mut Tls, frame: Value) -> Value {
+    admin.send(&frame);
+    loop {
+        let reply = admin.recv().expect("an answer to a token frame");
+        if ["token_created", "tokens", "token_revoked", "error"]
+            .contains(&reply["type"].as_str().unwrap_or(""))
+        {
+            return reply;
+        }
+    }
+}
+
+/// An admin token over TLS makes an approver token (the reply carries its
+/// text once, committed in the store as a hash), which connects to another
+/// broker on the store and answers a question; `list_tokens` shows it
+/// (never a hash or a token's text); `revoke_token` ends its open
+/// connection on the other broker, and a second revocation says it was
+/// revoked already. The audit log names who did it, never the token.
+#[test]
+fn an_admin_token_makes_lists_and_revokes_tokens() {
+    let Some(url) = store("admin_tokens") else {
+        return;
+    };
+    let a = Broker::start("admin-tokens-a", &url, false);
+    let b = Broker::start_in("admin-tokens-b", &url, false, Some(&a.root));
+    let root_token = token(&url, "admin", "root", &[]);
+    let mut root = a.admitted(&root_token, "agent");
+    let created = administer(
+        &mut root,
+        json!({"type":"create_token","name":"bob","role":"approver","expiresIn":3600}),
+    );
+    assert_eq!(created["type"], "token_created", "{created}");
+    let bob_token = created["token"].as_str().unwrap().to_string();
+    assert!(
+        bob_token.starts_with("tg_") && bob_token.len() == 46,
+        "{created}"
+    );
+    let info = &created["info"];
+    assert_eq!(info["name"], "bob", "{created}");
+    assert_eq!(info["role"], "approver", "{created}");
+    assert_eq!(info["project"], Value::Null, "{created}");
+    assert_eq!(info["revokedAt"], Value::Null, "{created}");
+    let expires = info["expiresAt"].as_u64().unwrap() - info["createdAt"].as_u64().unwrap();
+    assert!((3_599_000..=3_601_000).contains(&expires), "{created}");
+    // Committed before the reply, as its hash only.
+    assert_eq!(
+        sql(
+            &url,
+            &format!(
+                "SELECT count(*) FROM toolgate_tokens WHERE name = 'bob' AND role = 'approver' \
+                 AND hash = sha256(convert_to('{bob_token}', 'UTF8')) AND revoked_at IS NULL"
+            )
+        ),
+        "1\n"
+    );
+    // bob connects to B and answers a question there.
+    let mut bob = b.admitted(&bob_token, "approver");
+    let mut agent = b.unix_agent();
+    agent.send(call("t1", "Bash", json!({"command":"touch bob"})));
+    let question = bob.until("permission_request");
+    bob.send(&json!({"type":"permission_response",
+                     "permissionID": question["permissionID"],
+                     "response":"once"}));
+    assert_eq!(agent.until("decision").pop().unwrap()["decision"], "allow");
+    // The list shows both, without hashes or tokens.
+    let listed = administer(&mut root, json!({"type":"list_tokens"}));
+    assert_eq!(listed["type"], "tokens", "{listed}");
+    let names: Vec<&str> = listed["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|token| token["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["root", "bob"], "{listed}");
+    let said = listed.to_string();
+    assert!(!said.contains(&bob_token) && !said.contains(&root_token[3..]));
+    assert!(!said.contains("hash"), "{said}");
+    // A name taken, and a bad name, change nothing.
+    let taken = administer(
+        &mut root,
+        json!({"type":"create_token","name":"bob","role":"agent"}),
+    );
+    assert_eq!(taken["code"], "name_taken", "{taken}");
+    let bad = administer(
+        &mut root,
+        json!({"type":"create_token","name":" bob","role":"agent"}),
+    );
+    assert_eq!(bad["code"], "invalid_frame", "{bad}");
+    assert_eq!(sql(&url, "SELECT count(*) FROM toolgate_tokens"), "2\n");
+    // Revoked through A: bob's connection on B ends.
+    let revoked_at = Instant::now();
+    let revoked = administer(&mut root, json!({"type":"revoke_token","name":"bob"}));
+    assert_eq!(revoked["type"], "token_revoked", "{revoked}");
+    assert_eq!(revoked["already"], false, "{revoked}");
+    assert_eq!(revoked["info"]["name"], "bob", "{revoked}");
+    assert_ne!(revoked["info"]["revokedAt"], Value::Null, "{revoked}");
+    let frames = bob.quiet(PATIENCE);
+    assert!(revoked_at.elapsed() < Duration::from_secs(8), "{frames:?}");
+    let last = frames.last().expect("an error frame before the close");
+    assert_eq!(
+        last["message"], "the token `bob` was revoked; closing the connection",
+        "{frames:?}"
+    );
+    let mut again = b.tls();
+    assert_eq!(
+        again.hello(&bob_token, "approver")["message"],
+        "token refused: the token `bob` was revoked"
+    );
+    // Again: already revoked; by id too. An unknown name is an error.
+    let twice = administer(&mut root, json!({"type":"revoke_token","name":"bob"}));
+    assert_eq!(twice["type"], "token_revoked", "{twice}");
+    assert_eq!(twice["already"], true, "{twice}");
+    let by_id = administer(
+        &mut root,
+        json!({"type":"revoke_token","name": revoked["info"]["id"]}),
+    );
+    assert_eq!(by_id["already"], true, "{by_id}");
+    let unknown = administer(&mut root, json!({"type":"revoke_token","name":"nobody"}));
+    assert_eq!(unknown["code"], "unknown_token", "{unknown}");
+    // Sent together, done in order: the revocation finds the token made.
+    root.send(&json!({"type":"create_token","name":"carol","role":"observer"}));
+    root.send(&json!({"type":"revoke_token","name":"carol"}));
+    assert_eq!(root.until("token_created")["info"]["name"], "carol");
+    let carol = root.until("token_revoked");
+    assert_eq!(carol["already"], false, "{carol}");
+    // The audit log: who made and revoked it, never the token.
+    let audit = std::fs::read_to_string(&a.audit).unwrap();
+    assert!(!audit.contains(&bob_token[3..]), "{audit}");
+    let records = a.audited();
+    let made = records
+        .iter()
+        .find(|record| record["event"] == "token_created")
+        .unwrap_or_else(|| panic!("no token_created: {audit}"));
+    assert_eq!(made["name"], "bob", "{made}");
+    assert_eq!(made["role"], "approver", "{made}");
+    assert!(
+        made["by"]
+            .as_str()
+            .unwrap()
+            .starts_with("token root (admin) via test"),
+        "{made}"
+    );
+    let ended: Vec<&Value> = records
+        .iter()
+        .filter(|record| record["event"] == "token_revoked")
+        .collect();
+    assert_eq!(ended.len(), 4, "{audit}");
+    assert_eq!(ended[0]["already"], false, "{audit}");
+    assert_eq!(ended[1]["already"], true, "{audit}");
+}
+
+/// Agent, observer and approver tokens sending the token frames are
+/// refused (`forbidden`), and nothing is made or revoked; on the broker's
+/// Unix socket the frames are refused too.
+#[test]
+fn token_frames_are_forbidden_to_other_tokens() {
+    let Some(url) = store("token_frames_forbidden") else {
+        return;
+    };
+    let broker = Broker::start("token-frames-forbidden", &url, false);
+    let before = sql(
+        &url,
+        "SELECT count(*) FROM toolgate_tokens WHERE revoked_at IS NULL",
+    );
+    assert_eq!(before, "0\n");
+    for role in ["agent", "observer", "approver"] {
+        let token = token(&url, role, &format!("the {role}"), &[]);
+        let mut conn = broker.admitted(&token, role);
+        for frame in [
+            json!({"type":"create_token","name":format!("{role}'s"),"role":"admin"}),
+            json!({"type":"list_tokens"}),
+            json!({"type":"revoke_token","name":"the agent"}),
+        ] {
+            let reply = administer(&mut conn, frame.clone());
+            assert_eq!(reply["type"], "error", "{role} {frame}: {reply}");
+            assert_eq!(reply["code"], "forbidden", "{role} {frame}: {reply}");
+            assert!(
+                reply["message"]
+                    .as_str()
+                    .unwrap()
+                    .ends_with("only an admin token may make, list or revoke tokens"),
+                "{reply}"
+            );
+        }
+    }
+    let mut local = broker.unix_agent();
+    let reply = local.ask(json!({"type":"list_tokens"}), "error");
+    assert_eq!(reply["code"], "forbidden", "{reply}");
+    let reply = local.ask(
+        json!({"type":"create_token","name":"local","role":"admin"}),
+        "error",
+    );
+    assert_eq!(reply["code"], "forbidden", "{reply}");
+    // Nothing made, nothing revoked.
+    assert_eq!(
+        sql(
+            &url,
+            "SELECT string_agg(name, ',' ORDER BY name) FROM toolgate_tokens WHERE revoked_at IS NULL"
+        ),
+        "the agent,the approver,the observer\n"
+    );
+    assert_eq!(sql(&url, "SELECT count(*) FROM toolgate_tokens"), "3\n");
+}
+
+/// An admin token limited to a project, with an expiry, makes tokens only
+/// for its project and ending no later than it: never one for every
+/// project or another project, never one that outlives it; it lists and
+/// revokes its project's tokens only.
+#[test]
+fn a_limited_admin_cannot_make_more_than_it_holds() {
+    let Some(url) = store("limited_admin") else {
+        return;
+    };
+    let broker = Broker::start("limited-admin", &url, false);
+    let project = broker.root.display().to_string();
+    token(&url, "admin", "root", &[]);
+    let lead_token = token(
+        &url,
+        "admin",
+        "lead",
+        &["--project", &project, "--expires", "3600"],
+    );
+    let mut lead = broker.admitted(&lead_token, "agent");
+    let refused = [
+        (
+            json!({"type":"create_token","name":"x1","role":"agent","expiresIn":60}),
+            "is limited to the project",
+        ),
+        (
+            json!({"type":"create_token","name":"x2","role":"agent","project":"/elsewhere","expiresIn":60}),
+            "it cannot make a token for the project /elsewhere",
+        ),
+        (
+            json!({"type":"create_token","name":"x3","role":"agent","project":project}),
+            "it cannot make a token that never does",
+        ),
+        (
+            json!({"type":"create_token","name":"x4","role":"admin","project":project,"expiresIn":7200}),
+            "it cannot make a token that outlives it",
+        ),
+        (
+            json!({"type":"revoke_token","name":"root"}),
+            "it can revoke only that project's tokens",
+        ),
+    ];
+    for (frame, says) in refused {
+        let reply = administer(&mut lead, frame.clone());
+        assert_eq!(reply["code"], "forbidden", "{frame}: {reply}");
+        assert!(
+            reply["message"].as_str().unwrap().contains(says),
+            "{frame}: {reply}"
+        );
+    }
+    assert_eq!(
+        sql(
+            &url,
+            "SELECT count(*) FROM toolgate_tokens WHERE revoked_at IS NULL"
+        ),
+        "2\n"
+    );
+    // Within what it holds: made.
+    let made = administer(
+        &mut lead,
+        json!({"type":"create_token","name":"ci","role":"agent","project":format!("{project}/"),"expiresIn":600}),
+    );
+    assert_eq!(made["type"], "token_created", "{made}");
+    let ci = made["token"].as_str().unwrap().to_string();
+    broker.admitted(&ci, "agent");
+    // It sees its project's tokens only.
+    let listed = administer(&mut lead, json!({"type":"list_tokens"}));
+    let names: Vec<&str> = listed["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|token| token["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["lead", "ci"], "{listed}");
+    let revoked = administer(&mut lead, json!({"type":"revoke_token","name":"ci"}));
+    assert_eq!(revoked["already"], false, "{revoked}");
+    assert_eq!(
+        sql(
+            &url,
+            "SELECT count(*) FROM toolgate_tokens WHERE revoked_at IS NULL"
+        ),
+        "2\n"
+    );
+}
+
+/// `toolgate tokens create|list|revoke --remote` with an admin's token
+/// file: the token on the last line of stdout, and it works; the list and
+/// revocations as the `--store` form prints them, with its exit codes.
+#[test]
+fn tokens_over_remote_print_as_with_the_store() {
+    let Some(url) = store("tokens_remote_cli") else {
+        return;
+    };
+    let broker = Broker::start("tokens-remote-cli", &url, false);
+    let root = broker.token_file("root", &token(&url, "admin", "root", &[]));
+    let approver = broker.token_file("alice", &token(&url, "approver", "alice", &[]));
+    let remote = format!("tls://localhost:{}", broker.port);
+    let ca = broker.certs.ca.display().to_string();
+    let run = |file: &Path, args: &[&str]| {
+        let mut argv = vec!["tokens"];
+        argv.extend_from_slice(args);
+        let file = file.display().to_string();
+        argv.extend(["--remote", &remote, "--token-file", &file, "--ca", &ca]);
+        support::toolgate_process(Path::new("/"), &argv, &[], b"")
+    };
+    let out = run(&root, &["create", "--role", "agent", "--name", "ci"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout
+            .lines()
+            .next()
+            .unwrap()
+            .starts_with("created token `ci` (agent; every project; expires never; id "),
+        "{stdout}"
+    );
+    let ci = stdout.lines().last().unwrap().to_string();
+    let mut agent = broker.admitted(&ci, "agent");
+    agent.send(&call("r1", "Read", json!({"file_path":"src/a.rs"})));
+    assert_eq!(agent.until("decision")["decision"], "allow");
+    // The list, as JSON lines.
+    let out = run(&root, &["list", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let names: Vec<String> = text(&out.stdout)
+        .lines()
+        .map(|line| {
+            serde_json::from_str::<Value>(line).unwrap()["name"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(names, ["root", "alice", "ci"]);
+    // A bad name is refused before anything is sent (exit 2); an approver
+    // is forbidden (exit 1).
+    let out = run(&root, &["create", "--role", "agent", "--name", ""]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let out = run(
+        &approver,
+        &["create", "--role", "agent", "--name", "sneaky"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("only an admin token may make, list or revoke tokens"),
+        "{}",
+        text(&out.stderr)
+    );
+    // Revoked: the agent's connection ends; again: said so; unknown: 1.
+    let out = run(&root, &["revoke", "ci"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).starts_with("revoked token `ci` (id "));
+    let frames = agent.quiet(PATIENCE);
+    assert_eq!(
+        frames.last().unwrap()["message"],
+        "the token `ci` was revoked; closing the connection"
+    );
+    let out = run(&root, &["revoke", "ci"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("was revoked already, at "),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = run(&root, &["revoke", "nobody"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert_eq!(
+        sql(
+            &url,
+            "SELECT count(*) FROM toolgate_tokens WHERE name = 'sneaky'"
+        ),
+        "0\n"
+    );
+}
+
+/// A token frame while the store cannot be reached: `store_unavailable`,
+/// nothing made (checked once the store is back).
+#[test]
+fn a_token_frame_without_the_store_changes_nothing() {
+    if pg::cluster().is_none() {
+        return;
+    }
+    let cluster = pg::Cluster::start().unwrap();
+    cluster.psql("postgres", "CREATE DATABASE admin_away");
+    let url = cluster.url("admin_away");
+    let out = support::toolgate_process(
+        Path::new("/"),
+        &["store", "migrate", "--store", &url],
+        &[],
+        b"",
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let broker = Broker::start("admin-away", &url, false);
+    let mut root = broker.admitted(&token(&url, "admin", "root", &[]), "agent");
+    cluster.stop();
+    let reply = administer(
+        &mut root,
+        json!({"type":"create_token","name":"ghost","role":"admin"}),
+    );
+    assert_eq!(reply["code"], "store_unavailable", "{reply}");
+    assert!(
+        reply["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("the store cannot be reached: nothing was changed"),
+        "{reply}"
+    );
+    cluster.start_again().unwrap();
+    assert_eq!(
+        cluster.psql(
+            "admin_away",
+            "SELECT string_agg(name, ',') FROM toolgate_tokens"
+        ),
+        "root\n"
+    );
+    assert!(!std::fs::read_to_string(&broker.audit)
+        .unwrap_or_default()
+        .contains("token_created"));
+}

@@ -367,3 +367,33 @@ fn bad_input_is_named() {
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("invalid value 'soon' for '--expires <SECS>'"));
 }
+
+/// A broker without `--store` has no tokens: the token frames get
+/// `invalid_frame` saying so, and the broker goes on.
+#[test]
+fn token_frames_need_a_store() {
+    let dir = support::project_dir("token_frames_need_a_store");
+    let (code, stdout, stderr) = support::run(
+        &dir,
+        &["serve"],
+        "{\"type\":\"list_tokens\"}\n{\"type\":\"create_token\",\"name\":\"x\",\"role\":\"admin\"}\n{\"type\":\"revoke_token\",\"name\":\"x\"}\n{\"type\":\"get_reminder\",\"sessionID\":\"s\"}\n",
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let frames: Vec<Value> = stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let errors: Vec<&Value> = frames.iter().filter(|f| f["type"] == "error").collect();
+    assert_eq!(errors.len(), 3, "{stdout}");
+    for (error, line) in errors.iter().zip(1..) {
+        assert_eq!(error["code"], "invalid_frame", "{error}");
+        assert_eq!(error["line"], line, "{error}");
+        assert!(
+            error["message"].as_str().unwrap().starts_with(
+                "this broker shares no store (it was started without --store), so it has no tokens"
+            ),
+            "{error}"
+        );
+    }
+    assert_eq!(frames.last().unwrap()["type"], "reminder", "{stdout}");
+}

@@ -4,10 +4,10 @@
 //!
 //! | token | `hello` role | refused frames |
 //! |---|---|---|
-//! | `agent` | `agent` | `permission_response`, `list_pending`, `list_sessions`, `list_grants`, `revoke_grant`, `shutdown` |
-//! | `observer` | `observer` | `permission_response`, `revoke_grant`, `shutdown` (and what the broker refuses every observer) |
-//! | `approver` | any | `revoke_grant`, `shutdown` |
-//! | `admin` | any | none |
+//! | `agent` | `agent` | `permission_response`, `list_pending`, `list_sessions`, `list_grants`, `revoke_grant`, `shutdown`, the token frames |
+//! | `observer` | `observer` | `permission_response`, `revoke_grant`, `shutdown`, the token frames (and what the broker refuses every observer) |
+//! | `approver` | any | `revoke_grant`, `shutdown`, the token frames |
+//! | `admin` | any | none (its token frames, `create_token`, `list_tokens`, `revoke_token`, are done by [`super::admin`]) |
 //!
 //! A later `hello` is held to the same roles; a token in it is refused (a
 //! connection is one token's, given once, in its first `hello`). A token
@@ -89,6 +89,16 @@ impl Holder {
                 "{}: only an admin token may shut the broker down",
                 self.whose()
             )),
+            ClientFrame::CreateToken(_)
+            | ClientFrame::ListTokens(_)
+            | ClientFrame::RevokeToken(_)
+                if !admin =>
+            {
+                Err(format!(
+                    "{}: only an admin token may make, list or revoke tokens",
+                    self.whose()
+                ))
+            }
             _ => Ok(()),
         }
     }
@@ -154,6 +164,9 @@ mod tests {
             r#"{"type":"shutdown"}"#,
             r#"{"type":"set_mode","sessionID":"s","mode":"plan"}"#,
             r#"{"type":"cancel","sessionID":"s","callID":"c"}"#,
+            r#"{"type":"create_token","name":"n","role":"agent"}"#,
+            r#"{"type":"list_tokens"}"#,
+            r#"{"type":"revoke_token","name":"n"}"#,
         ];
         let table = |role: TokenRole| -> Vec<String> {
             let holder = Holder {
@@ -185,6 +198,9 @@ mod tests {
                 "the token `t` is an agent's: only an admin token may shut the broker down",
                 "ok",
                 "ok",
+                "the token `t` is an agent's: only an admin token may make, list or revoke tokens",
+                "the token `t` is an agent's: only an admin token may make, list or revoke tokens",
+                "the token `t` is an agent's: only an admin token may make, list or revoke tokens",
             ]
         );
         let observer = table(TokenRole::Observer);
@@ -203,6 +219,9 @@ mod tests {
                 "the token `t` is an observer's: only an admin token may shut the broker down",
                 "ok",
                 "ok",
+                "the token `t` is an observer's: only an admin token may make, list or revoke tokens",
+                "the token `t` is an observer's: only an admin token may make, list or revoke tokens",
+                "the token `t` is an observer's: only an admin token may make, list or revoke tokens",
             ]
         );
         let approver = table(TokenRole::Approver);
@@ -221,6 +240,9 @@ mod tests {
                 "the token `t` is an approver's: only an admin token may shut the broker down",
                 "ok",
                 "ok",
+                "the token `t` is an approver's: only an admin token may make, list or revoke tokens",
+                "the token `t` is an approver's: only an admin token may make, list or revoke tokens",
+                "the token `t` is an approver's: only an admin token may make, list or revoke tokens",
             ]
         );
         let admin = table(TokenRole::Admin);
@@ -231,6 +253,9 @@ mod tests {
                 "ok",
                 "ok",
                 "a connection gives its token once, in its first hello",
+                "ok",
+                "ok",
+                "ok",
                 "ok",
                 "ok",
                 "ok",

@@ -27,7 +27,11 @@
 //!    the [`verifier`] may end it: its token revoked or expired, it gets
 //!    one `error` frame and is closed, its open calls denied, within
 //!    [`verifier::REVERIFY`].
+//!    An admin token's token frames (`create_token`, `list_tokens`,
+//!    `revoke_token`) are taken here, before the owner, and done with the
+//!    store by [`admin`]: the owner gets only their reply.
 
+pub mod admin;
 pub mod gate;
 pub mod verifier;
 
@@ -138,6 +142,7 @@ struct Context {
     acceptor: TlsAcceptor,
     unproven: Arc<tokio::sync::Semaphore>,
     verifier: Verifier,
+    store: String,
     root: PathBuf,
     events: mpsc::Sender<Event>,
     shared: Shared,
@@ -163,7 +168,8 @@ impl socket::Accept for Remote {
             let context = Arc::new(Context {
                 acceptor: TlsAcceptor::from(tls),
                 unproven: Arc::new(tokio::sync::Semaphore::new(UNPROVEN)),
-                verifier: Verifier::start(store, shared.stopped.clone()),
+                verifier: Verifier::start(store.clone(), shared.stopped.clone()),
+                store,
                 root,
                 events,
                 shared,
@@ -261,7 +267,7 @@ async fn connection(
             line: None,
         }),
     };
-    let (hello, number, holder, ended) = match admitted {
+    let (hello, number, holder, token, ended) = match admitted {
         Ok(admitted) => {
             drop(unproven);
             admitted
@@ -285,15 +291,23 @@ async fn connection(
             return;
         }
     };
+    let conn = context.ids.next();
     let peer = Peer {
         reading: state,
         first: vec![(number, Decoded::frame(ClientFrame::Hello(hello)))],
         token: Some(holder.signature()),
-        guard: Some(Box::new(TokenGuard { holder })),
+        guard: Some(Box::new(TokenGuard {
+            holder,
+            token,
+            conn,
+            store: context.store.clone(),
+            events: context.events.clone(),
+            admin: None,
+        })),
         ended: Some(ended),
     };
     socket::connection(
-        context.ids.next(),
+        conn,
         reading,
         writing,
         context.events.clone(),
@@ -340,6 +354,7 @@ async fn admit(
         Hello,
         u64,
         Holder,
+        Token,
         tokio::sync::watch::Receiver<Option<Bytes>>,
     ),
     Refusal,
@@ -369,7 +384,8 @@ async fn admit(
     let Some(token) = hello.token.take() else {
         return Err(refuse(format!("no token: {must}")));
     };
-    let admitted = match context.verifier.admit(Token::new(token)).await {
+    let token = Token::new(token);
+    let admitted = match context.verifier.admit(token.clone()).await {
         Ok(admitted) => admitted,
         Err(Refused::Token(refused)) => return Err(refuse(format!("token refused: {refused}"))),
         Err(Refused::Unchecked(why)) => {
@@ -398,13 +414,20 @@ async fn admit(
     };
     holder.may_say(hello.role).map_err(refuse)?;
     holder.may_follow(hello.projects).map_err(refuse)?;
-    Ok((hello, number, holder, admitted.ended))
+    Ok((hello, number, holder, token, admitted.ended))
 }
 
 /// An accepted connection's lines, checked against what its token may
-/// send before the owner sees them.
+/// send before the owner sees them. An admin's token frames are done by
+/// [`admin`] with the store, beside the owner.
 struct TokenGuard {
     holder: Holder,
+    token: Token,
+    conn: crate::broker::ConnId,
+    store: String,
+    events: mpsc::Sender<Event>,
+    /// The task doing its token frames, once it sent one.
+    admin: Option<mpsc::Sender<(ClientFrame, u64)>>,
 }
 
 impl Guard for TokenGuard {
@@ -414,6 +437,37 @@ impl Guard for TokenGuard {
         };
         match toolgate_protocol::decode_line(bytes, number) {
             Ok(frame) => match self.holder.may_send(&frame) {
+                Ok(()) if admin::is_token_frame(&frame) => {
+                    let worker = self.admin.get_or_insert_with(|| {
+                        admin::worker(admin::Admin {
+                            store: self.store.clone(),
+                            conn: self.conn,
+                            token: self.token.clone(),
+                            holder: self.holder.clone(),
+                            events: self.events.clone(),
+                        })
+                    });
+                    match worker.try_send((frame, number)) {
+                        // The reply comes from the task, once the store has
+                        // committed: the owner sees nothing of the line.
+                        Ok(()) => Decoded::blank(),
+                        Err(full_or_closed) => {
+                            let why = match &full_or_closed {
+                                mpsc::error::TrySendError::Full(_) => format!(
+                                    "{} token frames of this connection are already waiting for the store: send this one again once one is answered",
+                                    admin::QUEUE
+                                ),
+                                mpsc::error::TrySendError::Closed(_) => {
+                                    "the broker is stopping: nothing was changed".to_string()
+                                }
+                            };
+                            let (frame, _) = full_or_closed.into_inner();
+                            let mut error = refused(&frame, why);
+                            error.code = ErrorCode::StoreUnavailable;
+                            Decoded::unreadable(error)
+                        }
+                    }
+                }
                 Ok(()) => Decoded::frame(frame),
                 Err(why) => Decoded::unreadable(refused(&frame, why)),
             },

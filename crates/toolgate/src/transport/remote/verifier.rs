@@ -56,6 +56,11 @@ impl Token {
     pub fn new(text: String) -> Token {
         Token(text)
     }
+
+    /// The token's text, to check it again.
+    pub fn text(&self) -> &str {
+        &self.0
+    }
 }
 
 /// Why a token was not admitted.
