@@ -16,7 +16,7 @@ use super::grants::{stored_grant, stored_spec};
 use super::outbox::Outbox;
 use super::{Broker, OnAsk};
 use crate::convert;
-use crate::store::{session_fingerprint, Change, StoredClosed, StoredSession};
+use crate::store::{session_fingerprint, Change, StoredClosed, StoredJoined, StoredSession};
 
 /// How many ancestors a session may have: a `session_start` that would make
 /// a chain deeper is refused (and shuts the session, like every refused start).
@@ -33,8 +33,14 @@ pub(super) struct Session {
     pub(super) parent: Option<String>,
     /// The narrowing the session itself asked for, as written.
     pub(super) rules: Option<ScopeRules>,
-    /// Its own narrowing after every ancestor's.
+    /// Its own narrowing after every ancestor's (and, joined, the
+    /// narrowings in `joined`).
     pub(super) scope: Scope,
+    /// Joined under its parent without a scope of its own: the narrowings
+    /// of the parent's sub-tasks it met when it joined (by sub-task), kept
+    /// with it so that a restart or another broker gives it the same scope,
+    /// even once those sub-tasks ended.
+    pub(super) joined: Vec<(String, ScopeRules)>,
     /// Started by `session_start` or given a mode: kept in the state
     /// directory. A session that is not, and has no grants, pending calls or
     /// children, is forgotten once its call is decided (see [`Sessions::forget_idle`]).
@@ -423,6 +429,16 @@ impl Sessions {
         });
         let parent_scope = self.scope_of(stored.parent_id.as_deref());
         let rules = stored.permissions.clone().map(convert::scope_rules);
+        let joined: Vec<(String, ScopeRules)> = stored
+            .joined
+            .iter()
+            .map(|met| {
+                (
+                    met.session_id.clone(),
+                    convert::scope_rules(met.permissions.clone()),
+                )
+            })
+            .collect();
         let scope = match &rules {
             None => parent_scope,
             Some(rules) => match policy.scope_layer(&stored.session_id, rules.clone()) {
@@ -436,10 +452,17 @@ impl Sessions {
                 }
             },
         };
+        let scope = with_joined(policy, scope, &stored.session_id, &joined, |err| {
+            warnings.push(format!(
+                "the stored session `{}` met an unusable scope when it joined ({err}); it may use only the always-available tools",
+                stored.session_id
+            ));
+        });
         let mut session = new_session(mode);
         session.parent = stored.parent_id.clone();
         session.rules = rules;
         session.scope = scope;
+        session.joined = joined;
         session.explicit = !stored.implicit;
         // Files of earlier builds do not say; only a start sets a parent or a scope.
         session.started = stored.started || session.parent.is_some() || session.rules.is_some();
@@ -688,9 +711,9 @@ impl Broker {
         }
     }
 
-    /// The own scopes of the sessions `parent` started with one (its
-    /// sub-tasks' delegated permissions), other than `id`'s, as layers.
-    fn delegated_layers(&self, parent: Option<&str>, id: &str) -> Vec<toolgate_policy::ScopeLayer> {
+    /// The own narrowings of the sessions `parent` started with one (its
+    /// sub-tasks' delegated permissions), other than `id`'s, by sub-task.
+    fn delegated_rules(&self, parent: Option<&str>, id: &str) -> Vec<(String, ScopeRules)> {
         let Some(parent) = parent.and_then(|parent| self.sessions.get(parent)) else {
             return Vec::new();
         };
@@ -700,8 +723,7 @@ impl Broker {
             .filter(|child| child.as_str() != id)
             .filter_map(|child| {
                 let session = self.sessions.get(child).filter(|session| session.started)?;
-                let rules = session.rules.clone()?;
-                self.policy.scope_layer(child, rules).ok()
+                Some((child.clone(), session.rules.clone()?))
             })
             .collect()
     }
@@ -819,19 +841,24 @@ impl Broker {
         }
         let parent_mode = start.parent_id.as_deref().map(|p| self.effective_mode(p));
         let parent_scope = self.sessions.scope_of(start.parent_id.as_deref());
+        // A session joined under a parent without a scope of its own
+        // (a hook's sub-agent, which cannot say which delegation
+        // started it) meets the scope of every sub-task the parent
+        // started with one: at least the strictest of them. A start
+        // without `join` is an orchestrator's, which says what it means.
+        // What it met is kept with it (a sub-task started later does not
+        // narrow it; one that ends does not widen it).
+        let joined = if layer.is_none() && start.join {
+            self.delegated_rules(start.parent_id.as_deref(), &id)
+        } else {
+            Vec::new()
+        };
         let scope = match layer {
             Some(layer) => parent_scope.with(layer),
-            // A session joined under a parent without a scope of its own
-            // (a hook's sub-agent, which cannot say which delegation
-            // started it) meets the scope of every sub-task the parent
-            // started with one: at least the strictest of them. A start
-            // without `join` is an orchestrator's, which says what it means.
-            None if start.join => self
-                .delegated_layers(start.parent_id.as_deref(), &id)
-                .into_iter()
-                .fold(parent_scope, |scope, layer| scope.with(layer)),
             None => parent_scope,
         };
+        // A narrowing that can no longer be built denies every tool.
+        let scope = with_joined(&self.policy, scope, &id, &joined, |_| {});
         let effective_scope = convert::effective_scope(
             scope.effective(|tool| self.policy.registry.lookup(tool).permission.clone()),
             &self.policy.always_available,
@@ -858,6 +885,7 @@ impl Broker {
         let previous_parent = std::mem::replace(&mut session.parent, start.parent_id.clone());
         session.rules = rules;
         session.scope = scope;
+        session.joined = joined;
         session.explicit = true;
         session.started = true;
         let mut changes = Vec::new();
@@ -926,13 +954,14 @@ impl Broker {
                 .and_then(|session| session.parent.as_deref()),
         );
         if let Some(session) = self.sessions.get_mut(session_id) {
-            session.scope = match &session.rules {
+            let scope = match &session.rules {
                 Some(rules) => match self.policy.scope_layer(session_id, rules.clone()) {
                     Ok(layer) => parent_scope.with(layer),
                     Err(_) => parent_scope.with(ScopeLayer::deny_all(session_id)),
                 },
                 None => parent_scope,
             };
+            session.scope = with_joined(&self.policy, scope, session_id, &session.joined, |_| {});
         }
     }
 
@@ -1083,7 +1112,39 @@ fn stored_session(session_id: &str, session: &Session) -> StoredSession {
             .collect(),
         started: session.started,
         implicit: !session.explicit,
+        joined: stored_joined(&session.joined),
     }
+}
+
+/// What a joined session met, as stored.
+pub(super) fn stored_joined(joined: &[(String, ScopeRules)]) -> Vec<StoredJoined> {
+    joined
+        .iter()
+        .map(|(session_id, rules)| StoredJoined {
+            session_id: session_id.clone(),
+            permissions: convert::scope_spec(rules),
+        })
+        .collect()
+}
+
+/// `scope` with the narrowings a joined session met, each a layer; one
+/// that cannot be built (`unusable` is told why) denies every tool.
+fn with_joined(
+    policy: &Policy,
+    scope: Scope,
+    session_id: &str,
+    joined: &[(String, ScopeRules)],
+    mut unusable: impl FnMut(String),
+) -> Scope {
+    joined.iter().fold(scope, |scope, (sub_task, rules)| {
+        match policy.scope_layer(sub_task, rules.clone()) {
+            Ok(layer) => scope.with(layer),
+            Err(err) => {
+                unusable(err.to_string());
+                scope.with(ScopeLayer::deny_all(session_id))
+            }
+        }
+    })
 }
 
 fn new_session(mode: Mode) -> Session {
@@ -1092,6 +1153,7 @@ fn new_session(mode: Mode) -> Session {
         parent: None,
         rules: None,
         scope: Scope::default(),
+        joined: Vec::new(),
         explicit: false,
         started: false,
         grants: Grants::default(),

@@ -44,7 +44,15 @@ use super::outbox::Outbox;
 use super::routing::ConnId;
 use super::sessions::Closed;
 use super::{Broker, Output};
-use crate::store::{session_fingerprint, StoredClosed, StoredGrant, StoredSession};
+use crate::store::{session_fingerprint, StoredClosed, StoredGrant, StoredJoined, StoredSession};
+
+/// What a joined session met, as the store keeps it (`None`: nothing).
+fn joined_value(joined: &[(String, toolgate_policy::ScopeRules)]) -> Option<Value> {
+    if joined.is_empty() {
+        return None;
+    }
+    serde_json::to_value(super::sessions::stored_joined(joined)).ok()
+}
 
 /// Why a session is closed in the store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,6 +76,10 @@ pub struct SessionRow {
     pub permissions: Option<Value>,
     /// Whether a `session_start` for it succeeded.
     pub started: bool,
+    /// Joined under its parent without a scope of its own: the narrowings
+    /// of the sub-tasks it met, as the state directory keeps them
+    /// (`[{"sessionID", "permissions"}]`); `None` when it met none.
+    pub joined: Option<Value>,
     /// Whether, and why, it is closed (in news; never in a write).
     pub closed: Option<CloseWhy>,
     /// The store's revision of the row (in news; 0 in a write): a broker
@@ -657,6 +669,7 @@ impl Broker {
                 grants,
                 started: false,
                 implicit: true,
+                joined: Vec::new(),
             });
         }
         self.grants.restore(&project_grants, &mut warnings);
@@ -701,6 +714,27 @@ impl Broker {
                 }
             },
         };
+        // What a joined session met that cannot be read denies every tool:
+        // never looser than the broker that wrote it.
+        let joined = match &row.joined {
+            None => Vec::new(),
+            Some(value) => match serde_json::from_value::<Vec<StoredJoined>>(value.clone()) {
+                Ok(joined) => joined,
+                Err(err) => {
+                    warnings.push(format!(
+                        "the shared store holds an unusable joined scope for session `{}` ({err}); it may use only the always-available tools",
+                        row.session_id
+                    ));
+                    vec![StoredJoined {
+                        session_id: row.session_id.clone(),
+                        permissions: wire::ScopeSpec {
+                            allowed_tools: Some(Vec::new()),
+                            ..Default::default()
+                        },
+                    }]
+                }
+            },
+        };
         StoredSession {
             session_id: row.session_id.clone(),
             parent_id: row.parent_id.clone(),
@@ -712,6 +746,7 @@ impl Broker {
             grants: Vec::new(),
             started: row.started,
             implicit: row.mode.is_none(),
+            joined,
         }
     }
 
@@ -754,6 +789,7 @@ impl Broker {
                 .map(crate::convert::scope_spec)
                 .and_then(|spec| serde_json::to_value(spec).ok()),
             started: session.started,
+            joined: joined_value(&session.joined),
             closed: None,
             revision: 0,
         };
@@ -1544,7 +1580,23 @@ impl Broker {
                 .map(crate::convert::scope_spec)
                 .and_then(|spec| serde_json::to_value(spec).ok())
         });
-        let rescope = old_parent != row.parent_id || old_permissions != row.permissions;
+        let joined: Vec<(String, toolgate_policy::ScopeRules)> = stored
+            .joined
+            .iter()
+            .map(|met| {
+                (
+                    met.session_id.clone(),
+                    crate::convert::scope_rules(met.permissions.clone()),
+                )
+            })
+            .collect();
+        let old_joined = self
+            .sessions
+            .get(&id)
+            .and_then(|session| joined_value(&session.joined));
+        let rescope = old_parent != row.parent_id
+            || old_permissions != row.permissions
+            || old_joined != joined_value(&joined);
         if let Some(session) = self.sessions.get_mut(&id) {
             if row.mode.is_some() {
                 session.mode = mode;
@@ -1554,6 +1606,7 @@ impl Broker {
             session.parent = row.parent_id.clone();
             if rescope {
                 session.rules = rules;
+                session.joined = joined;
             }
         }
         if old_parent != row.parent_id {
@@ -1900,6 +1953,7 @@ mod tests {
             mode: Some(mode.to_string()),
             permissions: None,
             started: true,
+            joined: None,
             closed: None,
             revision,
         }

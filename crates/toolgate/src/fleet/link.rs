@@ -262,7 +262,8 @@ impl Link for Starter {
 }
 
 enum Order {
-    Write(u64, Write),
+    /// Boxed: a session's row is large, and the channel holds orders.
+    Write(u64, Box<Write>),
     Finish(oneshot::Sender<()>),
 }
 
@@ -273,7 +274,7 @@ struct Handle {
 
 impl LinkHandle for Handle {
     fn send(&mut self, seq: u64, write: Write) {
-        let _ = self.orders.send(Order::Write(seq, write));
+        let _ = self.orders.send(Order::Write(seq, Box::new(write)));
     }
 
     fn poll_news(&mut self, cx: &mut Context<'_>) -> Poll<Option<News>> {
@@ -520,7 +521,7 @@ impl Task {
                             lease.abort();
                             return;
                         }
-                        Some(Order::Write(seq, write)) => self.queue_offline(seq, write, &why),
+                        Some(Order::Write(seq, write)) => self.queue_offline(seq, *write, &why),
                         Some(Order::Finish(done)) => {
                             lease.abort();
                             let _ = done.send(());
@@ -596,7 +597,7 @@ impl Task {
             Some(Order::Write(seq, write)) => {
                 self.queue.push_back(Queued {
                     seq,
-                    write,
+                    write: *write,
                     told: false,
                 });
                 None
@@ -1038,6 +1039,7 @@ async fn apply(
                 mode: row.mode.clone(),
                 permissions: row.permissions.clone(),
                 started: row.started,
+                joined: row.joined.clone(),
             };
             let change = match change {
                 SessionChange::Start { mode_given } => SessionWrite::Start {
@@ -1241,6 +1243,7 @@ fn session_row(session: &Session) -> SessionRow {
         mode: session.record.mode.clone(),
         permissions: session.record.permissions.clone(),
         started: session.record.started,
+        joined: session.record.joined.clone(),
         closed: session.closed.map(|closed| match closed {
             Closed::Ended => CloseWhy::Ended,
             Closed::Refused => CloseWhy::Refused,

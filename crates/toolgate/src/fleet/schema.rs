@@ -41,6 +41,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "a change's transaction id before its revision",
         sql: include_str!("migrations/v3.sql"),
     },
+    Migration {
+        version: 4,
+        name: "what a joined session met",
+        sql: include_str!("migrations/v4.sql"),
+    },
 ];
 
 /// The schema version this binary reads and writes.

@@ -50,6 +50,10 @@ pub struct SessionRecord {
     pub permissions: Option<serde_json::Value>,
     /// Whether a `session_start` for it succeeded.
     pub started: bool,
+    /// Joined under its parent without a scope of its own: the narrowings
+    /// of the parent's sub-tasks it met (`[{"sessionID", "permissions"}]`,
+    /// as the state directory keeps them); `None` when it met none.
+    pub joined: Option<serde_json::Value>,
 }
 
 /// What a session write changes ([`Store::put_session`]).
@@ -125,7 +129,7 @@ pub struct Grant {
 }
 
 const SESSION_COLUMNS: &str = "project, session_id, parent_id, mode, permissions, started, \
-                               closed, closed_at, updated_at, revision";
+                               closed, closed_at, updated_at, revision, joined";
 
 const GRANT_COLUMNS: &str = "id, project, session_id, scope, permission, pattern, literal, \
                              plan_only, expires_at, made_by, question_id, created_at, revoked_at, \
@@ -157,11 +161,11 @@ impl Store {
         let update = match change {
             SessionWrite::Start { .. } => {
                 "parent_id = EXCLUDED.parent_id,
-                 mode = CASE WHEN $7 OR toolgate_sessions.closed IS NOT NULL
+                 mode = CASE WHEN $8 OR toolgate_sessions.closed IS NOT NULL
                               OR toolgate_sessions.mode IS NULL
                         THEN EXCLUDED.mode ELSE toolgate_sessions.mode END,
                  permissions = EXCLUDED.permissions, started = EXCLUDED.started,
-                 closed = NULL, closed_at = NULL, updated_at = now()"
+                 joined = EXCLUDED.joined, closed = NULL, closed_at = NULL, updated_at = now()"
             }
             SessionWrite::Mode => {
                 "mode = EXCLUDED.mode, updated_at = now()
@@ -169,19 +173,20 @@ impl Store {
             }
         };
         let mode_given = matches!(change, SessionWrite::Start { mode_given: true });
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 7] = [
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
             &record.project,
             &record.session_id,
             &record.parent_id,
             &record.mode,
             &record.permissions,
             &record.started,
+            &record.joined,
             &mode_given,
         ];
-        // A mode change names no `$7`.
+        // A mode change names no `$8`.
         let params = match change {
             SessionWrite::Start { .. } => &params[..],
-            SessionWrite::Mode => &params[..6],
+            SessionWrite::Mode => &params[..7],
         };
         let tx = self
             .client
@@ -192,8 +197,8 @@ impl Store {
             .query_opt(
                 &format!(
                     "INSERT INTO toolgate_sessions
-                       (project, session_id, parent_id, mode, permissions, started)
-                     VALUES ($1, $2, $3, $4, $5, $6)
+                       (project, session_id, parent_id, mode, permissions, started, joined)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7)
                      ON CONFLICT (project, session_id) DO UPDATE SET {update}
                      RETURNING {SESSION_COLUMNS}"
                 ),
@@ -435,6 +440,7 @@ fn session(row: &Row) -> Result<Session, StoreError> {
             mode: get(row, 3)?,
             permissions: get(row, 4)?,
             started: get(row, 5)?,
+            joined: get(row, 10)?,
         },
         closed,
         closed_at: get(row, 7)?,

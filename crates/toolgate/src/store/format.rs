@@ -130,6 +130,22 @@ pub struct StoredSession {
     /// session: it never chose a mode (it was neither started nor given one).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub implicit: bool,
+    /// For a session joined under its parent without a scope of its own
+    /// (`"join": true`, no `permissions`): the narrowings of the parent's
+    /// sub-tasks it met when it joined, each a layer of its scope. Files
+    /// written before this field load as not joined.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub joined: Vec<StoredJoined>,
+}
+
+/// A sub-task's narrowing that a joined session met ([`StoredSession::joined`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredJoined {
+    /// The sub-task that had it.
+    #[serde(rename = "sessionID")]
+    pub session_id: String,
+    /// Its narrowing, as its `session_start` gave it.
+    pub permissions: ScopeSpec,
 }
 
 /// One change to the stored state: a line of the journal. Each names the

@@ -82,7 +82,7 @@ pub use error::{Invalid, IoOp, JournalDamage, StateError, Task, Unreadable};
 pub use file_store::{FileStore, COMPACT_FLOOR, COMPACT_FLOOR_ENV};
 pub use files::{journal_file, state_file, write_snapshot};
 pub use format::{
-    parse_snapshot, session_fingerprint, Change, Snapshot, StoredClosed, StoredGrant,
+    parse_snapshot, session_fingerprint, Change, Snapshot, StoredClosed, StoredGrant, StoredJoined,
     StoredSession, VERSION,
 };
 pub use grants::{grants_table, list_grants, revoke_grants, GrantRow, GrantScope, Revoked};

@@ -249,6 +249,7 @@ fn sessions_close_and_reopen_and_changes_are_read_by_revision() {
             mode: Some("ask".to_string()),
             permissions: None,
             started: true,
+            joined: None,
         };
         let worker = SessionRecord {
             session_id: "worker".to_string(),
@@ -325,6 +326,7 @@ fn a_mode_change_writes_only_the_mode_and_never_opens_a_closed_session() {
             mode: Some("ask".to_string()),
             permissions: Some(json!({"allowedTools": ["Read"]})),
             started: true,
+            joined: None,
         };
         let first = store.put_session(&started, START).await.unwrap();
         // A mode change from a broker that holds stale parts of the session
@@ -403,6 +405,7 @@ fn racing_mode_changes_end_on_the_last_revision() {
             mode: Some(mode.to_string()),
             permissions: None,
             started: true,
+            joined: None,
         };
         let mut store = Store::connect(&url).await.unwrap();
         store.put_session(&record("ask"), START).await.unwrap();

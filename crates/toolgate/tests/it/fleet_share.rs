@@ -1176,6 +1176,88 @@ fn a_joined_session_keeps_its_scope_when_its_own_write_is_read_back() {
     drop(a);
 }
 
+/// The scope `peer`'s broker lists for `session`, once it lists one
+/// equal to `wanted` (or what it lists at the deadline).
+fn listed_scope(peer: &mut Peer, session: &str, wanted: &Value) -> Value {
+    let started = Instant::now();
+    loop {
+        let listed = peer.ask(json!({"type": "list_sessions"}), "sessions");
+        let scope = listed["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|info| info["sessionID"] == session)
+            .map(|info| info["scope"].clone())
+            .unwrap_or(Value::Null);
+        if scope == *wanted || started.elapsed() > PATIENCE {
+            return scope;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A session joined under `main` without a scope of its own, after `main`
+/// started the sub-task `t1` with one, has the same scope on the other
+/// brokers: one that read its row while running, and one started after
+/// (it used to come back with `main`'s scope alone there, and its call was
+/// allowed), even once `t1` ended.
+#[test]
+fn a_joined_session_has_its_scope_on_every_broker() {
+    let Some((url, cluster, database)) = store("joined-fleet") else {
+        return;
+    };
+    let root = project_dir("joined-fleet");
+    let a = Node::start("a", &url, &root);
+    let b = Node::start("b", &url, &root);
+    let mut on_a = a.agent("agent-a");
+    let mut on_b = b.agent("agent-b");
+    on_a.ask(
+        json!({"type": "session_start", "sessionID": "main", "mode": "auto"}),
+        "session_started",
+    );
+    on_a.ask(
+        json!({"type": "session_start", "sessionID": "t1", "parentID": "main",
+               "permissions": {"allowedTools": ["Read"]}}),
+        "session_started",
+    );
+    let joined = on_a.ask(
+        json!({"type": "session_start", "sessionID": "c", "parentID": "main", "join": true}),
+        "session_started",
+    );
+    let scope = joined["scope"].clone();
+    let denied = on_a.ask(call("c", "a1", "rm -rf build"), "decision");
+    assert_eq!(denied["source"], "scope", "{denied}");
+    wait_sql(
+        cluster,
+        &database,
+        "SELECT joined IS NOT NULL FROM toolgate_sessions WHERE session_id = 'c'",
+        "t",
+    );
+    // B read the rows while running.
+    assert_eq!(listed_scope(&mut on_b, "c", &scope), scope);
+    let denied = on_b.ask(call("c", "b1", "rm -rf build"), "decision");
+    assert_eq!(denied["decision"], "deny", "{denied}");
+    assert_eq!(denied["source"], "scope", "{denied}");
+    // C starts from the store, once t1 ended.
+    on_a.ask(
+        json!({"type": "session_end", "sessionID": "t1"}),
+        "session_ended",
+    );
+    wait_sql(
+        cluster,
+        &database,
+        "SELECT closed FROM toolgate_sessions WHERE session_id = 't1'",
+        "ended",
+    );
+    let c = Node::start("c", &url, &root);
+    let mut on_c = c.agent("agent-c");
+    assert_eq!(listed_scope(&mut on_c, "c", &scope), scope);
+    let denied = on_c.ask(call("c", "c1", "rm -rf build"), "decision");
+    assert_eq!(denied["decision"], "deny", "{denied}");
+    assert_eq!(denied["source"], "scope", "{denied}");
+    drop((a, b, c));
+}
+
 /// An approver (`role`) on `node` that follows every project (`hello`
 /// with `"projects": "all"`): its `ready` says so.
 fn follower(node: &Node, client: &str, role: &str) -> Peer {

@@ -20,7 +20,7 @@ fn text(bytes: &[u8]) -> String {
 /// What `toolgate_schema` holds once migrated.
 const SCHEMA_ROWS: &str =
     "1|tokens, brokers, sessions, questions, grants\n2|what an answer to a question grants\n\
-     3|a change's transaction id before its revision\n";
+     3|a change's transaction id before its revision\n4|what a joined session met\n";
 
 /// What `toolgate_schema` holds: `version|name` lines.
 fn schema_rows(cluster: &pg::Cluster, database: &str) -> String {
@@ -40,7 +40,7 @@ fn migrate_an_empty_database_then_again() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(
         text(&out.stdout),
-        format!("{url} migrated from schema version 0 to 3\n")
+        format!("{url} migrated from schema version 0 to 4\n")
     );
     assert_eq!(text(&out.stderr), "");
     assert_eq!(schema_rows(cluster, &database), SCHEMA_ROWS);
@@ -54,12 +54,21 @@ fn migrate_an_empty_database_then_again() {
         "toolgate_brokers toolgate_grants toolgate_questions toolgate_schema \
          toolgate_sessions toolgate_tokens\n"
     );
+    // Version 4: what a joined session met, none by default.
+    assert_eq!(
+        cluster.psql(
+            &database,
+            "SELECT data_type, is_nullable FROM information_schema.columns \
+             WHERE table_name = 'toolgate_sessions' AND column_name = 'joined'",
+        ),
+        "jsonb|YES\n"
+    );
     // Again, through the environment this time: nothing to do, nothing changed.
     let out = toolgate(&["store", "migrate"], &[("TOOLGATE_STORE", &url)]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(
         text(&out.stdout),
-        format!("{url} is at schema version 3 already\n")
+        format!("{url} is at schema version 4 already\n")
     );
     assert_eq!(schema_rows(cluster, &database), SCHEMA_ROWS);
 }
@@ -103,10 +112,10 @@ fn four_migrations_at_once_apply_each_step_once() {
                 assert!(versions[0] < versions[1], "{stdout}");
                 applied += versions[1] - versions[0];
             }
-            None => assert_eq!(stdout, format!("{url} is at schema version 3 already\n")),
+            None => assert_eq!(stdout, format!("{url} is at schema version 4 already\n")),
         }
     }
-    assert_eq!(applied, 3, "each step applied by exactly one process");
+    assert_eq!(applied, 4, "each step applied by exactly one process");
     assert_eq!(schema_rows(cluster, &database), SCHEMA_ROWS);
 }
 
@@ -124,10 +133,10 @@ fn a_store_newer_than_the_binary_is_refused_and_left_alone() {
     );
     cluster.psql(
         &database,
-        "INSERT INTO toolgate_schema (version, name) VALUES (4, 'from a newer toolgate')",
+        "INSERT INTO toolgate_schema (version, name) VALUES (5, 'from a newer toolgate')",
     );
-    let refusal = "toolgate: the store's schema is at version 4, newer than this toolgate \
-                   knows (version 3): upgrade toolgate; it will not use or change that store\n";
+    let refusal = "toolgate: the store's schema is at version 5, newer than this toolgate \
+                   knows (version 4): upgrade toolgate; it will not use or change that store\n";
     for args in [
         &["store", "migrate", "--store", &url][..],
         &["tokens", "list", "--store", &url],
@@ -142,7 +151,7 @@ fn a_store_newer_than_the_binary_is_refused_and_left_alone() {
     }
     assert_eq!(
         schema_rows(cluster, &database),
-        format!("{SCHEMA_ROWS}4|from a newer toolgate\n")
+        format!("{SCHEMA_ROWS}5|from a newer toolgate\n")
     );
     assert_eq!(
         cluster.psql(&database, "SELECT count(*) FROM toolgate_tokens"),
@@ -160,7 +169,7 @@ fn tokens_need_a_migrated_store() {
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(
         text(&out.stderr),
-        "toolgate: the store's schema is at version 0 and this toolgate needs version 3: \
+        "toolgate: the store's schema is at version 0 and this toolgate needs version 4: \
          run `toolgate store migrate` first\n"
     );
     // Nothing was created by asking.

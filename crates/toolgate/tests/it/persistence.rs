@@ -116,6 +116,7 @@ fn stored_session(
         grants: Vec::new(),
         started: false,
         implicit: false,
+        joined: Vec::new(),
     }
 }
 
@@ -636,6 +637,7 @@ fn ended_stored_grants_are_dropped_at_the_first_step() {
             grants: vec![grant("grant_at", "cargo build", Some(5_000))],
             started: false,
             implicit: true,
+            joined: Vec::new(),
         }],
         closed: Vec::new(),
     };

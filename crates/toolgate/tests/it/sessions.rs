@@ -86,6 +86,8 @@ enum Step {
         parent: Option<usize>,
         mode: Option<&'static str>,
         scope: Option<usize>,
+        /// `"join": true`.
+        join: bool,
     },
     End(usize),
     SetMode(usize, &'static str),
@@ -113,13 +115,15 @@ fn step() -> impl Strategy<Value = Step> {
             session.clone(),
             prop::option::of(0..SESSIONS.len()),
             prop::option::of(mode.clone()),
-            prop::option::of(0usize..4)
+            prop::option::of(0usize..4),
+            prop::bool::weighted(0.3)
         )
-            .prop_map(|(session, parent, mode, scope)| Step::Start {
+            .prop_map(|(session, parent, mode, scope, join)| Step::Start {
                 session,
                 parent,
                 mode,
-                scope
+                scope,
+                join
             }),
         1 => session.clone().prop_map(Step::End),
         2 => (session.clone(), mode).prop_map(|(s, m)| Step::SetMode(s, m)),
@@ -137,6 +141,7 @@ fn frames_of(steps: &[Step]) -> Vec<String> {
                 parent,
                 mode,
                 scope: narrowing,
+                join,
             } => {
                 let mut frame = json!({"type":"session_start","sessionID":SESSIONS[*session]});
                 if let Some(parent) = parent {
@@ -147,6 +152,9 @@ fn frames_of(steps: &[Step]) -> Vec<String> {
                 }
                 if let Some(narrowing) = narrowing {
                     frame["permissions"] = scope(*narrowing);
+                }
+                if *join {
+                    frame["join"] = json!(true);
                 }
                 frame.to_string()
             }
@@ -236,6 +244,16 @@ fn a_restart_changes_no_answer_table() {
         parent,
         mode: None,
         scope: Some(2),
+        join: false,
+    };
+    // `worker` joined under `main` without a scope of its own, after
+    // `research` (under `main`, with one) started.
+    let joined = Step::Start {
+        session: 2,
+        parent: Some(0),
+        mode: None,
+        scope: None,
+        join: true,
     };
     let cases: Vec<(Vec<Step>, usize)> = vec![
         // `research` under the implicit `main`: ending `main` ends it.
@@ -276,6 +294,7 @@ fn a_restart_changes_no_answer_table() {
                     parent: Some(3),
                     mode: None,
                     scope: None,
+                    join: false,
                 },
                 Step::Call(3, 0),
             ],
@@ -292,6 +311,7 @@ fn a_restart_changes_no_answer_table() {
                     parent: None,
                     mode: Some("plan"),
                     scope: None,
+                    join: false,
                 },
                 Step::Call(3, 1),
                 Step::Start {
@@ -299,15 +319,89 @@ fn a_restart_changes_no_answer_table() {
                     parent: Some(0),
                     mode: None,
                     scope: None,
+                    join: false,
                 },
                 Step::SetMode(0, "auto"),
                 Step::Call(3, 0),
             ],
             2,
         ),
+        // a joined session keeps the scope of the sub-task it met (its
+        // calls outside it denied), before and after the restart, even
+        // once that sub-task ended
+        (
+            vec![
+                research(Some(0)),
+                joined.clone(),
+                Step::Call(2, 0),
+                Step::Call(2, 3),
+            ],
+            2,
+        ),
+        (
+            vec![
+                research(Some(0)),
+                joined.clone(),
+                Step::End(1),
+                Step::Call(2, 0),
+            ],
+            3,
+        ),
+        // a sub-task started after the join does not narrow it
+        (vec![joined.clone(), research(Some(0)), Step::Call(2, 0)], 2),
     ];
     for (n, (steps, split)) in cases.iter().enumerate() {
         same_with_and_without_restart(steps, *split, &format!("restart-table-{n}"));
+    }
+}
+
+/// A session joined under `main` without a scope of its own (a hook's
+/// sub-agent) after `main` started the sub-task `t1` with one keeps `t1`'s
+/// narrowing after a restart of `serve` on the same state directory (it
+/// used to come back with `main`'s scope alone, and its call was allowed),
+/// and still once `t1` ended before the restart.
+#[test]
+fn a_joined_session_keeps_its_scope_across_a_restart() {
+    for end_t1 in [false, true] {
+        let name = format!("joined-restart-{end_t1}");
+        let root = support::project_dir(&name);
+        let state = support::state_dir(&name);
+        let args: Vec<String> = ["serve", "--mode", "auto", "--on-ask", "deny", "--state-dir"]
+            .map(String::from)
+            .into_iter()
+            .chain([state.to_string_lossy().into_owned()])
+            .collect();
+        let edit = |id: &str| {
+            json!({"type":"tool_call","sessionID":"c","callID":id,"tool":"Edit",
+                   "input":{"file_path":"src/a.rs","old_string":"a","new_string":"b"}})
+            .to_string()
+        };
+        let mut frames = vec![
+            json!({"type":"session_start","sessionID":"main"}).to_string(),
+            json!({"type":"session_start","sessionID":"t1","parentID":"main",
+                   "permissions":{"allowedTools":["Read"]}})
+            .to_string(),
+            json!({"type":"session_start","sessionID":"c","parentID":"main","join":true})
+                .to_string(),
+            call("c", "before", "rm -rf build"),
+            edit("edit-before"),
+        ];
+        if end_t1 {
+            frames.push(json!({"type":"session_end","sessionID":"t1"}).to_string());
+        }
+        let first = decisions(&run(&root, &args, &frames));
+        assert_eq!(first["before"], "\"deny\" \"scope\"", "{first:?}");
+        assert_eq!(first["edit-before"], "\"deny\" \"scope\"", "{first:?}");
+        let after = decisions(&run(
+            &root,
+            &args,
+            &[call("c", "after", "rm -rf build"), edit("edit-after")],
+        ));
+        assert_eq!(after["after"], "\"deny\" \"scope\"", "ended t1: {end_t1}");
+        assert_eq!(
+            after["edit-after"], "\"deny\" \"scope\"",
+            "ended t1: {end_t1}"
+        );
     }
 }
 

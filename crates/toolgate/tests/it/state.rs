@@ -59,6 +59,7 @@ fn sample(root: &str) -> Snapshot {
                 grants: vec![grant("grant_w1", "read", ".env", 4, "worker")],
                 started: true,
                 implicit: false,
+                joined: Vec::new(),
             },
             StoredSession {
                 session_id: "main".to_string(),
@@ -71,6 +72,7 @@ fn sample(root: &str) -> Snapshot {
                 ],
                 started: false,
                 implicit: false,
+                joined: Vec::new(),
             },
         ],
         closed: vec![StoredClosed {
