@@ -326,16 +326,19 @@ fn a_mode_change_writes_only_the_mode_and_never_opens_a_closed_session() {
             mode: Some("ask".to_string()),
             permissions: Some(json!({"allowedTools": ["Read"]})),
             started: true,
-            joined: None,
+            joined: Some(json!([{"sessionID": "t1", "permissions": {"deniedTools": ["bash"]}}])),
         };
         let first = store.put_session(&started, START).await.unwrap();
+        assert_eq!(first.record, started);
         // A mode change from a broker that holds stale parts of the session
-        // (no parent, no narrowing, not started): only the mode changes.
+        // (no parent, no narrowing, not started, nothing met): only the
+        // mode changes.
         let stale = SessionRecord {
             parent_id: None,
             mode: Some("plan".to_string()),
             permissions: None,
             started: false,
+            joined: None,
             ..started.clone()
         };
         let planned = store.put_session(&stale, SessionWrite::Mode).await.unwrap();

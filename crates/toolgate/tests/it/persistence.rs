@@ -120,6 +120,18 @@ fn stored_session(
     }
 }
 
+/// `k`, joined under `p` after `p`'s sub-task `t1` started with `met`.
+fn joined_session(met: Value) -> StoredSession {
+    StoredSession {
+        started: true,
+        joined: vec![toolgate::store::StoredJoined {
+            session_id: "t1".to_string(),
+            permissions: serde_json::from_value(met).unwrap(),
+        }],
+        ..stored_session("k", Some("p"), "auto", None)
+    }
+}
+
 /// `(stored sessions, call in session "k", expected decision and source, a piece of the warnings)`.
 #[test]
 fn unusable_stored_state_is_repaired_strictly() {
@@ -166,6 +178,27 @@ fn unusable_stored_state_is_repaired_strictly() {
             bash,
             "deny scope",
             "",
+        ),
+        // A joined session keeps the scope it met, though the sub-task
+        // that had it is not stored (it ended).
+        (
+            vec![
+                stored_session("p", None, "auto", None),
+                joined_session(serde_json::json!({"allowedTools": ["Read"]})),
+            ],
+            bash,
+            "deny scope",
+            "",
+        ),
+        // One it met that cannot be used admits only the always-available tools.
+        (
+            vec![
+                stored_session("p", None, "auto", None),
+                joined_session(serde_json::json!({"filePatterns": ["[z"]})),
+            ],
+            read,
+            "deny scope",
+            "met an unusable scope when it joined",
         ),
         // A well-formed session comes back as stored.
         (

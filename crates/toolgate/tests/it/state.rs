@@ -212,6 +212,30 @@ fn parse_snapshot_accepts_what_save_writes_and_ignores_unknown_fields() {
     assert_eq!(parse_snapshot(&extra).unwrap(), sample("/r"));
 }
 
+/// A joined session's `joined` is written and read back; a file without
+/// it (of an earlier build) loads as not joined.
+#[test]
+fn a_joined_sessions_scopes_are_kept_and_older_files_load_as_not_joined() {
+    let mut snapshot = sample("/r");
+    snapshot.sessions[0].joined = vec![toolgate::store::StoredJoined {
+        session_id: "t1".to_string(),
+        permissions: ScopeSpec {
+            allowed_tools: Some(vec!["Read".to_string()]),
+            ..ScopeSpec::default()
+        },
+    }];
+    let text = serde_json::to_string(&snapshot).unwrap();
+    assert!(
+        text.contains(r#""joined":[{"sessionID":"t1","permissions":{"allowedTools":["Read"]"#),
+        "{text}"
+    );
+    assert_eq!(parse_snapshot(&text).unwrap(), snapshot);
+    let older = serde_json::to_string(&sample("/r")).unwrap();
+    assert!(!older.contains("joined"), "{older}");
+    let loaded = parse_snapshot(&older).unwrap();
+    assert!(loaded.sessions.iter().all(|s| s.joined.is_empty()));
+}
+
 #[test]
 fn a_directory_in_place_of_the_file_is_refused() {
     let dir = scratch("dir-in-place");
