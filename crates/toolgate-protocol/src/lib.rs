@@ -1010,6 +1010,22 @@ pub struct ErrorFrame {
     pub not_saved: Option<String>,
 }
 
+impl ErrorFrame {
+    /// An `error` with `code` and `message` that names no call, session,
+    /// permission or line (set those with struct update syntax).
+    pub fn new(code: ErrorCode, message: String) -> ErrorFrame {
+        ErrorFrame {
+            code,
+            message,
+            call_id: None,
+            session_id: None,
+            permission_id: None,
+            line: None,
+            not_saved: None,
+        }
+    }
+}
+
 /// The kinds of [`ErrorFrame`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]

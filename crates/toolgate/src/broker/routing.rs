@@ -1071,28 +1071,18 @@ impl Broker {
         let all_projects = hello.projects == Some(wire::Projects::All);
         if all_projects && !self.shared.active() {
             // Not about a line: no line number.
-            ob.push(To::Caller(conn), ServerFrame::Error(wire::ErrorFrame {
-                code: ErrorCode::InvalidFrame,
-                message: "this broker shares no store (it was started without --store), so it knows only its own project's questions: `\"projects\": \"all\"` needs a broker on a shared store".to_string(),
-                call_id: None,
-                session_id: None,
-                permission_id: None,
-                line: None,
-                not_saved: None,
-            }));
+            ob.push(To::Caller(conn), ServerFrame::Error(wire::ErrorFrame::new(
+                ErrorCode::InvalidFrame,
+                "this broker shares no store (it was started without --store), so it knows only its own project's questions: `\"projects\": \"all\"` needs a broker on a shared store".to_string(),
+            )));
             return;
         }
         if hello.role == Role::Approver && self.conns.sole_approver.is_some_and(|a| a != conn) {
             // Not about a line: no line number.
-            ob.push(To::Caller(conn), ServerFrame::Error(wire::ErrorFrame {
-                code: ErrorCode::Forbidden,
-                message: "this connection cannot be an approver: toolgate was started with its own approver (--approver), which alone answers questions".to_string(),
-                call_id: None,
-                session_id: None,
-                permission_id: None,
-                line: None,
-                not_saved: None,
-            }));
+            ob.push(To::Caller(conn), ServerFrame::Error(wire::ErrorFrame::new(
+                ErrorCode::Forbidden,
+                "this connection cannot be an approver: toolgate was started with its own approver (--approver), which alone answers questions".to_string(),
+            )));
             return;
         }
         let peer = self.conns.open.entry(conn).or_default();

@@ -400,15 +400,10 @@ async fn allowed(stream: &UnixStream) -> bool {
         Err(err) => format!("an unknown user ({err})"),
     };
     crate::say!("toolgate: refused a connection from {peer}: only uid {uid} may connect");
-    let frame = ServerFrame::Error(toolgate_protocol::ErrorFrame {
-        code: ErrorCode::Forbidden,
-        message: format!("only uid {uid} may connect to this broker"),
-        call_id: None,
-        session_id: None,
-        permission_id: None,
-        line: None,
-        not_saved: None,
-    });
+    let frame = ServerFrame::Error(toolgate_protocol::ErrorFrame::new(
+        ErrorCode::Forbidden,
+        format!("only uid {uid} may connect to this broker"),
+    ));
     if let Ok(mut line) = serde_json::to_vec(&frame) {
         line.push(b'\n');
         let _ = stream.try_write(&line);

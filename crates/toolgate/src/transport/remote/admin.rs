@@ -107,13 +107,8 @@ type Failure = (ErrorCode, String);
 
 fn error(code: ErrorCode, message: String, line: u64) -> ServerFrame {
     ServerFrame::Error(wire::ErrorFrame {
-        code,
-        message,
-        call_id: None,
-        session_id: None,
-        permission_id: None,
         line: Some(line),
-        not_saved: None,
+        ..wire::ErrorFrame::new(code, message)
     })
 }
 

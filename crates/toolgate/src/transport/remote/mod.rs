@@ -505,13 +505,8 @@ fn refused(frame: &ClientFrame, why: String) -> DecodeError {
 /// One `error` frame (`forbidden`) saying `why`, as a line.
 pub fn error_line(why: &str, line: Option<u64>) -> Bytes {
     let frame = ServerFrame::Error(ErrorFrame {
-        code: ErrorCode::Forbidden,
-        message: why.to_string(),
-        call_id: None,
-        session_id: None,
-        permission_id: None,
         line,
-        not_saved: None,
+        ..ErrorFrame::new(ErrorCode::Forbidden, why.to_string())
     });
     let mut bytes = serde_json::to_vec(&frame).unwrap_or_default();
     bytes.push(b'\n');
