@@ -1061,7 +1061,8 @@ pub enum ErrorCode {
     /// A token not revoked already has this name (`create_token`).
     NameTaken,
     /// The shared store could not be reached or did not answer: nothing was
-    /// changed (`create_token`, `list_tokens`, `revoke_token`).
+    /// changed (`create_token`, `list_tokens`, `revoke_token`; an answer to
+    /// a question asked on another broker, which stays open).
     StoreUnavailable,
 }
 

@@ -1007,7 +1007,7 @@ impl Broker {
             return true;
         }
         if !self.shared.online {
-            refuse(ob, ErrorCode::InvalidFrame, format!("the request `{id}` was asked on another broker and can be answered only through the shared store, which cannot be reached now; the request is still open"));
+            refuse(ob, ErrorCode::StoreUnavailable, format!("the request `{id}` was asked on another broker and can be answered only through the shared store, which cannot be reached now; the request is still open"));
             return true;
         }
         if remote.kind_plan && (response.patterns.is_some() || response.expires_in.is_some()) {

@@ -615,6 +615,7 @@ fn a_store_stopped_and_started_again_loses_no_question_and_no_reported_change() 
             break;
         };
         assert_eq!(refusal["type"], "error", "{refusal}");
+        assert_eq!(refusal["code"], "store_unavailable", "{refusal}");
         let message = refusal["message"].as_str().unwrap();
         assert!(message.contains("cannot be reached now"), "{message}");
         assert!(begun.elapsed() < PATIENCE, "C never came back");
